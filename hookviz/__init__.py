@@ -1,0 +1,38 @@
+"""hookviz: see and edit PyTorch hooks and gradients.
+
+``Session(model, args, loss_fn=...)`` records the autograd graph of one forward + backward with every
+node's gradients; ``Session.edit`` changes the gradient a hook returns; ``Session.run`` re-runs
+backward; ``hookviz.show(...)`` draws it all as a widget in Jupyter.
+"""
+
+from hookviz.devices import devices
+from hookviz.edits import Edit
+from hookviz.errors import (
+    BackwardError,
+    DeviceError,
+    EditError,
+    ExpressionError,
+    ForwardError,
+    HookvizError,
+    LossError,
+    TargetError,
+)
+from hookviz.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
+from hookviz.session import Session
+from hookviz.stats import TensorRecord
+
+__all__ = [
+    "BackwardError", "DeviceError", "Diff", "Edit", "EditError", "ExpressionError", "ForwardError",
+    "HookvizError", "LossError", "ModuleCall", "ModuleGrads", "NodeRecord", "Run", "Session",
+    "TargetError", "TensorRecord", "devices", "diff", "show", "Widget",
+]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # The widget pulls in anywidget; import it only when asked for.
+    if name in ("show", "Widget"):
+        from hookviz import widget
+
+        return getattr(widget, name)
+    raise AttributeError(f"module 'hookviz' has no attribute {name!r}")

@@ -1,0 +1,406 @@
+"""Hooks in, hooks out: what hookviz registers to record a run, and how it always removes it.
+
+Forward: a forward pre-hook and a forward hook on every module keep the stack of module calls, and a
+``TorchFunctionMode`` notes which module call made each op's output (and keeps that output for its
+statistics). Forward hooks and function modes do not touch autograd, so gradients stay bit-identical.
+
+Backward: one Node post-hook per Node (``Node.register_hook``) records ``grad_outputs`` and
+``grad_inputs`` and applies the run's ``grad_inputs`` edits; Node pre-hooks are added only where an
+edit replaces ``grad_outputs``. PyTorch runs a Node's post-hooks in registration order, so the user's
+own legacy module hooks (registered during forward) run first, as they would without hookviz.
+Full backward hooks are registered only where an edit of a module's ``grad_input`` needs one, because
+their identity Nodes change the order in which autograd sums gradients (see PRODUCT.md).
+
+The hooks on graph Nodes live as long as hookviz's retained graph; they read the current run from a
+shared :class:`RecordingState`, so a backward-only re-run records into a fresh recorder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+from hookviz.edits import Edit, replace_slots
+from hookviz.run import Event, HookCall, HookInfo, LogEntry
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CallState:
+    """One module call seen in forward (live tensors; turned into a ModuleCall after the run).
+
+    ``inputs`` / ``outputs`` hold ``(tensor, grad_fn, output_nr, version)`` as they were when the
+    forward pre-hook / forward hook saw them (an in-place op may later change the tensor's
+    grad_fn). ``index`` is the position in call order; calls ``index..end`` are this call and the
+    calls nested in it.
+    """
+
+    index: int
+    module: str
+    call: int
+    type: str
+    forward: object
+    args: tuple
+    kwargs: dict
+    inputs: list[tuple] = field(default_factory=list)
+    outputs: list[tuple] = field(default_factory=list)
+    output_value: object = None
+    end: int | None = None
+
+
+def _edge_of(tensor: torch.Tensor) -> tuple:
+    return (tensor, tensor.grad_fn, tensor.output_nr if tensor.grad_fn is not None else 0, tensor._version)
+
+
+class ForwardRecorder(TorchFunctionMode):
+    """Records module calls and which call made each Node, while the model's forward runs.
+
+    Use as a context manager around forward (it registers the module hooks on enter and removes
+    them on exit, also on error). After forward, ``calls`` holds every module call and
+    ``made_by[id(node)]`` the index of the call that made the Node; ``outputs[id(node)]`` the
+    op's output tensor and its version at that time.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+        self.names = {id(m): name for name, m in model.named_modules(remove_duplicate=False)}
+        self.calls: list[CallState] = []
+        self.stack: list[CallState] = []
+        self.made_by: dict[int, int | None] = {}
+        self.outputs: dict[int, tuple] = {}
+        self.nodes_kept: list = []  # keeps Node objects alive so their ids stay unique
+        self.call_counts: dict[str, int] = {}
+        self.handles: list = []
+
+    def __enter__(self):
+        for module in dict.fromkeys(m for _, m in self.model.named_modules(remove_duplicate=False)):
+            self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True))
+            self.handles.append(module.register_forward_hook(self._post, with_kwargs=True))
+        try:
+            return super().__enter__()
+        except BaseException:
+            self.remove_hooks()
+            raise
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self.remove_hooks()
+
+    def remove_hooks(self) -> None:
+        """Remove the module hooks (idempotent)."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+    @property
+    def current_module(self) -> str | None:
+        """The innermost module running now (the one an exception escaped from), or None."""
+        return self.stack[-1].module if self.stack else None
+
+    def _pre(self, module, args, kwargs):
+        name = self.names.get(id(module), type(module).__name__)
+        count = self.call_counts.get(name, 0)
+        self.call_counts[name] = count + 1
+        state = CallState(len(self.calls), name, count, type(module).__name__, module.forward, args, kwargs)
+        state.inputs = [
+            _edge_of(t) if isinstance(t, torch.Tensor) else None for t in args
+        ]
+        self.calls.append(state)
+        self.stack.append(state)
+
+    def _post(self, module, args, kwargs, output):
+        state = self.stack.pop()
+        state.end = len(self.calls) - 1
+        state.output_value = output
+        state.outputs = [_edge_of(t) for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            self._note(out)
+        elif isinstance(out, (tuple, list)):
+            for item in out:
+                if isinstance(item, torch.Tensor):
+                    self._note(item)
+        return out
+
+    def _note(self, tensor: torch.Tensor) -> None:
+        fn = tensor.grad_fn
+        if fn is None or id(fn) in self.made_by:
+            return
+        self.made_by[id(fn)] = self.stack[-1].index if self.stack else None
+        self.nodes_kept.append(fn)
+        if tensor.output_nr == 0:
+            self.outputs[id(fn)] = (tensor, tensor._version)
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward
+# ----------------------------------------------------------------------------------------------
+
+
+class RecordingState:
+    """Where the hooks on a retained graph send what they see: the active recorder, or nowhere."""
+
+    def __init__(self):
+        self.active: BackwardRecorder | None = None
+
+
+class BackwardRecorder:
+    """Collects one backward pass: grads at every Node, execution order, hook calls, edits.
+
+    Args:
+        post_edits: node id -> edits of its ``grad_inputs``.
+        pre_edits: node id -> edits of its ``grad_outputs`` (``grad`` and module ``grad_output``
+            edits are turned into these by the session).
+        module_input_edits: module name -> edits of its ``grad_input`` (run by a full backward hook).
+    """
+
+    def __init__(self, post_edits=None, pre_edits=None, module_input_edits=None):
+        self.post_edits: dict[str, list[Edit]] = post_edits or {}
+        self.pre_edits: dict[str, list[Edit]] = pre_edits or {}
+        self.module_input_edits: dict[str, list[Edit]] = module_input_edits or {}
+        self.steps = itertools.count()
+        self.order: dict[str, int] = {}
+        self.grad_outputs: dict[str, tuple] = {}
+        self.grad_inputs: dict[str, tuple] = {}
+        self.received_grad_inputs: dict[str, tuple] = {}
+        self.grad_outputs_before_edit: dict[str, tuple] = {}
+        self.events: list[Event] = []
+        self.hook_calls: list[tuple[HookCall, tuple, tuple]] = []  # with live before/after grads
+        self.log: list[LogEntry] = []
+
+    def node_ran(self, node_id: str, op: str, grad_inputs: tuple, grad_outputs: tuple):
+        """Called by the Node post-hook; returns replacement grad_inputs when an edit applies."""
+        step = next(self.steps)
+        self.order[node_id] = len(self.order)
+        self.events.append(Event(step, "node", node_id, op))
+        self.grad_outputs[node_id] = grad_outputs
+        self.received_grad_inputs[node_id] = grad_inputs
+        edits = self.post_edits.get(node_id)
+        if not edits:
+            self.grad_inputs[node_id] = grad_inputs
+            return None
+        new, _ = replace_slots(grad_inputs, edits)
+        self.grad_inputs[node_id] = new
+        self._edit_call(node_id, node_id, edits, grad_inputs, new)
+        return new
+
+    def node_pre(self, node_id: str, grad_outputs: tuple):
+        """Called by an edit's Node pre-hook; returns the edited grad_outputs."""
+        new, _ = replace_slots(grad_outputs, self.pre_edits[node_id])
+        self.grad_outputs_before_edit[node_id] = grad_outputs
+        self._edit_call(node_id, node_id, self.pre_edits[node_id], grad_outputs, new)
+        return new
+
+    def module_input(self, module: str, grad_input: tuple):
+        """Called by the full backward hook of a module with ``grad_input`` edits."""
+        edits = self.module_input_edits.get(module)
+        if not edits:
+            return None
+        new, _ = replace_slots(grad_input, edits)
+        self._edit_call(module, None, edits, grad_input, new)
+        return new
+
+    def _edit_call(self, where: str, node: str | None, edits: list[Edit], before, after) -> None:
+        step = next(self.steps)
+        label = "; ".join(f"{e.slot} <- {e.source}" for e in edits)
+        self.events.append(Event(step, "edit", node, f"{where}: {label}"))
+        call = HookCall(step, "edit", label, where, returned=True, node=node)
+        self.hook_calls.append((call, tuple(before), tuple(after)))
+
+    def user_hook_called(self, call: HookCall, before: tuple, after: tuple, printed: str) -> None:
+        """Record a call of a user's hook (made by :func:`wrap_user_hook`)."""
+        self.events.append(Event(call.step, "user_hook", call.node, f"{call.kind} {call.name} @ {call.where}"))
+        self.hook_calls.append((call, before, after))
+        if printed:
+            self.log.append(LogEntry(call.name, call.where, printed))
+
+
+class NodePostHook:
+    """The Node post-hook hookviz puts on every Node: ``hook(grad_inputs, grad_outputs)``."""
+
+    __slots__ = ("state", "node_id", "op")
+
+    def __init__(self, state: RecordingState, node_id: str, op: str):
+        self.state, self.node_id, self.op = state, node_id, op
+
+    def __call__(self, grad_inputs, grad_outputs):
+        recorder = self.state.active
+        if recorder is None:
+            return None
+        return recorder.node_ran(self.node_id, self.op, grad_inputs, grad_outputs)
+
+
+class NodePreEditHook:
+    """A Node pre-hook that applies ``grad_outputs`` edits: ``hook(grad_outputs)``."""
+
+    def __init__(self, recorder: BackwardRecorder, node_id: str):
+        self.recorder, self.node_id = recorder, node_id
+
+    def __call__(self, grad_outputs):
+        return self.recorder.node_pre(self.node_id, grad_outputs)
+
+
+class ModuleInputEditHook:
+    """A full backward hook that applies a module's ``grad_input`` edits."""
+
+    def __init__(self, state: RecordingState, module: str):
+        self.state, self.module = state, module
+
+    def __call__(self, module, grad_input, grad_output):
+        recorder = self.state.active
+        return None if recorder is None else recorder.module_input(self.module, grad_input)
+
+
+# ----------------------------------------------------------------------------------------------
+# The user's own hooks
+# ----------------------------------------------------------------------------------------------
+
+MODULE_HOOK_DICTS = {
+    "_forward_pre_hooks": "forward pre-hook",
+    "_forward_hooks": "forward hook",
+    "_backward_pre_hooks": "full backward pre-hook",
+    "_backward_hooks": "backward hook",
+}
+
+
+def _hook_name(fn) -> str:
+    target = getattr(fn, "func", fn)  # functools.partial
+    return getattr(target, "__qualname__", None) or type(target).__name__
+
+
+def module_hook_kind(module: torch.nn.Module, attribute: str) -> str:
+    """``"legacy backward hook"`` or ``"full backward hook"`` for ``_backward_hooks``, etc."""
+    kind = MODULE_HOOK_DICTS[attribute]
+    if attribute == "_backward_hooks":
+        return "full backward hook" if module._is_full_backward_hook else "legacy backward hook"
+    return kind
+
+
+def user_module_hooks(model: torch.nn.Module) -> dict[str, list[HookInfo]]:
+    """Every hook registered on the model's modules, by module name."""
+    found: dict[str, list[HookInfo]] = {}
+    for name, module in model.named_modules():
+        for attribute in MODULE_HOOK_DICTS:
+            for fn in getattr(module, attribute).values():
+                found.setdefault(name, []).append(HookInfo(module_hook_kind(module, attribute), _hook_name(fn), name))
+    return found
+
+
+def user_tensor_hooks(tensors: dict[str, torch.Tensor]) -> dict[str, list[HookInfo]]:
+    """Tensor hooks (``register_hook``, ``register_post_accumulate_grad_hook``) by leaf name."""
+    found: dict[str, list[HookInfo]] = {}
+    for name, tensor in tensors.items():
+        for attribute, kind in (("_backward_hooks", "tensor hook"),
+                                ("_post_accumulate_grad_hooks", "post-accumulate-grad hook")):
+            for fn in (getattr(tensor, attribute, None) or {}).values():
+                found.setdefault(name, []).append(HookInfo(kind, _hook_name(fn), name))
+    return found
+
+
+def _snapshot(grads) -> tuple:
+    return tuple(g.detach().clone() if isinstance(g, torch.Tensor) else None for g in grads)
+
+
+def _as_tuple(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+class _UserHookWrapper:
+    """Calls a user's hook exactly as PyTorch would, recording what it saw, returned and printed."""
+
+    def __init__(self, state: RecordingState, original, kind: str, where: str, node: str | None):
+        self.state, self.original, self.kind, self.where, self.node = state, original, kind, where, node
+        self.name = _hook_name(original)
+        self.__wrapped__ = original
+
+    def __call__(self, *args, **kwargs):
+        recorder = self.state.active
+        if recorder is None:
+            return self.original(*args, **kwargs)
+        grads = self._grads(args)
+        before = _snapshot(grads) if grads is not None else ()
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            result = self.original(*args, **kwargs)
+        after = () if grads is None else (_as_tuple(result) if result is not None else tuple(grads))
+        call = HookCall(next(recorder.steps), self.kind, self.name, self.where,
+                        returned=result is not None, node=self.node)
+        recorder.user_hook_called(call, before, tuple(after), buffer.getvalue())
+        return result
+
+    def _grads(self, args):
+        if self.kind == "tensor hook":
+            return (args[0],)
+        if self.kind in ("legacy backward hook", "full backward hook"):
+            return _as_tuple(args[1])
+        if self.kind == "full backward pre-hook":
+            return _as_tuple(args[1])
+        return None  # forward hooks: module_io records what they see
+
+
+@contextlib.contextmanager
+def wrapped_user_hooks(
+    state: RecordingState, model: torch.nn.Module, tensors: dict[str, torch.Tensor]
+) -> Iterator[None]:
+    """Temporarily replace each user hook in its dict by a recording wrapper; always restores.
+
+    The dicts keep their keys, so RemovableHandles the user holds stay valid, and PyTorch calls
+    the wrappers in the same order and with the same arguments as the originals.
+    """
+    swapped: list[tuple[dict, object, object]] = []
+    try:
+        for name, module in model.named_modules():
+            for attribute in MODULE_HOOK_DICTS:
+                hooks = getattr(module, attribute)
+                for key, fn in list(hooks.items()):
+                    if isinstance(fn, _UserHookWrapper):
+                        continue
+                    hooks[key] = _UserHookWrapper(state, fn, module_hook_kind(module, attribute), name, None)
+                    swapped.append((hooks, key, fn))
+        for name, tensor in tensors.items():
+            hooks = getattr(tensor, "_backward_hooks", None)
+            for key, fn in list((hooks or {}).items()):
+                hooks[key] = _UserHookWrapper(state, fn, "tensor hook", name, name)
+                swapped.append((hooks, key, fn))
+        yield
+    finally:
+        for hooks, key, fn in swapped:
+            if key in hooks:
+                hooks[key] = fn
+
+
+@contextlib.contextmanager
+def full_backward_hooks(state: RecordingState, model: torch.nn.Module, modules: list[str]) -> Iterator[None]:
+    """Register hookviz's ``grad_input`` edit hooks on ``modules`` for one forward; always removes them.
+
+    ``register_full_backward_hook`` marks a module for good (``_is_full_backward_hook``), after which
+    PyTorch refuses ``register_backward_hook`` on it; the mark is put back as it was.
+    """
+    handles, marks = [], []
+    try:
+        for name in modules:
+            module = model.get_submodule(name)
+            marks.append((module, module._is_full_backward_hook))
+            handles.append(module.register_full_backward_hook(ModuleInputEditHook(state, name)))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, mark in marks:
+            module._is_full_backward_hook = mark

@@ -1,0 +1,146 @@
+"""``Session.edits_as_code()``: the plain PyTorch hooks that make a session's edits.
+
+The code defines ``install_edits(model, **inputs) -> list[RemovableHandle]``, to call before the
+forward pass, and, when an edit sits on a node made by the loss function, ``install_loss_edits(loss)``,
+to call before ``loss.backward()``. Nodes are reached the way a user would: from the output of the
+module that made them, through ``grad_fn.next_functions``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from hookviz.edits import Edit
+from hookviz.run import LOSS_MODULE, Run
+
+if TYPE_CHECKING:
+    from hookviz.session import Session
+
+
+def _path(run: Run, start: str, target: str) -> str | None:
+    """``.next_functions[i][0]`` steps from node ``start`` to ``target`` (breadth first), or None."""
+    producers = {}
+    for producer, consumer, data in run.graph.edges(data=True):
+        producers.setdefault(consumer, []).append((data["slot"], producer))
+    queue, seen = deque([(start, "")]), {start}
+    while queue:
+        node, path = queue.popleft()
+        if node == target:
+            return path
+        for slot, producer in sorted(producers.get(node, [])):
+            if producer not in seen:
+                seen.add(producer)
+                queue.append((producer, f"{path}.next_functions[{slot}][0]"))
+    return None
+
+
+def _module_expression(name: str) -> str:
+    return "model" if name == "" else f"model.get_submodule({name!r})"
+
+
+def _slot_function(name: str, edits: list[Edit], argument: str, signature: str, returns: str) -> list[str]:
+    lines = [f"def {name}({signature}):", f"    {argument} = list({argument})"]
+    for edit in edits:
+        lines += [
+            f"    grad = {argument}[{edit.slot.index}]  # {edit.id}: {edit.source}",
+            f"    {argument}[{edit.slot.index}] = {edit.code()}",
+        ]
+    lines.append(f"    return {returns}")
+    return lines
+
+
+def edits_as_code(session: Session) -> str:
+    """Source code (a string) of plain PyTorch hooks equivalent to ``session.edits``."""
+    run = session.last_run
+    edits = list(session.edits)
+    if not edits:
+        return "# no edits: nothing to install\n"
+    header = ['"""Gradient edits made in hookviz, as plain PyTorch hooks."""', "import math", "import torch", ""]
+    helpers: list[str] = []
+    body: list[str] = []
+    loss_body: list[str] = []
+    input_names: list[str] = []
+    for edit in edits:
+        source = edit.callable_source()
+        if source:
+            helpers += [source, ""]
+    by_site: dict[tuple, list[Edit]] = {}
+    for edit in edits:
+        key = (edit.target, "grad" if edit.slot.name == "grad" else edit.slot.name)
+        by_site.setdefault(key, []).append(edit)
+    for number, ((target, kind), site_edits) in enumerate(by_site.items()):
+        fn = f"edit_{number}"
+        if kind in ("grad_input", "grad_output"):
+            module = _module_expression(target)
+            if kind == "grad_input":
+                helpers += _slot_function(fn, site_edits, "grad_input", "module, grad_input, grad_output", "tuple(grad_input)")
+                body.append(f"handles.append({module}.register_full_backward_hook({fn}))")
+            else:
+                helpers += _slot_function(fn, site_edits, "grad_output", "module, grad_output", "tuple(grad_output)")
+                body.append(f"handles.append({module}.register_full_backward_pre_hook({fn}))")
+            helpers.append("")
+            continue
+        node = run.nodes[target]
+        if node.kind != "op":
+            helpers += [f"def {fn}(grad):"]
+            helpers += [f"    grad = {e.code()}  # {e.id}: {e.source}" for e in site_edits] + ["    return grad", ""]
+            if target in dict(session.model.named_parameters()):
+                body.append(f"handles.append(model.get_parameter({target!r}).register_hook({fn}))")
+            else:
+                input_names.append(target)
+                body.append(f"handles.append(inputs[{target!r}].register_hook({fn}))")
+            continue
+        if kind == "grad":
+            kind, site_edits = "grad_outputs", [Edit(e.target, type(e.slot)("grad_outputs", 0), e.transform, e.source, e.id) for e in site_edits]
+        if kind == "grad_inputs":
+            helpers += _slot_function(fn, site_edits, "grad_inputs", "grad_inputs, grad_outputs", "tuple(grad_inputs)")
+            register = f"register_hook({fn})"
+        else:
+            helpers += _slot_function(fn, site_edits, "grad_outputs", "grad_outputs", "tuple(grad_outputs)")
+            register = f"register_prehook({fn})"
+        helpers.append("")
+        if node.module == LOSS_MODULE:
+            path = _path(run, run.root, target)
+            loss_body.append(f"loss.grad_fn{path}.{register}  # {target} ({node.op})")
+            continue
+        call = run.module_io(node.module, node.module_call)
+        path = _path(run, call.output_node, target) if call.output_node else None
+        if path is None:
+            path = _path(run, run.root, target)
+            loss_body.append(f"loss.grad_fn{path}.{register}  # {target} ({node.op})")
+            continue
+        hook = f"_install_{fn}"
+        helpers += [
+            f"def {hook}(module, args, output):",
+            f"    # {target} ({node.op}) is reached from the output of module {node.module or '<root>'!r}",
+            "    first = output if isinstance(output, torch.Tensor) else torch.utils._pytree.tree_leaves(output)[0]",
+            f"    first.grad_fn{path}.{register}",
+            "",
+        ]
+        body.append(f"handles.append({_module_expression(node.module)}.register_forward_hook({hook}))")
+    lines = header + helpers
+    lines += [
+        "def install_edits(model, **inputs):",
+        '    """Register the edits; call before forward. Returns handles: h.remove() undoes each."""',
+        "    handles = []",
+        *[f"    {line}" for line in body],
+        "    return handles",
+        "",
+    ]
+    if loss_body:
+        lines += [
+            "def install_loss_edits(loss):",
+            '    """Edits on nodes made by the loss function: call after computing loss, before backward."""',
+            *[f"    {line}" for line in loss_body],
+            "",
+        ]
+    usage = ", ".join(f"{n}={n}" for n in dict.fromkeys(input_names))
+    lines += [
+        "# Usage:",
+        f"#   handles = install_edits(model{', ' + usage if usage else ''})",
+        "#   loss = loss_fn(model(...))" + ("; install_loss_edits(loss)" if loss_body else ""),
+        "#   loss.backward()",
+        "#   for handle in handles: handle.remove()",
+    ]
+    return "\n".join(lines) + "\n"

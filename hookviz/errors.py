@@ -1,0 +1,42 @@
+"""hookviz's errors: one base class, one subclass per kind of mistake.
+
+Every message names the thing, the problem and the fix, so it can be shown to a user as it is.
+"""
+
+from __future__ import annotations
+
+
+class HookvizError(Exception):
+    """Base of every error hookviz raises on purpose."""
+
+
+class LossError(HookvizError):
+    """The model's output cannot be turned into a scalar loss that requires grad."""
+
+
+class ForwardError(HookvizError):
+    """The model's forward raised; the message names the innermost module that was running."""
+
+    def __init__(self, message: str, module: str | None = None):
+        super().__init__(message)
+        self.module = module
+
+
+class BackwardError(HookvizError):
+    """Backward raised (for example an in-place op that a full backward hook cannot handle)."""
+
+
+class ExpressionError(HookvizError):
+    """An edit expression is malformed, uses something forbidden, or asks for too much work."""
+
+
+class EditError(HookvizError):
+    """An edit produced an unusable gradient (wrong type, shape, dtype or device) or cannot be installed."""
+
+
+class TargetError(HookvizError):
+    """An unknown node id, module name, leaf name or slot."""
+
+
+class DeviceError(HookvizError):
+    """An unknown or unavailable device."""

@@ -1,0 +1,362 @@
+"""The safe expression language for gradient edits, e.g. ``grad + 888888`` or ``clamp(grad, -1, 1)``.
+
+An expression is parsed with :mod:`ast` and interpreted by walking the tree; Python's ``eval`` and
+``exec`` are never called. What is allowed:
+
+* the name ``grad`` (the gradient at the hook site) and the constants ``pi``, ``e``, ``inf``, ``nan``;
+* int, float and bool literals, and list/tuple literals of them (they become tensors of ``grad``'s
+  dtype and device);
+* ``+ - * / // % **`` and unary ``- +``, comparisons ``< <= > >= == !=``, ``a if cond else b`` on
+  numbers, and ``&``, ``|``, ``~`` on boolean tensors;
+* calls of the functions in :data:`FUNCTIONS` (all map to ``torch`` functions of the same name),
+  with positional arguments and the keyword arguments ``min``, ``max``, ``dim``, ``keepdim``, ``p``;
+* indexing ``grad[0]``, ``grad[1:3]``, ``grad[:, 0]`` with integer literals.
+
+Everything else (attributes, imports, lambdas, comprehensions, other names, strings) is refused when
+the edit is made. Work is bounded: the expression text, its node count and its nesting depth are
+capped, a power's exponent must be a number of magnitude at most :data:`MAX_EXPONENT`, and every
+intermediate tensor may hold at most :data:`MAX_ELEMENTS_FACTOR` times ``grad``'s element count.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from dataclasses import dataclass
+
+import torch
+
+from hookviz.errors import ExpressionError
+
+MAX_SOURCE_LENGTH = 2000
+MAX_NODES = 300
+MAX_DEPTH = 30
+MAX_EXPONENT = 1024
+MAX_ELEMENTS_FACTOR = 4
+MAX_LITERAL_ELEMENTS = 4096
+
+FUNCTIONS = {
+    name: getattr(torch, name)
+    for name in (
+        "zeros_like", "ones_like", "full_like", "randn_like", "rand_like", "clamp", "where", "abs",
+        "sign", "sqrt", "exp", "log", "log10", "mean", "sum", "norm", "tanh", "sigmoid", "relu",
+        "maximum", "minimum", "isnan", "isinf", "isfinite", "nan_to_num", "flip", "roll",
+        "std", "amax", "amin", "round", "floor", "ceil", "square",
+    )
+}
+CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
+KEYWORDS = {"min", "max", "dim", "keepdim", "p", "nan", "posinf", "neginf", "shifts", "dims"}
+
+_BINARY = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+}
+_COMPARE = {
+    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq, ast.NotEq: operator.ne,
+}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A parsed, checked edit expression; call it on a gradient.
+
+    Args:
+        source: the text, e.g. ``"grad * 3"``.
+
+    Raises:
+        ExpressionError: on a syntax error, a forbidden construct, or a bound exceeded.
+    """
+
+    source: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_tree", parse(self.source))
+
+    def __call__(self, grad: torch.Tensor) -> torch.Tensor:
+        """Evaluate on ``grad``; returns a tensor (a number result is broadcast to grad's shape)."""
+        result = _Interpreter(grad).visit(self._tree.body)
+        if isinstance(result, torch.Tensor):
+            return result
+        if isinstance(result, (int, float, bool)):
+            return torch.full_like(grad, result)
+        raise ExpressionError(f"expression {self.source!r} gave a {type(result).__name__}, not a tensor")
+
+    def as_torch_code(self) -> str:
+        """The same expression as plain PyTorch code over a variable named ``grad``."""
+        return ast.unparse(_ToTorch().visit(parse(self.source)).body)
+
+
+def parse(source: str) -> ast.Expression:
+    """Parse and check ``source``; returns the tree. Raises ExpressionError."""
+    if not isinstance(source, str):
+        raise ExpressionError(f"an edit expression must be a string, got {type(source).__name__}")
+    if len(source) > MAX_SOURCE_LENGTH:
+        raise ExpressionError(
+            f"expression is {len(source)} characters long; the limit is {MAX_SOURCE_LENGTH}"
+        )
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError as error:
+        raise ExpressionError(
+            f"syntax error in {source!r} at column {error.offset}: {error.msg}; "
+            "write an expression over grad such as 'grad * 3' or 'zeros_like(grad)'"
+        ) from None
+    nodes = list(ast.walk(tree))
+    if len(nodes) > MAX_NODES:
+        raise ExpressionError(f"expression has {len(nodes)} parts; the limit is {MAX_NODES}")
+    _check(tree.body, source, depth=0)
+    return tree
+
+
+def _forbidden(node: ast.AST, source: str, what: str) -> ExpressionError:
+    return ExpressionError(
+        f"{what} is not allowed in edit expressions ({source!r}); use grad, numbers, arithmetic, "
+        f"comparisons and the functions {', '.join(sorted(FUNCTIONS))}"
+    )
+
+
+def _check(node: ast.AST, source: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise ExpressionError(f"expression nests deeper than {MAX_DEPTH} levels")
+    match node:
+        case ast.Constant(value=value):
+            if isinstance(value, bool) or isinstance(value, (int, float)):
+                return
+            raise _forbidden(node, source, f"the literal {value!r}")
+        case ast.Name(id=name):
+            if name != "grad" and name not in CONSTANTS:
+                raise _forbidden(node, source, f"the name {name!r}")
+        case ast.BinOp(left=left, op=op, right=right):
+            if type(op) not in _BINARY:
+                raise _forbidden(node, source, f"the operator {type(op).__name__}")
+            _check(left, source, depth + 1)
+            _check(right, source, depth + 1)
+        case ast.UnaryOp(op=op, operand=operand):
+            if type(op) not in _UNARY:
+                raise _forbidden(node, source, f"the operator {type(op).__name__}")
+            _check(operand, source, depth + 1)
+        case ast.Compare(left=left, ops=ops, comparators=comparators):
+            if len(ops) != 1 or type(ops[0]) not in _COMPARE:
+                raise _forbidden(node, source, "a chained or non-numeric comparison")
+            _check(left, source, depth + 1)
+            _check(comparators[0], source, depth + 1)
+        case ast.IfExp(test=test, body=body, orelse=orelse):
+            for part in (test, body, orelse):
+                _check(part, source, depth + 1)
+        case ast.Call(func=func, args=args, keywords=keywords):
+            if not isinstance(func, ast.Name) or func.id not in FUNCTIONS:
+                what = f"the function {func.id!r}" if isinstance(func, ast.Name) else "this call"
+                raise _forbidden(node, source, what)
+            for keyword in keywords:
+                if keyword.arg not in KEYWORDS:
+                    raise _forbidden(node, source, f"the keyword argument {keyword.arg!r}")
+                _check(keyword.value, source, depth + 1)
+            for arg in args:
+                if isinstance(arg, ast.Starred):
+                    raise _forbidden(node, source, "argument unpacking")
+                _check(arg, source, depth + 1)
+        case ast.List(elts=elements) | ast.Tuple(elts=elements):
+            for element in elements:
+                _check(element, source, depth + 1)
+        case ast.Subscript(value=value, slice=index):
+            _check(value, source, depth + 1)
+            _check_index(index, source)
+        case ast.Attribute(attr=attr):
+            raise _forbidden(node, source, f"attribute access ('.{attr}')")
+        case _:
+            raise _forbidden(node, source, f"the construct {type(node).__name__}")
+
+
+def _check_index(index: ast.AST, source: str) -> None:
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    for part in parts:
+        if isinstance(part, ast.Slice):
+            for bound in (part.lower, part.upper, part.step):
+                if bound is not None:
+                    _check_integer_literal(bound, source)
+        else:
+            _check_integer_literal(part, source)
+
+
+def _check_integer_literal(node: ast.AST, source: str) -> None:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    if not (isinstance(node, ast.Constant) and type(node.value) is int):
+        raise _forbidden(node, source, "an index that is not an integer literal")
+
+
+class _Interpreter:
+    """Walks a checked tree; every operation is a torch or float operation with bounded cost."""
+
+    def __init__(self, grad: torch.Tensor):
+        self.grad = grad
+        self.max_elements = max(grad.numel() * MAX_ELEMENTS_FACTOR, MAX_LITERAL_ELEMENTS)
+
+    def visit(self, node: ast.AST):
+        result = getattr(self, f"_{type(node).__name__}")(node)
+        if isinstance(result, torch.Tensor) and result.numel() > self.max_elements:
+            raise ExpressionError(
+                f"an intermediate result has {result.numel()} elements, more than "
+                f"{MAX_ELEMENTS_FACTOR}x grad's {self.grad.numel()}; refused"
+            )
+        return result
+
+    def _Constant(self, node: ast.Constant):
+        return node.value
+
+    def _Name(self, node: ast.Name):
+        return self.grad if node.id == "grad" else CONSTANTS[node.id]
+
+    def _List(self, node: ast.List | ast.Tuple):
+        values = [self.visit(element) for element in node.elts]
+        if len(values) > MAX_LITERAL_ELEMENTS:
+            raise ExpressionError(f"a list literal may hold at most {MAX_LITERAL_ELEMENTS} values")
+        try:
+            return torch.tensor(
+                [v.tolist() if isinstance(v, torch.Tensor) else v for v in values],
+                dtype=self.grad.dtype, device=self.grad.device,
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise ExpressionError(f"list literal is not a rectangular list of numbers: {error}") from None
+
+    _Tuple = _List
+
+    def _BinOp(self, node: ast.BinOp):
+        left, right = self.visit(node.left), self.visit(node.right)
+        if isinstance(node.op, ast.Pow):
+            _check_power(left, right)
+        self._check_broadcast(left, right)
+        return self._apply(_BINARY[type(node.op)], left, right)
+
+    def _UnaryOp(self, node: ast.UnaryOp):
+        operand = self.visit(node.operand)
+        if isinstance(node.op, ast.Invert) and not (
+            isinstance(operand, torch.Tensor) and operand.dtype == torch.bool
+        ):
+            raise ExpressionError("'~' applies only to boolean tensors such as (grad > 0)")
+        return _UNARY[type(node.op)](operand)
+
+    def _Compare(self, node: ast.Compare):
+        left, right = self.visit(node.left), self.visit(node.comparators[0])
+        self._check_broadcast(left, right)
+        return self._apply(_COMPARE[type(node.ops[0])], left, right)
+
+    def _IfExp(self, node: ast.IfExp):
+        test = self.visit(node.test)
+        if isinstance(test, torch.Tensor):
+            if test.numel() != 1:
+                raise ExpressionError(
+                    "'a if cond else b' needs a single truth value; for elementwise choice use "
+                    "where(cond, a, b)"
+                )
+            test = bool(test)
+        return self.visit(node.body) if test else self.visit(node.orelse)
+
+    def _Call(self, node: ast.Call):
+        args = [self.visit(arg) for arg in node.args]
+        kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
+        name = node.func.id
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if name == "where" and len(args) == 3:
+            args = [self._as_tensor(a) if not isinstance(a, torch.Tensor) else a for a in args]
+        elif name in {"maximum", "minimum"}:
+            args = [self._as_tensor(a) for a in args]
+        elif not tensors:
+            raise ExpressionError(f"{name}(...) needs a tensor argument such as grad")
+        try:
+            return FUNCTIONS[name](*args, **kwargs)
+        except (TypeError, RuntimeError, ValueError) as error:
+            raise ExpressionError(f"{name}(...) failed: {error}") from None
+
+    def _Subscript(self, node: ast.Subscript):
+        value = self.visit(node.value)
+        if not isinstance(value, torch.Tensor):
+            raise ExpressionError("only tensors can be indexed")
+        try:
+            return value[_index(node.slice)]
+        except IndexError as error:
+            raise ExpressionError(f"index out of range: {error}") from None
+
+    def _as_tensor(self, value):
+        if isinstance(value, torch.Tensor):
+            return value
+        return torch.tensor(value, dtype=self.grad.dtype, device=self.grad.device)
+
+    def _check_broadcast(self, left, right) -> None:
+        if isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor):
+            try:
+                shape = torch.broadcast_shapes(left.shape, right.shape)
+            except RuntimeError as error:
+                raise ExpressionError(f"shapes do not broadcast: {error}") from None
+            if math.prod(shape) > self.max_elements:
+                raise ExpressionError(
+                    f"broadcasting {list(left.shape)} with {list(right.shape)} gives "
+                    f"{math.prod(shape)} elements, more than {MAX_ELEMENTS_FACTOR}x grad's; refused"
+                )
+
+    @staticmethod
+    def _apply(function, left, right):
+        try:
+            return function(left, right)
+        except ZeroDivisionError:
+            raise ExpressionError("division by zero between two numbers") from None
+        except (TypeError, RuntimeError) as error:
+            raise ExpressionError(f"operation failed: {error}") from None
+
+
+def _check_power(base, exponent) -> None:
+    if isinstance(exponent, torch.Tensor):
+        raise ExpressionError("a power's exponent must be a number, not a tensor")
+    if abs(exponent) > MAX_EXPONENT:
+        raise ExpressionError(f"exponent {exponent} is larger than {MAX_EXPONENT} in magnitude; refused")
+    if not isinstance(base, torch.Tensor) and isinstance(base, int) and isinstance(exponent, int):
+        if abs(base) > 2**64:
+            raise ExpressionError("integer power of a huge number refused")
+
+
+def _index(node: ast.AST):
+    if isinstance(node, ast.Tuple):
+        return tuple(_index(part) for part in node.elts)
+    if isinstance(node, ast.Slice):
+        return slice(*(None if b is None else _literal_int(b) for b in (node.lower, node.upper, node.step)))
+    return _literal_int(node)
+
+
+def _literal_int(node: ast.AST) -> int:
+    if isinstance(node, ast.UnaryOp):
+        return -node.operand.value
+    return node.value
+
+
+class _ToTorch(ast.NodeTransformer):
+    """Rewrites names of whitelisted functions and constants to ``torch.`` / ``math.`` ones."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        node.func = ast.Attribute(value=ast.Name("torch", ast.Load()), attr=node.func.id, ctx=ast.Load())
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in CONSTANTS:
+            return ast.Attribute(value=ast.Name("math", ast.Load()), attr=node.id, ctx=ast.Load())
+        return node
+
+    def visit_List(self, node: ast.List | ast.Tuple) -> ast.AST:
+        return ast.Call(
+            func=ast.Attribute(value=ast.Name("torch", ast.Load()), attr="tensor", ctx=ast.Load()),
+            args=[ast.List(elts=node.elts, ctx=ast.Load())],
+            keywords=[
+                ast.keyword("dtype", ast.parse("grad.dtype", mode="eval").body),
+                ast.keyword("device", ast.parse("grad.device", mode="eval").body),
+            ],
+        )
+
+    visit_Tuple = visit_List
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        node.value = self.visit(node.value)
+        return node

@@ -1,0 +1,361 @@
+"""What one forward + backward recorded: plain data, no hooks, no live autograd objects.
+
+Words follow PyTorch's hook docs (https://pytorch.org/docs/stable/notes/autograd.html#backward-hooks-execution):
+for a Node, ``grad_outputs`` are the gradients w.r.t. the Node's outputs (what arrives, what a Node
+pre-hook sees) and ``grad_inputs`` the gradients w.r.t. its inputs (what it sends on, what a Node
+post-hook sees). For a module, ``grad_output`` / ``grad_input`` are what a full backward hook sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+import torch
+
+from hookviz.errors import TargetError
+from hookviz.stats import TensorRecord
+
+LOSS_MODULE = "(loss)"
+
+
+@dataclass
+class SavedTensor:
+    """A tensor a Node saved for backward (``grad_fn._saved_<name>``).
+
+    Attributes:
+        name: PyTorch's name for it, e.g. ``"self"``, ``"mat2"``, ``"result"``.
+        shape, dtype: of the saved tensor.
+        nbytes: ``numel * element_size`` in bytes (several Nodes may share one storage).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+@dataclass
+class HookCall:
+    """One call of a hook during the run: the user's own, or an edit hookviz installed.
+
+    Attributes:
+        step: position in the run's event order (see :attr:`Run.events`).
+        kind: e.g. ``"legacy backward hook"``, ``"full backward hook"``, ``"tensor hook"``,
+            ``"forward hook"``, ``"edit"``.
+        name: the hook function's qualified name, or the edit's source.
+        where: module name or node id where it fired.
+        before, after: the gradients (or forward values) it received and those that went on.
+        returned: True when the hook returned a replacement.
+        node: the graph node id it is attached to, when known.
+    """
+
+    step: int
+    kind: str
+    name: str
+    where: str
+    before: tuple[TensorRecord | None, ...] = ()
+    after: tuple[TensorRecord | None, ...] = ()
+    returned: bool = False
+    node: str | None = None
+
+
+@dataclass
+class HookInfo:
+    """A hook registered on the model before hookviz ran: kind, function name, where."""
+
+    kind: str
+    name: str
+    where: str
+
+
+@dataclass
+class Event:
+    """One thing that happened during backward, in order: a Node ran, a user hook or an edit fired."""
+
+    step: int
+    kind: str  # "node" | "user_hook" | "edit"
+    node: str | None
+    detail: str
+
+
+@dataclass
+class LogEntry:
+    """Text a user hook printed (stdout and stderr) while it ran."""
+
+    hook: str
+    where: str
+    text: str
+
+
+@dataclass
+class NodeRecord:
+    """Everything recorded at one node of the autograd graph.
+
+    Attributes:
+        id, op, module, kind: see :class:`hookviz.graph.WalkedNode`; ``module`` is the innermost
+            module whose forward created the Node ("" = root, ``"(loss)"`` = made by ``loss_fn``).
+        module_call: which call of that module (0 for the first).
+        order: position in backward execution order (0 = first to run), None when it did not run.
+        output: the forward value of the Node's first output, when hookviz saw the op that made it
+            (ops inside a composite op, such as ``linear`` on 3-D input, are not seen).
+        grad_outputs: gradients w.r.t. the Node's outputs as they reached it (after pre-hooks).
+        grad_inputs: gradients w.r.t. its inputs as they went on (after every post-hook and edit).
+        grad_inputs_before_edit, grad_outputs_before_edit: the values before hookviz's edits,
+            when an edit fired here, else None.
+        saved: the tensors it saved for backward.
+        user_hooks: hooks of the user's attached here (tensor hooks on a leaf, legacy module hooks).
+        sites: editable slots, e.g. ``["grad_inputs[0]", "grad_outputs[0]", "grad"]``.
+    """
+
+    id: str
+    op: str
+    module: str
+    kind: str
+    module_call: int = 0
+    order: int | None = None
+    output: TensorRecord | None = None
+    grad_outputs: tuple[TensorRecord | None, ...] = ()
+    grad_inputs: tuple[TensorRecord | None, ...] = ()
+    grad_inputs_before_edit: tuple[TensorRecord | None, ...] | None = None
+    grad_outputs_before_edit: tuple[TensorRecord | None, ...] | None = None
+    saved: list[SavedTensor] = field(default_factory=list)
+    user_hooks: list[HookInfo] = field(default_factory=list)
+    sites: list[str] = field(default_factory=list)
+
+    @property
+    def saved_bytes(self) -> int:
+        """Total bytes of the tensors this Node saved for backward."""
+        return sum(s.nbytes for s in self.saved)
+
+
+@dataclass
+class ModuleCall:
+    """What a forward pre-hook and a forward hook of one module call saw.
+
+    Attributes:
+        module: qualified name ("" = root). call: 0 for the first call of that module.
+        type: the module's class name.
+        inputs: positional and keyword inputs by name (``forward``'s parameter names where
+            known): a TensorRecord for tensors, a short repr for anything else.
+        output: the output's tensors, flattened in pytree order.
+        grad_input, grad_output: what a full backward hook sees (None where an input does not
+            require grad).
+        legacy_grad_input, legacy_grad_output: what a legacy ``register_backward_hook`` sees:
+            the ``grad_inputs`` / ``grad_outputs`` of the Node that made the output's first
+            tensor, i.e. of the module's last op.
+        output_node: id of that last op's Node.
+        user_hooks: the user's hooks registered on this module.
+    """
+
+    module: str
+    call: int
+    type: str
+    inputs: dict[str, TensorRecord | str] = field(default_factory=dict)
+    output: list[TensorRecord] = field(default_factory=list)
+    grad_input: tuple[TensorRecord | None, ...] = ()
+    grad_output: tuple[TensorRecord | None, ...] = ()
+    legacy_grad_input: tuple[TensorRecord | None, ...] = ()
+    legacy_grad_output: tuple[TensorRecord | None, ...] = ()
+    output_node: str | None = None
+    user_hooks: list[HookInfo] = field(default_factory=list)
+
+
+@dataclass
+class ModuleGrads:
+    """A module's gradients as one kind of module backward hook sees them."""
+
+    grad_input: tuple[TensorRecord | None, ...]
+    grad_output: tuple[TensorRecord | None, ...]
+    legacy: bool
+
+
+@dataclass
+class Run:
+    """One recorded forward + backward (see :meth:`hookviz.Session.run`).
+
+    Attributes:
+        loss: the 0-dim loss, detached, on CPU.
+        device: where it ran, e.g. ``"cpu"``.
+        graph: ``networkx.DiGraph`` with edges in forward direction (``u -> v``: u's output is an
+            input of v; gradient flows v -> u); node attributes ``op``, ``module``, ``kind``,
+            ``order``, ``grad_norm``, ``has_nan``, ``edited``, ``user_hooks``; edge attribute
+            ``slot`` (index into v's ``grad_inputs``).
+        nodes: NodeRecord by node id. root: the loss's node id.
+        leaf_grads: full gradient of every leaf by name, on ``device``.
+        calls: ModuleCall records in call order.
+        events: backward events in the order they happened.
+        hook_calls: every user hook and edit call, in order.
+        log: what user hooks printed.
+        edits: the edits active during this run.
+        forward_reused: True when only backward ran again on the retained forward graph.
+    """
+
+    loss: torch.Tensor
+    device: str
+    graph: nx.DiGraph
+    nodes: dict[str, NodeRecord]
+    root: str
+    leaf_grads: dict[str, torch.Tensor]
+    calls: list[ModuleCall]
+    events: list[Event]
+    hook_calls: list[HookCall]
+    log: list[LogEntry]
+    edits: tuple = ()
+    forward_reused: bool = False
+
+    def node(self, node_id: str) -> NodeRecord:
+        """The record of ``node_id``. Raises TargetError (with close matches) when unknown."""
+        try:
+            return self.nodes[node_id]
+        except KeyError:
+            raise TargetError(_unknown("node", node_id, list(self.nodes))) from None
+
+    @property
+    def leaf_names(self) -> list[str]:
+        """Names of the leaves: forward arguments, then parameters, in graph order."""
+        return list(self.leaf_grads)
+
+    def leaf_grad(self, name: str) -> torch.Tensor | None:
+        """The gradient of a leaf (forward argument or parameter qualified name), as ``.grad`` would hold it.
+
+        Returns None when the leaf got no gradient. Raises TargetError for an unknown name.
+        """
+        if name not in self.leaf_grads:
+            raise TargetError(_unknown("leaf", name, list(self.leaf_grads)))
+        return self.leaf_grads[name]
+
+    @property
+    def modules(self) -> list[str]:
+        """Qualified names of the modules that ran, in first-call order ("" = root)."""
+        return list(dict.fromkeys(call.module for call in self.calls))
+
+    def module_io(self, name: str, call: int = 0) -> ModuleCall:
+        """What forward pre-hooks and forward hooks of module ``name`` saw at its ``call``-th call."""
+        calls = [c for c in self.calls if c.module == name]
+        if not calls:
+            raise TargetError(_unknown("module", name, self.modules))
+        if not 0 <= call < len(calls):
+            raise TargetError(f"module {name!r} ran {len(calls)} time(s); call={call} does not exist")
+        return calls[call]
+
+    def module_grads(self, name: str, legacy: bool = False, call: int = 0) -> ModuleGrads:
+        """``grad_input`` / ``grad_output`` of module ``name`` as a backward hook sees them.
+
+        With ``legacy=False``: as ``register_full_backward_hook`` sees them, one gradient per
+        tensor input (summed over the module's uses of it) and per output. With ``legacy=True``:
+        as the deprecated ``register_backward_hook`` sees them, which are the ``grad_inputs`` and
+        ``grad_outputs`` of the Node that made the module's output (its last op), not of the module.
+        Source: ``torch.nn.Module.register_backward_hook`` docs (deprecated for this reason).
+        """
+        record = self.module_io(name, call)
+        if legacy:
+            return ModuleGrads(record.legacy_grad_input, record.legacy_grad_output, legacy=True)
+        return ModuleGrads(record.grad_input, record.grad_output, legacy=False)
+
+    def hooks_at(self, node_id: str) -> list[HookCall]:
+        """The hook calls (user hooks and edits) that fired at ``node_id``, in order."""
+        self.node(node_id)
+        return [h for h in self.hook_calls if h.node == node_id]
+
+    def print_log(self) -> None:
+        """Print what the user's hooks printed during this run, prefixed by hook and place."""
+        for entry in self.log:
+            for line in entry.text.rstrip("\n").splitlines():
+                print(f"[{entry.hook} @ {entry.where or '<root>'}] {line}")
+
+    def __repr__(self) -> str:
+        return (
+            f"Run(loss={self.loss.item():.6g}, device={self.device!r}, nodes={len(self.nodes)}, "
+            f"leaves={len(self.leaf_grads)}, edits={len(self.edits)}, "
+            f"forward_reused={self.forward_reused})"
+        )
+
+
+def _unknown(what: str, name: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=3)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    listing = ", ".join(map(repr, known[:12])) + (" ..." if len(known) > 12 else "")
+    return f"unknown {what} {name!r}{hint} (known: {listing})"
+
+
+@dataclass
+class NodeDiff:
+    """One node's records in two runs and whether any of its gradients changed."""
+
+    before: NodeRecord | None
+    after: NodeRecord | None
+    changed: bool
+
+
+@dataclass
+class LeafDiff:
+    """One leaf's gradient in two runs and whether it changed (``torch.equal`` is False)."""
+
+    before: torch.Tensor | None
+    after: torch.Tensor | None
+    changed: bool
+
+
+@dataclass
+class Diff:
+    """Per node and per leaf: before, after, changed. See :func:`diff`."""
+
+    nodes: dict[str, NodeDiff]
+    leaves: dict[str, LeafDiff]
+
+    @property
+    def changed_nodes(self) -> list[str]:
+        """Ids of the nodes whose gradients changed."""
+        return [k for k, d in self.nodes.items() if d.changed]
+
+    @property
+    def changed_leaves(self) -> list[str]:
+        """Names of the leaves whose gradients changed."""
+        return [k for k, d in self.leaves.items() if d.changed]
+
+
+def _records_equal(a: tuple, b: tuple) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if (x is None) != (y is None):
+            return False
+        if x is None:
+            continue
+        if x.value is not None and y.value is not None:
+            if x.value.shape != y.value.shape or not torch.equal(x.value, y.value):
+                return False
+        elif (x.shape, x.norm, x.mean, x.min, x.max, x.nan_count, x.inf_count) != (
+            y.shape, y.norm, y.mean, y.min, y.max, y.nan_count, y.inf_count
+        ):
+            return False
+    return True
+
+
+def diff(before: Run, after: Run) -> Diff:
+    """Compare two runs node by node and leaf by leaf.
+
+    A node changed when any of its ``grad_inputs`` or ``grad_outputs`` differs (exact comparison
+    of the values when both runs kept them, else of shape and statistics). A leaf changed when
+    ``torch.equal`` of its gradients (moved to CPU) is False. Nodes or leaves present in only one
+    run appear with None on the other side and ``changed=True``.
+    """
+    nodes = {}
+    for node_id in dict.fromkeys([*before.nodes, *after.nodes]):
+        a, b = before.nodes.get(node_id), after.nodes.get(node_id)
+        changed = a is None or b is None or not (
+            _records_equal(a.grad_inputs, b.grad_inputs) and _records_equal(a.grad_outputs, b.grad_outputs)
+        )
+        nodes[node_id] = NodeDiff(a, b, changed)
+    leaves = {}
+    for name in dict.fromkeys([*before.leaf_grads, *after.leaf_grads]):
+        a, b = before.leaf_grads.get(name), after.leaf_grads.get(name)
+        if a is None or b is None:
+            changed = (a is None) != (b is None)
+        else:
+            changed = a.shape != b.shape or not torch.equal(a.cpu(), b.cpu())
+        leaves[name] = LeafDiff(a, b, changed)
+    return Diff(nodes, leaves)
