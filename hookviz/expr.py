@@ -148,6 +148,8 @@ def _check(node: ast.AST, source: str, depth: int) -> None:
             for part in (test, body, orelse):
                 _check(part, source, depth + 1)
         case ast.Call(func=func, args=args, keywords=keywords):
+            if isinstance(func, ast.Attribute):
+                raise _forbidden(node, source, f"attribute access ('.{func.attr}')")
             if not isinstance(func, ast.Name) or func.id not in FUNCTIONS:
                 what = f"the function {func.id!r}" if isinstance(func, ast.Name) else "this call"
                 raise _forbidden(node, source, what)

@@ -325,8 +325,7 @@ class Session:
             where = recorder.current_module
             label = "the root module" if where == "" else f"module {where!r}"
             module = model.get_submodule(where) if where is not None else model
-            hint = ""
-            if "BackwardHookFunctionBackward" in str(error) and "inplace" in str(error).lower():
+            if "BackwardHookFunction" in str(error) and "inplace" in str(error).lower():
                 raise BackwardError(
                     f"{label} ({type(module).__name__}) modifies a tensor in place that a full backward "
                     f"hook wraps ({error}); full backward hooks cannot handle in-place ops such as "
@@ -334,7 +333,7 @@ class Session:
                     "grad_inputs instead of a module's grad_input"
                 ) from error
             raise ForwardError(
-                f"forward of {label} ({type(module).__name__}) raised {type(error).__name__}: {error}{hint}",
+                f"forward of {label} ({type(module).__name__}) raised {type(error).__name__}: {error}",
                 module=where,
             ) from error
 
@@ -768,8 +767,7 @@ class _RunBuilder:
 
     def _call_input_keys(self, call: CallState) -> dict:
         try:
-            bound = inspect.signature(call.forward).bind(*call.args, **call.kwargs)
-            named = dict(bound.arguments)
+            named = dict(_signature(call.forward).bind(*call.args, **call.kwargs).arguments)
         except (TypeError, ValueError):
             named = {f"args[{i}]": a for i, a in enumerate(call.args)} | dict(call.kwargs)
         keys: dict = {}
@@ -782,6 +780,18 @@ class _RunBuilder:
                 else:
                     keys[label] = repr(leaf)[:80]
         return keys
+
+
+_SIGNATURES: dict = {}
+
+
+def _signature(forward) -> inspect.Signature:
+    """``inspect.signature`` of a bound ``forward``, cached per function (it is slow)."""
+    function = getattr(forward, "__func__", forward)
+    found = _SIGNATURES.get(function)
+    if found is None:
+        found = _SIGNATURES.setdefault(function, inspect.signature(forward))
+    return found
 
 
 def _attach_post_hooks_to_nodes(events: list[Event], hook_calls: list[HookCall]) -> None:

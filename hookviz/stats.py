@@ -1,22 +1,22 @@
 """Tensor summaries, computed for many tensors at once.
 
-A run may see thousands of gradients. Summarising them one by one costs a few kernel launches and a
-host sync each; here they are concatenated per (device, dtype) and reduced with
-``torch.segment_reduce`` and cumulative sums, so a whole run costs a handful of passes over memory and
-one host transfer per chunk. Norms come from ``torch._foreach_norm``, the batched norm PyTorch's own
-``clip_grad_norm_`` uses (it accumulates float32 in double on CPU, so huge gradients do not overflow).
+A run may see thousands of gradients. Summarising them one at a time with a host sync each would cost
+more than the backward itself; tensors of equal size are stacked and reduced together (a deep net has few distinct sizes), every
+reduction is queued without a sync, and one host transfer per (device, dtype) brings them back. NaN/Inf are counted only where
+the norm is not finite (a finite norm proves there are none); a norm that overflows float32 is
+recomputed in double. Views holding the same elements (a gradient and its transpose) are reduced once.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 DEFAULT_FULL_TENSOR_LIMIT = 4096
 DEFAULT_HISTOGRAM_BINS = 32
-_CHUNK_ELEMENTS = 1 << 26  # bounds the transient memory of one concatenation (256 MiB of float32)
+HISTOGRAM_SAMPLE = 1024
 
 
 def _json_float(value: float | None) -> float | str | None:
@@ -137,7 +137,7 @@ class StatsBatch:
     _keys: dict[int, int] = field(default_factory=dict)
 
     def add(self, tensor: torch.Tensor, check_version: bool = False) -> int:
-        """Register ``tensor`` (detached) for summary; returns its key.
+        """Register ``tensor`` for summary; returns its key.
 
         With ``check_version``, a tensor whose version counter moved before ``compute`` (it was
         modified in place after it was recorded) gets a record with a note instead of values.
@@ -155,6 +155,8 @@ class StatsBatch:
         """Summarise every added tensor; drops the references to them. Returns ``records``."""
         records: list[TensorRecord | None] = [None] * len(self.tensors)
         groups: dict[tuple, list[int]] = {}
+        first_with_elements: dict[tuple, int] = {}
+        copies: list[tuple[int, int]] = []
         for key, tensor in enumerate(self.tensors):
             version = self.versions[key]
             if version is not None and tensor._version != version:
@@ -162,99 +164,144 @@ class StatsBatch:
             elif tensor.numel() == 0 or tensor.is_complex() or tensor.is_meta or tensor.is_sparse:
                 records[key] = _metadata_record(tensor)
             else:
-                groups.setdefault((tensor.device, tensor.dtype), []).append(key)
+                elements = _elements_key(tensor)
+                if elements in first_with_elements:
+                    copies.append((key, first_with_elements[elements]))
+                    continue
+                first_with_elements[elements] = key
+        # Reduce one view of each set of elements, a contiguous one where there is one (flattening
+        # a transposed view would copy it), and copy its record to the other views.
+        representative = {elements: key for elements, key in first_with_elements.items()}
+        for key, original in copies:
+            elements = _elements_key(self.tensors[key])
+            if self.tensors[key].is_contiguous() and not self.tensors[representative[elements]].is_contiguous():
+                representative[elements] = key
+        copies = [(k, representative[_elements_key(self.tensors[k])])
+                  for k in [*first_with_elements.values(), *(k for k, _ in copies)]
+                  if representative[_elements_key(self.tensors[k])] != k]
+        for key in representative.values():
+            tensor = self.tensors[key]
+            groups.setdefault((tensor.device, tensor.dtype), []).append(key)
         for keys in groups.values():
-            for chunk in _chunks(keys, self.tensors):
-                for key, record in zip(chunk, self._summarise([self.tensors[k] for k in chunk])):
-                    records[key] = record
+            for key, record in zip(keys, self._summarise([self.tensors[k] for k in keys])):
+                records[key] = record
+        for key, original in copies:
+            tensor, source = self.tensors[key], records[original]
+            value = None if source.value is None else tensor.detach().cpu().clone()
+            records[key] = replace(source, shape=tuple(tensor.shape), value=value)
         self.records = records
         self.tensors, self.versions, self._keys = [], [], {}
         return records
 
-    def _summarise(self, tensors: list[torch.Tensor]) -> list[TensorRecord]:
+    def _summarise(self, originals: list[torch.Tensor]) -> list[TensorRecord]:
         with torch.no_grad():
-            device = tensors[0].device
-            lengths_list = [t.numel() for t in tensors]
-            lengths = torch.tensor(lengths_list, device=device)
-            flat = torch.cat([t.detach().reshape(-1) for t in tensors])
-            if not flat.is_floating_point():
-                flat = flat.to(torch.float32)
-            norms = torch.stack(torch._foreach_norm([t.detach().to(flat.dtype) for t in tensors]))
-            summed = torch.segment_reduce(flat.float(), "sum", lengths=lengths)
-            mins = torch.segment_reduce(flat, "min", lengths=lengths)
-            maxs = torch.segment_reduce(flat, "max", lengths=lengths)
-            ends = lengths.cumsum(0) - 1
-            zeros = _segment_counts(flat == 0, ends)
-            if bool(torch.isfinite(flat).all()):
-                nans = infs = torch.zeros_like(zeros)
-            else:
-                nans = _segment_counts(torch.isnan(flat), ends)
-                infs = _segment_counts(torch.isinf(flat), ends)
-            table = torch.stack(
-                [norms.double(), summed.double(), mins.double(), maxs.double(),
-                 zeros.double(), nans.double(), infs.double()], dim=1,
-            ).tolist()
-            small = [i for i, n in enumerate(lengths_list) if n <= self.full_limit]
+            tensors = [t.detach() if t.is_floating_point() else t.detach().float() for t in originals]
+            # Tensors with the same element count are stacked into one [k, n] matrix, so each
+            # statistic is one kernel per size (a deep net has few sizes), not one per tensor.
+            by_size: dict[int, list[int]] = {}
+            for i, tensor in enumerate(tensors):
+                by_size.setdefault(tensor.numel(), []).append(i)
+            order, columns, samples = [], [], {}
+            for members in _bounded(by_size.values(), tensors):
+                rows = torch.stack([tensors[i].reshape(-1) for i in members]) if len(members) > 1 \
+                    else tensors[members[0]].reshape(1, -1)
+                if self.histogram_bins > 0 and rows.shape[1] > max(self.full_limit, HISTOGRAM_SAMPLE):
+                    for i, sample in zip(members, rows[:, _sample_indices(rows.shape[1], rows.device)]):
+                        samples[i] = sample
+                # (amin and amax separately: aminmax along a dim is far slower on CPU; the L0
+                # "norm" is the fastest nonzero count and exact up to 2**24 per tensor)
+                columns.append(torch.stack([
+                    torch.linalg.vector_norm(rows, dim=1), rows.sum(1), rows.amin(1), rows.amax(1),
+                    torch.linalg.vector_norm(rows, ord=0, dim=1),
+                ], dim=1).double())
+                order += members
+            table_rows = torch.cat(columns).tolist()
+            table = [None] * len(tensors)
+            nonzero_counts = [0] * len(tensors)
+            for position, i in enumerate(order):
+                table[i], nonzero_counts[i] = table_rows[position][:4], int(table_rows[position][4])
+            histograms = self._histograms(samples, table, tensors[0].device)
+            small = [i for i, t in enumerate(tensors) if t.numel() <= self.full_limit]
             values = {}
             if small:
-                small_flat = torch.cat([tensors[i].detach().reshape(-1) for i in small]).cpu()
-                for i, piece in zip(small, small_flat.split([lengths_list[i] for i in small])):
+                small_flat = torch.cat([originals[i].detach().reshape(-1) for i in small]).cpu()
+                for i, piece in zip(small, small_flat.split([tensors[i].numel() for i in small])):
                     values[i] = piece.reshape(tensors[i].shape)
             records = []
-            for i, (tensor, row) in enumerate(zip(tensors, table)):
-                norm, total, low, high, zero_count, nan_count, inf_count = row
-                numel = lengths_list[i]
+            for i, (tensor, (norm, total, low, high)) in enumerate(zip(tensors, table)):
+                numel = tensor.numel()
+                nan_count = inf_count = 0
+                if not math.isfinite(norm):
+                    nan_count = int(torch.isnan(tensor).sum())
+                    inf_count = int(torch.isinf(tensor).sum())
+                    if not nan_count and not inf_count:
+                        # float32 squares overflow past ~1e19; exploding gradients get there
+                        norm = tensor.double().norm().item()
                 records.append(TensorRecord(
-                    shape=tuple(tensor.shape), dtype=dtype_name(tensor.dtype),
+                    shape=tuple(tensor.shape), dtype=dtype_name(originals[i].dtype),
                     device=str(tensor.device), numel=numel, value=values.get(i), norm=norm,
-                    mean=total / numel, min=low, max=high, nan_count=int(nan_count),
-                    inf_count=int(inf_count), zero_fraction=zero_count / numel,
+                    mean=total / numel, min=low, max=high, nan_count=nan_count,
+                    inf_count=inf_count, zero_fraction=(numel - nonzero_counts[i]) / numel,
+                    histogram=histograms.get(i),
                 ))
-            self._add_histograms(tensors, records)
             return records
 
-    def _add_histograms(self, tensors: list[torch.Tensor], records: list[TensorRecord]) -> None:
-        if self.histogram_bins <= 0:
-            return
-        wanted = [
-            i for i, r in enumerate(records)
-            if r.numel > self.full_limit and math.isfinite(r.min) and math.isfinite(r.max)
-        ]
+    def _histograms(self, samples: dict[int, torch.Tensor], table: list, device) -> dict[int, tuple]:
+        """Histograms over [min, max] of a fixed sample of each large tensor, in a few batched ops.
+
+        Only tensors above the full-tensor limit and above ``HISTOGRAM_SAMPLE`` elements get one.
+        The sample (``HISTOGRAM_SAMPLE`` elements at indices ``i * 2654435761 mod numel``; no random
+        number generator is used) keeps the cost independent of the tensor's size.
+        """
+        bins = self.histogram_bins
+        wanted = [i for i in samples if math.isfinite(table[i][2]) and math.isfinite(table[i][3])]
         if not wanted:
-            return
-        histograms = torch.stack([
-            torch.histc(tensors[i].detach().float(), bins=self.histogram_bins,
-                        min=records[i].min, max=records[i].max if records[i].max > records[i].min
-                        else records[i].min + 1.0)
-            for i in wanted
-        ]).tolist()
-        for i, counts in zip(wanted, histograms):
-            low = records[i].min
-            high = records[i].max if records[i].max > low else low + 1.0
-            step = (high - low) / self.histogram_bins
-            records[i].histogram = (
-                [int(c) for c in counts], [low + step * b for b in range(self.histogram_bins + 1)]
-            )
+            return {}
+        stacked = torch.stack([samples[i] for i in wanted]).float()
+        low = torch.tensor([table[i][2] for i in wanted], device=device)
+        high = torch.tensor([table[i][3] for i in wanted], device=device)
+        width = torch.where(high > low, high - low, torch.ones_like(high))
+        position = ((stacked - low[:, None]) / width[:, None] * bins).long().clamp_(0, bins - 1)
+        position += torch.arange(len(wanted), device=device)[:, None] * bins
+        counts = torch.bincount(position.reshape(-1), minlength=len(wanted) * bins)
+        counts = counts.reshape(len(wanted), bins).tolist()
+        found = {}
+        for row, i in enumerate(wanted):
+            lo, hi = table[i][2], table[i][3]
+            step = (hi - lo) / bins if hi > lo else 1.0 / bins
+            found[i] = (counts[row], [lo + step * b for b in range(bins + 1)])
+        return found
 
 
-def _segment_counts(mask: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
-    """Exact per-segment counts of True in ``mask`` (int64 cumulative sum, read at segment ends)."""
-    running = mask.cumsum(0)
-    at_end = running[ends]
-    return at_end - torch.cat([at_end.new_zeros(1), at_end[:-1]])
-
-
-def _chunks(keys: list[int], tensors: list[torch.Tensor]):
-    chunk, size = [], 0
-    for key in keys:
-        numel = tensors[key].numel()
-        if chunk and size + numel > _CHUNK_ELEMENTS:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(key)
-        size += numel
-    if chunk:
+def _bounded(groups, tensors, limit: int = 1 << 25):
+    """Split groups so that no stacked matrix holds more than ``limit`` elements."""
+    for members in groups:
+        chunk, size = [], 0
+        for i in members:
+            if chunk and size + tensors[i].numel() > limit:
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(i)
+            size += tensors[i].numel()
         yield chunk
+
+
+_SAMPLE_INDICES: dict[tuple, torch.Tensor] = {}
+
+
+def _sample_indices(numel: int, device) -> torch.Tensor:
+    key = (numel, device)
+    indices = _SAMPLE_INDICES.get(key)
+    if indices is None:
+        indices = (torch.arange(HISTOGRAM_SAMPLE, dtype=torch.int64) * 2654435761) % numel
+        indices = _SAMPLE_INDICES.setdefault(key, indices.to(device))
+    return indices
+
+
+def _elements_key(tensor: torch.Tensor) -> tuple:
+    """Equal for two views of exactly the same elements (e.g. a matrix and its transpose)."""
+    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.dtype,
+            tuple(sorted(zip(tensor.shape, tensor.stride()))))
 
 
 def summarise(tensor: torch.Tensor, full_limit: int = DEFAULT_FULL_TENSOR_LIMIT) -> TensorRecord:

@@ -1,0 +1,50 @@
+"""Shared fixtures: the canonical example and a snapshot of everything a run must leave untouched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import hookviz
+from hookviz.examples import Canonical, canonical_inputs
+
+
+@pytest.fixture
+def canonical():
+    """(session, model, (x, y, z), target) for ``2*x + 3*y - 5*z`` with MSE against [9, -1]."""
+    x, y, z, target = canonical_inputs()
+    model = Canonical()
+    session = hookviz.Session(model, (x, y, z), loss_fn=lambda out: F.mse_loss(out, target))
+    return session, model, (x, y, z), target
+
+
+def model_state(model: torch.nn.Module, tensors=()) -> list:
+    """Everything about a model (and some tensors) that hookviz must not change."""
+    state = []
+    for name, module in model.named_modules():
+        state.append((name, module.training, module._is_full_backward_hook))
+        for attribute in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks",
+                          "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs",
+                          "_forward_hooks_always_called"):
+            hooks = getattr(module, attribute)
+            state.append((name, attribute, list(hooks.items())))
+    for name, parameter in model.named_parameters():
+        state.append((name, parameter.requires_grad, parameter.device, parameter.detach().clone(),
+                      None if parameter.grad is None else parameter.grad.clone(),
+                      dict(parameter._backward_hooks or {})))
+    for i, tensor in enumerate(tensors):
+        state.append((i, tensor.requires_grad, None if tensor.grad is None else tensor.grad.clone(),
+                      dict(tensor._backward_hooks or {})))
+    return state
+
+
+def assert_same_state(before: list, after: list) -> None:
+    assert len(before) == len(after)
+    for a, b in zip(before, after):
+        assert len(a) == len(b)
+        for u, v in zip(a, b):
+            if isinstance(u, torch.Tensor):
+                assert isinstance(v, torch.Tensor) and torch.equal(u, v)
+            else:
+                assert u == v, (a[0], u, v)

@@ -1,0 +1,395 @@
+"""Session and Run on real models, every number checked against plain PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_same_state, model_state
+from torch import nn
+
+import hookviz
+from hookviz.examples import TinyGPT, canonical_inputs, next_token_loss, sigmoid_mlp
+
+
+def values(record):
+    return None if record is None else record.value.tolist()
+
+
+# ------------------------------------------------------------------ the canonical example
+
+
+def test_canonical_numbers(canonical):
+    session, _, _, _ = canonical
+    run = session.run()
+    assert run.loss.item() == 50
+    assert run.leaf_grad("x").tolist() == [16, -12]
+    assert run.leaf_grad("y").tolist() == [24, -18]
+    assert run.leaf_grad("z").tolist() == [-40, 30]
+    full = run.module_grads("")
+    assert [values(r) for r in full.grad_output] == [[8, -6]]
+    assert [values(r) for r in full.grad_input] == [[16, -12], [24, -18], [-40, 30]]
+    legacy = run.module_grads("", legacy=True)
+    assert [values(r) for r in legacy.grad_input] == [[8, -6], [-8, 6]]
+    assert [values(r) for r in legacy.grad_output] == [[8, -6]]
+    assert run.module_io("").output_node == "SubBackward0_0"
+
+
+def test_canonical_graph_ids_ops_and_modules(canonical):
+    session, _, _, _ = canonical
+    run = session.run()
+    assert set(run.graph.nodes) == {
+        "x", "y", "z", "MulBackward0_0", "MulBackward0_1", "AddBackward0_0", "MulBackward0_2",
+        "SubBackward0_0", "MseLossBackward0_0",
+    }
+    assert run.graph.nodes["x"]["op"] == "AccumulateGrad"
+    assert run.graph.nodes["SubBackward0_0"]["module"] == ""
+    assert run.graph.nodes["MseLossBackward0_0"]["module"] == "(loss)"
+    assert run.graph.has_edge("x", "MulBackward0_0")
+    assert run.graph.has_edge("SubBackward0_0", "MseLossBackward0_0")
+    # forward values: what each op computed
+    assert values(run.node("MulBackward0_0").output) == [4, 6]
+    assert values(run.node("SubBackward0_0").output) == [17, -7]
+    # backward order: the loss first, then the last op
+    assert run.node("MseLossBackward0_0").order == 0
+    assert run.node("SubBackward0_0").order == 1
+    assert [e.node for e in run.events if e.kind == "node"][:2] == ["MseLossBackward0_0", "SubBackward0_0"]
+    assert run.node("MulBackward0_2").saved[0].name in ("other", "self")
+
+
+def test_canonical_edits_rerun_and_clear(canonical):
+    session, _, _, _ = canonical
+    baseline = session.run()
+    session.edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
+    session.edit("SubBackward0_0", "grad_inputs[1]", "grad - 777777")
+    edited = session.run()
+    assert edited.forward_reused  # one backward, no second forward
+    assert edited.leaf_grad("x").tolist() == [1777792, 1777764]
+    assert edited.leaf_grad("y").tolist() == [2666688, 2666646]
+    assert edited.leaf_grad("z").tolist() == [-3888925, -3888855]
+    node = edited.node("SubBackward0_0")
+    assert [values(r) for r in node.grad_inputs_before_edit] == [[8, -6], [-8, 6]]
+    assert [values(r) for r in node.grad_inputs] == [[888896, 888882], [-777785, -777771]]
+    assert edited.graph.nodes["SubBackward0_0"]["edited"]
+    # a fresh forward gives the same gradients as the backward-only re-run
+    fresh = session.run(forward=True)
+    assert not fresh.forward_reused
+    for name in "xyz":
+        assert torch.equal(fresh.leaf_grad(name), edited.leaf_grad(name))
+    difference = hookviz.diff(baseline, edited)
+    assert difference.changed_leaves == ["x", "y", "z"]
+    assert "SubBackward0_0" in difference.changed_nodes
+    assert "MseLossBackward0_0" not in difference.changed_nodes
+    assert difference.leaves["x"].before.tolist() == [16, -12]
+    session.clear_edits()
+    again = session.run()
+    assert again.leaf_grad("x").tolist() == [16, -12]
+    assert not hookviz.diff(baseline, again).changed_leaves
+
+
+def test_variant_without_z_gives_the_add_node_last():
+    class TwoTerms(nn.Module):
+        def forward(self, x, y):
+            return 2 * x + 3 * y
+
+    x, y, _, target = canonical_inputs()
+    run = hookviz.Session(TwoTerms(), (x, y), loss_fn=lambda out: F.mse_loss(out, target)).run()
+    assert run.module_io("").output_node == "AddBackward0_0"
+    # 2x+3y = [22, 18] against [9, -1]: grad_output = [13, 19]
+    assert [values(r) for r in run.module_grads("", legacy=True).grad_input] == [[13, 19], [13, 19]]
+    assert run.leaf_grad("x").tolist() == [26, 38]
+
+
+class BlogModule(nn.Module):
+    """The canonical module as a blog reader writes it: a legacy backward hook in __init__."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_backward_hook(self.hook)
+
+    def hook(self, module, grad_input, grad_output):
+        print("grad_input:", [g.tolist() for g in grad_input])
+        return (grad_input[0] + 888888, grad_input[1] - 777777)
+
+    def forward(self, x, y, z):
+        return 2 * x + 3 * y - 5 * z
+
+
+def test_users_legacy_backward_hook_is_shown_run_and_recorded():
+    x, y, z, target = canonical_inputs()
+    model = BlogModule()
+    session = hookviz.Session(model, (x, y, z), loss_fn=lambda out: F.mse_loss(out, target))
+    before = model_state(model, (x, y, z))
+    run = session.run()
+    assert run.leaf_grad("x").tolist() == [1777792, 1777764]
+    assert [(h.kind, h.name) for h in run.module_io("").user_hooks] == [("legacy backward hook", "BlogModule.hook")]
+    assert [h.kind for h in run.node("SubBackward0_0").user_hooks] == ["legacy backward hook"]
+    (call,) = [h for h in run.hook_calls if h.kind == "legacy backward hook"]
+    assert call.node == "SubBackward0_0" and call.returned
+    assert [values(r) for r in call.before] == [[8, -6], [-8, 6]]
+    assert [values(r) for r in call.after] == [[888896, 888882], [-777785, -777771]]
+    assert run.log[0].text == "grad_input: [[8.0, -6.0], [-8.0, 6.0]]\n"
+    assert run.hooks_at("SubBackward0_0") == [call]
+    assert_same_state(before, model_state(model, (x, y, z)))
+    assert session.run().leaf_grad("x").tolist() == [1777792, 1777764]
+
+
+def test_user_tensor_hook_and_full_backward_hook_run_as_always():
+    x, y, z, target = canonical_inputs()
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    seen = []
+    handle_full = model[0].register_full_backward_hook(lambda m, gi, go: seen.append("full"))
+    handle_tensor = model[0].weight.register_hook(lambda g: g * 3)
+    session = hookviz.Session(model, (x,), loss_fn=lambda out: F.mse_loss(out, target))
+    run = session.run()
+    loss = F.mse_loss(model(x), target)
+    loss.backward()
+    assert torch.equal(run.leaf_grad("0.weight"), model[0].weight.grad)
+    assert torch.equal(run.leaf_grad("input"), x.grad)  # Sequential.forward(input)
+    kinds = [h.kind for h in run.hook_calls]
+    assert "tensor hook" in kinds and "full backward hook" in kinds
+    assert "BackwardHookFunctionBackward" not in {d["op"] for _, d in run.graph.nodes(data=True)}
+    assert [h.kind for h in run.node("0.weight").user_hooks] == ["tensor hook"]
+    handle_full.remove()
+    handle_tensor.remove()
+
+
+# ------------------------------------------------------------------ every kind of site
+
+
+def test_every_site_kind_matches_plain_pytorch_hooks(canonical):
+    session, model, (x, y, z), target = canonical
+    session.run()
+    session.edit("MulBackward0_0", "grad_outputs[0]", "clamp(grad, min=0)")
+    session.edit("AddBackward0_0", "grad", "grad * 2")
+    session.edit("y", "grad", "grad * 3")
+    session.edit("", "grad_output[0]", "grad + 1")
+    session.edit("MseLossBackward0_0", "grad_inputs[0]", double_it)
+    run = session.run()
+    namespace = {}
+    exec(session.edits_as_code(), namespace)
+    handles = namespace["install_edits"](model, y=y)
+    loss = F.mse_loss(model(x, y, z), target)
+    namespace["install_loss_edits"](loss)
+    loss.backward()
+    for handle in handles:
+        handle.remove()
+    for name, tensor in zip("xyz", (x, y, z)):
+        assert torch.equal(run.leaf_grad(name), tensor.grad), name
+    assert run.leaf_grad("y").tolist() != [24, -18]
+
+
+def double_it(grad):
+    return grad * 2
+
+
+def test_module_grad_input_edit_uses_a_full_hook_and_leaves_legacy_hooks_possible():
+    x, y, z, target = canonical_inputs()
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh(), nn.Linear(2, 2))
+    session = hookviz.Session(model, (x,), loss_fn=lambda out: F.mse_loss(out, target))
+    base = session.run()
+    session.edit("1", "grad_input[0]", "zeros_like(grad)")
+    run = session.run()
+    assert not run.forward_reused
+    assert torch.equal(run.leaf_grad("0.weight"), torch.zeros(2, 2))
+    assert not torch.equal(base.leaf_grad("2.weight"), torch.zeros(2, 2))
+    assert torch.equal(run.leaf_grad("2.weight"), base.leaf_grad("2.weight"))
+    assert model[1]._is_full_backward_hook is None
+    model[1].register_backward_hook(lambda m, gi, go: None)  # PyTorch would refuse if still marked
+
+
+# ------------------------------------------------------------------ fidelity on real models
+
+
+def test_transformer_leaf_grads_equal_plain_backward_bit_for_bit():
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=300, context=24, layers=6, width=64, heads=4, dropout=0.1)
+    tokens = torch.randint(0, 300, (2, 24))
+    session = hookviz.Session(model, (tokens,), loss_fn=lambda out: next_token_loss(out, tokens))
+    rng = torch.get_rng_state()
+    run = session.run()
+    assert torch.equal(torch.get_rng_state(), rng)  # the user's random stream is untouched
+    loss = next_token_loss(model(tokens), tokens)  # same RNG state, same dropout masks
+    loss.backward()
+    assert run.loss.item() == loss.item()
+    for name, parameter in model.named_parameters():
+        assert torch.equal(run.leaf_grad(name), parameter.grad), name
+    modules = {d["module"] for _, d in run.graph.nodes(data=True)}
+    assert {"blocks.5.attn.qkv", "blocks.0.mlp.1", "(loss)", "ln_f"} <= modules
+    assert run.node(run.module_io("blocks.2.mlp.0").output_node).module == "blocks.2.mlp.0"
+    again = session.run(forward=True)  # fresh forward with the first run's RNG state
+    for name in run.leaf_names:
+        assert torch.equal(again.leaf_grad(name), run.leaf_grad(name)), name
+
+
+def test_node_ids_are_stable_across_reruns():
+    model = sigmoid_mlp(depth=4, width=8, inputs=5, classes=3)
+    data = torch.randn(6, 5)
+    session = hookviz.Session(model, (data,), loss_fn=lambda out: out.logsumexp(1).mean())
+    first, second = session.run(), session.run(forward=True)
+    assert list(first.graph.nodes) == list(second.graph.nodes)
+    assert sorted(first.graph.edges) == sorted(second.graph.edges)
+    assert {first.graph.nodes[n]["op"] for n in first.graph} >= {"AddmmBackward0", "SigmoidBackward0"}
+
+
+def test_statistics_for_large_tensors():
+    model = nn.Linear(100, 100)
+    session = hookviz.Session(model, (torch.randn(64, 100),), loss_fn=lambda out: out.pow(2).mean(),
+                              full_tensor_limit=1000)
+    run = session.run()
+    record = run.node("0.weight" if "0.weight" in run.nodes else "weight").grad_outputs[0]
+    grad = run.leaf_grad("weight")
+    assert record.value is None and record.numel == 10000
+    assert record.norm == pytest.approx(grad.norm().item(), rel=1e-6)
+    assert record.min == grad.min().item() and record.max == grad.max().item()
+    assert sum(record.histogram[0]) == 1024
+
+
+# ------------------------------------------------------------------ no side effects, bad input
+
+
+def test_run_leaves_model_exactly_as_it_was(canonical):
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Dropout(0.5), nn.Linear(4, 1))
+    model.eval()
+    model[0].weight.grad = torch.full((4, 3), 7.0)
+    model[3].bias.requires_grad_(False)
+    model[0].register_forward_hook(lambda m, a, o: None)
+    data = torch.randn(5, 3)
+    before = model_state(model, (data,))
+    session = hookviz.Session(model, (data,), loss_fn=lambda out: out.sum())
+    session.run()
+    session.edit("0", "grad_input[0]", "grad * 2")
+    session.edit("3", "grad_output[0]", "grad * 0")
+    session.run()
+    assert_same_state(before, model_state(model, (data,)))
+    assert not data.requires_grad
+
+
+class Exploding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(2, 2), Faulty())
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class Faulty(nn.Module):
+    def forward(self, x):
+        raise ValueError("bad shape somewhere")
+
+
+def test_forward_exception_names_module_and_loses_nothing():
+    model = Exploding()
+    data = torch.randn(3, 2)
+    before = model_state(model, (data,))
+    with pytest.raises(hookviz.ForwardError, match=r"module 'inner.1' \(Faulty\) raised ValueError: bad shape"):
+        hookviz.Session(model, (data,), loss_fn=lambda out: out.sum()).run()
+    assert_same_state(before, model_state(model, (data,)))
+
+
+def test_loss_errors():
+    data = torch.randn(3, 2)
+    with pytest.raises(hookviz.LossError, match=r"shape \[3, 2\], not a scalar; pass loss_fn"):
+        hookviz.Session(nn.Linear(2, 2), (data,)).run()
+    frozen = nn.Linear(2, 1).requires_grad_(False)
+    with pytest.raises(hookviz.LossError, match="does not require grad"):
+        hookviz.Session(frozen, (data,), loss_fn=lambda out: out.sum(), input_grads=False).run()
+
+
+def test_inplace_op_under_a_full_backward_hook_is_a_clear_error():
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(inplace=True), nn.Linear(3, 1))
+    data = torch.randn(4, 2)
+    session = hookviz.Session(model, (data,), loss_fn=lambda out: out.sum())
+    good = session.run()
+    before = model_state(model, (data,))
+    session.edit("1", "grad_input[0]", "grad * 2")
+    with pytest.raises(hookviz.BackwardError, match=r"module '1' \(ReLU\) modifies a tensor in place.*inplace=False"):
+        session.run()
+    assert session.last_run is good
+    assert_same_state(before, model_state(model, (data,)))
+    session.clear_edits()
+    assert torch.equal(session.run().leaf_grad("0.weight"), good.leaf_grad("0.weight"))
+
+
+def test_bad_edits_are_refused_and_the_session_is_unchanged(canonical):
+    session, model, _, _ = canonical
+    run = session.run()
+    cases = [
+        ("SubBackward0_0", "grad_inputs[0]", "grad +", hookviz.ExpressionError, "syntax error"),
+        ("SubBackward0_0", "grad_inputs[0]", "__import__('os')", hookviz.ExpressionError, "not allowed"),
+        ("SubBackward0_0", "grad_inputs[0]", "grad.__class__", hookviz.ExpressionError, "attribute access"),
+        ("SubBackward0_0", "grad_inputs[0]", "grad ** 99999", hookviz.ExpressionError, "exponent"),
+        ("SubBackward0_0", "grad_inputs[0]", "[1, 2, 3]", hookviz.EditError, r"shape \[3\]; expected shape \[2\]"),
+        ("SubBackward0_0", "grad_inputs[2]", "grad", hookviz.TargetError, "has the sites grad_inputs"),
+        ("SubBackward0_1", "grad", "grad", hookviz.TargetError, "did you mean 'SubBackward0_0'"),
+        ("SubBackward0_0", "grads", "grad", hookviz.EditError, "is not a hook site"),
+        ("nope", "grad_input[0]", "grad", hookviz.TargetError, "unknown module"),
+    ]
+    for target, slot, transform, error, message in cases:
+        with pytest.raises(error, match=message):
+            session.edit(target, slot, transform)
+    assert session.edits == [] and session.last_run is run
+
+
+def test_an_edit_failing_during_backward_loses_nothing(canonical):
+    session, model, inputs, _ = canonical
+    good = session.run()
+    before = model_state(model, inputs)
+    session.edit("SubBackward0_0", "grad_inputs[0]", lambda grad: grad[:1])
+    with pytest.raises(hookviz.EditError, match=r"returned shape \[1\]; expected shape \[2\]"):
+        session.run()
+    assert session.last_run is good
+    assert_same_state(before, model_state(model, inputs))
+    session.clear_edits()
+    assert session.run().leaf_grad("x").tolist() == [16, -12]
+
+
+def test_devices_and_bad_devices(canonical):
+    session, _, _, _ = canonical
+    assert hookviz.devices()[0] == "cpu"
+    with pytest.raises(hookviz.DeviceError, match="not a device"):
+        session.run(device="tpu-ish")
+    if not torch.cuda.is_available():
+        with pytest.raises(hookviz.DeviceError, match=r"'cuda:0' is not available.*\['cpu'"):
+            session.run(device="cuda")
+    assert session.run(device="cpu").leaf_grad("x").tolist() == [16, -12]
+
+
+def test_inputs_with_history_are_boundaries():
+    base = torch.tensor([1.0, 2.0], requires_grad=True)
+    x = base * 2  # history from outside the call
+
+    class Affine(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.tensor([[3.0, -1.0]]))
+
+        def forward(self, x):
+            return self.weight @ x
+
+    model = Affine()
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    assert run.graph.nodes["x"]["kind"] == "boundary"
+    assert "base" not in run.graph and [n for n in run.graph if run.graph.nodes[n]["kind"] == "leaf"] == ["weight"]
+    assert torch.equal(run.leaf_grad("x"), model.weight.detach()[0])
+    assert base.grad is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_rerun_on_cuda_matches_plain_backward_there(canonical):
+    session, model, (x, y, z), target = canonical
+    session.edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
+    session.edit("SubBackward0_0", "grad_inputs[1]", "grad - 777777")
+    run = session.run(device="cuda:0")
+    assert run.device == "cuda:0" and run.leaf_grad("x").device.type == "cuda"
+    assert run.leaf_grad("x").tolist() == [1777792, 1777764]
+    assert next(iter(model.parameters()), x).device.type == "cpu"  # the user's model stays put
+    torch.manual_seed(0)
+    gpt = TinyGPT(vocab=200, context=16, layers=2, width=32, heads=2, dropout=0.0).cuda()
+    tokens = torch.randint(0, 200, (2, 16), device="cuda")
+    gpt_run = hookviz.Session(gpt, (tokens,), loss_fn=lambda out: next_token_loss(out, tokens)).run()
+    next_token_loss(gpt(tokens), tokens).backward()
+    for name, parameter in gpt.named_parameters():
+        assert torch.equal(gpt_run.leaf_grad(name), parameter.grad), name

@@ -1,0 +1,54 @@
+"""Batched tensor summaries against per-tensor torch reductions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hookviz.stats import StatsBatch, summarise
+
+
+def test_batched_statistics_equal_per_tensor_reductions():
+    torch.manual_seed(0)
+    tensors = [torch.randn(3, 4), torch.randn(5000), torch.zeros(7), torch.randn(2, 2, 2).double(),
+               torch.arange(6), torch.randn(10).half()]
+    batch = StatsBatch(full_limit=100)
+    keys = [batch.add(t) for t in tensors]
+    assert batch.add(tensors[0]) == keys[0]  # the same tensor is summarised once
+    records = batch.compute()
+    for key, tensor in zip(keys, tensors):
+        record, reference = records[key], tensor.double()
+        assert record.shape == tuple(tensor.shape) and record.numel == tensor.numel()
+        assert record.norm == pytest.approx(reference.norm().item(), rel=1e-3)
+        assert record.mean == pytest.approx(reference.mean().item(), rel=1e-3, abs=1e-6)
+        assert record.min == reference.min().item() and record.max == reference.max().item()
+        assert record.zero_fraction == (tensor == 0).double().mean().item()
+        assert (record.value is None) == (tensor.numel() > 100)
+    assert torch.equal(records[keys[0]].value, tensors[0])
+    counts, edges = records[keys[1]].histogram
+    assert sum(counts) == 1024 and len(edges) == 33  # a fixed 1024-element sample
+
+
+def test_nan_inf_and_empty_tensors():
+    record = summarise(torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0]))
+    assert (record.nan_count, record.inf_count, record.zero_fraction) == (1, 2, 0.2)
+    assert not record.finite
+    assert record.to_dict()["value"] == [1.0, "nan", "inf", "-inf", 0.0]
+    empty = summarise(torch.empty(0, 3))
+    assert empty.numel == 0 and empty.norm is None and empty.nan_count == 0
+
+
+def test_huge_values_do_not_overflow_the_norm():
+    record = summarise(torch.tensor([3e30, 4e30]))
+    assert record.norm == pytest.approx(5e30, rel=1e-6) and math.isfinite(record.norm)
+
+
+def test_in_place_change_after_recording_is_reported():
+    tensor = torch.ones(3)
+    batch = StatsBatch()
+    key = batch.add(tensor, check_version=True)
+    tensor.mul_(2)
+    record = batch.compute()[key]
+    assert record.value is None and "modified in place" in record.note
