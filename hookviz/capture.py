@@ -30,7 +30,6 @@ from torch.utils import _pytree as pytree
 from hookviz.edits import Edit, replace_slots
 from hookviz.run import Event, HookCall, HookInfo, LogEntry
 
-
 # ----------------------------------------------------------------------------------------------
 # Forward
 # ----------------------------------------------------------------------------------------------

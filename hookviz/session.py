@@ -37,7 +37,6 @@ from hookviz.capture import (
 )
 from hookviz.devices import device_of, resolve_device
 from hookviz.edits import Edit, Slot
-from hookviz.expr import Expression
 from hookviz.errors import (
     BackwardError,
     EditError,
@@ -46,6 +45,7 @@ from hookviz.errors import (
     LossError,
     TargetError,
 )
+from hookviz.expr import Expression
 from hookviz.graph import Walk, _resolve, saved_tensor_names, walk_graph
 from hookviz.run import (
     LOSS_MODULE,
@@ -57,7 +57,12 @@ from hookviz.run import (
     SavedTensor,
     _unknown,
 )
-from hookviz.stats import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch, TensorRecord
+from hookviz.stats import (
+    DEFAULT_FULL_TENSOR_LIMIT,
+    DEFAULT_HISTOGRAM_BINS,
+    StatsBatch,
+    TensorRecord,
+)
 
 
 @dataclass
@@ -628,7 +633,7 @@ class _RunBuilder:
     def _full_grad_input(self, call: CallState) -> tuple:
         """What a full backward hook's grad_input would be: per positional input, the gradient
         flowing into it from the Nodes this call made (summed when it is used several times)."""
-        walk, result = self.graph.walk, []
+        result = []
         for edge in call.inputs:
             if edge is None or not edge[0].requires_grad:
                 result.append(None)

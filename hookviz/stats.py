@@ -17,6 +17,7 @@ import torch
 DEFAULT_FULL_TENSOR_LIMIT = 4096
 DEFAULT_HISTOGRAM_BINS = 32
 HISTOGRAM_SAMPLE = 1024
+_STACK_BELOW = 1 << 17  # elements; smaller tensors of one size are stacked and reduced together
 
 
 def _json_float(value: float | None) -> float | str | None:
@@ -154,9 +155,7 @@ class StatsBatch:
     def compute(self) -> list[TensorRecord]:
         """Summarise every added tensor; drops the references to them. Returns ``records``."""
         records: list[TensorRecord | None] = [None] * len(self.tensors)
-        groups: dict[tuple, list[int]] = {}
-        first_with_elements: dict[tuple, int] = {}
-        copies: list[tuple[int, int]] = []
+        views: dict[tuple, list[int]] = {}
         for key, tensor in enumerate(self.tensors):
             version = self.versions[key]
             if version is not None and tensor._version != version:
@@ -164,24 +163,15 @@ class StatsBatch:
             elif tensor.numel() == 0 or tensor.is_complex() or tensor.is_meta or tensor.is_sparse:
                 records[key] = _metadata_record(tensor)
             else:
-                elements = _elements_key(tensor)
-                if elements in first_with_elements:
-                    copies.append((key, first_with_elements[elements]))
-                    continue
-                first_with_elements[elements] = key
-        # Reduce one view of each set of elements, a contiguous one where there is one (flattening
-        # a transposed view would copy it), and copy its record to the other views.
-        representative = {elements: key for elements, key in first_with_elements.items()}
-        for key, original in copies:
-            elements = _elements_key(self.tensors[key])
-            if self.tensors[key].is_contiguous() and not self.tensors[representative[elements]].is_contiguous():
-                representative[elements] = key
-        copies = [(k, representative[_elements_key(self.tensors[k])])
-                  for k in [*first_with_elements.values(), *(k for k, _ in copies)]
-                  if representative[_elements_key(self.tensors[k])] != k]
-        for key in representative.values():
-            tensor = self.tensors[key]
-            groups.setdefault((tensor.device, tensor.dtype), []).append(key)
+                views.setdefault(_elements_key(tensor), []).append(key)
+        # Views of the same elements (a gradient and its transpose) are reduced once, through a
+        # contiguous one where there is one (flattening a transposed view would copy it).
+        groups: dict[tuple, list[int]] = {}
+        copies: list[tuple[int, int]] = []
+        for keys in views.values():
+            chosen = next((k for k in keys if self.tensors[k].is_contiguous()), keys[0])
+            copies += [(k, chosen) for k in keys if k != chosen]
+            groups.setdefault((self.tensors[chosen].device, self.tensors[chosen].dtype), []).append(chosen)
         for keys in groups.values():
             for key, record in zip(keys, self._summarise([self.tensors[k] for k in keys])):
                 records[key] = record
@@ -195,25 +185,39 @@ class StatsBatch:
 
     def _summarise(self, originals: list[torch.Tensor]) -> list[TensorRecord]:
         with torch.no_grad():
-            tensors = [t.detach() if t.is_floating_point() else t.detach().float() for t in originals]
+            # float16/bfloat16 sums and counts overflow: reduce those in float32
+            tensors = [t.detach() if t.dtype in (torch.float32, torch.float64) else t.detach().float()
+                       for t in originals]
             # Tensors with the same element count are stacked into one [k, n] matrix, so each
             # statistic is one kernel per size (a deep net has few sizes), not one per tensor.
             by_size: dict[int, list[int]] = {}
             for i, tensor in enumerate(tensors):
-                by_size.setdefault(tensor.numel(), []).append(i)
+                # A large tensor is reduced on its own: stacking would only add a copy.
+                size = tensor.numel() if tensor.numel() <= _STACK_BELOW else -1 - i
+                by_size.setdefault(size, []).append(i)
             order, columns, samples = [], [], {}
             for members in _bounded(by_size.values(), tensors):
-                rows = torch.stack([tensors[i].reshape(-1) for i in members]) if len(members) > 1 \
-                    else tensors[members[0]].reshape(1, -1)
+                if len(members) == 1:
+                    # Whole-tensor reductions: on a large tensor they are several times faster
+                    # than the same reductions along a dimension.
+                    tensor = tensors[members[0]]
+                    low, high = torch.aminmax(tensor)
+                    columns.append(torch.stack([
+                        torch.linalg.vector_norm(tensor).double(), tensor.sum().double(), low.double(),
+                        high.double(), torch.count_nonzero(tensor).double(),
+                    ])[None])
+                    rows = tensor.reshape(1, -1)
+                else:
+                    rows = torch.stack([tensors[i].reshape(-1) for i in members])
+                    # (amin and amax separately: aminmax along a dim is far slower on CPU; the L0
+                    # "norm" is the fastest nonzero count and exact up to 2**24 per tensor)
+                    columns.append(torch.stack([
+                        torch.linalg.vector_norm(rows, dim=1), rows.sum(1), rows.amin(1), rows.amax(1),
+                        torch.linalg.vector_norm(rows, ord=0, dim=1),
+                    ], dim=1).double())
                 if self.histogram_bins > 0 and rows.shape[1] > max(self.full_limit, HISTOGRAM_SAMPLE):
                     for i, sample in zip(members, rows[:, _sample_indices(rows.shape[1], rows.device)]):
                         samples[i] = sample
-                # (amin and amax separately: aminmax along a dim is far slower on CPU; the L0
-                # "norm" is the fastest nonzero count and exact up to 2**24 per tensor)
-                columns.append(torch.stack([
-                    torch.linalg.vector_norm(rows, dim=1), rows.sum(1), rows.amin(1), rows.amax(1),
-                    torch.linalg.vector_norm(rows, ord=0, dim=1),
-                ], dim=1).double())
                 order += members
             table_rows = torch.cat(columns).tolist()
             table = [None] * len(tensors)
@@ -273,7 +277,7 @@ class StatsBatch:
         return found
 
 
-def _bounded(groups, tensors, limit: int = 1 << 25):
+def _bounded(groups, tensors, limit: int = 1 << 24):
     """Split groups so that no stacked matrix holds more than ``limit`` elements."""
     for members in groups:
         chunk, size = [], 0
