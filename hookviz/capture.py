@@ -147,6 +147,60 @@ class ForwardRecorder(TorchFunctionMode):
             self.outputs[id(fn)] = (tensor, tensor._version)
 
 
+class _Packed:
+    """What hookviz's pack hook stores: the index of the pack, and what the user's pack hook made."""
+
+    __slots__ = ("index", "inner")
+
+    def __init__(self, index: int, inner):
+        self.index, self.inner = index, inner
+
+
+class SavedTensorsRecorder:
+    """``torch.autograd.graph.saved_tensors_hooks`` that note every tensor saved for backward.
+
+    The hooks chain to the user's own (say ``save_on_cpu``) active when the run starts, so those
+    still decide where saved tensors live. Reading ``grad_fn._saved_<name>`` later calls the unpack
+    hook, which tells which pack that attribute is (:meth:`attribute`).
+    Source: https://pytorch.org/docs/stable/autograd.html#torch.autograd.graph.saved_tensors_hooks
+    """
+
+    def __init__(self):
+        outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        self.outer_pack, self.outer_unpack = outer if outer is not None else (None, None)
+        self.packs: list[tuple[tuple[int, ...], torch.dtype, int, str]] = []
+        self.unpacked: list[int] = []
+
+    def pack(self, tensor: torch.Tensor) -> _Packed:
+        inner = tensor if self.outer_pack is None else self.outer_pack(tensor)
+        stored = next((t.device for t in pytree.tree_leaves(inner) if isinstance(t, torch.Tensor)), "elsewhere")
+        self.packs.append((tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(stored)))
+        return _Packed(len(self.packs) - 1, inner)
+
+    def unpack(self, packed: _Packed) -> torch.Tensor:
+        self.unpacked.append(packed.index)
+        return packed.inner if self.outer_unpack is None else self.outer_unpack(packed.inner)
+
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        """The context manager to wrap forward in."""
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+    def attribute(self, fn, name: str) -> list[tuple]:
+        """``(shape, dtype, nbytes, stored_on)`` of each tensor behind ``fn.<name>``.
+
+        Tensors PyTorch saves without calling pack hooks (wrapped Python numbers) are described
+        from the tensor itself.
+        """
+        self.unpacked = []
+        value = getattr(fn, name)
+        found, self.unpacked = [self.packs[i] for i in self.unpacked], []
+        if found:
+            return found
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        return [(tuple(t.shape), t.dtype, t.numel() * t.element_size(), str(t.device))
+                for t in values if isinstance(t, torch.Tensor)]
+
+
 # ----------------------------------------------------------------------------------------------
 # Backward
 # ----------------------------------------------------------------------------------------------

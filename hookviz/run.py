@@ -27,12 +27,15 @@ class SavedTensor:
         name: PyTorch's name for it, e.g. ``"self"``, ``"mat2"``, ``"result"``.
         shape, dtype: of the saved tensor.
         nbytes: ``numel * element_size`` in bytes (several Nodes may share one storage).
+        stored_on: where it waits for backward: its device, or another one when a
+            ``saved_tensors_hooks`` of the user's (e.g. ``save_on_cpu``) moved it there.
     """
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
+    stored_on: str = ""
 
 
 @dataclass

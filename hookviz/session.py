@@ -30,6 +30,7 @@ from hookviz.capture import (
     NodePostHook,
     NodePreEditHook,
     RecordingState,
+    SavedTensorsRecorder,
     full_backward_hooks,
     user_module_hooks,
     user_tensor_hooks,
@@ -289,13 +290,14 @@ class Session:
         full_modules = self._full_hook_modules()
         self._restore_rng(device)
         forward_recorder = ForwardRecorder(model)
+        saved_recorder = SavedTensorsRecorder()
         state.active = recorder
         try:
             with torch.enable_grad(), wrapped_user_hooks(state, model, named_leaves), \
                     full_backward_hooks(state, model, list(full_modules)):
                 probe = torch.zeros((), requires_grad=True) * 1
                 forward_start = probe.grad_fn._sequence_nr() + 1
-                with forward_recorder:
+                with forward_recorder, saved_recorder.hooks():
                     output = self._call_model(model, args, kwargs, forward_recorder)
                     loss = self._loss(output)
         finally:
@@ -313,7 +315,7 @@ class Session:
         graph = _Forward(
             device=device, model=model, loss=loss, walk=walk, state=state, recorder=forward_recorder,
             leaves=leaves, node_call=self._node_calls(walk, forward_recorder),
-            consumers=_consumers(walk), saved=_saved_tensors(walk),
+            consumers=_consumers(walk), saved=_saved_tensors(walk, saved_recorder),
             hook_signature=_hook_signature(self.model, leaves),
             versions=[(t, t._version) for t in leaves.values()],
             full_hook_modules=full_modules,
@@ -581,8 +583,10 @@ def _consumers(walk: Walk) -> dict[tuple[str, int], list[tuple[str, int]]]:
     return found
 
 
-def _saved_tensors(walk: Walk) -> dict[str, list[SavedTensor]]:
-    """What each op Node saved for backward, read from ``grad_fn._saved_<name>``."""
+def _saved_tensors(walk: Walk, recorder: SavedTensorsRecorder) -> dict[str, list[SavedTensor]]:
+    """What each op Node saved for backward: ``grad_fn._saved_<name>`` names each saved tensor, and
+    hookviz's pack hook (which reading the attribute unpacks) gives its shape, dtype, bytes and
+    where the user's own pack hook stored it."""
     saved: dict[str, list[SavedTensor]] = {}
     for node in walk.nodes.values():
         if node.kind != "op":
@@ -590,17 +594,13 @@ def _saved_tensors(walk: Walk) -> dict[str, list[SavedTensor]]:
         entries = []
         for attribute in saved_tensor_names(node.fn):
             try:
-                value = getattr(node.fn, attribute)
+                packs = recorder.attribute(node.fn, attribute)
             except RuntimeError:
                 continue
-            values = value if isinstance(value, (tuple, list)) else (value,)
-            for i, tensor in enumerate(values):
-                if isinstance(tensor, torch.Tensor):
-                    name = attribute.removeprefix("_saved_") + (f"[{i}]" if len(values) > 1 else "")
-                    entries.append(SavedTensor(
-                        name, tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."),
-                        tensor.numel() * tensor.element_size(),
-                    ))
+            base = attribute.removeprefix("_saved_")
+            for i, (shape, dtype, nbytes, stored) in enumerate(packs):
+                name = base + (f"[{i}]" if len(packs) > 1 else "")
+                entries.append(SavedTensor(name, shape, str(dtype).removeprefix("torch."), nbytes, stored))
         saved[node.id] = entries
     return saved
 

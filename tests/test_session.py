@@ -222,6 +222,28 @@ def test_transformer_leaf_grads_equal_plain_backward_bit_for_bit():
         assert torch.equal(again.leaf_grad(name), run.leaf_grad(name)), name
 
 
+def test_saved_tensors_are_recorded_and_users_save_on_cpu_still_applies():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    data = torch.randn(3, 4)
+    run = hookviz.Session(model, (data,), loss_fn=lambda out: out.sum()).run()
+    tanh = run.node("TanhBackward0_0")
+    assert [(s.name, s.shape, s.dtype, s.nbytes) for s in tanh.saved] == [("result", (3, 8), "float32", 96)]
+    assert [s.name for s in run.node("AddmmBackward0_0").saved] == ["mat1", "mat2"]
+    assert run.node("AddmmBackward0_0").saved_bytes == 3 * 4 * 4 + 4 * 8 * 4
+    packed = []
+
+    def pack(tensor):
+        packed.append(tensor.shape)
+        return tensor.clone()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        offloaded = hookviz.Session(model, (data,), loss_fn=lambda out: out.sum()).run()
+    assert len(packed) == sum(len(n.saved) for n in offloaded.nodes.values())  # the user's hook ran
+    for name in run.leaf_names:
+        assert torch.equal(run.leaf_grad(name), offloaded.leaf_grad(name))
+
+
 def test_node_ids_are_stable_across_reruns():
     model = sigmoid_mlp(depth=4, width=8, inputs=5, classes=3)
     data = torch.randn(6, 5)
