@@ -367,6 +367,30 @@ def test_an_edit_failing_during_backward_loses_nothing(canonical):
     assert session.run().leaf_grad("x").tolist() == [16, -12]
 
 
+def test_interrupt_inside_backward_removes_every_hook():
+    model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
+    data = torch.randn(4, 2)
+    calls = []
+
+    def interrupt_once(grad):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # what the kernel's interrupt button raises
+        return None
+
+    handle = model[0].weight.register_hook(interrupt_once)
+    before = model_state(model, (data,))
+    session = hookviz.Session(model, (data,), loss_fn=lambda out: out.sum())
+    with pytest.raises(KeyboardInterrupt):
+        session.run()
+    assert_same_state(before, model_state(model, (data,)))
+    assert session.last_run is None
+    run = session.run()  # and the session still works
+    model(data).sum().backward()
+    assert torch.equal(run.leaf_grad("0.weight"), model[0].weight.grad)
+    handle.remove()
+
+
 def test_devices_and_bad_devices(canonical):
     session, _, _, _ = canonical
     assert hookviz.devices()[0] == "cpu"
