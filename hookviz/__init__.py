@@ -6,6 +6,7 @@ backward; ``hookviz.show(...)`` draws it all as a widget in Jupyter.
 """
 
 from hookviz.devices import devices
+from hookviz.diagnose import Finding, diagnose
 from hookviz.edits import Edit
 from hookviz.errors import (
     BackwardError,
@@ -16,15 +17,18 @@ from hookviz.errors import (
     HookvizError,
     LossError,
     TargetError,
+    WatchError,
 )
 from hookviz.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
 from hookviz.session import Session
 from hookviz.stats import TensorRecord
+from hookviz.watch import Watch, watch
 
 __all__ = [
     "BackwardError", "DeviceError", "Diff", "Edit", "EditError", "ExpressionError", "ForwardError",
     "HookvizError", "LossError", "ModuleCall", "ModuleGrads", "NodeRecord", "Run", "Session",
-    "TargetError", "TensorRecord", "devices", "diff", "show", "Widget",
+    "TargetError", "TensorRecord", "devices", "diff", "show", "Widget", "Finding", "diagnose",
+    "Watch", "WatchError", "watch",
 ]
 __version__ = "0.1.0"
 

@@ -40,3 +40,8 @@ class TargetError(HookvizError):
 
 class DeviceError(HookvizError):
     """An unknown or unavailable device."""
+
+
+class WatchError(HookvizError):
+    """A watch cannot be opened or read: no parameter requires grad, the model is already watched,
+    no step has been recorded, or an unknown step or name was asked for."""

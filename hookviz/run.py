@@ -8,6 +8,7 @@ post-hook sees). For a module, ``grad_output`` / ``grad_input`` are what a full 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -206,6 +207,12 @@ class Run:
     log: list[LogEntry]
     edits: tuple = ()
     forward_reused: bool = False
+    model_ref: Callable[[], torch.nn.Module | None] | None = field(default=None, repr=False)
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The user's model this run recorded (held weakly: None once the model is gone)."""
+        return None if self.model_ref is None else self.model_ref()
 
     def node(self, node_id: str) -> NodeRecord:
         """The record of ``node_id``. Raises TargetError (with close matches) when unknown."""
@@ -260,6 +267,14 @@ class Run:
         """The hook calls (user hooks and edits) that fired at ``node_id``, in order."""
         self.node(node_id)
         return [h for h in self.hook_calls if h.node == node_id]
+
+    def diagnose(self, **thresholds) -> list:
+        """Findings about this run in plain words (vanishing, exploding, dead, saturated, NaN/Inf
+        origin); an empty list for a healthy run. Parameter norms come from :attr:`model`;
+        thresholds and their defaults: see :func:`hookviz.diagnose.diagnose`."""
+        from hookviz.diagnose import diagnose
+
+        return diagnose(self, **thresholds)
 
     def print_log(self) -> None:
         """Print what the user's hooks printed during this run, prefixed by hook and place."""

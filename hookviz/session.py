@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -761,6 +762,7 @@ class _RunBuilder:
             nodes=nodes, root=walk.root, leaf_grads=_ordered_leaves(leaf_grads, self.session, graph),
             calls=calls, events=events, hook_calls=hook_calls, log=list(recorder.log),
             edits=tuple(self.session.edits), forward_reused=self.reused,
+            model_ref=weakref.ref(self.session.model),
         )
 
     def _producer(self, tensor: torch.Tensor, fn, output_nr: int) -> tuple[str | None, int]:

@@ -1,0 +1,112 @@
+"""Cost of ``hookviz.watch`` on a training step: median step time with a watch over one without.
+
+Two identical copies of each model (same weights, same data, each with its own SGD-with-momentum
+optimizer) are trained side by side in one process, one watched (``every=1``, parameters and
+module outputs) and one not, with their steps interleaved so that load on a shared machine hits
+both alike. A step is ``zero_grad``, forward, loss, ``backward``, ``optimizer.step()``. Also prints
+where the watch's time goes: the hooks during forward + backward, and the end-of-backward reduction.
+
+    python benchmarks/watch.py [--repeats 30] [--device cpu] [--only mlp|gpt] [--gpt-layers 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import hookviz.watch as watch_module
+from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
+from hookviz.watch import watch
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
+    plain_model = model.to(device)
+    watched_model = copy.deepcopy(plain_model)
+    args = tuple(a.to(device) for a in args)
+    optimizers = {id(m): torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9)
+                  for m in (plain_model, watched_model)}
+
+    def step(m) -> float:
+        _sync(device)
+        start = time.perf_counter()
+        optimizer = optimizers[id(m)]
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(m(*args)).backward()
+        optimizer.step()
+        _sync(device)
+        return time.perf_counter() - start
+
+    # Time spent in the end-of-backward reduction, measured by wrapping it (a side channel).
+    reduce_times: list[float] = []
+    original = watch_module._reduce
+
+    def timed_reduce(*a):
+        start = time.perf_counter()
+        result = original(*a)
+        reduce_times.append(time.perf_counter() - start)
+        return result
+
+    watch_module._reduce = timed_reduce
+    try:
+        with watch(watched_model) as w:
+            for _ in range(2):  # warm-up
+                step(plain_model), step(watched_model)
+            reduce_times.clear()
+            plain, watched = [], []
+            for i in range(repeats):
+                # alternate which goes first, so neither always runs on a warmer cache
+                if i % 2:
+                    plain.append(step(plain_model))
+                    watched.append(step(watched_model))
+                else:
+                    watched.append(step(watched_model))
+                    plain.append(step(plain_model))
+    finally:
+        watch_module._reduce = original
+    plain_median, watched_median = statistics.median(plain), statistics.median(watched)
+    reduce_median = statistics.median(reduce_times)
+    hooks = watched_median - plain_median - reduce_median
+    print(
+        f"{name:<36} names={len(w.names):<4} plain step {plain_median * 1e3:9.2f} ms   watched "
+        f"{watched_median * 1e3:9.2f} ms   ratio {watched_median / plain_median:.3f}x   "
+        f"(reduction {reduce_median * 1e3:.2f} ms/step, hooks and the rest {hooks * 1e3:.2f} ms/step; "
+        f"steps kept {len(w.steps)})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--only", choices=["mlp", "gpt"])
+    parser.add_argument("--gpt-layers", type=int, default=12)
+    options = parser.parse_args()
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, device {options.device}, threads {torch.get_num_threads()}, "
+          f"medians of {options.repeats} (GPT: of {max(5, options.repeats // 4)})")
+    if options.only in (None, "mlp"):
+        mlp = sigmoid_mlp(depth=20, width=256, inputs=64, classes=10)
+        data, labels = torch.randn(128, 64), torch.randint(0, 10, (128,))
+        measure("20-layer sigmoid MLP, width 256, b128", mlp, (data,),
+                lambda out: F.cross_entropy(out, labels.to(out.device)), options.repeats, options.device)
+    if options.only in (None, "gpt"):
+        layers = options.gpt_layers
+        gpt = TinyGPT(vocab=50257, context=1024, layers=layers, width=768, heads=12, dropout=0.0)
+        tokens = torch.randint(0, 50257, (1, 128))
+        measure(f"GPT-2-small-like, {layers}x768, 128 tok", gpt, (tokens,),
+                lambda out: next_token_loss(out, tokens.to(out.device)), max(5, options.repeats // 4),
+                options.device)
+
+
+if __name__ == "__main__":
+    main()

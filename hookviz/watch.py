@@ -1,0 +1,550 @@
+"""Watch gradients over a real training loop, cheaply: per step, per parameter and per module output.
+
+``with hookviz.watch(model) as w:`` registers, on the user's model,
+
+- a ``register_post_accumulate_grad_hook`` on every parameter that requires grad: it only notes
+  that the parameter got its gradient (the statistics are read from ``.grad`` after backward, so
+  the gradient AccumulateGrad steals is never held twice), and
+- a forward hook on every module, which puts a ``Tensor.register_hook`` on the module's output
+  tensors; that hook returns None (the gradient is unchanged) and keeps a reference to the
+  gradient w.r.t. the output until the end of backward.
+
+No full backward hook is used: its identity Nodes change the order in which autograd sums
+gradients (see PRODUCT.md), and forward hooks and tensor hooks leave every gradient bit-identical.
+
+A *step* is one backward that reached the model: the first hook of a backward queues a callback
+(``Variable._execution_engine.queue_callback``) that runs when that backward ends and reduces what
+the hooks saw there, in batched form (``torch._foreach_norm`` for norms, one ``aminmax`` and one
+``count_nonzero`` per tensor on CPU or ``torch._foreach_norm(..., inf/0)`` on CUDA), with one host
+transfer per step (a second one only when a norm is not finite, to count NaN and Inf).
+
+Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
+``zero_fraction`` (exactly-zero elements). A parameter's are those of its ``.grad`` after the backward
+(accumulated over backwards when the loop does not zero it, as the optimizer sees it); a module's
+are those of the gradient w.r.t. its output tensors, taken together over all its calls in the step.
+
+Memory is bounded: ``capacity`` steps are kept; when full, every other kept step is dropped and
+from then on only every other step is recorded (so a long run is kept whole, at half resolution,
+and so on). ``every=k`` records every k-th step from the start.
+
+Limits: reentrant activation checkpointing runs nested backwards, each of which counts as a step;
+``torch.autograd.grad`` does not fill ``.grad``, so it records module outputs only.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch.utils import _pytree as pytree
+
+from hookviz.diagnose import Finding, check_thresholds, layer_findings
+from hookviz.errors import WatchError
+
+STATISTICS = ("norm", "max_abs", "nonfinite", "zero_fraction")
+
+# id(model) -> the open Watch on it (weakly): one watch per model at a time.
+_OPEN: dict[int, weakref.ref] = {}
+
+
+@dataclass
+class History:
+    """The kept steps of a watch as a compact table (no pandas needed).
+
+    Attributes:
+        steps: the step numbers kept, ascending (list of int).
+        names: parameter and module names, one column each (parameters first).
+        kinds: ``"parameter"`` or ``"output"`` per name.
+        norm, max_abs, nonfinite, zero_fraction: float64 tensors of shape ``[len(steps),
+            len(names)]``; NaN where a name got no gradient in that step.
+    """
+
+    steps: list[int]
+    names: list[str]
+    kinds: list[str]
+    norm: torch.Tensor
+    max_abs: torch.Tensor
+    nonfinite: torch.Tensor
+    zero_fraction: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def column(self, name: str, statistic: str = "norm") -> list[float]:
+        """One name's values of one statistic over the kept steps."""
+        if name not in self.names:
+            raise WatchError(_unknown_name(name, self.names))
+        if statistic not in STATISTICS:
+            raise WatchError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
+        return getattr(self, statistic)[:, self.names.index(name)].tolist()
+
+    def to_records(self) -> list[dict]:
+        """Long form: one dict per (step, name) with ``step, name, kind`` and the statistics."""
+        tables = [getattr(self, s).tolist() for s in STATISTICS]
+        return [
+            {"step": step, "name": name, "kind": kind,
+             **{s: table[row][column] for s, table in zip(STATISTICS, tables)}}
+            for row, step in enumerate(self.steps)
+            for column, (name, kind) in enumerate(zip(self.names, self.kinds))
+        ]
+
+    def to_pandas(self):
+        """The long form as a ``pandas.DataFrame``. Raises WatchError when pandas is not installed."""
+        try:
+            import pandas
+        except ImportError:
+            raise WatchError("to_pandas() needs pandas, which is not installed: pip install pandas, "
+                             "or use to_records() / the tensors of this History") from None
+        return pandas.DataFrame.from_records(self.to_records())
+
+
+def _unknown_name(name: str, names: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=3)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    return f"unknown parameter or module {name!r}{hint} (known: {', '.join(map(repr, names[:12]))}" + (
+        " ...)" if len(names) > 12 else ")")
+
+
+class Watch:
+    """Gradient statistics of a model over training steps; see the module docstring.
+
+    Use :func:`watch` to make one. It is a context manager; :meth:`close` removes every hook it
+    added (also when the ``with`` body raises). Reading: :attr:`history`, :meth:`norms`,
+    :meth:`diagnose`; plots: :meth:`heatmap`, :meth:`lines`, :meth:`diagnosis_over_time`.
+    """
+
+    def __init__(self, model: torch.nn.Module, every: int = 1, *, parameters: bool = True,
+                 outputs: bool = True, capacity: int = 1024):
+        if not isinstance(model, torch.nn.Module):
+            raise WatchError(f"watch() needs a torch.nn.Module, got {type(model).__name__}")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise WatchError(f"every={every!r} must be a positive int (1 = every step)")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 2:
+            raise WatchError(f"capacity={capacity!r} must be an int of at least 2 (steps kept)")
+        if not parameters and not outputs:
+            raise WatchError("parameters=False and outputs=False leaves nothing to watch: keep one")
+        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not trainable:
+            raise WatchError(
+                f"{type(model).__name__} has no parameter that requires grad, so training it makes no "
+                "gradients to watch; set requires_grad=True on the parameters you train (or unfreeze them)"
+            )
+        previous = _OPEN.get(id(model))
+        if previous is not None and previous() is not None and not previous().closed:
+            raise WatchError(
+                f"{type(model).__name__} is already watched by an open watch; close it first "
+                "(watch.close(), or open watches with `with hookviz.watch(model) as w:` so they close)"
+            )
+        self.model = model
+        self.every = every
+        self.capacity = capacity
+        self.parameter_names = [n for n, _ in trainable] if parameters else []
+        modules = list(model.named_modules()) if outputs else []
+        self.module_names = [n for n, _ in modules]
+        self.module_types = {n: type(m).__name__ for n, m in model.named_modules()}
+        self.names = self.parameter_names + self.module_names
+        self.kinds = ["parameter"] * len(self.parameter_names) + ["output"] * len(self.module_names)
+        self.step = 0  # backwards seen so far = the number of the next step
+        self.closed = False
+        self._stride = 1
+        self._rows = torch.full((capacity, len(self.names), len(STATISTICS)), math.nan, dtype=torch.float64)
+        self._steps: list[int] = []
+        self._order: dict[int, int] = {}  # column -> position at which its gradient first arrived
+        self._task: int | None = None
+        # (column, tensor, is_parameter) in the order the hooks fired in this backward
+        self._pending: list[tuple[int, torch.Tensor, bool]] = []
+        self._tensor_handles: list = []
+        self._handles: list = []
+        try:
+            if parameters:
+                for column, (_, parameter) in enumerate(trainable):
+                    self._handles.append(parameter.register_post_accumulate_grad_hook(
+                        partial(_on_parameter, weakref.ref(self), column)))
+            for offset, (_, module) in enumerate(modules):
+                self._handles.append(module.register_forward_hook(
+                    partial(_on_forward, weakref.ref(self), len(self.parameter_names) + offset)))
+        except BaseException:
+            self.close()
+            raise
+        _OPEN[id(model)] = weakref.ref(self)
+        weakref.finalize(self, _remove, self._handles, self._tensor_handles)
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        """Remove every hook this watch added to the model (idempotent). The history stays."""
+        self.closed = True
+        _remove(self._handles, self._tensor_handles)
+        self._pending, self._task = [], None
+        if _OPEN.get(id(self.model), lambda: None)() is self:
+            del _OPEN[id(self.model)]
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ recording
+
+    @property
+    def recording(self) -> bool:
+        """Whether the current step (the next backward) will be recorded."""
+        return not self.closed and self.step % (self.every * self._stride) == 0
+
+    def _begin(self) -> bool:
+        """Called by every hook during backward; True when this step is recorded."""
+        task = torch._C._current_graph_task_id()
+        if task != self._task:
+            # A new backward. Anything still pending is from a backward that raised before its
+            # end callback ran: it is dropped, not counted as a step.
+            self._task = task
+            self._pending = []
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+        return self.recording
+
+    def _finish(self) -> None:
+        """End of a backward: reduce what the hooks saw, store one row, count the step."""
+        pending, self._pending, self._task = self._pending, [], None
+        for handle in self._tensor_handles:
+            handle.remove()
+        self._tensor_handles.clear()
+        if self.recording and not self.closed:
+            # A parameter's statistics are those of .grad now, after the whole backward.
+            tensors = [(c, t.grad if is_parameter else t) for c, t, is_parameter in pending]
+            tensors = [(c, t) for c, t in tensors if t is not None]
+            self._store(self.step, _reduce(tensors, len(self.names)))
+            for position, (column, _) in enumerate(tensors):
+                self._order.setdefault(column, position)
+        self.step += 1
+
+    def _store(self, step: int, row: torch.Tensor) -> None:
+        if len(self._steps) == self.capacity:
+            keep = [i for i, s in enumerate(self._steps) if s % (self.every * self._stride * 2) == 0]
+            self._rows[: len(keep)] = self._rows[keep].clone()
+            self._rows[len(keep):] = math.nan
+            self._steps = [self._steps[i] for i in keep]
+            self._stride *= 2
+            if step % (self.every * self._stride):
+                return
+        self._rows[len(self._steps)] = row
+        self._steps.append(step)
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def steps(self) -> list[int]:
+        """The step numbers kept (ascending)."""
+        return list(self._steps)
+
+    @property
+    def history(self) -> History:
+        """The kept steps as a :class:`History` (``.to_pandas()`` when pandas is installed)."""
+        rows = self._rows[: len(self._steps)].clone()
+        return History(list(self._steps), list(self.names), list(self.kinds),
+                       *(rows[:, :, i] for i in range(len(STATISTICS))))
+
+    def _row(self, step: int | None) -> tuple[int, torch.Tensor]:
+        if not self._steps:
+            raise WatchError(
+                "no step recorded yet: run the training loop's loss.backward() while the watch is "
+                "open (a forward alone, or a backward that does not reach the model, is not a step)"
+            )
+        if step is None:
+            return self._steps[-1], self._rows[len(self._steps) - 1]
+        if step not in self._steps:
+            near = sorted(self._steps, key=lambda s: abs(s - step))[:3]
+            raise WatchError(f"step {step} is not kept (kept: {len(self._steps)} steps from "
+                             f"{self._steps[0]} to {self._steps[-1]}); nearest kept: {sorted(near)}")
+        return step, self._rows[self._steps.index(step)]
+
+    def norms(self, step: int | None = None, kind: str | None = None) -> dict[str, float]:
+        """``{parameter or module name: gradient norm}`` at ``step`` (None = the last kept step).
+
+        Parameters by qualified name (``"fc1.weight"``), modules by qualified name (``""`` = the
+        root module; the norm of the gradient w.r.t. its output). ``kind="parameter"`` or
+        ``"output"`` keeps one of the two. Names that got no gradient in that step are left out.
+        This is what the widget colours the graph by.
+        """
+        if kind not in (None, "parameter", "output"):
+            raise WatchError(f"kind={kind!r} must be None, 'parameter' or 'output'")
+        _, row = self._row(step)
+        return {n: norm for n, k, (norm, _, nonfinite, _) in zip(self.names, self.kinds, row.tolist())
+                if kind in (None, k) and (not math.isnan(norm) or nonfinite > 0)}
+
+    def layer_norms(self, step: int | None = None) -> dict[str, float]:
+        """``{module name: 2-norm of its parameters' gradients}`` at ``step``, nearest the loss first."""
+        _, row = self._row(step)
+        layers: dict[str, float] = {}
+        firsts: dict[str, int] = {}
+        for column, name in enumerate(self.parameter_names):
+            norm = row[column, 0].item()
+            if math.isnan(norm) and row[column, 2].item() == 0:
+                continue
+            module = name.rsplit(".", 1)[0] if "." in name else ""
+            layers[module] = layers.get(module, 0.0) + norm * norm
+            firsts[module] = min(firsts.get(module, math.inf), self._order.get(column, math.inf))
+        return {m: math.sqrt(layers[m]) for m in sorted(layers, key=lambda m: firsts[m])}
+
+    def diagnose(self, step: int | None = None, **thresholds: float) -> list[Finding]:
+        """Findings at ``step`` (None = the last kept step) from the recorded statistics.
+
+        Vanishing, exploding and dead updates per layer (as :func:`hookviz.diagnose.diagnose`,
+        same thresholds), dead outputs (a module whose output gradient is at least ``dead``
+        exactly zero) and NaN/Inf (the first name, in the order gradients arrived in backward,
+        whose gradient holds NaN/Inf). Saturation needs forward values, which a watch does not keep.
+        """
+        limits = check_thresholds(thresholds)
+        step, row = self._row(step)
+        found = []
+        bad = [c for c in range(len(self.names)) if row[c, 2].item() > 0]
+        if bad:
+            first = min(bad, key=lambda c: self._order.get(c, math.inf))
+            name, kind = self.names[first], self.kinds[first]
+            module = name.rsplit(".", 1)[0] if kind == "parameter" and "." in name else (
+                "" if kind == "parameter" else name)
+            what = f"parameter {name!r}" if kind == "parameter" else f"the output of module {name!r}"
+            found.append(Finding("nan", module, name, (
+                f"step {step}: the gradient of {what} is the first to hold NaN/Inf "
+                f"({int(row[first, 2].item())} elements; {len(bad)} names have some); record one "
+                "run of this step with hookviz.Session(...).run().diagnose() to find the op"
+            ), row[first, 2].item(), step))
+        norms = self.layer_norms(step)
+        if norms:
+            zero = {}
+            for module in norms:
+                columns = [c for c, n in enumerate(self.parameter_names)
+                           if (n.rsplit(".", 1)[0] if "." in n else "") == module]
+                zero[module] = min(row[c, 3].item() for c in columns)
+            node_of = {m: next(n for n in self.parameter_names if (n.rsplit(".", 1)[0] if "." in n else "") == m)
+                       for m in norms}
+            found += layer_findings(norms, next(iter(norms)), limits, zero, node_of, self.module_types, step)
+        for offset, name in enumerate(self.module_names):
+            column = len(self.parameter_names) + offset
+            zeros = row[column, 3].item()
+            if name and not math.isnan(zeros) and zeros >= limits["dead"] and not self._has_children(name):
+                found.append(Finding("dead", name, name, (
+                    f"step {step}: {zeros:.0%} of the gradient w.r.t. the output of module {name!r} "
+                    f"({self.module_types.get(name)}) is exactly zero: the units after it are dead"
+                ), zeros, step))
+        return found
+
+    def _has_children(self, name: str) -> bool:
+        return any(m.startswith(name + ".") for m in self.module_names)
+
+    # ------------------------------------------------------------------ plots
+
+    def heatmap(self, kind: str = "parameter", statistic: str = "norm"):
+        """A plotly heatmap, names x steps, of log10 of ``statistic`` (``"norm"`` or ``"max_abs"``;
+        ``"zero_fraction"`` and ``"nonfinite"`` as they are). ``kind``: ``"parameter"`` or ``"output"``."""
+        import plotly.graph_objects as go
+
+        history = self._history_or_error()
+        if kind not in ("parameter", "output"):
+            raise WatchError(f"kind={kind!r} must be 'parameter' or 'output'")
+        if statistic not in STATISTICS:
+            raise WatchError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
+        columns = [i for i, k in enumerate(history.kinds) if k == kind]
+        values = getattr(history, statistic)[:, columns].T
+        logarithmic = statistic in ("norm", "max_abs")
+        if logarithmic:
+            values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
+        z = [[None if math.isnan(v) or math.isinf(v) else v for v in row] for row in values.tolist()]
+        names = [history.names[i] or "(root)" for i in columns]
+        figure = go.Figure(go.Heatmap(
+            z=z, x=history.steps, y=names, colorscale="Viridis",
+            colorbar={"title": f"log10 {statistic}" if logarithmic else statistic},
+            hovertemplate="step %{x}<br>%{y}<br>%{z:.3g}<extra></extra>",
+        ))
+        figure.update_layout(title=f"gradient {statistic} per {kind}", xaxis_title="step",
+                             yaxis={"autorange": "reversed", "type": "category"})
+        return figure
+
+    def lines(self, names: Sequence[str] | None = None, statistic: str = "norm"):
+        """A plotly line chart of ``statistic`` over steps for ``names`` (default: every layer's
+        first parameter), log y axis for norms."""
+        import plotly.graph_objects as go
+
+        history = self._history_or_error()
+        if isinstance(names, str):
+            names = [names]
+        if names is None:
+            seen, names = set(), []
+            for name in self.parameter_names:
+                module = name.rsplit(".", 1)[0] if "." in name else ""
+                if module not in seen:
+                    seen.add(module)
+                    names.append(name)
+        figure = go.Figure()
+        for name in names:
+            values = [None if math.isnan(v) else v for v in history.column(name, statistic)]
+            figure.add_trace(go.Scatter(x=history.steps, y=values, mode="lines", name=name or "(root)"))
+        figure.update_layout(
+            title=f"gradient {statistic} over steps", xaxis_title="step", yaxis_title=statistic,
+            yaxis_type="log" if statistic in ("norm", "max_abs") else "linear",
+        )
+        return figure
+
+    def diagnosis_over_time(self, **thresholds: float):
+        """A plotly scatter of the findings of every kept step: x = step, y = module, colour = kind."""
+        import plotly.graph_objects as go
+
+        history = self._history_or_error()
+        findings = [f for step in history.steps for f in self.diagnose(step, **thresholds)]
+        figure = go.Figure()
+        for kind in ("nan", "exploding", "vanishing", "dead"):
+            chosen = [f for f in findings if f.kind == kind]
+            if chosen:
+                figure.add_trace(go.Scatter(
+                    x=[f.step for f in chosen], y=[f.module or "(root)" for f in chosen],
+                    mode="markers", name=kind, text=[f.message for f in chosen],
+                    hovertemplate="%{text}<extra></extra>",
+                ))
+        figure.update_layout(title="diagnosis over steps" + ("" if findings else ": no findings"),
+                             xaxis_title="step", yaxis={"type": "category"})
+        return figure
+
+    def _history_or_error(self) -> History:
+        self._row(None)
+        return self.history
+
+    def __repr__(self) -> str:
+        return (f"Watch({type(self.model).__name__}, every={self.every}, steps={self.step}, "
+                f"kept={len(self._steps)}, names={len(self.names)}, "
+                f"{'closed' if self.closed else 'open'})")
+
+
+def watch(model: torch.nn.Module, every: int = 1, *, parameters: bool = True, outputs: bool = True,
+          capacity: int = 1024) -> Watch:
+    """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.watch`).
+
+    Args:
+        model: the model being trained.
+        every: record every ``every``-th step (every backward that reaches the model is a step).
+        parameters: record each parameter's gradient (as in ``.grad`` after the backward).
+        outputs: record the gradient w.r.t. each module's output.
+        capacity: steps kept before thinning (see the module docstring).
+
+    Returns:
+        an open :class:`Watch`; use it as a context manager, or call ``close()``.
+
+    Raises:
+        WatchError: no parameter requires grad; the model already has an open watch; bad arguments.
+
+    Example::
+
+        with hookviz.watch(model) as w:
+            for x, y in data:
+                optimizer.zero_grad()
+                loss_fn(model(x), y).backward()
+                optimizer.step()
+        w.heatmap().show()
+    """
+    return Watch(model, every, parameters=parameters, outputs=outputs, capacity=capacity)
+
+
+# ---------------------------------------------------------------------------- hooks
+
+
+def _remove(handles: list, tensor_handles: list) -> None:
+    for handle in handles:
+        handle.remove()
+    handles.clear()
+    for handle in tensor_handles:
+        handle.remove()
+    tensor_handles.clear()
+
+
+def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) -> None:
+    """``register_post_accumulate_grad_hook``: note the parameter; returns None."""
+    self = reference()
+    if self is not None and not self.closed and self._begin():
+        self._pending.append((column, parameter, True))
+
+
+def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:
+    """``Tensor.register_hook`` on a module output: keep the gradient; returns None (unchanged)."""
+    self = reference()
+    if self is not None and not self.closed and self._begin():
+        self._pending.append((column, grad, False))
+
+
+def _on_forward(reference: weakref.ref, column: int, module, args, output) -> None:
+    """Forward hook: put a gradient hook on each output tensor that requires grad; returns None."""
+    self = reference()
+    if self is None or self.closed or not self.recording or not torch.is_grad_enabled():
+        return
+    tensors = [output] if isinstance(output, torch.Tensor) else pytree.tree_leaves(output)
+    for tensor in tensors:
+        if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+            self._tensor_handles.append(tensor.register_hook(partial(_on_output_grad, reference, column)))
+
+
+# ---------------------------------------------------------------------------- reduction
+
+
+_STACK_LIMIT = 1 << 16  # tensors up to this many elements are stacked and reduced row-wise
+
+
+def _reduce(tensors: list[tuple[int, torch.Tensor]], width: int) -> torch.Tensor:
+    """One row ``[width, 4]`` of statistics from (column, gradient) pairs; one host transfer.
+
+    Small tensors of equal size are stacked into one ``[k, n]`` matrix and reduced row-wise (one
+    kernel per statistic instead of one per tensor: the per-op overhead dominates small tensors);
+    large ones are reduced one by one. Several tensors of one column (a module called twice) are
+    combined: norms as the root of the sum of squares, max_abs as the max, NaN/Inf and zero counts
+    summed over all their elements.
+    """
+    tensors = [(c, t.detach()) for c, t in tensors if t.numel() > 0]
+    groups: dict[tuple, list[int]] = {}
+    for i, (_, grad) in enumerate(tensors):
+        size = grad.numel() if grad.numel() <= _STACK_LIMIT else -1 - i
+        groups.setdefault((grad.device, grad.dtype, size), []).append(i)
+    order, pieces = [], []
+    with torch.no_grad():
+        for members in groups.values():
+            if len(members) > 1:
+                rows = torch.stack([tensors[i][1].reshape(-1) for i in members])
+                low, high = rows.amin(1), rows.amax(1)
+                # |sign| summed counts the nonzeros exactly (rows are short) and runs several
+                # times faster on CPU than count_nonzero along a dim
+                statistics = [torch.linalg.vector_norm(rows, dim=1), torch.maximum(high, -low),
+                              rows.sign().abs_().sum(1)]
+            else:
+                grad = tensors[members[0]][1]
+                # On CPU amin/amax is several times faster than an inf-norm (which takes abs).
+                low, high = torch.aminmax(grad)
+                statistics = [torch.linalg.vector_norm(grad), torch.maximum(high, -low),
+                              torch.count_nonzero(grad)]
+            pieces.append(torch.stack([s.reshape(-1).double() for s in statistics], dim=1).to("cpu"))
+            order += members
+        values = torch.cat(pieces).tolist() if pieces else []  # the one host transfer of the step
+    found: dict[int, list] = {}
+    for i, (norm, max_abs, nonzero) in zip(order, values):
+        column, grad = tensors[i]
+        nonfinite = 0
+        if not math.isfinite(norm):
+            nonfinite = int((~torch.isfinite(grad)).sum())
+            nonzero = int(torch.count_nonzero(grad))  # NaN made the row's count NaN
+            if not nonfinite:  # float32 squares overflow past ~1e19: exploding gradients get there
+                norm = torch.linalg.vector_norm(grad, dtype=torch.float64).item()
+        numel = grad.numel()
+        total = found.get(column)
+        if total is None:
+            found[column] = [norm, max_abs, nonfinite, numel - nonzero, numel]
+        else:
+            total[0] = math.hypot(total[0], norm)
+            total[1] = max_abs if math.isnan(max_abs) else max(total[1], max_abs)
+            total[2] += nonfinite
+            total[3] += numel - nonzero
+            total[4] += numel
+    row = [[math.nan] * len(STATISTICS) for _ in range(width)]
+    for column, (norm, max_abs, nonfinite, zeros, numel) in found.items():
+        row[column] = [norm, max_abs, float(nonfinite), zeros / numel]
+    return torch.tensor(row, dtype=torch.float64)

@@ -1,0 +1,186 @@
+"""hookviz.watch on real training loops, every number checked against plain PyTorch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_same_state, model_state
+from torch import nn
+
+import hookviz
+from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
+from hookviz.watch import WatchError, watch
+
+
+def small_mlp():
+    torch.manual_seed(0)
+    return sigmoid_mlp(depth=4, width=16, inputs=8, classes=3, activation=nn.ReLU)
+
+
+def batches(steps, inputs=8, classes=3):
+    torch.manual_seed(1)
+    return [(torch.randn(32, inputs), torch.randint(0, classes, (32,))) for _ in range(steps)]
+
+
+def test_statistics_per_step_match_plain_pytorch():
+    model = small_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = []
+    with watch(model) as w:
+        for x, y in batches(3):
+            optimizer.zero_grad()
+            outputs = {}
+            handles = [m.register_forward_hook(lambda m, a, o, n=n, kept=outputs: kept.setdefault(n, o).retain_grad())
+                       for n, m in model.named_modules()]
+            F.cross_entropy(model(x), y).backward()
+            for handle in handles:
+                handle.remove()
+            plain = {n: p.grad.clone() for n, p in model.named_parameters()}
+            plain |= {n: o.grad.clone() for n, o in outputs.items()}
+            expected.append(plain)
+            optimizer.step()
+    history = w.history
+    assert history.steps == [0, 1, 2] and w.step == 3
+    assert history.names == [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_modules()]
+    for row, plain in enumerate(expected):
+        for column, name in enumerate(history.names):
+            grad = plain[name]
+            assert history.norm[row, column].item() == pytest.approx(torch.linalg.vector_norm(grad).item(), rel=1e-6)
+            assert history.max_abs[row, column].item() == grad.abs().max().item()
+            assert history.nonfinite[row, column].item() == 0
+            assert history.zero_fraction[row, column].item() == (grad == 0).double().mean().item()
+        assert w.norms(row)["0.weight"] == pytest.approx(torch.linalg.vector_norm(plain["0.weight"]).item(), rel=1e-6)
+    assert set(w.norms(1, kind="parameter")) == {n for n, _ in model.named_parameters()}
+    assert set(w.norms(1, kind="output")) == {n for n, _ in model.named_modules()}
+    records = history.to_records()
+    assert len(records) == 3 * len(history.names) and records[0]["step"] == 0
+
+
+def test_watch_changes_no_gradient_and_leaves_no_hook():
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=50, context=16, layers=2, width=32, heads=2, dropout=0.0)
+    tokens = torch.randint(0, 50, (2, 16))
+    before = model_state(model)
+    next_token_loss(model(tokens), tokens).backward()
+    plain = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    with watch(model) as w:
+        next_token_loss(model(tokens), tokens).backward()
+    for name, parameter in model.named_parameters():
+        assert torch.equal(parameter.grad, plain[name]), name  # bit for bit
+    assert w.norms()["wte.weight"] == pytest.approx(torch.linalg.vector_norm(plain["wte.weight"]).item(), rel=1e-6)
+    model.zero_grad(set_to_none=True)
+    assert_same_state(before, model_state(model))
+
+
+def test_hooks_are_removed_when_the_loop_raises():
+    model = small_mlp()
+    before = model_state(model)
+    with pytest.raises(RuntimeError, match="boom"), watch(model):
+        model(torch.randn(2, 8)).sum().backward()
+        raise RuntimeError("boom")
+    model.zero_grad(set_to_none=True)
+    assert_same_state(before, model_state(model))
+    with watch(model) as again:  # the model can be watched again after close
+        model(torch.randn(2, 8)).sum().backward()
+    assert again.steps == [0]
+
+
+def test_every_and_bounded_memory():
+    model = small_mlp()
+    with watch(model, every=2, capacity=4) as w:
+        for x, _ in batches(20):
+            model(x).sum().backward()
+    assert w.step == 20
+    # every 2nd step, thinned twice when the 4 rows filled: 0, 8, 16 and nothing in between
+    assert w.steps == [0, 8, 16] and len(w.history) == 3
+    with pytest.raises(WatchError, match="step 2 is not kept.*nearest kept"):
+        w.norms(2)
+
+
+def test_steps_with_no_backward_and_no_step_yet():
+    model = small_mlp()
+    with watch(model) as w:
+        model(torch.randn(2, 8))  # forward only
+        with torch.no_grad():
+            model(torch.randn(2, 8))
+        with pytest.raises(WatchError, match="no step recorded yet"):
+            w.norms()
+        with pytest.raises(WatchError, match="no step recorded yet"):
+            w.heatmap()
+        model(torch.randn(2, 8)).sum().backward()
+    assert w.steps == [0]
+
+
+def test_bad_input_is_a_clear_error():
+    frozen = nn.Linear(2, 2).requires_grad_(False)
+    with pytest.raises(WatchError, match="no parameter that requires grad.*requires_grad=True"):
+        watch(frozen)
+    model = small_mlp()
+    with watch(model):
+        with pytest.raises(WatchError, match="already watched by an open watch"):
+            watch(model)
+        other = small_mlp()
+        with watch(other) as second:  # another model can be watched at the same time
+            other(torch.randn(2, 8)).sum().backward()
+        assert second.steps == [0]
+    with pytest.raises(WatchError, match="every=0"):
+        watch(model, every=0)
+    assert issubclass(WatchError, hookviz.HookvizError)
+
+
+def test_nonfinite_everywhere_is_counted_and_diagnosed():
+    model = small_mlp()
+    with watch(model) as w:
+        model(torch.full((4, 8), math.nan)).sum().backward()
+    history = w.history
+    column = history.names.index("0.weight")
+    assert history.nonfinite[0, column].item() == model[0].weight.numel()
+    findings = w.diagnose()
+    assert findings[0].kind == "nan" and findings[0].step == 0
+    figure = w.heatmap()
+    assert figure.data[0].z[column][0] is None  # NaN shown as a gap, not a crash
+    w.diagnosis_over_time()
+
+
+def test_vanishing_and_plots_over_steps():
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=12, width=64, inputs=16, classes=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model) as w:
+        for x, y in batches(3, inputs=16, classes=4):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    layers = w.layer_norms()
+    assert next(iter(layers)) == "22"  # the layer nearest the loss
+    expected = math.hypot(torch.linalg.vector_norm(model[0].weight.grad).item(),
+                          torch.linalg.vector_norm(model[0].bias.grad).item())
+    assert layers["0"] == pytest.approx(expected, rel=1e-6)
+    vanishing = {f.module for f in w.diagnose() if f.kind == "vanishing"}
+    assert vanishing == {m for m, n in layers.items() if n < 1e-3 * layers["22"]} and "0" in vanishing
+    heatmap = w.heatmap()
+    assert list(heatmap.data[0].x) == [0, 1, 2]
+    assert heatmap.data[0].z[0][2] == pytest.approx(math.log10(torch.linalg.vector_norm(model[0].weight.grad).item()))
+    lines = w.lines(["0.weight", "22.weight"])
+    assert [t.name for t in lines.data] == ["0.weight", "22.weight"]
+    over_time = w.diagnosis_over_time()
+    assert any(t.name == "vanishing" for t in over_time.data)
+    with pytest.raises(WatchError, match="unknown parameter or module '0.weigth'.*did you mean '0.weight'"):
+        w.lines(["0.weigth"])
+
+
+def test_history_to_pandas_without_pandas_is_a_clear_error():
+    model = small_mlp()
+    with watch(model) as w:
+        model(torch.randn(2, 8)).sum().backward()
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        with pytest.raises(WatchError, match="pip install pandas"):
+            w.history.to_pandas()
+    else:
+        assert len(w.history.to_pandas()) == len(w.names)
