@@ -87,9 +87,13 @@ class TinyGPT(nn.Module):
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
         self.head.weight = self.wte.weight
+        # GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers)
         for name, parameter in self.named_parameters():
-            if name.endswith("proj.weight"):
-                nn.init.normal_(parameter, std=0.02 / math.sqrt(2 * layers))
+            if name.endswith("bias"):
+                nn.init.zeros_(parameter)
+            elif parameter.dim() > 1:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("proj.weight", "mlp.2.weight")) else 0.02
+                nn.init.normal_(parameter, std=std)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(tokens.shape[1], device=tokens.device)

@@ -87,7 +87,6 @@ class _Forward:
     forward_records: dict[str, TensorRecord] = field(default_factory=dict)
     call_inputs: list[dict] = field(default_factory=list)
     call_outputs: list[list] = field(default_factory=list)
-    forward_hook_calls: list = field(default_factory=list)
 
 
 def _hook_signature(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> tuple:
@@ -321,7 +320,6 @@ class Session:
             versions=[(t, t._version) for t in leaves.values()],
             full_hook_modules=full_modules,
         )
-        graph.forward_hook_calls = list(recorder.hook_calls)
         return graph
 
     def _call_model(self, model, args, kwargs, recorder: ForwardRecorder):
@@ -671,8 +669,8 @@ class _RunBuilder:
         out_grad_keys = {n: self._keys(g) for n, g in recorder.grad_outputs.items()}
         before_out_keys = {n: self._keys(g) for n, g in recorder.grad_outputs_before_edit.items()}
         leaf_keys = {n: None if g is None else self.batch.add(g) for n, g in self.leaf_grads.items()}
-        hook_keys = [(call, self._keys(before), self._keys(after)) for call, before, after in
-                     [*(graph.forward_hook_calls if not self.reused else []), *recorder.hook_calls]]
+        # Only hooks that ran in this run: a backward-only re-run ran no forward hooks.
+        hook_keys = [(call, self._keys(before), self._keys(after)) for call, before, after in recorder.hook_calls]
         full_input_keys = [self._keys(self._full_grad_input(call)) for call in forward_calls]
         full_output_keys = [
             self._keys([self._arriving(*self._producer(t, fn, nr)) for t, fn, nr, _ in call.outputs])
@@ -697,13 +695,14 @@ class _RunBuilder:
         order = _execution_order(recorder.order, walk)
         user_modules = user_module_hooks(self.session.model)
         user_tensors = user_tensor_hooks(self.session._tensor_hook_targets(graph))
+        parameters = {name for name, _ in graph.model.named_parameters(remove_duplicate=False)}
         nodes: dict[str, NodeRecord] = {}
         for node in walk.nodes.values():
             call_index = graph.node_call.get(node.id)
             call = forward_calls[call_index] if call_index is not None else None
             record = NodeRecord(
                 id=node.id, op=node.op, kind=node.kind,
-                module=call.module if call is not None else LOSS_MODULE,
+                module=call.module if call is not None else _leaf_module(node.id, node.kind, parameters),
                 module_call=call.call if call is not None else 0,
                 order=order.get(node.id), output=graph.forward_records.get(node.id),
                 saved=graph.saved.get(node.id, []),
@@ -830,6 +829,13 @@ def _execution_order(order: dict[str, int], walk: Walk) -> dict[str, int]:
     keyed = [(position, 0, node_id) for node_id, position in order.items()]
     keyed += [(position, 1, node_id) for node_id, position in last_consumer.items()]
     return {node_id: i for i, (_, _, node_id) in enumerate(sorted(keyed))}
+
+
+def _leaf_module(node_id: str, kind: str, parameters: set[str]) -> str:
+    """The module a leaf belongs to: a parameter's owner; forward inputs belong to the root."""
+    if kind == "op":
+        return LOSS_MODULE
+    return node_id.rpartition(".")[0] if node_id in parameters else ""
 
 
 def _ordered_leaves(leaf_grads: dict, session: Session, graph: _Forward) -> dict:

@@ -154,6 +154,20 @@ def test_user_tensor_hook_and_full_backward_hook_run_as_always():
     handle_tensor.remove()
 
 
+def test_forward_hooks_are_recorded_once_and_leaves_belong_to_their_module():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    handle = model[0].register_forward_hook(lambda module, args, output: print("fwd", output.shape))
+    session = hookviz.Session(model, (torch.ones(1, 2),), loss_fn=lambda out: out.sum())
+    first, again = session.run(), session.run()
+    assert [h.kind for h in first.hook_calls] == ["forward hook"]
+    assert [entry.text for entry in first.log] == ["fwd torch.Size([1, 2])\n"]
+    assert again.forward_reused and again.hook_calls == [] and again.log == []  # no forward ran
+    for run in (first, again):
+        assert run.node("0.weight").module == "0" and run.node("input").module == ""
+        assert run.graph.nodes["0.bias"]["module"] == "0"
+    handle.remove()
+
+
 # ------------------------------------------------------------------ every kind of site
 
 
