@@ -1,0 +1,401 @@
+"""The hookviz widget: an ``anywidget.AnyWidget`` whose state lives in typed traitlets.
+
+Python holds the state; the page (``hookviz/static/widget.js``, built from ``js/``) draws the
+traitlets and sends requests with ``model.send({"type": ..., ...})``. Every request is validated
+here and answered through the traitlets (an error goes to ``errors[control]``, next to the
+control that caused it); the last good run stays on screen. The same requests are public methods,
+so every interaction can be driven from Python:
+
+>>> w = hookviz.show(model, (x, y, z), loss_fn=loss_fn)   # doctest: +SKIP
+>>> w.select("SubBackward0_0"); w.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
+>>> w.rerun()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from hookviz import widget_data
+from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError
+from hookviz.run import LOSS_MODULE
+
+_STATIC = Path(__file__).parent / "static"
+_MAX_TEXT = 4096
+VIEWS = ("ops", "modules")
+
+
+class Widget(anywidget.AnyWidget):
+    """Interactive view of a :class:`hookviz.Session`: graph, inspector, edits, re-run, replay, chart.
+
+    Args:
+        session: the session to show; it is run once now when it has no run yet.
+        collapse_threshold: graphs with more nodes than this open with module groups collapsed.
+        vanishing_threshold: the gradient norm drawn as the "vanishing" line on the chart.
+
+    Raises:
+        HookvizError: when the first run fails (there is nothing to show yet).
+    """
+
+    _esm = _STATIC / "widget.js"
+
+    graph = traitlets.Dict().tag(sync=True)
+    collapsed = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    view = traitlets.Unicode("ops").tag(sync=True)
+    inspector = traitlets.Dict().tag(sync=True)
+    selected = traitlets.Unicode("").tag(sync=True)
+    edits = traitlets.List().tag(sync=True)
+    code = traitlets.Unicode("").tag(sync=True)
+    devices = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    device = traitlets.Unicode("cpu").tag(sync=True)
+    errors = traitlets.Dict().tag(sync=True)
+    leaf_summary = traitlets.List().tag(sync=True)
+    log = traitlets.List().tag(sync=True)
+    replay = traitlets.List().tag(sync=True)
+    chart = traitlets.Dict().tag(sync=True)
+    summary = traitlets.Dict().tag(sync=True)
+
+    def __init__(
+        self,
+        session,
+        *,
+        collapse_threshold: int = widget_data.COLLAPSE_THRESHOLD,
+        vanishing_threshold: float = widget_data.VANISHING_THRESHOLD,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.session = session
+        self.collapse_threshold = collapse_threshold
+        self.vanishing_threshold = vanishing_threshold
+        self._structure: tuple[str, dict] | None = None
+        self._run_count = 0
+        self._baseline_leaves: tuple[object, dict] | None = None
+        import hookviz
+
+        self.devices = list(hookviz.devices())
+        run = session.last_run if session.last_run is not None else session.run()
+        self._show_run(run)
+        self.on_msg(self._handle_message)
+
+    # ----- the runs --------------------------------------------------------------------------
+
+    @property
+    def run(self):
+        """The run on screen (the last good one)."""
+        return self.session.last_run
+
+    @property
+    def baseline(self):
+        """The run everything is compared with (the session's first run)."""
+        return self.session.baseline
+
+    def _show_run(self, run) -> None:
+        baseline = self.baseline
+        self._run_count += 1
+        graph = run.graph
+        key = widget_data.structure_key(graph)
+        new_structure = self._structure is None or self._structure[0] != key
+        if new_structure:
+            self._structure = (key, widget_data.layers(graph))
+        data = widget_data.graph_json(run, baseline, self._structure)
+        data["run"] = self._run_count
+        with self.hold_sync():
+            if new_structure:
+                self.collapsed = widget_data.default_collapsed(
+                    data, threshold=self.collapse_threshold
+                )
+            self.graph = data
+            self.device = run.device
+            self.summary = {
+                "loss": widget_data.json_float(float(run.loss)),
+                "baseline_loss": widget_data.json_float(float(baseline.loss))
+                if baseline is not None
+                else None,
+                "device": run.device,
+                "run": self._run_count,
+                "forward_reused": bool(run.forward_reused),
+                "nodes": graph.number_of_nodes(),
+            }
+            self.leaf_summary = widget_data.leaf_summary_json(
+                run, baseline, self._baseline_leaf_summaries(run)
+            )
+            self.chart = widget_data.chart_json(run, baseline, self.vanishing_threshold)
+            self.replay = widget_data.replay_json(run)
+            self.log = widget_data.log_json(run)
+            self._sync_edits()
+            if self.selected:
+                self._inspect(self.selected, quiet=True)
+
+    def _baseline_leaf_summaries(self, run) -> dict:
+        baseline = self.baseline if self.baseline is not None else run
+        if self._baseline_leaves is None or self._baseline_leaves[0] is not baseline:
+            self._baseline_leaves = (baseline, widget_data.leaf_summaries(baseline))
+        return self._baseline_leaves[1]
+
+    def _sync_edits(self) -> None:
+        self.edits = widget_data.edits_json(self.session.edits)
+        self.code = self.session.edits_as_code()
+
+    # ----- errors ----------------------------------------------------------------------------
+
+    def _set_error(self, control: str, message: str | None) -> None:
+        errors = dict(self.errors)
+        if message:
+            errors[control] = message
+        else:
+            errors.pop(control, None)
+        if errors != self.errors:
+            self.errors = errors
+
+    def _clear_errors(self, *controls: str) -> None:
+        errors = {k: v for k, v in self.errors.items() if k not in controls}
+        if errors != self.errors:
+            self.errors = errors
+
+    # ----- what the page (or a test) asks for ---------------------------------------------------
+
+    def select(self, target: str) -> bool:
+        """Show a node (id), a module (``"module:<name>"`` or its qualified name) in the inspector.
+
+        Returns False (and sets ``errors["select"]``) for an unknown target.
+        """
+        return self._inspect(target, quiet=False)
+
+    def _inspect(self, target: str, quiet: bool) -> bool:
+        run = self.run
+        try:
+            if target in run.nodes:
+                data = widget_data.node_inspector_json(run, target, self.baseline)
+            else:
+                module = (
+                    target[len(widget_data.MODULE_PREFIX) :]
+                    if target.startswith(widget_data.MODULE_PREFIX)
+                    else target
+                )
+                if module == LOSS_MODULE:  # not a module: what loss_fn built; show its root op
+                    return self._inspect(run.root, quiet)
+                run.module_io(module)  # raises TargetError for an unknown name
+                data = widget_data.module_inspector_json(
+                    run, module, self._sites(module), self.baseline
+                )
+        except HookvizError as error:
+            if not quiet:
+                self._set_error("select", str(error))
+            else:
+                self.selected = ""
+                self.inspector = {}
+            return False
+        with self.hold_sync():
+            self.selected = target
+            self.inspector = data
+            self._clear_errors("select")
+        return True
+
+    def _sites(self, target: str) -> list[str]:
+        try:
+            return list(self.session.sites(target))
+        except HookvizError:
+            return []
+
+    def apply_edit(self, target: str, slot: str, expression: str) -> str | None:
+        """Add an edit (applied at the next :meth:`rerun`). Returns its id, or None and sets
+        ``errors["edit"]`` when the target, slot or expression is bad."""
+        try:
+            edit = self.session.edit(target, slot, expression)
+        except HookvizError as error:
+            self._set_error("edit", str(error))
+            return None
+        with self.hold_sync():
+            self._sync_edits()
+            self._clear_errors("edit", "edits")
+        return edit.id
+
+    def remove_edit(self, edit_id: str) -> bool:
+        """Remove one edit by id (takes effect at the next re-run)."""
+        try:
+            self.session.remove_edit(edit_id)
+        except HookvizError as error:
+            self._set_error("edits", str(error))
+            return False
+        with self.hold_sync():
+            self._sync_edits()
+            self._clear_errors("edits")
+        return True
+
+    def reset_edits(self) -> None:
+        """Remove every edit (takes effect at the next re-run)."""
+        self.session.clear_edits()
+        with self.hold_sync():
+            self._sync_edits()
+            self._clear_errors("edits", "edit")
+
+    def rerun(self, device: str | None = None, forward: bool = False) -> bool:
+        """Run again with the current edits (backward only when the device is unchanged, unless
+        ``forward`` is True).
+
+        On failure the error goes to ``errors["device"]``, ``errors["edit"]`` or ``errors["rerun"]``
+        and the last good run stays on screen. Returns True on success.
+        """
+        device = device or self.device
+        try:
+            if device not in self.devices:
+                raise DeviceError(
+                    f"device {device!r} is not available here; choose one of {self.devices}"
+                )
+            run = self.session.run(device=device, forward=forward)
+        except DeviceError as error:
+            self._set_error("device", str(error))
+            return False
+        except (EditError, ExpressionError) as error:
+            with self.hold_sync():
+                self._set_error("edit", str(error))
+                self._set_error("rerun", f"re-run failed, showing the last good run: {error}")
+            return False
+        except HookvizError as error:
+            self._set_error("rerun", f"re-run failed, showing the last good run: {error}")
+            return False
+        with self.hold_sync():
+            self._show_run(run)
+            self._clear_errors("device", "rerun", "edit")
+        return True
+
+    def set_view(self, view: str) -> bool:
+        """Switch between the op graph (``"ops"``) and the module-level view (``"modules"``)."""
+        if view not in VIEWS:
+            self._set_error("view", f"view {view!r} does not exist; use 'ops' or 'modules'")
+            return False
+        with self.hold_sync():
+            self.view = view
+            self._clear_errors("view")
+        return True
+
+    def toggle_group(self, module: str) -> bool:
+        """Collapse or expand the group of a module in the op graph."""
+        known = {g["module"] for g in self.graph.get("groups", [])}
+        if module not in known:
+            self._set_error("group", f"module {module!r} has no group in this graph")
+            return False
+        collapsed = set(self.collapsed)
+        if module in collapsed:
+            collapsed.discard(module)
+            # Opening a large group opens one level: its own child groups stay collapsed.
+            size = next(g["size"] for g in self.graph["groups"] if g["module"] == module)
+            if size > self.collapse_threshold:
+                collapsed.update(
+                    g["module"]
+                    for g in self.graph["groups"]
+                    if g["parent"] == widget_data.group_id(module)
+                )
+        else:
+            collapsed.add(module)
+        with self.hold_sync():
+            self.collapsed = sorted(collapsed)
+            self._clear_errors("group")
+        return True
+
+    def collapse_all(self) -> None:
+        """Collapse every top-level module group."""
+        self.collapsed = sorted(
+            g["module"] for g in self.graph.get("groups", []) if g["parent"] is None
+        )
+
+    def expand_all(self) -> None:
+        """Expand every module group."""
+        self.collapsed = []
+
+    # ----- page -> Python messages --------------------------------------------------------------
+
+    def handle_message(self, content: Any) -> dict:
+        """Validate and dispatch one request from the page; never raises.
+
+        Returns the reply ``{"type": "reply", "request": ..., "ok": bool, "error": str|None}``,
+        which is also sent back to the page.
+        """
+        kind = content.get("type") if isinstance(content, dict) else None
+        try:
+            ok, error = self._dispatch(content)
+        except Exception as exc:  # a bug must not kill the widget: report it beside the page
+            ok, error = (
+                False,
+                f"internal error while handling {kind!r}: {type(exc).__name__}: {exc}",
+            )
+        if error:
+            self._set_error("message", error)
+        elif ok:
+            self._clear_errors("message")
+        return {"type": "reply", "request": kind, "ok": ok, "error": error}
+
+    def _handle_message(self, widget, content, buffers=None) -> None:
+        """``on_msg`` callback: ``(widget, content, buffers)``."""
+        reply = self.handle_message(content)
+        try:
+            self.send(reply)
+        except Exception:  # no page attached (tests) or a closed comm
+            pass
+
+    def _dispatch(self, content: Any) -> tuple[bool, str | None]:
+        if not isinstance(content, dict):
+            return False, f"malformed message: expected an object, got {type(content).__name__}"
+        kind = content.get("type")
+        handlers = {
+            "select": (("node",), lambda c: self.select(c["node"])),
+            "apply_edit": (
+                ("target", "slot", "expression"),
+                lambda c: self.apply_edit(c["target"], c["slot"], c["expression"]) is not None,
+            ),
+            "remove_edit": (("id",), lambda c: self.remove_edit(c["id"])),
+            "reset_edits": ((), lambda c: self.reset_edits() or True),
+            "rerun": ((), lambda c: self.rerun(c.get("device"))),
+            "set_view": (("view",), lambda c: self.set_view(c["view"])),
+            "toggle_group": (("module",), lambda c: self.toggle_group(c["module"])),
+            "collapse_all": ((), lambda c: self.collapse_all() or True),
+            "expand_all": ((), lambda c: self.expand_all() or True),
+        }
+        if kind not in handlers:
+            return False, f"unknown message type {kind!r}; expected one of {sorted(handlers)}"
+        required, handler = handlers[kind]
+        for field in (
+            *required,
+            *(("device",) if kind == "rerun" and content.get("device") is not None else ()),
+        ):
+            value = content.get(field)
+            if not isinstance(value, str):
+                return (
+                    False,
+                    f"malformed {kind!r} message: field {field!r} must be a string, got {type(value).__name__}",
+                )
+            if len(value) > _MAX_TEXT:
+                return (
+                    False,
+                    f"malformed {kind!r} message: field {field!r} is longer than {_MAX_TEXT} characters",
+                )
+        # A refused request reports beside its own control, not as a malformed message.
+        return bool(handler(content)), None
+
+
+def show(model, args, kwargs: dict | None = None, loss_fn=None, **session_options: Any) -> Widget:
+    """Record one forward + backward of ``model(*args, **kwargs)`` and show it as a widget.
+
+    Args:
+        model: an ``nn.Module``.
+        args: positional inputs (a tuple, or a single tensor).
+        kwargs: keyword inputs.
+        loss_fn: ``loss_fn(output) -> scalar tensor``; None when the output is already a scalar.
+        **session_options: passed to :class:`hookviz.Session`; ``collapse_threshold`` and
+            ``vanishing_threshold`` go to :class:`Widget`.
+
+    Returns:
+        The :class:`Widget`; display it by leaving it last in a notebook cell.
+    """
+    from hookviz.session import Session
+
+    widget_options = {
+        k: session_options.pop(k)
+        for k in ("collapse_threshold", "vanishing_threshold")
+        if k in session_options
+    }
+    session = Session(model, args, kwargs=kwargs, loss_fn=loss_fn, **session_options)
+    return Widget(session, **widget_options)

@@ -1,0 +1,619 @@
+"""Run -> JSON: what the widget's page draws, as plain JSON-safe dicts and lists.
+
+Pure functions of a :class:`hookviz.Run` (and the baseline run to compare with); no widget and no
+traitlets here, so they are tested and timed on their own. Numbers that JSON cannot hold (NaN,
+Inf) become the strings ``"nan"``, ``"inf"``, ``"-inf"``, as :meth:`TensorRecord.to_dict` writes them.
+
+Module groups: every op node belongs to the innermost module that created it (its ``module``
+attribute); a module ``"a.b"`` is drawn as a compound node inside ``"a"``. The root module ``""``
+is not a group (it holds everything). A graph larger than :data:`COLLAPSE_THRESHOLD` nodes opens
+with groups collapsed so that about :data:`VISIBLE_BUDGET` elements are drawn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import defaultdict
+
+import networkx as nx
+import torch
+
+from hookviz.run import Run
+
+COLLAPSE_THRESHOLD = 300
+VISIBLE_BUDGET = 150
+VANISHING_THRESHOLD = 1e-6
+GROUP_PREFIX = "group:"
+MODULE_PREFIX = "module:"
+
+
+def json_float(value: float | None) -> float | str | None:
+    """A float JSON can hold: NaN/Inf as "nan"/"inf"/"-inf", None stays None."""
+    if value is None:
+        return None
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def tensor_json(record) -> dict | None:
+    """A TensorRecord (or None) as JSON."""
+    return None if record is None else record.to_dict()
+
+
+def tensors_json(records) -> list | None:
+    """A tuple of TensorRecords as a JSON list (None stays None)."""
+    return None if records is None else [tensor_json(r) for r in records]
+
+
+def group_id(module: str) -> str:
+    """The id of the compound node drawn for a module."""
+    return GROUP_PREFIX + module
+
+
+def parent_module(module: str) -> str | None:
+    """``"a.b.c"`` -> ``"a.b"``, ``"a"`` -> None (the root is not a group)."""
+    if "." not in module:
+        return None
+    return module.rsplit(".", 1)[0]
+
+
+def structure_key(graph: nx.DiGraph) -> str:
+    """A hash of the graph's node ids and edges: equal for re-runs of the same graph."""
+    digest = hashlib.blake2b(digest_size=12)
+    for node in graph.nodes:
+        digest.update(node.encode())
+        digest.update(b"\0")
+    digest.update(b"\1")
+    for u, v in graph.edges:
+        digest.update(f"{u}\0{v}\0".encode())
+    return digest.hexdigest()
+
+
+def layers(graph: nx.DiGraph) -> dict[str, int]:
+    """Layer of each node, loss last: as late as possible, i.e. the loss's layer minus the longest
+    path from the node to the loss (linear time). A parameter then sits next to the op that uses
+    it, not with every other leaf in the first layer."""
+    generations = list(nx.topological_generations(graph.reverse(copy=False)))
+    last = len(generations) - 1
+    return {node: last - i for i, generation in enumerate(generations) for node in generation}
+
+
+def module_norms(run: Run) -> dict[str, float | None]:
+    """Norm of the gradient into each module's inputs (what a full backward hook's ``grad_input``
+    holds), over all its calls: ``sqrt(sum of squared norms)``; None when no input got a gradient."""
+    squares: dict[str, float] = {}
+    for call in run.calls:
+        for record in call.grad_input:
+            if record is None or record.norm is None:
+                continue
+            squares[call.module] = squares.get(call.module, 0.0) + float(record.norm) ** 2
+    return {module: math.sqrt(total) for module, total in squares.items()}
+
+
+def _color_range(norms) -> dict:
+    logs = [math.log10(n) for n in norms if n is not None and math.isfinite(n) and n > 0]
+    if not logs:
+        return {"lo": -1.0, "hi": 1.0}
+    lo, hi = math.floor(min(logs)), math.ceil(max(logs))
+    if hi <= lo:
+        hi = lo + 1
+    return {"lo": lo, "hi": hi}
+
+
+def graph_json(
+    run: Run, baseline: Run | None = None, structure: tuple[str, dict] | None = None
+) -> dict:
+    """The op graph, its module groups and the module-level view, as the page draws them.
+
+    Args:
+        run: the run to show.
+        baseline: the run to compare with (for the colour range, so both runs share one scale).
+        structure: ``(structure_key, layers)`` from an earlier call on the same graph, to skip
+            recomputing them on a re-run.
+
+    Returns:
+        ``{"structure", "nodes", "edges", "groups", "module_view", "color_range", "layers_count"}``.
+        Node: ``{id, op, module, kind, layer, order, norm, nan, edited, user_hooks}``; edge:
+        ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, label,
+        size, norm, nan, edited, user_hooks}``.
+    """
+    graph = run.graph
+    key, layer = structure if structure is not None else (structure_key(graph), layers(graph))
+    edited_targets = {edit.target for edit in run.edits}
+    nodes = []
+    by_module: dict[str, list[dict]] = defaultdict(list)
+    module_names = set(run.modules)
+    for node_id, attrs in graph.nodes(data=True):
+        norm = attrs.get("grad_norm")
+        kind = attrs.get("kind", "op")
+        item = {
+            "id": node_id,
+            "op": attrs.get("op", ""),
+            "module": _leaf_module(node_id, module_names)
+            if kind == "leaf"
+            else attrs.get("module", ""),
+            "kind": kind,
+            "layer": layer.get(node_id, 0),
+            "order": attrs.get("order"),
+            "norm": json_float(norm),
+            "nan": bool(attrs.get("has_nan")) or (norm is not None and not math.isfinite(norm)),
+            "edited": bool(attrs.get("edited")) or node_id in edited_targets,
+            "user_hooks": int(attrs.get("user_hooks") or 0),
+        }
+        nodes.append(item)
+        by_module[item["module"]].append(item)
+    edges = [[u, v, attrs.get("slot", 0)] for u, v, attrs in graph.edges(data=True)]
+
+    boundary = module_norms(run)
+    module_hooks = defaultdict(int)
+    for call in run.calls:
+        module_hooks[call.module] += len(call.user_hooks)
+    groups = _groups(by_module, boundary, edited_targets, module_hooks)
+    norms = [n.get("grad_norm") for _, n in graph.nodes(data=True)]
+    if baseline is not None and baseline is not run:
+        norms += [n.get("grad_norm") for _, n in baseline.graph.nodes(data=True)]
+    return {
+        "structure": key,
+        "nodes": nodes,
+        "edges": edges,
+        "groups": groups,
+        "module_view": module_view_json(
+            run, nodes, edges, boundary, layer, edited_targets, module_hooks
+        ),
+        "color_range": _color_range(norms),
+        "layers_count": 1 + max(layer.values(), default=0),
+    }
+
+
+def _leaf_module(name: str, module_names: set[str]) -> str:
+    """The group of a leaf: a parameter ``"a.b.weight"`` sits in module ``"a.b"``; a forward
+    argument (or a parameter of the root module) in the root ``""``."""
+    owner = name.rsplit(".", 1)[0] if "." in name else ""
+    return owner if owner in module_names else ""
+
+
+def _combine(norms) -> float | None:
+    present = [n for n in norms if n is not None]
+    if not present:
+        return None
+    return (
+        math.sqrt(sum(n * n for n in present))
+        if all(math.isfinite(n) for n in present)
+        else math.inf
+    )
+
+
+def _as_float(value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return float(value)
+    return float(value)
+
+
+def _groups(by_module, boundary, edited_targets, module_hooks) -> list[dict]:
+    """One group per non-root module that created nodes, plus every enclosing module."""
+    members: dict[str, list[dict]] = defaultdict(list)
+    for module, items in by_module.items():
+        name = module
+        while name:
+            members[name].extend(items)
+            name = parent_module(name)
+    groups = []
+    for module in sorted(members, key=lambda m: (m.count("."), m)):
+        items = members[module]
+        norm = boundary.get(module)
+        if norm is None:
+            norm = _combine([_as_float(i["norm"]) for i in items if i["kind"] == "op"])
+        groups.append(
+            {
+                "id": group_id(module),
+                "module": module,
+                "parent": None
+                if parent_module(module) is None
+                else group_id(parent_module(module)),
+                "label": module,
+                "size": len(items),
+                "norm": json_float(norm),
+                "nan": any(i["nan"] for i in items),
+                "edited": module in edited_targets or any(i["edited"] for i in items),
+                "user_hooks": module_hooks.get(module, 0) + sum(i["user_hooks"] for i in items),
+            }
+        )
+    return groups
+
+
+def module_view_json(run, nodes, edges, boundary, layer, edited_targets, module_hooks) -> dict:
+    """The module-level view: one node per module that created ops (leaves of the root module
+    stay as themselves), edges merged between modules (networkx quotient)."""
+    owner = {}
+    for item in nodes:
+        if item["kind"] == "leaf" and item["module"] == "":
+            owner[item["id"]] = item["id"]
+        else:
+            owner[item["id"]] = MODULE_PREFIX + item["module"]
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(dict.fromkeys(owner.values()))
+    for u, v, _ in edges:
+        a, b = owner[u], owner[v]
+        if a != b:
+            quotient.add_edge(a, b)
+    members = defaultdict(list)
+    for item in nodes:
+        members[owner[item["id"]]].append(item)
+    # Layers of the quotient: it can have cycles (a module used twice), so fall back to node layers.
+    view_layer = {}
+    for view_id, items in members.items():
+        view_layer[view_id] = min(layer.get(i["id"], 0) for i in items)
+    view_nodes = []
+    for view_id in quotient.nodes:
+        items = members[view_id]
+        if view_id.startswith(MODULE_PREFIX):
+            module = view_id[len(MODULE_PREFIX) :]
+            norm = boundary.get(module)
+            if norm is None:
+                norm = _combine([_as_float(i["norm"]) for i in items if i["kind"] == "op"])
+            view_nodes.append(
+                {
+                    "id": view_id,
+                    "label": f"{module or '(root)'} ({len(items)})",
+                    "target": view_id,
+                    "module": module,
+                    "kind": "module",
+                    "layer": view_layer[view_id],
+                    "norm": json_float(norm),
+                    "nan": any(i["nan"] for i in items),
+                    "edited": module in edited_targets or any(i["edited"] for i in items),
+                    "user_hooks": module_hooks.get(module, 0) + sum(i["user_hooks"] for i in items),
+                    "members": [i["id"] for i in items],
+                }
+            )
+        else:
+            item = items[0]
+            view_nodes.append(
+                {**item, "label": item["id"], "target": item["id"], "members": [item["id"]]}
+            )
+    return {"nodes": view_nodes, "edges": [[u, v] for u, v in quotient.edges]}
+
+
+def default_collapsed(
+    graph_data: dict, threshold: int = COLLAPSE_THRESHOLD, budget: int = VISIBLE_BUDGET
+) -> list[str]:
+    """Modules to collapse when the widget opens: none for a small graph; for a large one, start
+    from every top-level module collapsed and expand the largest while the drawn element count
+    stays within ``budget``."""
+    nodes = graph_data["nodes"]
+    groups = graph_data["groups"]
+    if len(nodes) <= threshold or not groups:
+        return []
+    children = defaultdict(list)
+    size = {}
+    direct = defaultdict(int)  # op nodes whose innermost module is this group
+    for g in groups:
+        size[g["module"]] = g["size"]
+        children[g["parent"]].append(g["module"])
+    for item in nodes:
+        direct[item["module"]] += 1
+    root_nodes = direct.get("", 0)
+    collapsed = set(children[None])
+    count = root_nodes + len(collapsed)
+    # Expanding a collapsed module m draws its direct nodes and its child groups instead of one node,
+    # plus the frame of m itself.
+    frontier = sorted(collapsed, key=lambda m: -size[m])
+    while frontier:
+        module = frontier.pop(0)
+        kids = children[group_id(module)]
+        added = direct.get(module, 0) + len(kids)
+        if count + added > budget:
+            continue
+        collapsed.discard(module)
+        collapsed.update(kids)
+        count += added
+        frontier = sorted(set(frontier) | set(kids), key=lambda m: -size[m])
+    return sorted(collapsed)
+
+
+def _hooks_json(run: Run, node_id: str, record) -> list[dict]:
+    """The hooks at a node: the user's own, hookviz's recording hook, and the edits installed there."""
+    hooks = [
+        {"owner": "user", "kind": h.kind, "name": h.name, "where": h.where}
+        for h in record.user_hooks
+    ]
+    hooks.append(
+        {
+            "owner": "hookviz",
+            "kind": "node post-hook",
+            "name": "record grad_outputs / grad_inputs",
+            "where": node_id,
+        }
+    )
+    for edit in run.edits:
+        if edit.target == node_id:
+            hooks.append(
+                {
+                    "owner": "hookviz",
+                    "kind": f"edit {edit.id}",
+                    "name": f"{edit.slot} <- {edit.source}",
+                    "where": node_id,
+                }
+            )
+    for call in run.hooks_at(node_id):
+        if call.kind != "edit":
+            hooks.append(
+                {
+                    "owner": "user",
+                    "kind": f"fired: {call.kind}",
+                    "name": call.name,
+                    "where": call.where,
+                }
+            )
+    return hooks
+
+
+def _changed(after, before) -> list[bool] | None:
+    if after is None or before is None:
+        return None
+    out = []
+    for i, a in enumerate(after):
+        b = before[i] if i < len(before) else None
+        out.append(_record_changed(a, b))
+    return out
+
+
+def _record_changed(a, b) -> bool:
+    if (a is None) != (b is None):
+        return True
+    if a is None:
+        return False
+    if a.value is not None and b.value is not None:
+        if a.value.shape != b.value.shape or a.value.dtype != b.value.dtype:
+            return True
+        return not torch.allclose(a.value, b.value, rtol=0, atol=0, equal_nan=True)
+    return (a.shape, a.norm, a.min, a.max, a.nan_count, a.inf_count) != (
+        b.shape,
+        b.norm,
+        b.min,
+        b.max,
+        b.nan_count,
+        b.inf_count,
+    )
+
+
+def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> dict:
+    """What the inspector shows for one node; raises TargetError for an unknown id.
+
+    ``before`` holds the baseline run's ``grad_inputs`` / ``grad_outputs`` and ``changed`` which
+    of them differ, when a baseline other than ``run`` is given and has the node.
+    """
+    record = run.node(node_id)
+    out = {
+        "id": node_id,
+        "target": node_id,
+        "kind": "node",
+        "op": record.op,
+        "module": record.module,
+        "node_kind": record.kind,
+        "order": record.order,
+        "output": tensor_json(record.output),
+        "grad_outputs": tensors_json(record.grad_outputs),
+        "grad_inputs": tensors_json(record.grad_inputs),
+        "grad_inputs_before_edit": tensors_json(record.grad_inputs_before_edit),
+        "saved": [
+            {"name": s.name, "shape": list(s.shape), "dtype": s.dtype, "nbytes": s.nbytes}
+            for s in record.saved
+        ],
+        "hooks": _hooks_json(run, node_id, record),
+        "sites": list(record.sites),
+        "edited": any(edit.target == node_id for edit in run.edits),
+        "before": None,
+        "changed": None,
+    }
+    if record.kind == "leaf":
+        grad = run.leaf_grad(node_id)
+        out["leaf_grad"] = None if grad is None else _leaf_tensor_json(grad)
+    before = baseline.nodes.get(node_id) if baseline is not None and baseline is not run else None
+    if before is not None:
+        out["before"] = {
+            "grad_inputs": tensors_json(before.grad_inputs),
+            "grad_outputs": tensors_json(before.grad_outputs),
+        }
+        out["changed"] = {
+            "grad_inputs": _changed(record.grad_inputs, before.grad_inputs),
+            "grad_outputs": _changed(record.grad_outputs, before.grad_outputs),
+        }
+    return out
+
+
+def module_inspector_json(
+    run: Run, module: str, sites: list[str], baseline: Run | None = None
+) -> dict:
+    """What the inspector shows for a module: forward inputs/output, full and legacy backward
+    hook views (first call). Raises TargetError for a module that did not run."""
+    call = run.module_io(module)
+    out = {
+        "id": MODULE_PREFIX + module,
+        "target": module,
+        "kind": "module",
+        "op": call.type,
+        "module": module,
+        "node_kind": "module",
+        "order": None,
+        "inputs": {
+            k: (v if isinstance(v, str) else tensor_json(v)) for k, v in call.inputs.items()
+        },
+        "output_list": tensors_json(call.output),
+        "grad_input": tensors_json(call.grad_input),
+        "grad_output": tensors_json(call.grad_output),
+        "legacy_grad_input": tensors_json(call.legacy_grad_input),
+        "legacy_grad_output": tensors_json(call.legacy_grad_output),
+        "output_node": call.output_node,
+        "hooks": [
+            {"owner": "user", "kind": h.kind, "name": h.name, "where": h.where}
+            for h in call.user_hooks
+        ]
+        + [
+            {
+                "owner": "hookviz",
+                "kind": f"edit {e.id}",
+                "name": f"{e.slot} <- {e.source}",
+                "where": module,
+            }
+            for e in run.edits
+            if e.target == module
+        ],
+        "sites": list(sites),
+        "edited": any(e.target == module for e in run.edits),
+        "before": None,
+        "changed": None,
+    }
+    if baseline is not None and baseline is not run:
+        try:
+            before = baseline.module_io(module)
+        except Exception:  # the module did not run in the baseline
+            before = None
+        if before is not None:
+            out["before"] = {
+                "grad_input": tensors_json(before.grad_input),
+                "grad_output": tensors_json(before.grad_output),
+            }
+            out["changed"] = {
+                "grad_input": _changed(call.grad_input, before.grad_input),
+                "grad_output": _changed(call.grad_output, before.grad_output),
+            }
+    return out
+
+
+def _leaf_tensor_json(tensor) -> dict:
+    from hookviz.stats import summarise
+
+    return summarise(tensor.detach()).to_dict()
+
+
+def _summaries(tensors: dict) -> dict[str, dict | None]:
+    """Summaries of many tensors by name, reduced in one batch."""
+    from hookviz.stats import StatsBatch
+
+    batch = StatsBatch()
+    keys = {name: batch.add(t.detach()) for name, t in tensors.items() if t is not None}
+    records = batch.compute()
+    return {name: (records[keys[name]].to_dict() if name in keys else None) for name in tensors}
+
+
+def leaf_summary_json(
+    run: Run, baseline: Run | None = None, baseline_summaries: dict | None = None
+) -> list[dict]:
+    """Every leaf's grad in the baseline and in ``run``: ``[{name, before, after, changed}]``.
+
+    ``baseline_summaries`` (from :func:`leaf_summaries`) skips summarising the baseline again;
+    a leaf whose gradient did not change reuses the baseline's summary.
+    """
+    import hookviz
+
+    base = baseline if baseline is not None else run
+    difference = hookviz.diff(base, run)
+    before = baseline_summaries if baseline_summaries is not None else leaf_summaries(base)
+    after = _summaries(
+        {name: leaf.after for name, leaf in difference.leaves.items() if leaf.changed}
+    )
+    return [
+        {
+            "name": name,
+            "before": _compact(before.get(name)),
+            "after": _compact(after[name] if leaf.changed else before.get(name)),
+            "changed": bool(leaf.changed),
+        }
+        for name, leaf in difference.leaves.items()
+    ]
+
+
+LEAF_VALUE_LIMIT = 16
+
+
+def _compact(summary: dict | None) -> dict | None:
+    """A leaf grad summary for the leaf table: the value only when it has at most
+    :data:`LEAF_VALUE_LIMIT` elements, else its norm, min and max; no histogram."""
+    if summary is None:
+        return None
+    keep = ("shape", "dtype", "numel", "norm", "min", "max", "nan_count", "inf_count")
+    out = {k: summary.get(k) for k in keep}
+    out["value"] = summary.get("value") if (summary.get("numel") or 0) <= LEAF_VALUE_LIMIT else None
+    return out
+
+
+def leaf_summaries(run: Run) -> dict[str, dict | None]:
+    """Summary of every leaf's grad in ``run``, by leaf name."""
+    return _summaries({name: run.leaf_grad(name) for name in run.leaf_names})
+
+
+def chart_json(
+    run: Run, baseline: Run | None = None, threshold: float = VANISHING_THRESHOLD
+) -> dict:
+    """Gradient flow: per module (in call order), the norm of the gradient into its inputs in
+    ``run`` and in ``baseline``; modules with no input gradient fall back to their nodes' norms."""
+    current = module_norms(run)
+    before = module_norms(baseline) if baseline is not None else current
+    fallback = _module_node_norms(run)
+    fallback_before = _module_node_norms(baseline) if baseline is not None else fallback
+    ran = [m for m in run.modules if m in current or m in fallback]
+    # One point per layer: the innermost modules (those with no child module that ran).
+    parents = {parent_module(m) for m in ran if m} | ({""} if any(m for m in ran) else set())
+    modules = [m for m in ran if m not in parents] or ran
+    return {
+        "modules": modules,
+        "current": [json_float(current.get(m, fallback.get(m))) for m in modules],
+        "baseline": [json_float(before.get(m, fallback_before.get(m))) for m in modules],
+        "threshold": threshold,
+    }
+
+
+def _module_node_norms(run: Run) -> dict[str, float | None]:
+    per_module = defaultdict(list)
+    for _, attrs in run.graph.nodes(data=True):
+        if attrs.get("kind") == "op":
+            per_module[attrs.get("module", "")].append(attrs.get("grad_norm"))
+    return {m: _combine(v) for m, v in per_module.items()}
+
+
+def replay_json(run: Run) -> list[dict]:
+    """The recorded backward execution order as replay steps: ``[{node, op, hooks}]``; the user
+    hooks and edits that fired at a node are attached to its step."""
+    steps: list[dict] = []
+    step_of: dict[str, int] = {}
+    pending: dict[str, list[dict]] = defaultdict(list)
+    for event in run.events:
+        if event.kind == "node":
+            node = run.nodes.get(event.node)
+            step_of[event.node] = len(steps)
+            steps.append(
+                {
+                    "node": event.node,
+                    "op": node.op if node else "",
+                    "hooks": pending.pop(event.node, []),
+                }
+            )
+        else:
+            fired = {"kind": event.kind, "detail": event.detail}
+            if event.node in step_of:
+                steps[step_of[event.node]]["hooks"].append(fired)
+            elif event.node is not None:
+                pending[event.node].append(fired)
+            elif steps:
+                steps[-1]["hooks"].append(fired)
+    return steps
+
+
+def log_json(run: Run) -> list[dict]:
+    """What the user's hooks printed: ``[{hook, where, text}]``."""
+    return [{"hook": e.hook, "where": e.where, "text": e.text} for e in run.log]
+
+
+def edits_json(edits) -> list[dict]:
+    """Active edits: ``[{id, target, slot, source}]``."""
+    return [
+        {"id": e.id, "target": e.target, "slot": str(e.slot), "source": e.source} for e in edits
+    ]

@@ -1,0 +1,267 @@
+// hookviz widget entry point (anywidget ESM). Python holds the state; this file draws it and
+// sends requests back with model.send({type, ...}).
+import css from "./style.css";
+import { errorLine, fill, h } from "./dom.js";
+import { GraphView } from "./graphview.js";
+import { renderInspector } from "./inspector.js";
+import { renderEditor, renderEdits, renderLeaves, renderLog, ReplayBar } from "./panels.js";
+import { renderChart, destroyChart } from "./chart.js";
+import {
+  formatNumber,
+  legendStops,
+  NAN_COLOR,
+  NO_GRAD_COLOR,
+  ZERO_GRAD_COLOR,
+  EDIT_COLOR,
+  HOOK_COLOR,
+  replayState,
+} from "./logic.js";
+
+function legend(range) {
+  const stops = legendStops(range, 5);
+  const sw = (color, text, extra = "") =>
+    h("span", { class: "hv-sw" }, h("i", { style: `background:${color};${extra}` }), text);
+  return [
+    h("div", { class: "hv-legend-title" }, "log10 ‖grad‖"),
+    h("div", {
+      class: "hv-legend-bar",
+      style: `background:linear-gradient(to right, ${stops.map((s) => s.color).join(",")})`,
+    }),
+    h(
+      "div",
+      { class: "hv-legend-ticks" },
+      stops.map((s) => h("span", {}, formatNumber(Math.round(s.log10 * 10) / 10))),
+    ),
+    h(
+      "div",
+      { class: "hv-legend-keys" },
+      sw(NAN_COLOR, "NaN/Inf"),
+      sw(ZERO_GRAD_COLOR, "zero"),
+      sw(NO_GRAD_COLOR, "no grad"),
+      sw("#fff", "edited", `border:3px solid ${EDIT_COLOR}`),
+      sw("#fff", "user hook", `border:3px dashed ${HOOK_COLOR}`),
+    ),
+  ];
+}
+
+function render({ model, el }) {
+  const send = (msg) => model.send(msg);
+  const root = h("div", { class: "hookviz-widget" });
+  el.append(h("style", {}, css), root);
+
+  // Toolbar: view toggle, collapse, device, re-run.
+  const viewOps = h(
+    "button",
+    { class: "hv-view-ops", onclick: () => send({ type: "set_view", view: "ops" }) },
+    "Op graph",
+  );
+  const viewModules = h(
+    "button",
+    { class: "hv-view-modules", onclick: () => send({ type: "set_view", view: "modules" }) },
+    "Modules",
+  );
+  const collapseAll = h(
+    "button",
+    { class: "hv-collapse-all", onclick: () => send({ type: "collapse_all" }) },
+    "Collapse all",
+  );
+  const expandAll = h("button", { class: "hv-expand-all", onclick: () => send({ type: "expand_all" }) }, "Expand all");
+  const fitBtn = h("button", { class: "hv-fit", onclick: () => graphView?.fit() }, "Fit");
+  const device = h("select", { class: "hv-device", "aria-label": "device" });
+  const rerun = h(
+    "button",
+    {
+      class: "hv-rerun",
+      onclick: () => {
+        mark("rerun");
+        send({ type: "rerun", device: device.value });
+      },
+    },
+    "Re-run backward",
+  );
+  const summary = h("span", { class: "hv-summary" });
+  const rerunError = errorLine("");
+  const viewError = errorLine("");
+  const toolbar = h(
+    "div",
+    { class: "hv-toolbar" },
+    h("span", { class: "hv-brand" }, "hookviz"),
+    h("span", { class: "hv-group" }, viewOps, viewModules, viewError),
+    h("span", { class: "hv-group" }, collapseAll, expandAll, fitBtn),
+    h("span", { class: "hv-group" }, h("label", {}, "device ", device), rerun, rerunError),
+    summary,
+  );
+
+  const cyEl = h("div", { class: "hv-cy" });
+  const legendEl = h("div", { class: "hv-legend" });
+  const graphError = errorLine("");
+  const inspectorEl = h("div", { class: "hv-inspector" });
+  const editorEl = h("div", { class: "hv-editor" });
+  const selectError = errorLine("");
+  const main = h(
+    "div",
+    { class: "hv-main" },
+    h("div", { class: "hv-graph" }, cyEl, legendEl, graphError),
+    h("div", { class: "hv-side" }, selectError, inspectorEl, editorEl),
+  );
+  const replayEl = h("div", { class: "hv-replay" });
+  const leavesEl = h("div", { class: "hv-leaves" });
+  const editsEl = h("div", { class: "hv-edits" });
+  const logEl = h("div", { class: "hv-log" });
+  const chartEl = h("div", { class: "hv-chart" });
+  const messageError = errorLine("");
+  root.append(
+    toolbar,
+    messageError,
+    main,
+    replayEl,
+    h("div", { class: "hv-bottom" }, leavesEl, editsEl, logEl),
+    chartEl,
+  );
+
+  const paints = [];
+  // Timestamps (performance.now()) of user actions and their answers, read by the benchmark.
+  const marks = { render: performance.now() };
+  const mark = (name) => {
+    marks[name] = performance.now();
+  };
+  root.hookviz = { cy: null, paints, marks, model };
+  // cytoscape needs its container in the page with a size: anywidget calls render() before
+  // attaching el, so the graph view is made once el is connected.
+  let graphView = null;
+  const makeGraphView = () => {
+    graphView = new GraphView(cyEl, {
+      onSelect: (id) => {
+        mark("tap");
+        send({ type: "select", node: id });
+      },
+      onToggleGroup: (module) => send({ type: "toggle_group", module }),
+      onPaint: (p) => {
+        paints.push({ ...p, run: (model.get("graph") || {}).run, at: performance.now() });
+        root.dataset.painted = String(paints.length);
+      },
+    });
+    // For tests and benchmarks: the cytoscape instance and paint timings on the root element.
+    root.cy = graphView.cy;
+    root.hookviz.cy = graphView.cy;
+  };
+
+  let replayK = -1;
+  const replay = new ReplayBar(replayEl, {
+    onStep: (k) => {
+      replayK = k;
+      const steps = model.get("replay") || [];
+      const state = replayState(steps, k);
+      graphView?.showReplay(state);
+      if (state.current) send({ type: "select", node: state.current, replay: true });
+    },
+  });
+
+  const errors = () => model.get("errors") || {};
+  const drawErrors = () => {
+    const e = errors();
+    rerunError.textContent = e.rerun || e.device || "";
+    viewError.textContent = e.view || "";
+    graphError.textContent = e.group || "";
+    selectError.textContent = e.select || "";
+    messageError.textContent = e.message || "";
+  };
+  const drawGraph = () => {
+    const g = model.get("graph") || {};
+    fill(legendEl, legend(g.color_range));
+    if (!graphView) return Promise.resolve();
+    const inspector = model.get("inspector") || {};
+    return graphView
+      .render(g, { collapsed: model.get("collapsed") || [], view: model.get("view") || "ops", selected: inspector.id })
+      .then(() => graphView.showReplay(replayState(model.get("replay") || [], replayK)));
+  };
+  const drawSummary = () => {
+    const s = model.get("summary") || {};
+    summary.textContent =
+      s.loss === undefined
+        ? ""
+        : `loss ${formatNumber(s.loss)} (baseline ${formatNumber(s.baseline_loss)}) · run ${s.run} on ${s.device}`;
+    const view = model.get("view");
+    viewOps.classList.toggle("hv-on", view !== "modules");
+    viewModules.classList.toggle("hv-on", view === "modules");
+  };
+  const drawDevices = () => {
+    const current = model.get("device");
+    fill(
+      device,
+      (model.get("devices") || []).map((d) => h("option", { value: d }, d)),
+    );
+    device.value = current;
+  };
+  const drawInspector = () => {
+    const data = model.get("inspector") || {};
+    renderInspector(inspectorEl, data);
+    renderEditor(editorEl, data, errors().edit, (msg) => {
+      mark("apply");
+      send(msg);
+    });
+    mark("inspector");
+    graphView?.select(data.id);
+  };
+  const drawEdits = () =>
+    mark("edits") || renderEdits(editsEl, model.get("edits") || [], model.get("code") || "", errors().edits, send);
+  const drawChart = () => renderChart(chartEl, model.get("chart"));
+
+  const handlers = {
+    "change:graph": drawGraph,
+    "change:collapsed": drawGraph,
+    "change:view": () => {
+      drawGraph();
+      drawSummary();
+    },
+    "change:summary": drawSummary,
+    "change:devices": drawDevices,
+    "change:device": drawDevices,
+    "change:inspector": drawInspector,
+    "change:errors": () => {
+      drawErrors();
+      drawInspector();
+      drawEdits();
+    },
+    "change:edits": drawEdits,
+    "change:code": drawEdits,
+    "change:leaf_summary": () => renderLeaves(leavesEl, model.get("leaf_summary")),
+    "change:log": () => renderLog(logEl, model.get("log")),
+    "change:replay": () => replay.setSteps(model.get("replay")),
+    "change:chart": drawChart,
+  };
+  for (const [ev, fn] of Object.entries(handlers)) model.on(ev, fn);
+
+  drawDevices();
+  drawSummary();
+  drawErrors();
+  drawInspector();
+  drawEdits();
+  renderLog(logEl, model.get("log"));
+  replay.setSteps(model.get("replay"));
+  // Draw once the element is in the page, so cytoscape knows its size.
+  let frame = 0;
+  const whenAttached = () => {
+    if (!cyEl.isConnected || cyEl.clientWidth === 0) {
+      frame = requestAnimationFrame(whenAttached);
+      return;
+    }
+    makeGraphView();
+    // The graph first; the leaf table and the chart once it is on screen.
+    drawGraph().then(() => {
+      renderLeaves(leavesEl, model.get("leaf_summary"));
+      drawChart();
+    });
+  };
+  frame = requestAnimationFrame(whenAttached);
+
+  return () => {
+    for (const [ev, fn] of Object.entries(handlers)) model.off(ev, fn);
+    cancelAnimationFrame(frame);
+    replay.destroy();
+    graphView?.destroy();
+    destroyChart(chartEl);
+  };
+}
+
+export default { render };

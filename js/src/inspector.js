@@ -1,0 +1,195 @@
+// The inspector: what one node (or module) saw during the run, before -> after, and its hooks.
+import { add, h } from "./dom.js";
+import { formatNumber, formatValue, parseNumber } from "./logic.js";
+
+const SVG = "http://www.w3.org/2000/svg";
+
+/** A small bar chart of a histogram ({counts, edges}). */
+export function histogram(hist) {
+  if (!hist || !hist.counts || !hist.counts.length) return null;
+  const counts = hist.counts;
+  const w = 160;
+  const ht = 36;
+  const max = Math.max(1, ...counts);
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("width", w);
+  svg.setAttribute("height", ht);
+  svg.setAttribute("class", "hv-hist");
+  const bw = w / counts.length;
+  counts.forEach((c, i) => {
+    const r = document.createElementNS(SVG, "rect");
+    const bh = (c / max) * (ht - 2);
+    r.setAttribute("x", i * bw);
+    r.setAttribute("y", ht - bh);
+    r.setAttribute("width", Math.max(1, bw - 1));
+    r.setAttribute("height", bh);
+    svg.append(r);
+  });
+  const edges = hist.edges || [];
+  return h(
+    "div",
+    { class: "hv-histwrap" },
+    svg,
+    h("div", { class: "hv-muted" }, `${formatNumber(edges[0])} … ${formatNumber(edges[edges.length - 1])}`),
+  );
+}
+
+/** One tensor summary: header line, then the value when small, statistics and histogram when large. */
+export function tensorView(t) {
+  if (!t) return h("span", { class: "hv-muted" }, "None");
+  const head = `${t.dtype}[${(t.shape || []).join(", ")}] ${t.device || ""}`;
+  const bad = (t.nan_count || 0) + (t.inf_count || 0) > 0;
+  const parts = [h("span", { class: "hv-shape" }, head)];
+  if (t.value !== null && t.value !== undefined) {
+    parts.push(h("code", { class: bad ? "hv-value hv-bad" : "hv-value" }, formatValue(t.value)));
+  } else {
+    parts.push(
+      h(
+        "div",
+        { class: bad ? "hv-stats hv-bad" : "hv-stats" },
+        `norm ${formatNumber(t.norm)} · mean ${formatNumber(t.mean)} · min ${formatNumber(t.min)} · max ${formatNumber(t.max)}` +
+          ` · zeros ${formatNumber(Math.round((parseNumber(t.zero_fraction) || 0) * 1000) / 10)}%` +
+          (bad ? ` · NaN ${t.nan_count} · Inf ${t.inf_count}` : ""),
+      ),
+    );
+    parts.push(histogram(t.histogram));
+  }
+  return h("div", { class: "hv-tensor" }, parts);
+}
+
+/** A list of tensors with before -> after when a "before" list is given and differs. */
+function tensorList(title, after, before, changed) {
+  if (!after) return null;
+  const rows = after.map((t, i) => {
+    const b = before ? before[i] : undefined;
+    const showBefore = b !== undefined && changed && changed[i];
+    return h(
+      "tr",
+      {},
+      h("td", { class: "hv-slot" }, `[${i}]`),
+      h(
+        "td",
+        {},
+        showBefore ? h("div", { class: "hv-before" }, h("span", { class: "hv-tag" }, "before"), tensorView(b)) : null,
+        h(
+          "div",
+          { class: showBefore ? "hv-after" : "" },
+          showBefore ? h("span", { class: "hv-tag" }, "after") : null,
+          tensorView(t),
+        ),
+      ),
+    );
+  });
+  return h(
+    "div",
+    { class: "hv-section" },
+    h("h4", {}, title),
+    h("table", { class: "hv-tensors" }, rows.length ? rows : h("tr", {}, h("td", {}, "(none)"))),
+  );
+}
+
+/** Fill the inspector element from the `inspector` traitlet. */
+export function renderInspector(el, data) {
+  el.replaceChildren();
+  if (!data || !data.id) {
+    add(el, h("div", { class: "hv-muted hv-hint" }, "Click a node of the graph to inspect it."));
+    return;
+  }
+  const title = data.kind === "module" ? `module ${data.module === "" ? "(root)" : data.module}` : `${data.op}`;
+  const meta = [
+    ["id", data.id],
+    ["module", data.module === "" ? "(root)" : data.module],
+    ["kind", data.node_kind],
+    ["backward order", data.kind === "module" ? null : (data.order ?? "did not run")],
+  ].filter(([, v]) => v !== undefined && v !== null);
+  add(
+    el,
+    h(
+      "h3",
+      { class: "hv-title" },
+      title,
+      data.edited ? h("span", { class: "hv-badge hv-badge-edit" }, "edited") : null,
+    ),
+    h(
+      "table",
+      { class: "hv-meta" },
+      meta.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, String(v)))),
+    ),
+  );
+  const before = data.before || {};
+  const changed = data.changed || {};
+  if (data.kind === "module") {
+    if (data.inputs) {
+      add(
+        el,
+        h(
+          "div",
+          { class: "hv-section" },
+          h("h4", {}, "forward inputs"),
+          h(
+            "table",
+            { class: "hv-tensors" },
+            Object.entries(data.inputs).map(([k, v]) =>
+              h("tr", {}, h("td", { class: "hv-slot" }, k), h("td", {}, typeof v === "string" ? v : tensorView(v))),
+            ),
+          ),
+        ),
+      );
+    }
+    add(el, tensorList("forward output", data.output_list, null, null));
+    add(el, tensorList("grad_output (full backward hook)", data.grad_output, before.grad_output, changed.grad_output));
+    add(el, tensorList("grad_input (full backward hook)", data.grad_input, before.grad_input, changed.grad_input));
+    add(el, tensorList("legacy grad_input (register_backward_hook)", data.legacy_grad_input, null, null));
+  } else {
+    add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), tensorView(data.output)));
+    add(el, tensorList("grad_outputs (pre-hook sees)", data.grad_outputs, before.grad_outputs, changed.grad_outputs));
+    add(el, tensorList("grad_inputs (post-hook sees)", data.grad_inputs, before.grad_inputs, changed.grad_inputs));
+    if (data.grad_inputs_before_edit)
+      add(el, tensorList("grad_inputs before this run's edit", data.grad_inputs_before_edit, null, null));
+    if (data.saved && data.saved.length) {
+      add(
+        el,
+        h(
+          "div",
+          { class: "hv-section" },
+          h("h4", {}, "saved tensors"),
+          h(
+            "table",
+            { class: "hv-tensors" },
+            data.saved.map((s) =>
+              h(
+                "tr",
+                {},
+                h("td", { class: "hv-slot" }, s.name),
+                h("td", {}, `${s.dtype}[${(s.shape || []).join(", ")}] · ${s.nbytes} bytes`),
+              ),
+            ),
+          ),
+        ),
+      );
+    }
+  }
+  if (data.hooks && data.hooks.length) {
+    add(
+      el,
+      h(
+        "div",
+        { class: "hv-section" },
+        h("h4", {}, "hooks here"),
+        h(
+          "ul",
+          { class: "hv-hooks" },
+          data.hooks.map((k) =>
+            h(
+              "li",
+              { class: `hv-hook-${k.owner}` },
+              h("span", { class: "hv-tag" }, k.owner),
+              ` ${k.kind}: ${k.name}`,
+              k.where ? h("span", { class: "hv-muted" }, ` @ ${k.where}`) : null,
+            ),
+          ),
+        ),
+      ),
+    );
+  }
+}

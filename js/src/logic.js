@@ -1,0 +1,290 @@
+// Pure logic of the widget: colour scale, grouping/collapse, replay state, number formatting.
+// No DOM and no cytoscape here, so vitest can import it directly.
+
+export const NAN_COLOR = "#e53935";
+export const NO_GRAD_COLOR = "#bdbdbd";
+export const ZERO_GRAD_COLOR = "#263238";
+export const EDIT_COLOR = "#ff6d00";
+export const HOOK_COLOR = "#d500f9";
+
+// Viridis, sampled at 9 stops; no red in it, so red can mean NaN/Inf.
+const VIRIDIS = [
+  [68, 1, 84],
+  [72, 40, 120],
+  [62, 74, 137],
+  [49, 104, 142],
+  [38, 130, 142],
+  [31, 158, 137],
+  [53, 183, 121],
+  [109, 205, 89],
+  [180, 222, 44],
+  [253, 231, 37],
+];
+
+function toHex([r, g, b]) {
+  const h = (v) => Math.round(v).toString(16).padStart(2, "0");
+  return `#${h(r)}${h(g)}${h(b)}`;
+}
+
+/** Colour of a fraction t in [0, 1] on the viridis scale (clamped). */
+export function viridis(t) {
+  if (!Number.isFinite(t)) t = 0;
+  t = Math.min(1, Math.max(0, t));
+  const x = t * (VIRIDIS.length - 1);
+  const i = Math.min(VIRIDIS.length - 2, Math.floor(x));
+  const f = x - i;
+  const a = VIRIDIS[i];
+  const b = VIRIDIS[i + 1];
+  return toHex([0, 1, 2].map((k) => a[k] + (b[k] - a[k]) * f));
+}
+
+/** Parse a JSON-safe number from Python ("NaN", "Infinity", "-Infinity" or null are allowed). */
+export function parseNumber(v) {
+  if (v === null || v === undefined) return null;
+  if (typeof v === "number") return v;
+  if (v === "NaN" || v === "nan") return NaN;
+  if (v === "Infinity" || v === "inf") return Infinity;
+  if (v === "-Infinity" || v === "-inf") return -Infinity;
+  const n = Number(v);
+  return Number.isNaN(n) ? null : n;
+}
+
+/**
+ * Colour of a node from its gradient norm.
+ * range: {lo, hi} in log10 units. nan: the node's gradient holds NaN/Inf.
+ */
+export function normColor(norm, range, nan = false) {
+  if (nan) return NAN_COLOR;
+  const n = parseNumber(norm);
+  if (n === null) return NO_GRAD_COLOR;
+  if (!Number.isFinite(n)) return NAN_COLOR;
+  if (n === 0) return ZERO_GRAD_COLOR;
+  const lo = range?.lo ?? -8;
+  const hi = range?.hi ?? 2;
+  const span = hi - lo > 0 ? hi - lo : 1;
+  return viridis((Math.log10(Math.abs(n)) - lo) / span);
+}
+
+/** Legend stops: [{log10, color}] from lo to hi, `count` stops. */
+export function legendStops(range, count = 5) {
+  const lo = range?.lo ?? -8;
+  const hi = range?.hi ?? 2;
+  const out = [];
+  for (let i = 0; i < count; i++) {
+    const v = count === 1 ? lo : lo + ((hi - lo) * i) / (count - 1);
+    out.push({ log10: v, color: viridis(count === 1 ? 0 : i / (count - 1)) });
+  }
+  return out;
+}
+
+/** Short human form of a number: 3 significant digits, exponent when large or small. */
+export function formatNumber(v) {
+  const n = parseNumber(v);
+  if (n === null) return "–";
+  if (Number.isNaN(n)) return "NaN";
+  if (n === Infinity) return "inf";
+  if (n === -Infinity) return "-inf";
+  if (n === 0) return "0";
+  if (Number.isInteger(n) && Math.abs(n) < 1e9) return String(n);
+  const a = Math.abs(n);
+  if (a >= 1e5 || a < 1e-3) return n.toExponential(2);
+  return String(Number(n.toPrecision(4)));
+}
+
+/** A nested list of numbers as text, e.g. [[1, 2], [3, 4]]. */
+export function formatValue(v) {
+  if (Array.isArray(v)) return `[${v.map(formatValue).join(", ")}]`;
+  return formatNumber(v);
+}
+
+export const groupId = (module) => `group:${module}`;
+
+/**
+ * Index the module groups of a graph: id -> group, and the chain of group ids from the
+ * outermost to the innermost for a module name.
+ */
+export function indexGroups(groups) {
+  const byId = new Map();
+  for (const g of groups || []) byId.set(g.id, g);
+  const chainCache = new Map();
+  const chain = (id) => {
+    if (!id || !byId.has(id)) return [];
+    if (chainCache.has(id)) return chainCache.get(id);
+    const g = byId.get(id);
+    const c = [...chain(g.parent), id];
+    chainCache.set(id, c);
+    return c;
+  };
+  return { byId, chain };
+}
+
+/**
+ * What is visible of an op graph given the set of collapsed module names.
+ *
+ * graph: {nodes: [{id, module, ...}], edges: [[source, target, slot], ...], groups: [{id, module, parent, ...}]}
+ * Returns {nodes, groups, edges, representative}:
+ *  - nodes: visible op nodes, each {node, parent} (parent: group id of an expanded group or null)
+ *  - groups: visible groups, each {group, collapsed, parent}; a collapsed group is drawn as one node
+ *  - edges: [{id, source, target, count}] between visible elements, self loops dropped, merged
+ *  - representative: Map node id -> id of the visible element that stands for it
+ */
+export function visibleGraph(graph, collapsed) {
+  const collapsedSet = collapsed instanceof Set ? collapsed : new Set(collapsed || []);
+  const { byId, chain } = indexGroups(graph.groups);
+  const representative = new Map();
+  const nodes = [];
+  const usedGroups = new Map(); // group id -> collapsed?
+  const markUsed = (ids) => {
+    for (const id of ids) if (!usedGroups.has(id)) usedGroups.set(id, collapsedSet.has(byId.get(id).module));
+  };
+  for (const n of graph.nodes) {
+    const c = chain(groupId(n.module));
+    let rep = null;
+    let k = 0;
+    for (; k < c.length; k++) {
+      if (collapsedSet.has(byId.get(c[k]).module)) {
+        rep = c[k];
+        break;
+      }
+    }
+    if (rep) {
+      markUsed(c.slice(0, k + 1));
+      representative.set(n.id, rep);
+    } else {
+      markUsed(c);
+      representative.set(n.id, n.id);
+      nodes.push({ node: n, parent: c.length ? c[c.length - 1] : null });
+    }
+  }
+  const groups = [];
+  for (const [id, isCollapsed] of usedGroups) {
+    const g = byId.get(id);
+    groups.push({ group: g, collapsed: isCollapsed, parent: g.parent && usedGroups.has(g.parent) ? g.parent : null });
+  }
+  const merged = new Map();
+  for (const [u, v] of graph.edges) {
+    const a = representative.get(u);
+    const b = representative.get(v);
+    if (a === undefined || b === undefined || a === b) continue;
+    const key = `${a}\u0000${b}`;
+    const e = merged.get(key);
+    if (e) e.count += 1;
+    else merged.set(key, { id: `e:${a}->${b}`, source: a, target: b, count: 1 });
+  }
+  return { nodes, groups, edges: [...merged.values()], representative };
+}
+
+/** Number of elements a collapse state draws (op nodes + groups). */
+export function visibleCount(graph, collapsed) {
+  const v = visibleGraph(graph, collapsed);
+  return v.nodes.length + v.groups.length;
+}
+
+/** Toggle a module in a collapsed list, returning a new sorted list. */
+export function toggleCollapsed(collapsed, module) {
+  const s = new Set(collapsed || []);
+  if (s.has(module)) s.delete(module);
+  else s.add(module);
+  return [...s].sort();
+}
+
+/**
+ * Replay state at step k of the recorded backward order.
+ * steps: [{node, hooks: [...]}]. k = -1 means "replay off".
+ * Returns {active, lit: Set of node ids that have run, current: node id running now or null, hooks}.
+ */
+export function replayState(steps, k) {
+  const n = steps ? steps.length : 0;
+  if (k === null || k === undefined || k < 0 || n === 0)
+    return { active: false, lit: new Set(), current: null, hooks: [] };
+  const kk = Math.min(k, n - 1);
+  const lit = new Set();
+  for (let i = 0; i <= kk; i++) lit.add(steps[i].node);
+  return { active: true, lit, current: steps[kk].node, hooks: steps[kk].hooks || [], step: kk };
+}
+
+/** The next step while playing; wraps to -1 (off) after the last one. */
+export function nextStep(k, count) {
+  if (count <= 0) return -1;
+  return k + 1 >= count ? -1 : k + 1;
+}
+
+/** Map replay state (in node ids) onto visible elements (a collapsed group lights when any member ran). */
+export function replayOnVisible(state, representative) {
+  const lit = new Set();
+  for (const id of state.lit) lit.add(representative.get(id) ?? id);
+  const current = state.current === null ? null : (representative.get(state.current) ?? state.current);
+  return { ...state, lit, current };
+}
+
+/**
+ * Chart series from the `chart` traitlet: {modules, current, baseline, threshold}.
+ * Zero or missing norms cannot sit on a log axis, so they become null (a gap).
+ */
+export function chartSeries(chart) {
+  const clean = (xs) =>
+    (xs || []).map((v) => {
+      const n = parseNumber(v);
+      return n !== null && Number.isFinite(n) && n > 0 ? n : null;
+    });
+  return {
+    labels: (chart.modules || []).map((m) => (m === "" ? "(root)" : m)),
+    current: clean(chart.current),
+    baseline: clean(chart.baseline),
+    threshold: parseNumber(chart.threshold),
+  };
+}
+
+/**
+ * Preset positions of the drawn nodes from the layers Python computed (topological generations):
+ * x by layer, y by order within the layer. A collapsed group sits at its earliest member's layer.
+ * Linear time; used for the first frame and for views too large for ELK.
+ */
+export function presetPositions(els, graph, view, representative, aspect = 1.6) {
+  const layerOf = new Map();
+  if (view === "modules") {
+    for (const n of graph.module_view.nodes) layerOf.set(n.id, n.layer ?? 0);
+  } else {
+    for (const n of graph.nodes) {
+      const rep = representative.get(n.id) ?? n.id;
+      const layer = n.layer ?? 0;
+      if (!layerOf.has(rep) || layer < layerOf.get(rep)) layerOf.set(rep, layer);
+    }
+  }
+  const drawn = els.filter((el) => el.group === "nodes" && !(el.data.isGroup && !el.data.collapsed));
+  // Compress the layers that hold drawn nodes to consecutive columns.
+  const ranks = new Map(
+    [...new Set(drawn.map((el) => layerOf.get(el.data.id) ?? 0))].sort((a, b) => a - b).map((l, i) => [l, i]),
+  );
+  const perLayer = new Map();
+  for (const el of drawn) {
+    const r = ranks.get(layerOf.get(el.data.id) ?? 0);
+    perLayer.set(r, (perLayer.get(r) || 0) + 1);
+  }
+  // A deep graph is a long chain: wrap the columns into rows ("snake") to fill the view's shape.
+  const columns = ranks.size;
+  const widest = Math.max(1, ...perLayer.values());
+  const rowHeight = widest * 60 + 100;
+  const perRow = Math.max(1, Math.min(columns, Math.ceil(Math.sqrt((aspect * columns * rowHeight) / 120))));
+  const used = new Map();
+  const pos = {};
+  for (const el of drawn) {
+    const r = ranks.get(layerOf.get(el.data.id) ?? 0);
+    const i = used.get(r) || 0;
+    used.set(r, i + 1);
+    const row = Math.floor(r / perRow);
+    const column = row % 2 === 0 ? r % perRow : perRow - 1 - (r % perRow);
+    pos[el.data.id] = { x: column * 120, y: row * rowHeight + (i - (perLayer.get(r) - 1) / 2) * 60 };
+  }
+  return pos;
+}
+
+/** Copy the layout ELK computed (x, y, size) back onto the graph cytoscape-elk passed in. */
+export function copyLayout(target, result) {
+  if (!result) return;
+  for (const key of ["x", "y", "width", "height"]) if (result[key] !== undefined) target[key] = result[key];
+  if (target.children && result.children) {
+    const byId = new Map(result.children.map((c) => [c.id, c]));
+    for (const child of target.children) copyLayout(child, byId.get(child.id));
+  }
+}

@@ -1,0 +1,247 @@
+// Side and bottom panels: edit panel, active edits + copy as code, leaf summary, hook log, replay bar.
+import { add, errorLine, fill, h } from "./dom.js";
+import { formatValue, formatNumber, nextStep } from "./logic.js";
+
+/** Edit panel: pick a site of the selected node, type an expression, apply. */
+export function renderEditor(el, inspector, error, send) {
+  el.replaceChildren();
+  if (!inspector || !inspector.id) return;
+  const sites = inspector.sites || [];
+  if (!sites.length) {
+    add(el, h("div", { class: "hv-muted" }, "No editable hook site here."));
+    add(el, errorLine(error));
+    return;
+  }
+  const site = h(
+    "select",
+    { class: "hv-site", "aria-label": "hook site" },
+    sites.map((s) => h("option", { value: s }, s)),
+  );
+  const expr = h("input", {
+    class: "hv-expr",
+    type: "text",
+    value: "grad",
+    "aria-label": "expression",
+    spellcheck: "false",
+  });
+  const apply = () =>
+    send({ type: "apply_edit", target: inspector.target ?? inspector.id, slot: site.value, expression: expr.value });
+  expr.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") {
+      e.preventDefault();
+      e.stopPropagation();
+      apply();
+    }
+  });
+  // Keep JupyterLab's notebook shortcuts out of the text box.
+  expr.addEventListener("keyup", (e) => e.stopPropagation());
+  add(
+    el,
+    h("h4", {}, "Edit the gradient a hook returns"),
+    h("div", { class: "hv-row" }, site, expr, h("button", { class: "hv-apply", onclick: apply }, "Apply")),
+    h("div", { class: "hv-muted hv-small" }, "Expression over grad, e.g. grad * 0, grad + 1, clamp(grad, -1, 1)"),
+    errorLine(error),
+  );
+}
+
+/** Active edits with remove, reset and copy as code. */
+export function renderEdits(el, edits, code, error, send) {
+  el.replaceChildren();
+  const codeBox = h("pre", { class: "hv-code", hidden: true }, code || "");
+  const copy = () => {
+    codeBox.hidden = !codeBox.hidden;
+    try {
+      navigator.clipboard?.writeText(code || "").catch(() => {});
+    } catch {
+      // the code box is shown either way
+    }
+  };
+  add(
+    el,
+    h("h4", {}, `Active edits (${edits.length})`),
+    edits.length
+      ? h(
+          "ul",
+          { class: "hv-edits-list" },
+          edits.map((e) =>
+            h(
+              "li",
+              { "data-edit-id": e.id },
+              h("code", {}, `${e.target} · ${e.slot} ← ${e.source}`),
+              " ",
+              h(
+                "button",
+                {
+                  class: "hv-remove",
+                  title: "remove this edit",
+                  onclick: () => send({ type: "remove_edit", id: e.id }),
+                },
+                "✕",
+              ),
+            ),
+          ),
+        )
+      : h("div", { class: "hv-muted" }, "No edits: gradients are what PyTorch computes."),
+    h(
+      "div",
+      { class: "hv-row" },
+      h(
+        "button",
+        { class: "hv-reset", onclick: () => send({ type: "reset_edits" }), disabled: !edits.length },
+        "Reset edits",
+      ),
+      h("button", { class: "hv-copy", onclick: copy }, "Copy as code"),
+    ),
+    codeBox,
+    errorLine(error),
+  );
+}
+
+const MAX_LEAF_ROWS = 100;
+
+/** Every leaf's grad, baseline -> current run. */
+export function renderLeaves(el, leaves) {
+  el.replaceChildren();
+  add(el, h("h4", {}, "Leaf gradients (baseline → this run)"));
+  if (!leaves || !leaves.length) {
+    add(el, h("div", { class: "hv-muted" }, "No leaves."));
+    return;
+  }
+  // Changed leaves first; a large model's thousands of parameters are cut to the first rows.
+  const shown = [...leaves.filter((l) => l.changed), ...leaves.filter((l) => !l.changed)].slice(0, MAX_LEAF_ROWS);
+  add(
+    el,
+    h(
+      "table",
+      { class: "hv-leaves-table" },
+      h("tr", {}, h("th", {}, "leaf"), h("th", {}, "baseline"), h("th", {}, "this run")),
+      shown.map((l) =>
+        h(
+          "tr",
+          { class: l.changed ? "hv-changed" : "", "data-leaf": l.name },
+          h("td", { class: "hv-slot" }, l.name),
+          h("td", {}, leafCell(l.before)),
+          h("td", { class: "hv-leaf-after" }, leafCell(l.after)),
+        ),
+      ),
+    ),
+  );
+  if (leaves.length > shown.length) {
+    add(el, h("div", { class: "hv-muted" }, `… and ${leaves.length - shown.length} more unchanged leaves`));
+  }
+}
+
+function leafCell(t) {
+  if (!t) return h("span", { class: "hv-muted" }, "None");
+  if (t.value !== null && t.value !== undefined) return h("code", {}, formatValue(t.value));
+  return h(
+    "span",
+    {},
+    `[${(t.shape || []).join("×")}] norm ${formatNumber(t.norm)} · min ${formatNumber(t.min)} · max ${formatNumber(t.max)}`,
+  );
+}
+
+/** What the user's hooks printed during the run. */
+export function renderLog(el, log) {
+  el.replaceChildren();
+  add(el, h("h4", {}, `Hook log (${(log || []).length})`));
+  if (!log || !log.length) {
+    add(el, h("div", { class: "hv-muted" }, "Nothing printed by hooks in this run."));
+    return;
+  }
+  add(
+    el,
+    h(
+      "pre",
+      { class: "hv-log-text" },
+      log.map((e) => `[${e.hook}${e.where ? " @ " + e.where : ""}] ${e.text}`).join("\n"),
+    ),
+  );
+}
+
+/** Replay bar: play/pause + slider over the recorded backward execution order. */
+export class ReplayBar {
+  constructor(el, { onStep }) {
+    this.el = el;
+    this.onStep = onStep;
+    this.steps = [];
+    this.k = -1;
+    this.timer = null;
+    this.play = h("button", { class: "hv-play", onclick: () => this.toggle() }, "▶ Replay backward");
+    this.slider = h("input", {
+      class: "hv-slider",
+      type: "range",
+      min: "-1",
+      max: "-1",
+      value: "-1",
+      "aria-label": "backward step",
+    });
+    this.slider.addEventListener("input", () => {
+      this.pause();
+      this.set(Number(this.slider.value));
+    });
+    this.label = h("span", { class: "hv-step" }, "");
+    this.hooks = h("div", { class: "hv-step-hooks" });
+    fill(el, h("div", { class: "hv-row" }, this.play, this.slider, this.label), this.hooks);
+  }
+
+  setSteps(steps) {
+    this.steps = steps || [];
+    this.slider.max = String(this.steps.length - 1);
+    if (this.k >= this.steps.length) this.k = -1;
+    this.set(this.k, false);
+  }
+
+  set(k, notify = true) {
+    this.k = k;
+    this.slider.value = String(k);
+    const s = k >= 0 ? this.steps[k] : null;
+    this.label.textContent = s
+      ? `step ${k + 1}/${this.steps.length}: ${s.op} (${s.node})`
+      : `${this.steps.length} backward steps recorded`;
+    fill(
+      this.hooks,
+      s && s.hooks && s.hooks.length
+        ? s.hooks.map((x) =>
+            h(
+              "div",
+              { class: `hv-fired hv-fired-${x.kind}` },
+              `${x.kind === "edit" ? "edit" : "hook"} fired: ${x.detail}`,
+            ),
+          )
+        : s
+          ? h("span", { class: "hv-muted" }, "only hookviz's recording hook fired here")
+          : null,
+    );
+    if (notify) this.onStep(k);
+  }
+
+  toggle() {
+    if (this.timer) this.pause();
+    else this.start();
+  }
+
+  start() {
+    if (!this.steps.length) return;
+    if (this.k >= this.steps.length - 1) this.set(-1);
+    this.play.textContent = "⏸ Pause";
+    this.timer = setInterval(() => {
+      const k = nextStep(this.k, this.steps.length);
+      if (k < 0) {
+        this.pause();
+        return;
+      }
+      this.set(k);
+    }, 700);
+  }
+
+  pause() {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    this.play.textContent = "▶ Replay backward";
+  }
+
+  destroy() {
+    this.pause();
+  }
+}

@@ -1,0 +1,265 @@
+import { describe, expect, it } from "vitest";
+import {
+  NAN_COLOR,
+  NO_GRAD_COLOR,
+  ZERO_GRAD_COLOR,
+  chartSeries,
+  copyLayout,
+  formatNumber,
+  formatValue,
+  legendStops,
+  nextStep,
+  normColor,
+  parseNumber,
+  presetPositions,
+  replayOnVisible,
+  replayState,
+  toggleCollapsed,
+  viridis,
+  visibleCount,
+  visibleGraph,
+} from "../src/logic.js";
+// The canonical example's `graph` traitlet, as hookviz.widget_data.graph_json wrote it.
+import canonical from "./fixtures/canonical.json";
+
+describe("colour scale", () => {
+  it("maps the ends of the range to the ends of viridis", () => {
+    expect(viridis(0)).toBe("#440154");
+    expect(viridis(1)).toBe("#fde725");
+    expect(viridis(-5)).toBe("#440154");
+    expect(viridis(7)).toBe("#fde725");
+  });
+
+  it("colours by log10 of the norm within the range", () => {
+    const range = { lo: -2, hi: 2 };
+    expect(normColor(0.01, range)).toBe(viridis(0));
+    expect(normColor(100, range)).toBe(viridis(1));
+    expect(normColor(1, range)).toBe(viridis(0.5));
+  });
+
+  it("marks NaN and Inf red, zero dark and missing grey", () => {
+    expect(normColor("NaN", {})).toBe(NAN_COLOR);
+    expect(normColor("Infinity", {})).toBe(NAN_COLOR);
+    expect(normColor(1, {}, true)).toBe(NAN_COLOR);
+    expect(normColor(0, {})).toBe(ZERO_GRAD_COLOR);
+    expect(normColor(null, {})).toBe(NO_GRAD_COLOR);
+  });
+
+  it("gives legend stops from lo to hi", () => {
+    const stops = legendStops({ lo: -4, hi: 4 }, 5);
+    expect(stops.map((s) => s.log10)).toEqual([-4, -2, 0, 2, 4]);
+    expect(stops[0].color).toBe(viridis(0));
+  });
+});
+
+describe("numbers", () => {
+  it("parses the JSON-safe forms Python sends", () => {
+    expect(parseNumber("NaN")).toBeNaN();
+    expect(parseNumber("-Infinity")).toBe(-Infinity);
+    expect(parseNumber(null)).toBeNull();
+    expect(parseNumber(2.5)).toBe(2.5);
+  });
+
+  it("prints integers in full and other numbers short", () => {
+    expect(formatNumber(1777792)).toBe("1777792");
+    expect(formatNumber(0.5)).toBe("0.5");
+    expect(formatNumber(1e-7)).toBe("1.00e-7");
+    expect(formatNumber("NaN")).toBe("NaN");
+    expect(formatValue([1777792, 1777764])).toBe("[1777792, 1777764]");
+    expect(
+      formatValue([
+        [1, 2],
+        [3, -4],
+      ]),
+    ).toBe("[[1, 2], [3, -4]]");
+  });
+});
+
+describe("grouping and collapse", () => {
+  const graph = {
+    nodes: [
+      { id: "x", module: "" },
+      { id: "a", module: "enc.l0" },
+      { id: "b", module: "enc.l0" },
+      { id: "c", module: "enc.l1" },
+      { id: "d", module: "head" },
+    ],
+    edges: [
+      ["x", "a", 0],
+      ["a", "b", 0],
+      ["b", "c", 0],
+      ["x", "c", 1],
+      ["c", "d", 0],
+    ],
+    groups: [
+      { id: "group:enc", module: "enc", parent: null },
+      { id: "group:enc.l0", module: "enc.l0", parent: "group:enc" },
+      { id: "group:enc.l1", module: "enc.l1", parent: "group:enc" },
+      { id: "group:head", module: "head", parent: null },
+    ],
+  };
+
+  it("shows every node inside its innermost group when nothing is collapsed", () => {
+    const v = visibleGraph(graph, []);
+    expect(v.nodes.map((n) => [n.node.id, n.parent])).toEqual([
+      ["x", null],
+      ["a", "group:enc.l0"],
+      ["b", "group:enc.l0"],
+      ["c", "group:enc.l1"],
+      ["d", "group:head"],
+    ]);
+    expect(v.groups.find((g) => g.group.id === "group:enc.l0").parent).toBe("group:enc");
+    expect(v.edges).toHaveLength(5);
+  });
+
+  it("folds a collapsed group into one node and merges its edges", () => {
+    const v = visibleGraph(graph, ["enc"]);
+    expect(v.nodes.map((n) => n.node.id)).toEqual(["x", "d"]);
+    expect(v.groups.map((g) => [g.group.id, g.collapsed])).toEqual([
+      ["group:enc", true],
+      ["group:head", false],
+    ]);
+    const edges = v.edges.map((e) => [e.source, e.target, e.count]);
+    expect(edges).toEqual([
+      ["x", "group:enc", 2],
+      ["group:enc", "d", 1],
+    ]);
+    expect(v.representative.get("b")).toBe("group:enc");
+  });
+
+  it("an outer collapsed group hides inner groups", () => {
+    const v = visibleGraph(graph, ["enc", "enc.l0"]);
+    expect(v.groups.map((g) => g.group.id)).not.toContain("group:enc.l0");
+    expect(visibleCount(graph, ["enc"])).toBeLessThan(visibleCount(graph, []));
+  });
+
+  it("toggles a module in the collapsed list", () => {
+    expect(toggleCollapsed(["b"], "a")).toEqual(["a", "b"]);
+    expect(toggleCollapsed(["a", "b"], "a")).toEqual(["b"]);
+  });
+
+  it("handles the canonical example's real graph payload", () => {
+    const v = visibleGraph(canonical, canonical.collapsed || []);
+    const ids = v.nodes.map((n) => n.node.id);
+    expect(ids).toContain("SubBackward0_0");
+    expect(ids).toContain("x");
+    expect(v.edges.length).toBe(canonical.edges.length);
+  });
+});
+
+describe("replay", () => {
+  const steps = [
+    { node: "loss", hooks: [] },
+    { node: "sub", hooks: [{ kind: "user_hook", detail: "legacy backward hook" }] },
+    { node: "x", hooks: [] },
+  ];
+
+  it("is off at -1", () => {
+    const s = replayState(steps, -1);
+    expect(s.active).toBe(false);
+    expect(s.lit.size).toBe(0);
+  });
+
+  it("lights the nodes that ran and highlights the one running", () => {
+    const s = replayState(steps, 1);
+    expect([...s.lit]).toEqual(["loss", "sub"]);
+    expect(s.current).toBe("sub");
+    expect(s.hooks).toHaveLength(1);
+  });
+
+  it("clamps past the end and wraps when playing", () => {
+    expect(replayState(steps, 10).current).toBe("x");
+    expect(nextStep(1, 3)).toBe(2);
+    expect(nextStep(2, 3)).toBe(-1);
+  });
+
+  it("maps onto collapsed groups", () => {
+    const s = replayOnVisible(replayState(steps, 1), new Map([["sub", "group:m"]]));
+    expect(s.current).toBe("group:m");
+    expect(s.lit.has("group:m")).toBe(true);
+  });
+});
+
+describe("chart", () => {
+  it("drops zero and non-finite norms from the log axis", () => {
+    const s = chartSeries({ modules: ["", "fc"], current: [0, 2], baseline: ["NaN", 1], threshold: 1e-6 });
+    expect(s.labels).toEqual(["(root)", "fc"]);
+    expect(s.current).toEqual([null, 2]);
+    expect(s.baseline).toEqual([null, 1]);
+    expect(s.threshold).toBe(1e-6);
+  });
+});
+
+describe("preset layout", () => {
+  const node = (id, extra = {}) => ({ group: "nodes", data: { id, ...extra } });
+  const graph = {
+    nodes: [
+      { id: "x", layer: 0 },
+      { id: "a", layer: 1 },
+      { id: "b", layer: 1 },
+      { id: "c", layer: 5 },
+      { id: "loss", layer: 6 },
+    ],
+  };
+
+  it("puts layers left to right and spreads a layer's nodes vertically", () => {
+    const els = ["x", "a", "b", "c", "loss"].map((id) => node(id));
+    const pos = presetPositions(els, graph, "ops", new Map(), 100);
+    expect(pos.x.x).toBeLessThan(pos.a.x);
+    expect(pos.a.x).toBe(pos.b.x);
+    expect(pos.a.y).not.toBe(pos.b.y);
+    // Empty layers (2 to 4) take no room: c is the next column after a.
+    expect(pos.c.x - pos.a.x).toBe(pos.a.x - pos.x.x);
+    expect(pos.loss.x).toBeGreaterThan(pos.c.x);
+  });
+
+  it("places a collapsed group at its earliest member and skips expanded groups", () => {
+    const els = [
+      node("x"),
+      node("group:m", { isGroup: true, collapsed: true }),
+      node("group:o", { isGroup: true, collapsed: false }),
+      node("loss"),
+    ];
+    const rep = new Map([
+      ["a", "group:m"],
+      ["b", "group:m"],
+      ["c", "group:m"],
+    ]);
+    const pos = presetPositions(els, graph, "ops", rep, 100);
+    expect(Object.keys(pos).sort()).toEqual(["group:m", "loss", "x"]);
+    expect(pos["group:m"].x).toBeGreaterThan(pos.x.x);
+  });
+
+  it("wraps a long chain into rows for a tall view", () => {
+    const chain = { nodes: Array.from({ length: 40 }, (_, i) => ({ id: `n${i}`, layer: i })) };
+    const els = chain.nodes.map((n) => node(n.id));
+    const pos = presetPositions(els, chain, "ops", new Map(), 1);
+    const rows = new Set(Object.values(pos).map((p) => p.y));
+    expect(rows.size).toBeGreaterThan(1);
+  });
+});
+
+describe("layout from the ELK worker", () => {
+  it("copies positions back onto the graph cytoscape-elk holds, by id", () => {
+    const target = {
+      id: "root",
+      children: [
+        { id: "a", _cyEle: {} },
+        { id: "g", children: [{ id: "b" }] },
+      ],
+    };
+    const result = {
+      id: "root",
+      x: 0,
+      y: 0,
+      children: [
+        { id: "g", x: 5, y: 6, width: 50, height: 40, children: [{ id: "b", x: 1, y: 2 }] },
+        { id: "a", x: 3, y: 4 },
+      ],
+    };
+    copyLayout(target, result);
+    expect(target.children[0]).toMatchObject({ x: 3, y: 4 });
+    expect(target.children[1]).toMatchObject({ x: 5, y: 6, width: 50, height: 40 });
+    expect(target.children[1].children[0]).toMatchObject({ x: 1, y: 2 });
+  });
+});

@@ -1,0 +1,210 @@
+"""A real JupyterLab server and a headless Debian Chromium for the widget's browser tests and benchmark.
+
+Setup facts (see the project's STACK notes): Chromium is ``/usr/bin/chromium`` from Debian (never
+``playwright install``); JupyterLab is started on 127.0.0.1 with a fixed token, a free port, a
+temporary root folder, and no calls out (news, update checks). The caller stops it in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TOKEN = "hookviz-e2e-token"
+REPO = Path(__file__).resolve().parents[2]
+
+CANONICAL = """\
+import torch, torch.nn as nn, torch.nn.functional as F, hookviz
+class Canonical(nn.Module):
+    def forward(self, x, y, z):
+        return 2*x + 3*y - 5*z
+x = torch.tensor([2., 3.], requires_grad=True); y = torch.tensor([6., 4.], requires_grad=True); z = torch.tensor([1., 5.], requires_grad=True)
+target = torch.tensor([9., -1.])
+w = hookviz.show(Canonical(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target))
+w"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_notebook(path: Path, cells: list[str]) -> None:
+    """A notebook with a python3 kernelspec (without one, Lab opens a kernel dialog that eats clicks)."""
+    notebook = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": source,
+            }
+            for source in cells
+        ],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(notebook))
+
+
+@contextmanager
+def jupyter_lab(root: Path, timeout: float = 90.0):
+    """Start ``jupyter lab`` serving ``root``; yields its base URL; stops it on exit."""
+    port = free_port()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+    log = open(root / "jupyter.log", "wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={TOKEN}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"jupyter lab exited with {process.returncode}: {(root / 'jupyter.log').read_text()[-3000:]}"
+                )
+            try:
+                with urllib.request.urlopen(
+                    f"{base}/api/status?token={TOKEN}", timeout=2
+                ) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("jupyter lab did not answer in time")
+            time.sleep(0.3)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@contextmanager
+def chromium_page(width: int = 1500, height: int = 1400):
+    """A headless Debian Chromium page (Playwright sync API)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            yield page
+        finally:
+            browser.close()
+
+
+def open_notebook(page, base: str, name: str) -> None:
+    """Open a notebook alone in its own workspace (no tabs restored from an earlier page)."""
+    workspace = Path(name).stem
+    page.goto(f"{base}/lab/workspaces/{workspace}/tree/{name}?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook", state="visible", timeout=60_000)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", state="visible", timeout=60_000)
+    # Lab's "official Jupyter news?" toast would sit over the widget in screenshots.
+    page.add_style_tag(content=".Toastify { display: none !important; }")
+    # A cell run before the kernel is connected is dropped: wait for "Idle" in the status bar.
+    page.get_by_text("| Idle").first.wait_for(state="visible", timeout=90_000)
+
+
+def run_cell(page, index: int) -> None:
+    """Click cell ``index`` and run it with Shift+Enter."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    # The prompt turns from "[ ]:" to "[*]:" then "[1]:" once the kernel took the cell.
+    cell.locator(".jp-InputPrompt").filter(has_text="[").filter(has_not_text="[ ]").wait_for(
+        timeout=60_000
+    )
+
+
+def widget_root(page, index: int = 0):
+    """The widget's root element (``.hookviz-widget``) once it is drawn."""
+    locator = page.locator(".hookviz-widget").nth(index)
+    locator.wait_for(state="visible", timeout=120_000)
+    return locator
+
+
+def click_node(page, node_id: str, index: int = 0) -> None:
+    """Click a cytoscape node where it is drawn: renderedPosition + the container's page position."""
+    page.locator(".hookviz-widget").nth(index).locator(".hv-cy").scroll_into_view_if_needed()
+    point = page.evaluate(
+        """([id, index]) => {
+            const root = document.querySelectorAll('.hookviz-widget')[index];
+            const node = root.cy.getElementById(id);
+            if (node.empty()) return null;
+            const p = node.renderedPosition();
+            const r = root.cy.container().getBoundingClientRect();
+            return {x: r.left + p.x, y: r.top + p.y};
+        }""",
+        [node_id, index],
+    )
+    if point is None:
+        raise AssertionError(f"node {node_id!r} is not drawn")
+    page.mouse.click(point["x"], point["y"])
+
+
+@contextmanager
+def diagnostics(page, picture: Path):
+    """On failure, save a screenshot of the page and add the browser console to the error."""
+    console: list[str] = []
+    page.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
+    page.on("pageerror", lambda error: console.append(f"pageerror: {error}"))
+    try:
+        yield console
+    except Exception as error:
+        try:
+            picture.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(picture), full_page=True)
+        except Exception:
+            pass
+        raise AssertionError(
+            f"{error}\n--- browser console ---\n" + "\n".join(console[-40:])
+        ) from error
