@@ -17,6 +17,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -39,6 +41,23 @@ x = torch.tensor([2., 3.], requires_grad=True); y = torch.tensor([6., 4.], requi
 target = torch.tensor([9., -1.])
 w = hookviz.show(Canonical(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target))
 w"""
+
+
+def require_browser() -> None:
+    """Skip when Debian chromium or playwright is missing here; in CI (CI=true) fail instead, so a
+    missing install step cannot turn the browser tests green by skipping them."""
+    missing = None
+    if not Path(CHROMIUM).exists():
+        missing = "Debian chromium is not installed (apt-get install -y chromium)"
+    else:
+        try:
+            import playwright  # noqa: F401
+        except ImportError:
+            missing = "playwright is not installed (pip install -e '.[dev]')"
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"{missing}; CI must install it (.ci/run)")
+    if missing:
+        pytest.skip(missing)
 
 
 def free_port() -> int:

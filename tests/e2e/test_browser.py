@@ -22,9 +22,7 @@ ARTIFACTS = Path(__file__).parent / "artifacts"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    if not Path(harness.CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
-    pytest.importorskip("playwright")
+    harness.require_browser()
     root = tmp_path_factory.mktemp("lab")
     harness.write_notebook(root / "canonical.ipynb", [harness.CANONICAL])
     with harness.jupyter_lab(root) as base:

@@ -28,9 +28,7 @@ LEAF_AFTER = '.hookviz-widget tr[data-leaf="{}"] .hv-leaf-after'
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    if not Path(harness.CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
-    pytest.importorskip("playwright")
+    harness.require_browser()
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
     # JupyterLab 4 draws only the cells near the viewport ("windowing"); a widget far down the
