@@ -144,7 +144,8 @@ class ModuleCall:
             known): a TensorRecord for tensors, a short repr for anything else.
         output: the output's tensors, flattened in pytree order.
         grad_input, grad_output: what a full backward hook sees (None where an input does not
-            require grad).
+            require grad); after hookviz's ``grad_input`` edits, when there are any here.
+        grad_input_before_edit: ``grad_input`` before those edits, else None.
         legacy_grad_input, legacy_grad_output: what a legacy ``register_backward_hook`` sees:
             the ``grad_inputs`` / ``grad_outputs`` of the Node that made the output's first
             tensor, i.e. of the module's last op.
@@ -159,6 +160,7 @@ class ModuleCall:
     output: list[TensorRecord] = field(default_factory=list)
     grad_input: tuple[TensorRecord | None, ...] = ()
     grad_output: tuple[TensorRecord | None, ...] = ()
+    grad_input_before_edit: tuple[TensorRecord | None, ...] | None = None
     legacy_grad_input: tuple[TensorRecord | None, ...] = ()
     legacy_grad_output: tuple[TensorRecord | None, ...] = ()
     output_node: str | None = None

@@ -47,7 +47,6 @@ from hookviz.errors import (
     LossError,
     TargetError,
 )
-from hookviz.expr import Expression
 from hookviz.graph import Walk, _resolve, saved_tensor_names, walk_graph
 from hookviz.run import (
     LOSS_MODULE,
@@ -520,9 +519,10 @@ class Session:
                 record = node.grad_outputs[slot.index] if slot.index < len(node.grad_outputs) else None
             else:
                 record = node.grad_outputs[0] if node.grad_outputs else None
-        # Try an expression on a gradient of the site's shape now, so a wrong shape fails here.
-        if record is not None and isinstance(edit.transform, Expression) and record.numel <= 1_000_000:
-            sample = record.value if record.value is not None else torch.zeros(
+        # Try the transform on a copy of the site's gradient (or zeros of its shape) now, so a wrong
+        # shape or dtype fails here, beside the edit, and not in the middle of the next backward.
+        if record is not None and record.numel <= 1_000_000:
+            sample = record.value.clone() if record.value is not None else torch.zeros(
                 record.shape, dtype=getattr(torch, record.dtype)
             )
             edit.apply(sample)
@@ -725,6 +725,11 @@ class _RunBuilder:
                 record.user_hooks = list(user_tensors.get(node.id, []))
             nodes[node.id] = record
 
+        # The full backward hook of a module with grad_input edits fires once per call, last call first.
+        module_edits: dict[str, list[HookCall]] = {}
+        for hook_call in hook_calls:
+            if hook_call.kind == "edit" and hook_call.node is None:
+                module_edits.setdefault(hook_call.where, []).append(hook_call)
         calls = []
         for i, state in enumerate(forward_calls):
             output_node = None
@@ -738,11 +743,14 @@ class _RunBuilder:
                 legacy_in = first_legacy.before if first_legacy else self._records(received_keys.get(output_node, ()))
                 legacy_out = nodes[output_node].grad_outputs
             module_hooks = [h for h in user_modules.get(state.module, [])]
+            grad_input, grad_input_before_edit = self._records(full_input_keys[i]), None
+            if module_edits.get(state.module):
+                grad_input_before_edit, grad_input = grad_input, module_edits[state.module].pop().after
             calls.append(ModuleCall(
                 module=state.module, call=state.call, type=state.type,
                 inputs=graph.call_inputs[i] if i < len(graph.call_inputs) else {},
                 output=graph.call_outputs[i] if i < len(graph.call_outputs) else [],
-                grad_input=self._records(full_input_keys[i]),
+                grad_input=grad_input, grad_input_before_edit=grad_input_before_edit,
                 grad_output=self._records(full_output_keys[i]),
                 legacy_grad_input=legacy_in, legacy_grad_output=legacy_out,
                 output_node=output_node, user_hooks=module_hooks,

@@ -208,6 +208,9 @@ def test_module_grad_input_edit_uses_a_full_hook_and_leaves_legacy_hooks_possibl
     assert torch.equal(run.leaf_grad("0.weight"), torch.zeros(2, 2))
     assert not torch.equal(base.leaf_grad("2.weight"), torch.zeros(2, 2))
     assert torch.equal(run.leaf_grad("2.weight"), base.leaf_grad("2.weight"))
+    call = run.module_io("1")
+    assert torch.equal(call.grad_input[0].value, torch.zeros(2))
+    assert torch.equal(call.grad_input_before_edit[0].value, base.module_io("1").grad_input[0].value)
     assert model[1]._is_full_backward_hook is None
     model[1].register_backward_hook(lambda m, gi, go: None)  # PyTorch would refuse if still marked
 
@@ -372,7 +375,16 @@ def test_an_edit_failing_during_backward_loses_nothing(canonical):
     session, model, inputs, _ = canonical
     good = session.run()
     before = model_state(model, inputs)
-    session.edit("SubBackward0_0", "grad_inputs[0]", lambda grad: grad[:1])
+    with pytest.raises(hookviz.EditError, match=r"returned shape \[1\]; expected shape \[2\]"):
+        session.edit("SubBackward0_0", "grad_inputs[0]", lambda grad: grad[:1])  # checked on a sample
+    assert session.edits == []
+    calls = []
+
+    def fine_at_first(grad):  # passes the check when the edit is made, fails during backward
+        calls.append(1)
+        return grad if len(calls) == 1 else grad[:1]
+
+    session.edit("SubBackward0_0", "grad_inputs[0]", fine_at_first)
     with pytest.raises(hookviz.EditError, match=r"returned shape \[1\]; expected shape \[2\]"):
         session.run()
     assert session.last_run is good
