@@ -19,9 +19,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-import hookviz.watch as watch_module
+import hookviz.gradient_watch as watch_module
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
-from hookviz.watch import watch
+from hookviz.gradient_watch import watch
 
 
 def _sync(device: str) -> None:

@@ -19,10 +19,10 @@ from hookviz.errors import (
     TargetError,
     WatchError,
 )
+from hookviz.gradient_watch import Watch, watch
 from hookviz.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
 from hookviz.session import Session
 from hookviz.stats import TensorRecord
-from hookviz.watch import Watch, watch
 
 __all__ = [
     "BackwardError", "DeviceError", "Diff", "Edit", "EditError", "ExpressionError", "ForwardError",

@@ -69,7 +69,7 @@ _SATURATING = {"SigmoidBackward0": (0.0, 1.0, "sigmoid"), "TanhBackward0": (-1.0
 
 @dataclass
 class Finding:
-    """One problem found in a run (or in one step of a :class:`hookviz.watch.Watch`).
+    """One problem found in a run (or in one step of a :class:`hookviz.Watch`).
 
     Attributes:
         kind: ``"vanishing"``, ``"exploding"``, ``"dead"``, ``"saturated"`` or ``"nan"``.

@@ -12,7 +12,7 @@ from torch import nn
 
 import hookviz
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
-from hookviz.watch import WatchError, watch
+from hookviz.gradient_watch import WatchError, watch
 
 
 def small_mlp():

@@ -422,7 +422,7 @@ class Watch:
 
 def watch(model: torch.nn.Module, every: int = 1, *, parameters: bool = True, outputs: bool = True,
           capacity: int = 1024) -> Watch:
-    """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.watch`).
+    """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.gradient_watch`).
 
     Args:
         model: the model being trained.
