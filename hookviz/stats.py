@@ -195,35 +195,37 @@ class StatsBatch:
                 # A large tensor is reduced on its own: stacking would only add a copy.
                 size = tensor.numel() if tensor.numel() <= _STACK_BELOW else -1 - i
                 by_size.setdefault(size, []).append(i)
-            order, columns, samples = [], [], {}
+            order, columns, counts, samples = [], [], [], {}
+            singles = [m[0] for m in _bounded(by_size.values(), tensors) if len(m) == 1]
+            if singles:
+                # Whole-tensor reductions: on a large tensor they are several times faster than
+                # the same reductions along a dimension.
+                norms = torch._foreach_norm([tensors[i] for i in singles])
+                for i, norm in zip(singles, norms):
+                    tensor = tensors[i]
+                    low, high = torch.aminmax(tensor)
+                    columns.append(torch.stack([norm, tensor.sum(), low, high])[None])
+                    counts.append(torch.count_nonzero(tensor)[None])
+                    self._sample(tensor.reshape(1, -1), [i], samples)
+                order += singles
             for members in _bounded(by_size.values(), tensors):
                 if len(members) == 1:
-                    # Whole-tensor reductions: on a large tensor they are several times faster
-                    # than the same reductions along a dimension.
-                    tensor = tensors[members[0]]
-                    low, high = torch.aminmax(tensor)
-                    columns.append(torch.stack([
-                        torch.linalg.vector_norm(tensor).double(), tensor.sum().double(), low.double(),
-                        high.double(), torch.count_nonzero(tensor).double(),
-                    ])[None])
-                    rows = tensor.reshape(1, -1)
-                else:
-                    rows = torch.stack([tensors[i].reshape(-1) for i in members])
-                    # (amin and amax separately: aminmax along a dim is far slower on CPU; the L0
-                    # "norm" is the fastest nonzero count and exact up to 2**24 per tensor)
-                    columns.append(torch.stack([
-                        torch.linalg.vector_norm(rows, dim=1), rows.sum(1), rows.amin(1), rows.amax(1),
-                        torch.linalg.vector_norm(rows, ord=0, dim=1),
-                    ], dim=1).double())
-                if self.histogram_bins > 0 and rows.shape[1] > max(self.full_limit, HISTOGRAM_SAMPLE):
-                    for i, sample in zip(members, rows[:, _sample_indices(rows.shape[1], rows.device)]):
-                        samples[i] = sample
+                    continue
+                rows = torch.stack([tensors[i].reshape(-1) for i in members])
+                # (amin and amax separately: aminmax along a dim is far slower on CPU; the L0
+                # "norm" is the fastest nonzero count, exact up to 2**24 elements per row)
+                columns.append(torch.stack([
+                    torch.linalg.vector_norm(rows, dim=1), rows.sum(1), rows.amin(1), rows.amax(1),
+                ], dim=1))
+                counts.append(torch.linalg.vector_norm(rows, ord=0, dim=1).long())
+                self._sample(rows, members, samples)
                 order += members
-            table_rows = torch.cat(columns).tolist()
+            table_rows = torch.cat(columns).double().tolist()
+            count_rows = torch.cat(counts).tolist()
             table = [None] * len(tensors)
             nonzero_counts = [0] * len(tensors)
             for position, i in enumerate(order):
-                table[i], nonzero_counts[i] = table_rows[position][:4], int(table_rows[position][4])
+                table[i], nonzero_counts[i] = table_rows[position], count_rows[position]
             histograms = self._histograms(samples, table, tensors[0].device)
             small = [i for i, t in enumerate(tensors) if t.numel() <= self.full_limit]
             values = {}
@@ -249,6 +251,12 @@ class StatsBatch:
                     histogram=histograms.get(i),
                 ))
             return records
+
+    def _sample(self, rows: torch.Tensor, members: list[int], samples: dict) -> None:
+        """Keep a fixed sample of each row that will get a histogram (see :meth:`_histograms`)."""
+        if self.histogram_bins > 0 and rows.shape[1] > max(self.full_limit, HISTOGRAM_SAMPLE):
+            for i, sample in zip(members, rows[:, _sample_indices(rows.shape[1], rows.device)]):
+                samples[i] = sample
 
     def _histograms(self, samples: dict[int, torch.Tensor], table: list, device) -> dict[int, tuple]:
         """Histograms over [min, max] of a fixed sample of each large tensor, in a few batched ops.
