@@ -28,14 +28,14 @@ __all__ = [
     "BackwardError", "DeviceError", "Diff", "Edit", "EditError", "ExpressionError", "ForwardError",
     "HookvizError", "LossError", "ModuleCall", "ModuleGrads", "NodeRecord", "Run", "Session",
     "TargetError", "TensorRecord", "devices", "diff", "show", "Widget", "Finding", "diagnose",
-    "Watch", "WatchError", "watch",
+    "Watch", "WatchError", "watch", "show_watch",
 ]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
     # The widget pulls in anywidget; import it only when asked for.
-    if name in ("show", "Widget"):
+    if name in ("show", "Widget", "show_watch"):
         from hookviz import widget
 
         return getattr(widget, name)

@@ -9,6 +9,11 @@ so every interaction can be driven from Python:
 >>> w = hookviz.show(model, (x, y, z), loss_fn=loss_fn)   # doctest: +SKIP
 >>> w.select("SubBackward0_0"); w.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
 >>> w.rerun()
+
+After every run the widget calls ``run.diagnose()`` and shows the findings in a banner above the
+graph (``diagnosis``); clicking one selects its node. ``w.show_watch(watch)`` (or
+``hookviz.show_watch(watch, session)``) colours the graph by the gradient norms a
+:class:`hookviz.Watch` recorded at one training step, with a step slider and the watch's heatmap.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import anywidget
 import traitlets
 
 from hookviz import widget_data
-from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError
+from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError, WatchError
 from hookviz.run import LOSS_MODULE
 
 _STATIC = Path(__file__).parent / "static"
@@ -57,6 +62,9 @@ class Widget(anywidget.AnyWidget):
     replay = traitlets.List().tag(sync=True)
     chart = traitlets.Dict().tag(sync=True)
     summary = traitlets.Dict().tag(sync=True)
+    diagnosis = traitlets.Dict().tag(sync=True)
+    watch_view = traitlets.Dict().tag(sync=True)
+    watch_heatmap = traitlets.Dict().tag(sync=True)
 
     def __init__(
         self,
@@ -73,6 +81,9 @@ class Widget(anywidget.AnyWidget):
         self._structure: tuple[str, dict] | None = None
         self._run_count = 0
         self._baseline_leaves: tuple[object, dict] | None = None
+        self._run_diagnosis: dict = {}
+        self.watch = None  # the hookviz.Watch on screen (show_watch), or None
+        self._watch_range: dict = {}
         import hookviz
 
         self.devices = list(hookviz.devices())
@@ -125,9 +136,24 @@ class Widget(anywidget.AnyWidget):
             self.chart = widget_data.chart_json(run, baseline, self.vanishing_threshold)
             self.replay = widget_data.replay_json(run)
             self.log = widget_data.log_json(run)
+            self._run_diagnosis = self._diagnose_run(run)
+            if self.watch is None:
+                self.diagnosis = self._run_diagnosis
+            else:  # the graph's elements may have changed: map the step's norms onto them again
+                self._show_watch_step(self.watch_view["step"])
             self._sync_edits()
             if self.selected:
                 self._inspect(self.selected, quiet=True)
+
+    @staticmethod
+    def _diagnose_run(run) -> dict:
+        """``run.diagnose()`` as the banner's JSON; a failure is shown in the banner, never raised."""
+        try:
+            return widget_data.diagnosis_json(run.diagnose(), "run")
+        except Exception as error:  # a diagnosis bug must not take the widget down
+            return widget_data.diagnosis_json(
+                [], "run", error=f"diagnosis failed: {type(error).__name__}: {error}"
+            )
 
     def _baseline_leaf_summaries(self, run) -> dict:
         baseline = self.baseline if self.baseline is not None else run
@@ -306,6 +332,100 @@ class Widget(anywidget.AnyWidget):
         """Expand every module group."""
         self.collapsed = []
 
+    def chart_figure(self):
+        """The gradient-flow chart as a ``plotly.graph_objects.Figure``: per-module norm of the
+        gradient into the module's inputs, log scale, this run vs the baseline, and the vanishing
+        threshold as a dashed line. Display it (``fig.show()``) or save it (``fig.write_html``)."""
+        return widget_data.chart_figure(self.chart)
+
+    # ----- the watch view ----------------------------------------------------------------------
+
+    def show_watch(self, watch, step: int | None = None) -> Widget:
+        """Colour the graph by the gradient norms ``watch`` recorded at one training step.
+
+        Parameter leaves take ``watch.norms(step)[parameter name]``; module groups (and the
+        nodes of the module view) the norm of the gradient w.r.t. the module's output; the rest
+        is grey. A step slider walks ``watch.steps``, the banner shows ``watch.diagnose(step)``,
+        and ``watch.heatmap()`` is drawn below the chart. :meth:`hide_watch` goes back to the run.
+        Names match when the watch and this widget's session are on the same model (or one
+        with the same structure). Record the steps first and close the watch (``with
+        hookviz.watch(model) as w: ...``) so the widget's own runs are not counted as steps.
+
+        Args:
+            watch: a :class:`hookviz.Watch` with at least one recorded step.
+            step: the step to show first; None = the last kept step.
+
+        Returns:
+            this widget, so ``w.show_watch(watch)`` displays it when last in a cell.
+
+        Raises:
+            WatchError: ``watch`` is not a Watch, has no recorded step, or ``step`` was not kept.
+        """
+        step = _check_watch(watch, step)
+        try:
+            heatmap = widget_data.figure_json(watch.heatmap())
+        except Exception as error:  # the heatmap is a picture: without it the view still works
+            heatmap = {"error": f"heatmap failed: {type(error).__name__}: {error}"}
+        self.watch = watch
+        self._watch_range = widget_data.watch_color_range(watch.history)
+        with self.hold_sync():
+            self.watch_heatmap = heatmap
+            self._show_watch_step(step)
+            self._clear_errors("watch")
+        return self
+
+    def watch_step(self, step: int) -> bool:
+        """Show step ``step`` of the watch on screen (one of ``watch.steps``).
+
+        Returns False and sets ``errors["watch"]`` when no watch is shown or the step was not kept.
+        """
+        if self.watch is None:
+            self._set_error("watch", "no watch is shown; call show_watch(watch) first")
+            return False
+        steps = self.watch.steps
+        if isinstance(step, bool) or not isinstance(step, int) or step not in steps:
+            self._set_error(
+                "watch", f"step {step!r} was not kept by the watch; kept steps: {_steps_text(steps)}"
+            )
+            return False
+        with self.hold_sync():
+            self._show_watch_step(step)
+            self._clear_errors("watch")
+        return True
+
+    def hide_watch(self) -> None:
+        """Leave the watch view: colours and banner are the run's again."""
+        self.watch = None
+        with self.hold_sync():
+            self.watch_view = {}
+            self.watch_heatmap = {}
+            self.diagnosis = self._run_diagnosis
+            self._clear_errors("watch")
+
+    def _show_watch_step(self, step: int) -> None:
+        watch = self.watch
+        parameters = watch.norms(step, kind="parameter")
+        outputs = watch.norms(step, kind="output")
+        steps = watch.steps
+        try:
+            diagnosis = widget_data.diagnosis_json(watch.diagnose(step), "watch", step)
+        except Exception as error:  # a diagnosis bug must not take the widget down
+            diagnosis = widget_data.diagnosis_json(
+                [], "watch", step, error=f"diagnosis failed: {type(error).__name__}: {error}"
+            )
+        self.watch_view = {
+            "steps": steps,
+            "step": step,
+            "index": steps.index(step),
+            "norms": {
+                name: widget_data.json_float(norm) for name, norm in watch.norms(step).items()
+            },
+            "node_norms": widget_data.watch_node_norms(self.graph, parameters, outputs),
+            "color_range": self._watch_range,
+            "model": type(watch.model).__name__,
+        }
+        self.diagnosis = diagnosis
+
     # ----- page -> Python messages --------------------------------------------------------------
 
     def handle_message(self, content: Any) -> dict:
@@ -353,6 +473,8 @@ class Widget(anywidget.AnyWidget):
             "toggle_group": (("module",), lambda c: self.toggle_group(c["module"])),
             "collapse_all": ((), lambda c: self.collapse_all() or True),
             "expand_all": ((), lambda c: self.expand_all() or True),
+            "watch_step": ((), lambda c: self.watch_step(c.get("step"))),
+            "hide_watch": ((), lambda c: self.hide_watch() or True),
         }
         if kind not in handlers:
             return False, f"unknown message type {kind!r}; expected one of {sorted(handlers)}"
@@ -374,6 +496,31 @@ class Widget(anywidget.AnyWidget):
                 )
         # A refused request reports beside its own control, not as a malformed message.
         return bool(handler(content)), None
+
+
+def _check_watch(watch, step: int | None) -> int:
+    """The step to show first (None = the last kept one); raises WatchError for a bad watch or step."""
+    from hookviz.gradient_watch import Watch
+
+    if not isinstance(watch, Watch):
+        raise WatchError(
+            f"show_watch() needs a hookviz.Watch (from hookviz.watch(model)), got {type(watch).__name__}"
+        )
+    steps = watch.steps
+    if not steps:
+        raise WatchError(
+            "the watch has no recorded step yet: train under `with hookviz.watch(model) as w:` "
+            "(every backward that reaches the model is a step), then call show_watch(w)"
+        )
+    step = steps[-1] if step is None else step
+    if isinstance(step, bool) or step not in steps:
+        raise WatchError(f"step {step!r} was not kept by the watch; kept steps: {_steps_text(steps)}")
+    return step
+
+
+def _steps_text(steps: list[int]) -> str:
+    shown = ", ".join(map(str, steps[:8]))
+    return f"{shown} ... {steps[-1]} ({len(steps)} steps)" if len(steps) > 8 else shown
 
 
 def show(model, args, kwargs: dict | None = None, loss_fn=None, **session_options: Any) -> Widget:
@@ -399,3 +546,30 @@ def show(model, args, kwargs: dict | None = None, loss_fn=None, **session_option
     }
     session = Session(model, args, kwargs=kwargs, loss_fn=loss_fn, **session_options)
     return Widget(session, **widget_options)
+
+
+def show_watch(watch, session, step: int | None = None, **widget_options: Any) -> Widget:
+    """Show ``session``'s graph coloured by the gradient norms ``watch`` recorded over training.
+
+    Args:
+        watch: a :class:`hookviz.Watch` of the model (closed, or at least not training now).
+        session: a :class:`hookviz.Session` of the same model (it draws the graph; the watch's
+            parameter and module names are the graph's leaf ids and module names), or a
+            :class:`Widget` already showing one.
+        step: the step shown first; None = the last kept step.
+        **widget_options: passed to :class:`Widget` (``collapse_threshold``, ...).
+
+    Returns:
+        The :class:`Widget` in its watch view (see :meth:`Widget.show_watch`).
+
+    Raises:
+        WatchError: no session given, or the watch has no recorded step.
+    """
+    step = _check_watch(watch, step)
+    if session is None:
+        raise WatchError(
+            "show_watch() needs a Session of the watched model to draw its graph, e.g. "
+            "hookviz.show_watch(w, hookviz.Session(model, (x,), loss_fn=loss_fn))"
+        )
+    widget = session if isinstance(session, Widget) else Widget(session, **widget_options)
+    return widget.show_watch(watch, step)

@@ -617,3 +617,131 @@ def edits_json(edits) -> list[dict]:
     return [
         {"id": e.id, "target": e.target, "slot": str(e.slot), "source": e.source} for e in edits
     ]
+
+
+# ----- diagnosis and the watch view -------------------------------------------------------------
+
+FINDING_KINDS = ("nan", "exploding", "vanishing", "dead", "saturated")
+
+
+def findings_json(findings) -> list[dict]:
+    """:class:`hookviz.Finding` objects as ``[{kind, module, node, message, value, step}]``."""
+    return [
+        {
+            "kind": f.kind,
+            "module": f.module,
+            "node": f.node,
+            "message": f.message,
+            "value": json_float(f.value),
+            "step": f.step,
+        }
+        for f in findings
+    ]
+
+
+def diagnosis_json(
+    findings, source: str = "run", step: int | None = None, error: str | None = None
+) -> dict:
+    """What the diagnosis banner shows: ``{source, step, findings, counts, error}``.
+
+    ``source`` is ``"run"`` (``run.diagnose()``) or ``"watch"`` (``watch.diagnose(step)``);
+    ``counts`` is ``{kind: number of findings}`` in :data:`FINDING_KINDS` order (kinds with none
+    left out); ``error`` says why the diagnosis failed (then ``findings`` is empty).
+    """
+    items = findings_json(findings)
+    kinds = [k for k in FINDING_KINDS if any(f["kind"] == k for f in items)]
+    kinds += sorted({f["kind"] for f in items} - set(kinds))
+    return {
+        "source": source,
+        "step": step,
+        "findings": items,
+        "counts": {k: sum(f["kind"] == k for f in items) for k in kinds},
+        "error": error,
+    }
+
+
+def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict) -> dict:
+    """The watch's norms on the drawn elements: ``{element id: norm}``.
+
+    A parameter leaf (its node id is the parameter's qualified name) takes the norm of that
+    parameter's gradient; a module group (``"group:<name>"``) and a node of the module view
+    (``"module:<name>"``) take the norm of the gradient w.r.t. the module's output. Elements left
+    out have no value (drawn grey).
+    """
+    out = {}
+    for item in graph_data.get("nodes", []):
+        if item["kind"] == "leaf" and item["id"] in parameter_norms:
+            out[item["id"]] = json_float(parameter_norms[item["id"]])
+    for group in graph_data.get("groups", []):
+        if group["module"] in output_norms:
+            out[group["id"]] = json_float(output_norms[group["module"]])
+    for item in graph_data.get("module_view", {}).get("nodes", []):
+        if item["kind"] == "module" and item["module"] in output_norms:
+            out[item["id"]] = json_float(output_norms[item["module"]])
+        elif item["id"] in parameter_norms:
+            out[item["id"]] = json_float(parameter_norms[item["id"]])
+    return out
+
+
+def watch_color_range(history) -> dict:
+    """One log10 colour range over every kept step of a watch, so the colours of two steps compare."""
+    values = history.norm.flatten().tolist()
+    return _color_range(v for v in values if not math.isnan(v))
+
+
+def figure_json(figure) -> dict:
+    """A plotly figure as JSON the page can hand to ``Plotly.react`` (NaN become null), without
+    plotly.py's template (large, and only a restyling)."""
+    import json
+
+    data = json.loads(figure.to_json())
+    data.get("layout", {}).pop("template", None)
+    return data
+
+
+def chart_figure(chart: dict):
+    """The gradient-flow chart (from :func:`chart_json`) as a ``plotly.graph_objects.Figure``:
+    per-module gradient norm on a log axis, this run vs the baseline, the vanishing line dashed.
+    Zero or missing norms cannot sit on a log axis: they are gaps (None)."""
+    import plotly.graph_objects as go
+
+    def positive(values):
+        out = []
+        for v in values:
+            v = None if v is None else float(v)
+            out.append(v if v is not None and math.isfinite(v) and v > 0 else None)
+        return out
+
+    labels = [m or "(root)" for m in chart.get("modules", [])]
+    figure = go.Figure(
+        [
+            go.Scatter(
+                x=labels,
+                y=positive(chart.get("baseline", [])),
+                name="baseline",
+                mode="lines+markers",
+                line={"color": "#90a4ae", "dash": "dot"},
+            ),
+            go.Scatter(
+                x=labels,
+                y=positive(chart.get("current", [])),
+                name="this run",
+                mode="lines+markers",
+                line={"color": "#1e88e5"},
+            ),
+        ]
+    )
+    threshold = chart.get("threshold")
+    if threshold:
+        figure.add_hline(
+            y=threshold,
+            line={"color": "#e53935", "dash": "dash", "width": 1},
+            annotation_text=f"vanishing < {threshold:g}",
+            annotation_position="bottom left",
+        )
+    figure.update_layout(
+        title="Gradient flow: norm of the gradient into each module's inputs",
+        xaxis={"title": "module (input → output)", "type": "category"},
+        yaxis={"type": "log", "title": "‖grad‖ (log)", "exponentformat": "e"},
+    )
+    return figure

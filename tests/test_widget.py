@@ -14,8 +14,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import hookviz
 import hookviz.widget as hookviz_widget
 from hookviz import widget_data
+from hookviz.examples import sigmoid_mlp
 
 TRAITS = (
     "graph",
@@ -33,6 +35,9 @@ TRAITS = (
     "replay",
     "chart",
     "summary",
+    "diagnosis",
+    "watch_view",
+    "watch_heatmap",
 )
 
 
@@ -472,3 +477,249 @@ def test_nan_gradients_are_flagged_and_json_safe():
     nan_node = next(n["id"] for n in widget.graph["nodes"] if n["nan"])
     assert widget.select(nan_node)
     json.dumps(widget.inspector, allow_nan=False)
+
+
+# ----- diagnosis banner ------------------------------------------------------------------------
+
+
+def findings_as_json(findings):
+    return json.loads(json.dumps(widget_data.findings_json(findings), allow_nan=False))
+
+
+def test_canonical_example_has_no_diagnosis_banner(widget):
+    assert widget.run.diagnose() == []
+    assert widget.diagnosis == {
+        "source": "run",
+        "step": None,
+        "findings": [],
+        "counts": {},
+        "error": None,
+    }
+
+
+def test_vanishing_gradients_are_diagnosed_and_a_click_selects_the_layer():
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
+    x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    widget = hookviz_widget.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
+    expected = widget.run.diagnose()
+    assert expected and {f.kind for f in expected} == {"vanishing"}
+    diagnosis = widget.diagnosis
+    assert diagnosis["source"] == "run" and diagnosis["error"] is None
+    assert diagnosis["counts"] == {"vanishing": len(expected)}
+    assert diagnosis["findings"] == findings_as_json(expected)
+    nodes = {n["id"] for n in widget.graph["nodes"]}
+    # The finding points at the layer's first parameter, a leaf of the graph: clicking selects it.
+    first = diagnosis["findings"][0]
+    assert first["node"] in nodes and first["node"].endswith(".weight")
+    reply = widget.handle_message({"type": "select", "node": first["node"]})
+    assert reply["ok"] and widget.inspector["id"] == first["node"]
+    assert_json_safe(widget)
+
+
+class LogOfRelu(nn.Module):
+    """log of a ReLU's output with the zeros masked out by ``where``: forward is finite where it
+    is used, backward is NaN (0 * inf) at LogBackward0."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.out(torch.where(h > 0, torch.log(torch.relu(h)), 0)).sum()
+
+
+def test_nan_origin_is_diagnosed_at_the_log():
+    torch.manual_seed(0)
+    widget = hookviz_widget.show(LogOfRelu(), (torch.randn(8, 4),))
+    findings = widget.diagnosis["findings"]
+    assert findings == findings_as_json(widget.run.diagnose())
+    assert widget.diagnosis["counts"]["nan"] >= 1
+    backward = next(f for f in findings if "in backward" in f["message"])
+    assert backward["kind"] == "nan" and backward["node"] == "LogBackward0_0"
+    # Plain PyTorch agrees: the gradient that leaves log is where NaN first appears.
+    torch.manual_seed(0)
+    model, x = LogOfRelu(), torch.randn(8, 4)
+    h = model.fc(x)
+    relu = torch.relu(h)
+    logged = torch.log(relu)
+    seen = {}
+
+    def note(where):
+        def hook(grad):
+            seen[where] = torch.isnan(grad).any().item()
+
+        return hook
+
+    logged.register_hook(note("into log"))
+    relu.register_hook(note("out of log"))
+    model.out(torch.where(h > 0, logged, 0)).sum().backward()
+    assert seen == {"into log": False, "out of log": True}
+    assert widget.select(backward["node"])
+    assert_json_safe(widget)
+
+
+def test_diagnosis_follows_every_rerun(widget):
+    assert widget.diagnosis["findings"] == []
+    assert widget.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad * inf")
+    assert widget.rerun()
+    findings = widget.diagnosis["findings"]
+    assert findings == findings_as_json(widget.run.diagnose())
+    assert any(f["kind"] == "nan" and f["node"] == "SubBackward0_0" for f in findings)
+    assert widget.diagnosis["counts"]["nan"] == sum(f["kind"] == "nan" for f in findings)
+    widget.reset_edits()
+    assert widget.rerun()
+    assert widget.diagnosis["findings"] == [] and widget.diagnosis["error"] is None
+
+
+def test_a_failing_diagnosis_is_shown_and_the_widget_keeps_going(monkeypatch):
+    def broken(run, **thresholds):
+        raise RuntimeError("diagnosis exploded")
+
+    monkeypatch.setattr(hookviz.Run, "diagnose", broken)
+    widget = hookviz_widget.show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
+    assert widget.diagnosis["findings"] == []
+    assert "diagnosis failed" in widget.diagnosis["error"]
+    assert "diagnosis exploded" in widget.diagnosis["error"]
+    assert widget.select("SubBackward0_0") and widget.rerun()
+    assert leaf_after(widget, "x")["after"]["value"] == [16.0, -12.0]
+    assert_json_safe(widget)
+
+
+# ----- the gradient-flow chart as a plotly figure ------------------------------------------------
+
+
+def test_chart_figure_is_the_gradient_flow_chart():
+    import plotly.graph_objects as go
+
+    torch.manual_seed(0)
+    widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),))
+    assert widget.apply_edit("head", "grad_input[0]", "grad * 0") and widget.rerun()
+    figure = widget.chart_figure()
+    assert isinstance(figure, go.Figure)
+    baseline, current = figure.data
+    assert (baseline.name, current.name) == ("baseline", "this run")
+    chart = widget.chart
+    assert list(current.x) == [m or "(root)" for m in chart["modules"]]
+    assert list(baseline.y) == [v if v and v > 0 else None for v in chart["baseline"]]
+    # Zero norms cannot sit on a log axis: the edited modules' points are gaps.
+    index = chart["modules"].index("blocks.0.fc")
+    assert current.y[index] is None and baseline.y[index] > 0
+    assert figure.layout.yaxis.type == "log"
+    (line,) = figure.layout.shapes
+    assert line.y0 == line.y1 == widget_data.VANISHING_THRESHOLD
+    figure.to_json()  # it can be saved or shown
+
+
+# ----- the watch view -----------------------------------------------------------------------------
+
+
+def train_under_watch(model, steps=4, inputs=8, classes=3, seed=1):
+    torch.manual_seed(seed)
+    data = [(torch.randn(32, inputs), torch.randint(0, classes, (32,))) for _ in range(steps)]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookviz.watch(model) as watch:
+        for x, labels in data:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), labels).backward()
+            optimizer.step()
+    x, labels = data[0]
+    session = hookviz.Session(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
+    return watch, session
+
+
+def test_watch_view_colours_the_graph_by_each_steps_norms():
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=4, width=16, inputs=8, classes=3, activation=nn.ReLU)
+    watch, session = train_under_watch(model)
+    assert watch.steps == [0, 1, 2, 3]
+    widget = hookviz.show_watch(watch, session, step=1)
+    assert isinstance(widget, hookviz.Widget) and widget.watch_view["step"] == 1
+    parameters = {n for n, _ in model.named_parameters()}
+    modules = {n for n, _ in model.named_modules()}
+    graph = widget.graph
+    for step in (3, 0, 2):
+        reply = widget.handle_message({"type": "watch_step", "step": step})
+        assert reply["ok"], reply
+        view = widget.watch_view
+        norms = watch.norms(step)
+        assert view["step"] == step and view["index"] == watch.steps.index(step)
+        assert view["steps"] == watch.steps
+        assert view["norms"] == {name: widget_data.json_float(v) for name, v in norms.items()}
+        node_norms = view["node_norms"]
+        # Parameter leaves by name; module groups and module-view nodes by the module's output.
+        for item in graph["nodes"]:
+            if item["id"] in parameters:
+                assert node_norms[item["id"]] == norms[item["id"]]
+            else:
+                assert item["id"] not in node_norms  # ops and forward arguments stay grey
+        for group in graph["groups"]:
+            if group["module"] in modules:
+                assert node_norms[group["id"]] == norms[group["module"]]
+            else:  # what loss_fn built is no module of the model
+                assert group["id"] not in node_norms
+        for item in graph["module_view"]["nodes"]:
+            if item["kind"] == "module" and item["module"] in modules:
+                assert node_norms[item["id"]] == norms[item["module"]]
+        # The numbers are plain PyTorch's: the parameter's gradient norm at that step.
+        assert norms["0.weight"] == watch.history.column("0.weight")[watch.steps.index(step)]
+        assert widget.diagnosis["source"] == "watch" and widget.diagnosis["step"] == step
+        assert widget.diagnosis["findings"] == findings_as_json(watch.diagnose(step))
+    low, high = view["color_range"]["lo"], view["color_range"]["hi"]
+    all_norms = [v for v in watch.history.norm.flatten().tolist() if v == v and v > 0]
+    assert 10**low <= min(all_norms) and max(all_norms) <= 10**high
+    heatmap = widget.watch_heatmap
+    assert heatmap["data"][0]["type"] == "heatmap"
+    assert heatmap["data"][0]["x"] == watch.steps
+    assert heatmap["data"][0]["y"] == json.loads(watch.heatmap().to_json())["data"][0]["y"]
+    assert_json_safe(widget)
+    # The session's own runs happened after the watch closed: no step was added.
+    assert watch.steps == [0, 1, 2, 3]
+
+    assert widget.handle_message({"type": "hide_watch"})["ok"]
+    assert widget.watch_view == {} and widget.watch_heatmap == {}
+    assert widget.diagnosis["source"] == "run"
+
+
+def test_watch_banner_shows_the_steps_findings():
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
+    watch, session = train_under_watch(model, steps=2)
+    widget = hookviz_widget.Widget(session).show_watch(watch, step=0)
+    expected = watch.diagnose(0)
+    assert expected and widget.diagnosis["findings"] == findings_as_json(expected)
+    assert widget.diagnosis["counts"]["vanishing"] == sum(f.kind == "vanishing" for f in expected)
+    # A watch finding points at a parameter: a leaf of the graph, so a click selects it.
+    node = widget.diagnosis["findings"][0]["node"]
+    assert widget.handle_message({"type": "select", "node": node})["ok"]
+    assert widget.inspector["id"] == node
+    # A re-run keeps the watch view (and its banner) on screen.
+    assert widget.rerun()
+    assert widget.watch_view["step"] == 0 and widget.diagnosis["source"] == "watch"
+
+
+def test_watch_view_refuses_bad_steps_and_bad_watches(widget):
+    assert not widget.watch_step(0)
+    assert "show_watch" in widget.errors["watch"]
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=3, width=8, inputs=8, classes=3)
+    with pytest.raises(hookviz.WatchError, match="no recorded step"):
+        with hookviz.watch(model) as empty:
+            pass
+        hookviz.show_watch(empty, hookviz.Session(model, (torch.randn(2, 8),)))
+    with pytest.raises(hookviz.WatchError, match="needs a hookviz.Watch"):
+        widget.show_watch("not a watch")
+    watch, session = train_under_watch(model, steps=2)
+    with pytest.raises(hookviz.WatchError, match="needs a Session"):
+        hookviz.show_watch(watch, None)
+    shown = hookviz.show_watch(watch, session)
+    assert shown.watch_view["step"] == 1
+    for bad in (5, "1", True, None, 1.0):
+        reply = shown.handle_message({"type": "watch_step", "step": bad})
+        assert not reply["ok"] and reply["error"] is None
+        assert "was not kept" in shown.errors["watch"] and shown.watch_view["step"] == 1
+    assert shown.watch_step(0) and "watch" not in shown.errors
+    with pytest.raises(hookviz.WatchError, match="was not kept"):
+        shown.show_watch(watch, step=7)

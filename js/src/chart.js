@@ -1,6 +1,7 @@
-// Gradient flow chart: per-module gradient norm on a log scale, this run vs the baseline.
-import Plotly from "plotly.js-basic-dist-min";
-import { chartSeries } from "./logic.js";
+// Plotly charts: the gradient flow chart (per-module gradient norm on a log scale, this run vs the
+// baseline) and the watch heatmap (names x training steps, drawn from the figure plotly.py made).
+import Plotly from "plotly.js-cartesian-dist-min";
+import { chartSeries, heatmapWithStep } from "./logic.js";
 
 export function renderChart(el, chart) {
   if (!chart || !chart.modules || !chart.modules.length) {
@@ -20,7 +21,9 @@ export function renderChart(el, chart) {
     margin: { l: 60, r: 20, t: 36, b: 70 },
     yaxis: { type: "log", title: { text: "‖grad‖ (log)" }, exponentformat: "e" },
     // Many modules: no tick labels (hover shows each module's name).
+    // Module names such as "0" and "2" (an nn.Sequential's) are names, not numbers.
     xaxis: {
+      type: "category",
       automargin: true,
       tickangle: -30,
       showticklabels: !many,
@@ -68,4 +71,39 @@ export function destroyChart(el) {
   } catch {
     // nothing was drawn
   }
+}
+
+/**
+ * The watch heatmap from its plotly figure JSON, the shown step marked; clicking a cell picks
+ * its step (onStep(step)). An empty or failed figure clears the element (an error is shown as text).
+ */
+export function renderHeatmap(el, figure, step, onStep) {
+  if (!figure || !figure.data) {
+    destroyChart(el);
+    el.textContent = figure?.error || "";
+    return;
+  }
+  const { data, layout } = heatmapWithStep(figure, step);
+  const rows = (data[0]?.y || []).length;
+  const steps = (data[0]?.x || []).length;
+  const sized = {
+    ...layout,
+    // A few steps: one tick per step (plotly would put ticks at 0.5).
+    xaxis: { ...(layout.xaxis || {}), ...(steps <= 20 ? { dtick: 1 } : {}) },
+    height: Math.min(600, 140 + 16 * rows),
+    margin: { l: 110, r: 20, t: 40, b: 40 },
+  };
+  Plotly.react(el, data, sized, {
+    displaylogo: false,
+    responsive: true,
+    modeBarButtonsToRemove: ["lasso2d", "select2d"],
+  });
+  if (!el.hvClickBound) {
+    el.hvClickBound = true;
+    el.on("plotly_click", (event) => {
+      const x = event?.points?.[0]?.x;
+      if (typeof x === "number") el.hvOnStep?.(x);
+    });
+  }
+  el.hvOnStep = onStep;
 }

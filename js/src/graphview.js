@@ -2,7 +2,15 @@
 import cytoscape from "cytoscape";
 import elk from "cytoscape-elk";
 import { warmUp } from "./elk.js";
-import { EDIT_COLOR, HOOK_COLOR, normColor, presetPositions, replayOnVisible, visibleGraph } from "./logic.js";
+import {
+  EDIT_COLOR,
+  HOOK_COLOR,
+  normColor,
+  overlayColor,
+  presetPositions,
+  replayOnVisible,
+  visibleGraph,
+} from "./logic.js";
 
 cytoscape.use(elk);
 warmUp();
@@ -83,9 +91,13 @@ function opLabel(n) {
   return n.op;
 }
 
-/** Build cytoscape element definitions for the visible graph (ops view) or the module view. */
-function elementsFor(graph, collapsed, view, range, positions) {
+/**
+ * Build cytoscape element definitions for the visible graph (ops view) or the module view.
+ * overlay: the watch view ({node_norms, color_range}) colours by a training step's norms instead.
+ */
+function elementsFor(graph, collapsed, view, range, overlay) {
   const els = [];
+  const colorOf = (id, norm, nan) => (overlay ? overlayColor(id, overlay) : normColor(norm, range, nan));
   if (view === "modules") {
     const mv = graph.module_view || { nodes: [], edges: [] };
     for (const n of mv.nodes) {
@@ -94,13 +106,12 @@ function elementsFor(graph, collapsed, view, range, positions) {
         data: {
           id: n.id,
           label: n.label,
-          color: normColor(n.norm, range, n.nan),
+          color: colorOf(n.id, n.norm, n.nan),
           kind: n.kind,
           edited: !!n.edited,
           hooks: n.user_hooks > 0,
           target: n.target,
         },
-        position: positions?.[n.id],
       });
     }
     for (const [u, v] of mv.edges) els.push({ group: "edges", data: { id: `e:${u}->${v}`, source: u, target: v } });
@@ -113,7 +124,7 @@ function elementsFor(graph, collapsed, view, range, positions) {
       data: {
         id: group.id,
         label: isCollapsed ? `${group.label} (${group.size})` : group.label,
-        color: normColor(group.norm, range, group.nan),
+        color: colorOf(group.id, group.norm, group.nan),
         isGroup: true,
         collapsed: isCollapsed,
         module: group.module,
@@ -121,7 +132,6 @@ function elementsFor(graph, collapsed, view, range, positions) {
         hooks: group.user_hooks > 0,
         parent: parent || undefined,
       },
-      position: isCollapsed ? positions?.[group.id] : undefined,
     });
   }
   for (const { node: n, parent } of vis.nodes) {
@@ -130,14 +140,13 @@ function elementsFor(graph, collapsed, view, range, positions) {
       data: {
         id: n.id,
         label: opLabel(n),
-        color: normColor(n.norm, range, n.nan),
+        color: colorOf(n.id, n.norm, n.nan),
         kind: n.kind,
         edited: !!n.edited,
         hooks: n.user_hooks > 0,
         parent: parent || undefined,
         target: n.id,
       },
-      position: positions?.[n.id],
     });
   }
   for (const e of vis.edges) els.push({ group: "edges", data: e });
@@ -177,13 +186,13 @@ export class GraphView {
    * Show a graph. Re-lays out only when what is visible changed (structure, view or collapse state);
    * a re-run of the same graph only recolours.
    */
-  render(graph, { collapsed, view, selected }) {
+  render(graph, { collapsed, view, selected, overlay }) {
     if (!graph || !graph.nodes) return Promise.resolve();
     const range = graph.color_range;
     const key = JSON.stringify([graph.structure, view, [...(collapsed || [])].sort()]);
     const t0 = performance.now();
     if (key === this.layoutKey) {
-      const { els, representative } = elementsFor(graph, collapsed, view, range);
+      const { els, representative } = elementsFor(graph, collapsed, view, range, overlay);
       this.representative = representative;
       this.cy.batch(() => {
         for (const el of els) {
@@ -199,7 +208,7 @@ export class GraphView {
     }
     this.layoutKey = key;
     const generation = (this.generation = (this.generation || 0) + 1);
-    const { els, representative } = elementsFor(graph, collapsed, view, range);
+    const { els, representative } = elementsFor(graph, collapsed, view, range, overlay);
     this.representative = representative;
     const visibleCount = els.filter((e) => e.group === "nodes").length;
     const useElk = visibleCount <= ELK_LIMIT;

@@ -4,8 +4,8 @@ import css from "./style.css";
 import { errorLine, fill, h } from "./dom.js";
 import { GraphView } from "./graphview.js";
 import { renderInspector } from "./inspector.js";
-import { renderEditor, renderEdits, renderLeaves, renderLog, ReplayBar } from "./panels.js";
-import { renderChart, destroyChart } from "./chart.js";
+import { renderBanner, renderEditor, renderEdits, renderLeaves, renderLog, ReplayBar, WatchBar } from "./panels.js";
+import { renderChart, renderHeatmap, destroyChart } from "./chart.js";
 import {
   formatNumber,
   legendStops,
@@ -17,12 +17,12 @@ import {
   replayState,
 } from "./logic.js";
 
-function legend(range) {
+function legend(range, title = "log10 ‖grad‖") {
   const stops = legendStops(range, 5);
   const sw = (color, text, extra = "") =>
     h("span", { class: "hv-sw" }, h("i", { style: `background:${color};${extra}` }), text);
   return [
-    h("div", { class: "hv-legend-title" }, "log10 ‖grad‖"),
+    h("div", { class: "hv-legend-title" }, title),
     h("div", {
       class: "hv-legend-bar",
       style: `background:linear-gradient(to right, ${stops.map((s) => s.color).join(",")})`,
@@ -104,6 +104,9 @@ function render({ model, el }) {
     h("div", { class: "hv-graph" }, cyEl, legendEl, graphError),
     h("div", { class: "hv-side" }, selectError, inspectorEl, editorEl),
   );
+  const bannerEl = h("div", { class: "hv-banner", role: "status", hidden: true });
+  const watchEl = h("div", { class: "hv-watch", hidden: true });
+  const heatmapEl = h("div", { class: "hv-heatmap" });
   const replayEl = h("div", { class: "hv-replay" });
   const leavesEl = h("div", { class: "hv-leaves" });
   const editsEl = h("div", { class: "hv-edits" });
@@ -113,10 +116,13 @@ function render({ model, el }) {
   root.append(
     toolbar,
     messageError,
+    bannerEl,
+    watchEl,
     main,
     replayEl,
     h("div", { class: "hv-bottom" }, leavesEl, editsEl, logEl),
     chartEl,
+    heatmapEl,
   );
 
   const paints = [];
@@ -157,6 +163,11 @@ function render({ model, el }) {
     },
   });
 
+  const watchBar = new WatchBar(watchEl, {
+    onStep: (step) => send({ type: "watch_step", step }),
+    onClose: () => send({ type: "hide_watch" }),
+  });
+
   const errors = () => model.get("errors") || {};
   const drawErrors = () => {
     const e = errors();
@@ -165,14 +176,25 @@ function render({ model, el }) {
     graphError.textContent = e.group || "";
     selectError.textContent = e.select || "";
     messageError.textContent = e.message || "";
+    watchBar.set(model.get("watch_view"), e.watch);
   };
   const drawGraph = () => {
     const g = model.get("graph") || {};
-    fill(legendEl, legend(g.color_range));
+    const watchView = model.get("watch_view") || {};
+    const overlay = watchView.steps ? watchView : null;
+    fill(
+      legendEl,
+      overlay ? legend(overlay.color_range, `log10 ‖grad‖ at step ${overlay.step}`) : legend(g.color_range),
+    );
     if (!graphView) return Promise.resolve();
     const inspector = model.get("inspector") || {};
     return graphView
-      .render(g, { collapsed: model.get("collapsed") || [], view: model.get("view") || "ops", selected: inspector.id })
+      .render(g, {
+        collapsed: model.get("collapsed") || [],
+        view: model.get("view") || "ops",
+        selected: inspector.id,
+        overlay,
+      })
       .then(() => graphView.showReplay(replayState(model.get("replay") || [], replayK)));
   };
   const drawSummary = () => {
@@ -206,6 +228,23 @@ function render({ model, el }) {
   const drawEdits = () =>
     mark("edits") || renderEdits(editsEl, model.get("edits") || [], model.get("code") || "", errors().edits, send);
   const drawChart = () => renderChart(chartEl, model.get("chart"));
+  const selectNode = (id) => {
+    mark("tap");
+    send({ type: "select", node: id });
+  };
+  const drawBanner = () => renderBanner(bannerEl, model.get("diagnosis"), selectNode);
+  const drawHeatmap = () => {
+    if (!graphView) return; // drawn once the widget is in the page (plotly needs a width)
+    const view = model.get("watch_view") || {};
+    renderHeatmap(heatmapEl, view.steps ? model.get("watch_heatmap") : null, view.step, (step) =>
+      send({ type: "watch_step", step }),
+    );
+  };
+  const drawWatch = () => {
+    watchBar.set(model.get("watch_view"), errors().watch);
+    drawGraph();
+    drawHeatmap();
+  };
 
   const handlers = {
     "change:graph": drawGraph,
@@ -229,6 +268,9 @@ function render({ model, el }) {
     "change:log": () => renderLog(logEl, model.get("log")),
     "change:replay": () => replay.setSteps(model.get("replay")),
     "change:chart": drawChart,
+    "change:diagnosis": drawBanner,
+    "change:watch_view": drawWatch,
+    "change:watch_heatmap": drawHeatmap,
   };
   for (const [ev, fn] of Object.entries(handlers)) model.on(ev, fn);
 
@@ -237,6 +279,7 @@ function render({ model, el }) {
   drawErrors();
   drawInspector();
   drawEdits();
+  drawBanner();
   renderLog(logEl, model.get("log"));
   replay.setSteps(model.get("replay"));
   // Draw once the element is in the page, so cytoscape knows its size.
@@ -251,6 +294,7 @@ function render({ model, el }) {
     drawGraph().then(() => {
       renderLeaves(leavesEl, model.get("leaf_summary"));
       drawChart();
+      drawHeatmap();
     });
   };
   frame = requestAnimationFrame(whenAttached);
@@ -261,6 +305,7 @@ function render({ model, el }) {
     replay.destroy();
     graphView?.destroy();
     destroyChart(chartEl);
+    destroyChart(heatmapEl);
   };
 }
 

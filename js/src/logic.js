@@ -288,3 +288,59 @@ export function copyLayout(target, result) {
     for (const child of target.children) copyLayout(child, byId.get(child.id));
   }
 }
+
+// ----- diagnosis banner and watch view -------------------------------------------------------
+
+/** How the banner names each kind of finding (hookviz.Finding.kind). */
+export const FINDING_LABELS = {
+  nan: "NaN/Inf origin",
+  exploding: "exploding",
+  vanishing: "vanishing",
+  dead: "dead",
+  saturated: "saturated",
+};
+
+/** The banner's headline from the counts per kind: "2 vanishing, 1 NaN/Inf origin". */
+export function findingsSummary(counts) {
+  return Object.entries(counts || {})
+    .filter(([, n]) => n > 0)
+    .map(([kind, n]) => `${n} ${FINDING_LABELS[kind] ?? kind}`)
+    .join(", ");
+}
+
+/**
+ * Colour of a drawn element in the watch view: by the watch's norm for that element id
+ * (parameter leaf, "group:<module>", "module:<module>"); grey when the watch has no value for it.
+ * overlay: {node_norms: {id: norm}, color_range: {lo, hi}}.
+ */
+export function overlayColor(id, overlay) {
+  const norms = overlay?.node_norms || {};
+  if (!Object.prototype.hasOwnProperty.call(norms, id)) return NO_GRAD_COLOR;
+  return normColor(norms[id], overlay.color_range);
+}
+
+/**
+ * The watch heatmap (plotly figure JSON) with the shown step marked by a vertical line.
+ * Returns a new {data, layout}; the figure passed in is not changed.
+ */
+export function heatmapWithStep(figure, step) {
+  const layout = { ...(figure?.layout || {}) };
+  delete layout.template; // plotly.py's default template is large and only restyles
+  const marker =
+    step === null || step === undefined
+      ? []
+      : [
+          {
+            type: "line",
+            xref: "x",
+            yref: "paper",
+            x0: step,
+            x1: step,
+            y0: 0,
+            y1: 1,
+            line: { color: "#e53935", width: 2 },
+          },
+        ];
+  layout.shapes = [...(layout.shapes || []), ...marker];
+  return { data: figure?.data || [], layout };
+}

@@ -1,6 +1,6 @@
 // Side and bottom panels: edit panel, active edits + copy as code, leaf summary, hook log, replay bar.
 import { add, errorLine, fill, h } from "./dom.js";
-import { formatValue, formatNumber, nextStep } from "./logic.js";
+import { FINDING_LABELS, findingsSummary, formatValue, formatNumber, nextStep } from "./logic.js";
 
 /** Edit panel: pick a site of the selected node, type an expression, apply. */
 export function renderEditor(el, inspector, error, send) {
@@ -243,5 +243,81 @@ export class ReplayBar {
 
   destroy() {
     this.pause();
+  }
+}
+
+/**
+ * Diagnosis banner above the graph: counts per kind and each finding's message; clicking a
+ * finding selects its node. Nothing is drawn for an empty diagnosis; a failed one shows its error.
+ * diagnosis: {source, step, findings: [{kind, module, node, message}], counts, error}.
+ */
+export function renderBanner(el, diagnosis, onSelect) {
+  const d = diagnosis || {};
+  const findings = d.findings || [];
+  el.replaceChildren();
+  el.hidden = !findings.length && !d.error;
+  if (el.hidden) return;
+  const where = d.source === "watch" ? `Watch step ${d.step}` : "This run";
+  add(
+    el,
+    findings.length ? h("div", { class: "hv-banner-head" }, `⚠ ${where}: ${findingsSummary(d.counts)}`) : null,
+    findings.length
+      ? h(
+          "ul",
+          { class: "hv-findings" },
+          findings.map((f) =>
+            h(
+              "li",
+              {
+                class: `hv-finding hv-finding-${f.kind}${f.node ? " hv-clickable" : ""}`,
+                "data-node": f.node || undefined,
+                title: f.node ? `select ${f.node}` : undefined,
+                onclick: f.node ? () => onSelect(f.node) : undefined,
+              },
+              h("span", { class: "hv-finding-kind" }, FINDING_LABELS[f.kind] ?? f.kind),
+              " ",
+              f.message,
+            ),
+          ),
+        )
+      : null,
+    d.error ? errorLine(d.error) : null,
+  );
+}
+
+/** Watch bar: a slider over the watch's kept training steps, and a button back to the run. */
+export class WatchBar {
+  constructor(el, { onStep, onClose }) {
+    this.el = el;
+    this.steps = [];
+    this.slider = h("input", {
+      class: "hv-watch-slider",
+      type: "range",
+      min: "0",
+      max: "0",
+      value: "0",
+      "aria-label": "training step",
+    });
+    this.slider.addEventListener("input", () => {
+      const step = this.steps[Number(this.slider.value)];
+      if (step !== undefined) onStep(step);
+    });
+    this.label = h("span", { class: "hv-watch-step" }, "");
+    this.title = h("b", {}, "");
+    this.error = errorLine("");
+    const close = h("button", { class: "hv-watch-close", onclick: onClose }, "Back to the run");
+    fill(el, h("div", { class: "hv-row" }, this.title, this.slider, this.label, close), this.error);
+  }
+
+  /** view: the watch_view traitlet ({steps, step, index, model}); empty = no watch shown. */
+  set(view, error) {
+    this.error.textContent = error || "";
+    this.el.hidden = !view || !view.steps;
+    if (this.el.hidden) return;
+    this.steps = view.steps;
+    this.slider.max = String(view.steps.length - 1);
+    this.slider.value = String(view.index);
+    this.title.textContent = `Watch of ${view.model}: gradient norms at training step`;
+    this.label.textContent = `${view.step} (${view.index + 1}/${view.steps.length} kept)`;
   }
 }

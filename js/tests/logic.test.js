@@ -3,8 +3,12 @@ import {
   NAN_COLOR,
   NO_GRAD_COLOR,
   ZERO_GRAD_COLOR,
+  FINDING_LABELS,
   chartSeries,
   copyLayout,
+  findingsSummary,
+  heatmapWithStep,
+  overlayColor,
   formatNumber,
   formatValue,
   legendStops,
@@ -261,5 +265,65 @@ describe("layout from the ELK worker", () => {
     expect(target.children[0]).toMatchObject({ x: 3, y: 4 });
     expect(target.children[1]).toMatchObject({ x: 5, y: 6, width: 50, height: 40 });
     expect(target.children[1].children[0]).toMatchObject({ x: 1, y: 2 });
+  });
+});
+
+describe("diagnosis banner", () => {
+  it("counts findings per kind in plain words", () => {
+    expect(findingsSummary({ vanishing: 2, nan: 1 })).toBe("2 vanishing, 1 NaN/Inf origin");
+    expect(findingsSummary({ exploding: 1, dead: 3, saturated: 1 })).toBe("1 exploding, 3 dead, 1 saturated");
+  });
+
+  it("says nothing for no findings and keeps unknown kinds by name", () => {
+    expect(findingsSummary({})).toBe("");
+    expect(findingsSummary(undefined)).toBe("");
+    expect(findingsSummary({ vanishing: 0 })).toBe("");
+    expect(findingsSummary({ odd: 2 })).toBe("2 odd");
+    expect(Object.keys(FINDING_LABELS)).toEqual(["nan", "exploding", "vanishing", "dead", "saturated"]);
+  });
+});
+
+describe("watch view", () => {
+  const overlay = {
+    node_norms: { "0.weight": 0.01, "group:0": 1, "module:2": "nan", "2.bias": 0 },
+    color_range: { lo: -2, hi: 0 },
+  };
+
+  it("colours an element by the step's norm on the watch's range", () => {
+    expect(overlayColor("0.weight", overlay)).toBe(viridis(0));
+    expect(overlayColor("group:0", overlay)).toBe(viridis(1));
+    expect(overlayColor("module:2", overlay)).toBe(NAN_COLOR);
+    expect(overlayColor("2.bias", overlay)).toBe(ZERO_GRAD_COLOR);
+  });
+
+  it("draws elements without a value grey", () => {
+    expect(overlayColor("AddmmBackward0_0", overlay)).toBe(NO_GRAD_COLOR);
+    expect(overlayColor("toString", overlay)).toBe(NO_GRAD_COLOR);
+    expect(overlayColor("x", null)).toBe(NO_GRAD_COLOR);
+  });
+
+  it("marks the shown step on the heatmap without changing the figure", () => {
+    const figure = {
+      data: [
+        {
+          type: "heatmap",
+          x: [0, 1, 2],
+          y: ["a", "b"],
+          z: [
+            [1, 2, 3],
+            [4, 5, null],
+          ],
+        },
+      ],
+      layout: { title: { text: "t" }, template: { data: {} }, shapes: [{ type: "rect" }] },
+    };
+    const { data, layout } = heatmapWithStep(figure, 1);
+    expect(data).toBe(figure.data);
+    expect(layout.template).toBeUndefined();
+    expect(layout.shapes).toHaveLength(2);
+    expect(layout.shapes[1]).toMatchObject({ type: "line", xref: "x", x0: 1, x1: 1, yref: "paper" });
+    expect(figure.layout.shapes).toHaveLength(1);
+    expect(figure.layout.template).toBeDefined();
+    expect(heatmapWithStep(figure, null).layout.shapes).toHaveLength(1);
   });
 });

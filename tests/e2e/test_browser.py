@@ -19,12 +19,27 @@ pytestmark = pytest.mark.e2e
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
+# A deep sigmoid MLP: its gradients vanish (the banner says so), trained 3 steps under a watch.
+VANISHING = """\
+import torch, torch.nn.functional as F, hookviz
+from hookviz.examples import sigmoid_mlp
+torch.manual_seed(0)
+model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
+x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+with hookviz.watch(model) as watch:
+    for _ in range(3):
+        optimizer.zero_grad(); F.cross_entropy(model(x), labels).backward(); optimizer.step()
+w = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
+w"""
+
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     harness.require_browser()
     root = tmp_path_factory.mktemp("lab")
     harness.write_notebook(root / "canonical.ipynb", [harness.CANONICAL])
+    harness.write_notebook(root / "vanishing.ipynb", [VANISHING, "w.show_watch(watch, step=0);"])
     with harness.jupyter_lab(root) as base:
         yield base
 
@@ -102,3 +117,62 @@ def test_edit_and_rerun_in_jupyterlab(lab):
             "() => document.querySelector('.hookviz-widget').cy.getElementById('SubBackward0_0').nonempty()",
             timeout=10_000,
         )
+
+
+def _color(page, node_id: str) -> str:
+    return page.evaluate(
+        "(id) => document.querySelector('.hookviz-widget').cy.getElementById(id).data('color')",
+        node_id,
+    )
+
+
+def test_diagnosis_banner_and_watch_view(lab):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with harness.chromium_page() as page, harness.diagnostics(page, ARTIFACTS / "failure_watch.png"):
+        harness.open_notebook(page, lab, "vanishing.ipynb")
+        harness.run_cell(page, 0)
+        root = harness.widget_root(page)
+        banner = root.locator(".hv-banner")
+        banner.wait_for(state="visible", timeout=60_000)
+        assert "vanishing" in banner.locator(".hv-banner-head").inner_text()
+        first = banner.locator(".hv-finding").first
+        node = first.get_attribute("data-node")
+        assert node and node.endswith(".weight")
+        first.click()
+        page.wait_for_function(
+            "(node) => document.querySelector('.hookviz-widget .hv-inspector')?.textContent.includes(node)",
+            arg=node,
+            timeout=30_000,
+        )
+        page.wait_for_function(
+            "() => Number(document.querySelector('.hookviz-widget').dataset.painted || 0) >= 1",
+            timeout=60_000,
+        )
+
+        # The watch view: slider, heatmap, graph coloured by step 0's norms (ops grey).
+        harness.run_cell(page, 1)
+        root.locator(".hv-watch").wait_for(state="visible", timeout=30_000)
+        root.locator(".hv-heatmap .main-svg").first.wait_for(state="visible", timeout=30_000)
+        assert "0 (1/3 kept)" in root.locator(".hv-watch-step").inner_text()
+        assert "Watch step 0" in banner.inner_text()
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('AddmmBackward0_0').data('color') === '#bdbdbd'",
+            timeout=10_000,
+        )
+        step0 = _color(page, "0.weight")
+        assert step0 != "#bdbdbd"
+        root.locator(".hv-watch-slider").fill("2")
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget .hv-watch-step').textContent.startsWith('2 (3/3')",
+            timeout=10_000,
+        )
+        assert _color(page, "0.weight") != "#bdbdbd"
+        page.wait_for_timeout(500)
+        root.screenshot(path=str(ARTIFACTS / "watch.png"))
+        root.locator(".hv-heatmap").scroll_into_view_if_needed()
+        root.locator(".hv-heatmap").screenshot(path=str(ARTIFACTS / "watch_heatmap.png"))
+        assert root.locator(".hv-error:not(:empty)").count() == 0
+
+        root.locator(".hv-watch-close").click()
+        root.locator(".hv-watch").wait_for(state="hidden", timeout=10_000)
+        assert "This run" in banner.inner_text()
