@@ -465,3 +465,22 @@ def test_rerun_on_cuda_matches_plain_backward_there(canonical):
     next_token_loss(gpt(tokens), tokens).backward()
     for name, parameter in gpt.named_parameters():
         assert torch.equal(gpt_run.leaf_grad(name), parameter.grad), name
+
+
+def test_huggingface_bert_from_config_matches_plain_backward():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=1000, hidden_size=96, num_hidden_layers=4,
+                                     num_attention_heads=4, intermediate_size=384)
+    model = transformers.BertModel(config).train()  # dropout on: the RNG state must be reproduced
+    inputs = {"input_ids": torch.randint(0, 1000, (2, 16)), "attention_mask": torch.ones(2, 16, dtype=torch.long)}
+    before = model_state(model)
+    session = hookviz.Session(model, kwargs=inputs, loss_fn=lambda out: out.last_hidden_state.pow(2).mean())
+    run = session.run()
+    assert_same_state(before, model_state(model))
+    model(**inputs)  # the run left the RNG as it found it: same dropout masks.last_hidden_state.pow(2).mean().backward()
+    for name, parameter in model.named_parameters():
+        if parameter.grad is not None:
+            assert torch.equal(run.leaf_grad(name), parameter.grad), name
+    assert "encoder.layer.3.attention.self" in run.modules
+    assert "attention_mask" in run.module_io("encoder.layer.0.attention.self").inputs
