@@ -87,10 +87,12 @@ def main() -> None:
                 lambda out: F.cross_entropy(out, labels.to(out.device)), options.repeats, options.device)
     if options.only in (None, "gpt"):
         gpt = TinyGPT(vocab=50257, context=1024, layers=12, width=768, heads=12, dropout=0.0)
-        tokens = torch.randint(0, 50257, (1, 128))
-        measure("GPT-2-small-like, 12x768, 128 tok", gpt, (tokens,),
-                lambda out: next_token_loss(out, tokens.to(out.device)), max(3, options.repeats // 3),
-                options.device)
+        # One short sequence (parameter gradients dominate), then a training-sized batch.
+        for batch, length in ((1, 128), (4, 256)):
+            tokens = torch.randint(0, 50257, (batch, length))
+            measure(f"GPT-2-small-like, 12x768, {batch}x{length} tok", gpt, (tokens,),
+                    lambda out, tokens=tokens: next_token_loss(out, tokens.to(out.device)),
+                    max(3, options.repeats // 3), options.device)
 
 
 if __name__ == "__main__":
