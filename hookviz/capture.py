@@ -22,6 +22,7 @@ import io
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -37,12 +38,12 @@ from hookviz.run import Event, HookCall, HookInfo, LogEntry
 
 @dataclass
 class CallState:
-    """One module call seen in forward (live tensors; turned into a ModuleCall after the run).
+    """One module call seen in forward (turned into a ModuleCall after the run).
 
-    ``inputs`` / ``outputs`` hold ``(tensor, grad_fn, output_nr, version)`` as they were when the
-    forward pre-hook / forward hook saw them (an in-place op may later change the tensor's
-    grad_fn). ``index`` is the position in call order; calls ``index..end`` are this call and the
-    calls nested in it.
+    ``inputs`` (positional) / ``outputs`` hold an :class:`Edge` per tensor as the forward pre-hook /
+    forward hook saw it (an in-place op may later change the tensor's grad_fn). ``index`` is the
+    position in call order; calls ``index..end`` are this call and the calls nested in it.
+    ``args`` / ``kwargs`` are dropped once forward has been summarised.
     """
 
     index: int
@@ -52,14 +53,38 @@ class CallState:
     forward: object
     args: tuple
     kwargs: dict
-    inputs: list[tuple] = field(default_factory=list)
-    outputs: list[tuple] = field(default_factory=list)
-    output_value: object = None
+    inputs: list[Edge | None] = field(default_factory=list)
+    outputs: list[Edge] = field(default_factory=list)
     end: int | None = None
 
 
-def _edge_of(tensor: torch.Tensor) -> tuple:
-    return (tensor, tensor.grad_fn, tensor.output_nr if tensor.grad_fn is not None else 0, tensor._version)
+class Edge(NamedTuple):
+    """A tensor as a module hook saw it: where in the graph it came from, and its version then.
+
+    ``tensor`` is kept for leaves only once forward has been summarised (see :func:`forget_tensors`);
+    a leaf is found in the graph by its identity.
+    """
+
+    tensor: torch.Tensor | None
+    grad_fn: object
+    output_nr: int
+    version: int
+    requires_grad: bool
+
+
+def _edge_of(tensor: torch.Tensor) -> Edge:
+    fn = tensor.grad_fn
+    return Edge(tensor, fn, tensor.output_nr if fn is not None else 0, tensor._version, tensor.requires_grad)
+
+
+def forget_tensors(calls: list[CallState], recorder: ForwardRecorder) -> None:
+    """Drop the references to forward's activations, so backward runs with the memory it would
+    have without hookviz (leaves, alive anyway, are kept)."""
+    recorder.outputs.clear()
+    for call in calls:
+        call.args, call.kwargs = (), {}
+        call.inputs = [e if e is None or e.grad_fn is None else e._replace(tensor=None) for e in call.inputs]
+        call.outputs = [e if e.grad_fn is None else e._replace(tensor=None) for e in call.outputs]
 
 
 class ForwardRecorder(TorchFunctionMode):
@@ -124,7 +149,6 @@ class ForwardRecorder(TorchFunctionMode):
     def _post(self, module, args, kwargs, output):
         state = self.stack.pop()
         state.end = len(self.calls) - 1
-        state.output_value = output
         state.outputs = [_edge_of(t) for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
 
     def __torch_function__(self, func, types, args=(), kwargs=None):

@@ -32,6 +32,7 @@ from hookviz.capture import (
     NodePreEditHook,
     RecordingState,
     SavedTensorsRecorder,
+    forget_tensors,
     full_backward_hooks,
     user_module_hooks,
     user_tensor_hooks,
@@ -311,15 +312,35 @@ class Session:
         for node in walk.nodes.values():
             if node.kind == "op":
                 node.fn.register_hook(NodePostHook(state, node.id, node.op))
+        forward_records, call_inputs, call_outputs = self._summarise_forward(walk, forward_recorder)
+        forget_tensors(forward_recorder.calls, forward_recorder)
         graph = _Forward(
             device=device, model=model, loss=loss, walk=walk, state=state, recorder=forward_recorder,
             leaves=leaves, node_call=self._node_calls(walk, forward_recorder),
             consumers=_consumers(walk), saved=_saved_tensors(walk, saved_recorder),
             hook_signature=_hook_signature(self.model, leaves),
             versions=[(t, t._version) for t in leaves.values()],
-            full_hook_modules=full_modules,
+            full_hook_modules=full_modules, forward_records=forward_records,
+            call_inputs=call_inputs, call_outputs=call_outputs,
         )
         return graph
+
+    def _summarise_forward(self, walk: Walk, recorder: ForwardRecorder):
+        """Statistics of every op's output and of what module hooks saw, right after forward
+        (so the activations need not be held through backward)."""
+        batch = StatsBatch(self.full_tensor_limit, self.histogram_bins)
+        output_keys = {
+            walk.id_of[fn_id]: batch.add(tensor, version)
+            for fn_id, (tensor, version) in recorder.outputs.items() if fn_id in walk.id_of
+        }
+        input_keys = [_call_input_keys(batch, call) for call in recorder.calls]
+        out_keys = [[batch.add(e.tensor, e.version) for e in call.outputs] for call in recorder.calls]
+        records = batch.compute()
+        return (
+            {n: records[k] for n, k in output_keys.items()},
+            [{name: records[k] if isinstance(k, int) else k for name, k in keys.items()} for keys in input_keys],
+            [[records[k] for k in keys] for keys in out_keys],
+        )
 
     def _call_model(self, model, args, kwargs, recorder: ForwardRecorder):
         try:
@@ -414,8 +435,7 @@ class Session:
                         continue
                     if index >= len(call.outputs):
                         raise TargetError(_slot_error(edit, f"module {edit.target!r} has {len(call.outputs)} output tensor(s)"))
-                    tensor, fn, output_nr, _ = call.outputs[index]
-                    fn, output_nr = _resolve(fn, output_nr)
+                    fn, output_nr = _resolve(call.outputs[index].grad_fn, call.outputs[index].output_nr)
                     node_id = graph.walk.node_id(fn) if fn is not None else None
                     if node_id is None or graph.walk.nodes[node_id].kind != "op":
                         raise EditError(f"output {index} of module {edit.target!r} does not come from an op in the graph (it does not require grad, or is an input passed through), so it has no grad_output to edit")
@@ -634,11 +654,10 @@ class _RunBuilder:
         flowing into it from the Nodes this call made (summed when it is used several times)."""
         result = []
         for edge in call.inputs:
-            if edge is None or not edge[0].requires_grad:
+            if edge is None or not edge.requires_grad:
                 result.append(None)
                 continue
-            tensor, fn, output_nr, _ = edge
-            producer, output_nr = self._producer(tensor, fn, output_nr)
+            producer, output_nr = self._producer(edge.tensor, edge.grad_fn, edge.output_nr)
             total = None
             for consumer, slot in self.graph.consumers.get((producer, output_nr), []):
                 made_by = self.graph.node_call.get(consumer)
@@ -654,16 +673,6 @@ class _RunBuilder:
     def build(self) -> Run:
         graph, recorder, walk = self.graph, self.recorder, self.graph.walk
         forward_calls = graph.recorder.calls
-        # Forward values and module inputs/outputs: summarised once per forward.
-        fresh = not graph.forward_records and not self.reused
-        if fresh:
-            output_keys = {
-                walk.id_of[fn_id]: self.batch.add(tensor, check_version=True)
-                for fn_id, (tensor, version) in graph.recorder.outputs.items()
-                if fn_id in walk.id_of
-            }
-            input_keys = [self._call_input_keys(call) for call in forward_calls]
-            out_keys = [[self.batch.add(t, check_version=True) for t, *_ in call.outputs] for call in forward_calls]
         in_keys = {n: self._keys(g) for n, g in recorder.grad_inputs.items()}
         received_keys = {n: self._keys(g) for n, g in recorder.received_grad_inputs.items()}
         out_grad_keys = {n: self._keys(g) for n, g in recorder.grad_outputs.items()}
@@ -673,16 +682,11 @@ class _RunBuilder:
         hook_keys = [(call, self._keys(before), self._keys(after)) for call, before, after in recorder.hook_calls]
         full_input_keys = [self._keys(self._full_grad_input(call)) for call in forward_calls]
         full_output_keys = [
-            self._keys([self._arriving(*self._producer(t, fn, nr)) for t, fn, nr, _ in call.outputs])
+            self._keys([self._arriving(*self._producer(e.tensor, e.grad_fn, e.output_nr)) for e in call.outputs])
             for call in forward_calls
         ]
         self.batch.compute()
         records = self.batch.records
-        if fresh:
-            graph.forward_records = {n: records[k] for n, k in output_keys.items()}
-            graph.call_inputs = [{name: records[k] if isinstance(k, int) else k for name, k in keys.items()}
-                                 for keys in input_keys]
-            graph.call_outputs = [[records[k] for k in keys] for keys in out_keys]
 
         hook_calls = []
         for call, before, after in hook_keys:
@@ -734,7 +738,7 @@ class _RunBuilder:
         for i, state in enumerate(forward_calls):
             output_node = None
             if state.outputs:
-                fn, nr = _resolve(state.outputs[0][1], state.outputs[0][2])
+                fn, nr = _resolve(state.outputs[0].grad_fn, state.outputs[0].output_nr)
                 output_node = walk.node_id(fn) if fn is not None else None
             legacy_in, legacy_out = (), ()
             if output_node is not None and output_node in nodes and nodes[output_node].kind == "op":
@@ -748,8 +752,7 @@ class _RunBuilder:
                 grad_input_before_edit, grad_input = grad_input, module_edits[state.module].pop().after
             calls.append(ModuleCall(
                 module=state.module, call=state.call, type=state.type,
-                inputs=graph.call_inputs[i] if i < len(graph.call_inputs) else {},
-                output=graph.call_outputs[i] if i < len(graph.call_outputs) else [],
+                inputs=graph.call_inputs[i], output=graph.call_outputs[i],
                 grad_input=grad_input, grad_input_before_edit=grad_input_before_edit,
                 grad_output=self._records(full_output_keys[i]),
                 legacy_grad_input=legacy_in, legacy_grad_output=legacy_out,
@@ -779,21 +782,23 @@ class _RunBuilder:
         fn, output_nr = _resolve(fn, output_nr)
         return self.graph.walk.node_id(fn), output_nr
 
-    def _call_input_keys(self, call: CallState) -> dict:
-        try:
-            named = dict(_signature(call.forward).bind(*call.args, **call.kwargs).arguments)
-        except (TypeError, ValueError):
-            named = {f"args[{i}]": a for i, a in enumerate(call.args)} | dict(call.kwargs)
-        keys: dict = {}
-        for name, value in named.items():
-            flat = pytree.tree_flatten_with_path(value)[0]
-            for path, leaf in flat:
-                label = name + pytree.keystr(path)
-                if isinstance(leaf, torch.Tensor):
-                    keys[label] = self.batch.add(leaf, check_version=True)
-                else:
-                    keys[label] = repr(leaf)[:80]
-        return keys
+def _call_input_keys(batch: StatsBatch, call: CallState) -> dict:
+    """What a forward pre-hook of ``call`` saw, by ``forward``'s parameter names: stats keys for
+    tensors (checked against the version the hook saw), a short repr for anything else."""
+    try:
+        named = dict(_signature(call.forward).bind(*call.args, **call.kwargs).arguments)
+    except (TypeError, ValueError):
+        named = {f"args[{i}]": a for i, a in enumerate(call.args)} | dict(call.kwargs)
+    seen = {id(e.tensor): e.version for e in call.inputs if e is not None}
+    keys: dict = {}
+    for name, value in named.items():
+        for path, leaf in pytree.tree_flatten_with_path(value)[0]:
+            label = name + pytree.keystr(path)
+            if isinstance(leaf, torch.Tensor):
+                keys[label] = batch.add(leaf, seen.get(id(leaf)))
+            else:
+                keys[label] = repr(leaf)[:80]
+    return keys
 
 
 _SIGNATURES: dict = {}

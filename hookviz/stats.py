@@ -123,7 +123,8 @@ class StatsBatch:
     """Collects tensors during a run and summarises them all in :meth:`compute`.
 
     ``add`` returns a key; after ``compute`` the record of that key is ``records[key]``. Adding the
-    same tensor object twice returns the same key, so a gradient seen by two hooks is reduced once.
+    same tensor object twice (at the same version) returns the same key, so a gradient seen by two
+    hooks is reduced once.
 
     Args:
         full_limit: tensors with at most this many elements keep a full CPU copy in ``value``.
@@ -135,21 +136,21 @@ class StatsBatch:
     tensors: list[torch.Tensor] = field(default_factory=list)
     versions: list[int | None] = field(default_factory=list)
     records: list[TensorRecord] = field(default_factory=list)
-    _keys: dict[int, int] = field(default_factory=dict)
+    _keys: dict[tuple, int] = field(default_factory=dict)
 
-    def add(self, tensor: torch.Tensor, check_version: bool = False) -> int:
+    def add(self, tensor: torch.Tensor, version: int | None = None) -> int:
         """Register ``tensor`` for summary; returns its key.
 
-        With ``check_version``, a tensor whose version counter moved before ``compute`` (it was
-        modified in place after it was recorded) gets a record with a note instead of values.
+        With ``version`` (the tensor's ``_version`` when it was seen), a tensor modified in place
+        since then gets a record with a note instead of values that are no longer the ones seen.
         """
-        key = self._keys.get(id(tensor))
+        key = self._keys.get((id(tensor), version))
         if key is not None and self.tensors[key] is tensor:
             return key
         key = len(self.tensors)
-        self._keys[id(tensor)] = key
+        self._keys[(id(tensor), version)] = key
         self.tensors.append(tensor)
-        self.versions.append(tensor._version if check_version else None)
+        self.versions.append(version)
         return key
 
     def compute(self) -> list[TensorRecord]:

@@ -261,6 +261,14 @@ def test_saved_tensors_are_recorded_and_users_save_on_cpu_still_applies():
         assert torch.equal(run.leaf_grad(name), offloaded.leaf_grad(name))
 
 
+def test_a_forward_value_overwritten_in_place_is_reported_not_misreported():
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(inplace=True))
+    run = hookviz.Session(model, (torch.randn(2, 3),), loss_fn=lambda out: out.sum()).run()
+    assert "modified in place" in run.node("AddmmBackward0_0").output.note  # ReLU overwrote it
+    relu = run.node("ReluBackward0_0").output
+    assert relu.min >= 0 and relu.value is not None
+
+
 def test_node_ids_are_stable_across_reruns():
     model = sigmoid_mlp(depth=4, width=8, inputs=5, classes=3)
     data = torch.randn(6, 5)

@@ -48,7 +48,7 @@ def test_huge_values_do_not_overflow_the_norm():
 def test_in_place_change_after_recording_is_reported():
     tensor = torch.ones(3)
     batch = StatsBatch()
-    key = batch.add(tensor, check_version=True)
+    key = batch.add(tensor, version=tensor._version)
     tensor.mul_(2)
     record = batch.compute()[key]
     assert record.value is None and "modified in place" in record.note
