@@ -24,21 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 import harness  # noqa: E402
 
 BIG = """\
-import time, torch, torch.nn as nn, hookviz
-class Block(nn.Module):
-    def __init__(self, width):
-        super().__init__()
-        self.fc = nn.Linear(width, width)
-        self.norm = nn.LayerNorm(width)
-    def forward(self, x):
-        return x + torch.relu(self.norm(self.fc(x)))
-class Deep(nn.Module):
-    def __init__(self, depth, width=8):
-        super().__init__()
-        self.blocks = nn.Sequential(*[Block(width) for _ in range(depth)])
-        self.head = nn.Linear(width, 1)
-    def forward(self, x):
-        return self.head(self.blocks(x)).sum()
+import time, torch, hookviz
+from hookviz.examples import ResidualStack as Deep
 torch.manual_seed(0)
 started = time.perf_counter()
 session = hookviz.Session(Deep({depth}), (torch.randn(4, 8),))

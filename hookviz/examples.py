@@ -38,6 +38,30 @@ def sigmoid_mlp(depth: int = 20, width: int = 256, inputs: int = 64, classes: in
     return nn.Sequential(*layers)
 
 
+class ResidualBlock(nn.Module):
+    """``x + relu(LayerNorm(Linear(x)))``: nine autograd Nodes per block, for large graphs."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.relu(self.norm(self.fc(x)))
+
+
+class ResidualStack(nn.Module):
+    """``depth`` residual blocks and a linear head; the output is already a scalar (a sum)."""
+
+    def __init__(self, depth: int, width: int = 8):
+        super().__init__()
+        self.blocks = nn.Sequential(*[ResidualBlock(width) for _ in range(depth)])
+        self.head = nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(x)).sum()
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention (GPT-2 style), on ``F.scaled_dot_product_attention``."""
 

@@ -19,6 +19,7 @@ from collections import defaultdict
 import networkx as nx
 import torch
 
+from hookviz.errors import TargetError
 from hookviz.run import Run
 
 COLLAPSE_THRESHOLD = 300
@@ -474,7 +475,7 @@ def module_inspector_json(
     if baseline is not None and baseline is not run:
         try:
             before = baseline.module_io(module)
-        except Exception:  # the module did not run in the baseline
+        except TargetError:  # the module did not run in the baseline
             before = None
         if before is not None:
             out["before"] = {

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import hookviz
 import hookviz.widget as hookviz_widget
 from hookviz import widget_data
-from hookviz.examples import sigmoid_mlp
+from hookviz.examples import ResidualStack, sigmoid_mlp
 
 TRAITS = (
     "graph",
@@ -361,24 +361,8 @@ def test_replay_shows_the_hooks_that_fired():
     assert any(h["owner"] == "user" for h in widget.inspector["hooks"])
 
 
-class Block(nn.Module):
-    def __init__(self, width):
-        super().__init__()
-        self.fc = nn.Linear(width, width)
-        self.norm = nn.LayerNorm(width)
-
-    def forward(self, x):
-        return x + torch.relu(self.norm(self.fc(x)))
-
-
-class Deep(nn.Module):
-    def __init__(self, depth, width=4):
-        super().__init__()
-        self.blocks = nn.Sequential(*[Block(width) for _ in range(depth)])
-        self.head = nn.Linear(width, 1)
-
-    def forward(self, x):
-        return self.head(self.blocks(x)).sum()
+def Deep(depth: int) -> ResidualStack:  # noqa: N802 (reads as the model it builds)
+    return ResidualStack(depth, width=4)
 
 
 def test_large_graph_opens_collapsed_by_module():
