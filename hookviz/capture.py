@@ -72,6 +72,16 @@ class Edge(NamedTuple):
     requires_grad: bool
 
 
+def _tensors_in(value) -> list[torch.Tensor]:
+    """The tensors in a value, in pytree order (a plain tensor, or a tuple of them, without the
+    cost of a pytree walk: this runs once per module call)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+        return list(value)
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
 def _edge_of(tensor: torch.Tensor) -> Edge:
     fn = tensor.grad_fn
     return Edge(tensor, fn, tensor.output_nr if fn is not None else 0, tensor._version, tensor.requires_grad)
@@ -136,6 +146,14 @@ class ForwardRecorder(TorchFunctionMode):
         return self.stack[-1].module if self.stack else None
 
     def _pre(self, module, args, kwargs):
+        with torch._C.DisableTorchFunction():  # our own tensor reads need not pass through the mode
+            self._enter(module, args, kwargs)
+
+    def _post(self, module, args, kwargs, output):
+        with torch._C.DisableTorchFunction():
+            self._exit(output)
+
+    def _enter(self, module, args, kwargs) -> None:
         name = self.names.get(id(module), type(module).__name__)
         count = self.call_counts.get(name, 0)
         self.call_counts[name] = count + 1
@@ -146,10 +164,10 @@ class ForwardRecorder(TorchFunctionMode):
         self.calls.append(state)
         self.stack.append(state)
 
-    def _post(self, module, args, kwargs, output):
+    def _exit(self, output) -> None:
         state = self.stack.pop()
         state.end = len(self.calls) - 1
-        state.outputs = [_edge_of(t) for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
+        state.outputs = [_edge_of(t) for t in _tensors_in(output)]
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -197,7 +215,7 @@ class SavedTensorsRecorder:
 
     def pack(self, tensor: torch.Tensor) -> _Packed:
         inner = tensor if self.outer_pack is None else self.outer_pack(tensor)
-        stored = next((t.device for t in pytree.tree_leaves(inner) if isinstance(t, torch.Tensor)), "elsewhere")
+        stored = next((t.device for t in _tensors_in(inner)), "elsewhere")
         self.packs.append((tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(stored)))
         return _Packed(len(self.packs) - 1, inner)
 

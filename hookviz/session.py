@@ -792,7 +792,8 @@ def _call_input_keys(batch: StatsBatch, call: CallState) -> dict:
     seen = {id(e.tensor): e.version for e in call.inputs if e is not None}
     keys: dict = {}
     for name, value in named.items():
-        for path, leaf in pytree.tree_flatten_with_path(value)[0]:
+        flat = [((), value)] if isinstance(value, torch.Tensor) else pytree.tree_flatten_with_path(value)[0]
+        for path, leaf in flat:
             label = name + pytree.keystr(path)
             if isinstance(leaf, torch.Tensor):
                 keys[label] = batch.add(leaf, seen.get(id(leaf)))
