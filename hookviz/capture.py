@@ -265,7 +265,9 @@ class BackwardRecorder:
         module_input_edits: module name -> edits of its ``grad_input`` (run by a full backward hook).
     """
 
-    def __init__(self, post_edits=None, pre_edits=None, module_input_edits=None):
+    def __init__(self, post_edits=None, pre_edits=None, module_input_edits=None, settle=None, keep=frozenset()):
+        self.settle = settle  # grad -> grad, or a stand-in once summarised (see StatsBatch.settle)
+        self.keep: frozenset[tuple[str, int]] = keep  # (node, slot) whose grad_inputs are summed later
         self.post_edits: dict[str, list[Edit]] = post_edits or {}
         self.pre_edits: dict[str, list[Edit]] = pre_edits or {}
         self.module_input_edits: dict[str, list[Edit]] = module_input_edits or {}
@@ -284,16 +286,25 @@ class BackwardRecorder:
         step = next(self.steps)
         self.order[node_id] = len(self.order)
         self.events.append(Event(step, "node", node_id, op))
-        self.grad_outputs[node_id] = grad_outputs
-        self.received_grad_inputs[node_id] = grad_inputs
+        self.grad_outputs[node_id] = self._held(node_id, grad_outputs, inputs=False)
+        self.received_grad_inputs[node_id] = held = self._held(node_id, grad_inputs)
         edits = self.post_edits.get(node_id)
         if not edits:
-            self.grad_inputs[node_id] = grad_inputs
+            self.grad_inputs[node_id] = held
             return None
         new, _ = replace_slots(grad_inputs, edits)
-        self.grad_inputs[node_id] = new
+        self.grad_inputs[node_id] = self._held(node_id, new)
         self._edit_call(node_id, node_id, edits, grad_inputs, new)
         return new
+
+    def _held(self, node_id: str, grads: tuple, inputs: bool = True) -> tuple:
+        """What to keep of a Node's grads until the run is assembled (see ``settle``)."""
+        if self.settle is None:
+            return grads
+        return tuple(
+            g if g is None or (inputs and (node_id, slot) in self.keep) else self.settle(g)
+            for slot, g in enumerate(grads)
+        )
 
     def node_pre(self, node_id: str, grad_outputs: tuple):
         """Called by an edit's Node pre-hook; returns the edited grad_outputs."""

@@ -62,6 +62,7 @@ from hookviz.run import (
 from hookviz.stats import (
     DEFAULT_FULL_TENSOR_LIMIT,
     DEFAULT_HISTOGRAM_BINS,
+    Settled,
     StatsBatch,
     TensorRecord,
 )
@@ -87,6 +88,32 @@ class _Forward:
     forward_records: dict[str, TensorRecord] = field(default_factory=dict)
     call_inputs: list[dict] = field(default_factory=list)
     call_outputs: list[list] = field(default_factory=list)
+    summed_later: frozenset[tuple[str, int]] = frozenset()
+
+    def __post_init__(self) -> None:
+        self.leaf_ids = {id(n.tensor): n.id for n in self.walk.nodes.values() if n.tensor is not None}
+        # A module input used by several of the module's own Nodes: its full-hook grad_input is the
+        # sum of their grad_inputs, so those are kept whole through backward.
+        self.summed_later = frozenset(
+            pair for call in self.recorder.calls for edge in call.inputs
+            if edge is not None and edge.requires_grad
+            for pairs in [self.internal_consumers(call, edge)] if len(pairs) > 1 for pair in pairs
+        )
+
+    def producer(self, tensor: torch.Tensor | None, fn, output_nr: int) -> tuple[str | None, int]:
+        """The graph node (and output) that produced ``tensor`` when a hook saw it."""
+        if fn is None:
+            return self.leaf_ids.get(id(tensor)), 0
+        fn, output_nr = _resolve(fn, output_nr)
+        return self.walk.node_id(fn), output_nr
+
+    def internal_consumers(self, call: CallState, edge) -> list[tuple[str, int]]:
+        """(consumer, slot) of the Nodes made by ``call`` (or calls inside it) that use ``edge``."""
+        producer, output_nr = self.producer(edge.tensor, edge.grad_fn, edge.output_nr)
+        return [
+            (consumer, slot) for consumer, slot in self.consumers.get((producer, output_nr), [])
+            if self.node_call.get(consumer) is not None and call.index <= self.node_call[consumer] <= call.end
+        ]
 
 
 def _hook_signature(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> tuple:
@@ -444,6 +471,8 @@ class Session:
 
     def _do_backward(self, graph: _Forward, recorder: BackwardRecorder, reused: bool) -> Run:
         leaf_edits = self._resolve_edits(graph, recorder)
+        batch = StatsBatch(self.full_tensor_limit, self.histogram_bins)
+        recorder.settle, recorder.keep = batch.settle, graph.summed_later
         handles = [
             graph.walk.nodes[node_id].fn.register_prehook(NodePreEditHook(recorder, node_id))
             for node_id in recorder.pre_edits
@@ -475,7 +504,7 @@ class Session:
                     (HookCall(step, "edit", f"grad <- {edit.source}", name, returned=True, node=name), (before,), (grad,))
                 )
             leaf_grads[name] = grad
-        return _RunBuilder(self, graph, recorder, leaf_grads, reused).build()
+        return _RunBuilder(self, graph, recorder, leaf_grads, reused, batch).build()
 
     # ------------------------------------------------------------------ edits
 
@@ -627,14 +656,16 @@ def _saved_tensors(walk: Walk, recorder: SavedTensorsRecorder) -> dict[str, list
 class _RunBuilder:
     """Turns the live records of one backward (and its forward) into a plain :class:`Run`."""
 
-    def __init__(self, session: Session, graph: _Forward, recorder: BackwardRecorder, leaf_grads, reused):
+    def __init__(self, session: Session, graph: _Forward, recorder: BackwardRecorder, leaf_grads, reused,
+                 batch: StatsBatch):
         self.session, self.graph, self.recorder = session, graph, recorder
-        self.leaf_grads, self.reused = leaf_grads, reused
-        self.batch = StatsBatch(session.full_tensor_limit, session.histogram_bins)
-        self.leaf_ids = {id(n.tensor): n.id for n in graph.walk.nodes.values() if n.tensor is not None}
+        self.leaf_grads, self.reused, self.batch = leaf_grads, reused, batch
 
     def _keys(self, grads) -> tuple:
-        return tuple(None if g is None else self.batch.add(g) for g in grads)
+        """Stats keys of grads: tensors are added to the batch; settled ones already have one."""
+        return tuple(
+            None if g is None else g.key if isinstance(g, Settled) else self.batch.add(g) for g in grads
+        )
 
     def _records(self, keys) -> tuple:
         records = self.batch.records
@@ -657,15 +688,12 @@ class _RunBuilder:
             if edge is None or not edge.requires_grad:
                 result.append(None)
                 continue
-            producer, output_nr = self._producer(edge.tensor, edge.grad_fn, edge.output_nr)
             total = None
-            for consumer, slot in self.graph.consumers.get((producer, output_nr), []):
-                made_by = self.graph.node_call.get(consumer)
-                if made_by is None or not call.index <= made_by <= call.end:
-                    continue
+            for consumer, slot in self.graph.internal_consumers(call, edge):
                 grads = self.recorder.grad_inputs.get(consumer)
                 grad = grads[slot] if grads is not None else None
                 if grad is not None:
+                    # several consumers: tensors (kept whole for this sum); one: tensor or Settled
                     total = grad if total is None else total + grad
             result.append(total)
         return tuple(result)
@@ -776,11 +804,7 @@ class _RunBuilder:
         )
 
     def _producer(self, tensor: torch.Tensor, fn, output_nr: int) -> tuple[str | None, int]:
-        """The graph node (and output) that produced ``tensor`` when a hook saw it."""
-        if fn is None:
-            return self.leaf_ids.get(id(tensor)), 0
-        fn, output_nr = _resolve(fn, output_nr)
-        return self.graph.walk.node_id(fn), output_nr
+        return self.graph.producer(tensor, fn, output_nr)
 
 def _call_input_keys(batch: StatsBatch, call: CallState) -> dict:
     """What a forward pre-hook of ``call`` saw, by ``forward``'s parameter names: stats keys for

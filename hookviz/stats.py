@@ -10,6 +10,7 @@ recomputed in double. Views holding the same elements (a gradient and its transp
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -17,6 +18,19 @@ import torch
 DEFAULT_FULL_TENSOR_LIMIT = 4096
 DEFAULT_HISTOGRAM_BINS = 32
 HISTOGRAM_SAMPLE = 1024
+SETTLE_ABOVE = 1 << 20  # elements; larger CPU gradients are summarised as soon as a hook sees them
+
+
+@dataclass(frozen=True)
+class Settled:
+    """Stands for a tensor already summarised by :meth:`StatsBatch.settle`: its key in the batch."""
+
+    key: int
+
+
+def _dead():
+    return None
+
 _STACK_BELOW = 1 << 17  # elements; smaller tensors of one size are stacked and reduced together
 
 
@@ -137,6 +151,9 @@ class StatsBatch:
     versions: list[int | None] = field(default_factory=list)
     records: list[TensorRecord] = field(default_factory=list)
     _keys: dict[tuple, int] = field(default_factory=dict)
+    _settled: dict[int, TensorRecord] = field(default_factory=dict)
+    _settled_refs: dict[int, weakref.ref] = field(default_factory=dict)
+    _settled_elements: dict[tuple, int] = field(default_factory=dict)
 
     def add(self, tensor: torch.Tensor, version: int | None = None) -> int:
         """Register ``tensor`` for summary; returns its key.
@@ -153,13 +170,42 @@ class StatsBatch:
         self.versions.append(version)
         return key
 
+    def settle(self, tensor: torch.Tensor):
+        """During backward: summarise a large CPU tensor now and return a :class:`Settled` key in
+        place of it, so hookviz does not hold the gradient and autograd can free or reuse it as it
+        would without hookviz. Other tensors (small ones, and any on an accelerator, where summing
+        now would force a host sync) are returned as they are, for :meth:`add` later.
+        """
+        if tensor.device.type != "cpu" or tensor.numel() <= max(self.full_limit, SETTLE_ABOVE):
+            return tensor
+        identity = (id(tensor), tensor._version)
+        key = self._keys.get(identity)
+        if key is not None and self._settled_refs.get(key, _dead)() is tensor:
+            return Settled(key)
+        key = len(self.tensors)
+        self._keys[identity] = key
+        self.tensors.append(None)
+        self.versions.append(None)
+        # A transposed view of a gradient summarised already (TBackward's) has the same statistics.
+        elements = _elements_key(tensor)
+        same = self._settled_elements.get(elements)
+        if same is not None and self._settled_refs[same]() is not None:
+            self._settled[key] = replace(self._settled[same], shape=tuple(tensor.shape))
+        else:
+            self._settled[key] = self._summarise([tensor])[0]
+            self._settled_elements[elements] = key
+        self._settled_refs[key] = weakref.ref(tensor)
+        return Settled(key)
+
     def compute(self) -> list[TensorRecord]:
         """Summarise every added tensor; drops the references to them. Returns ``records``."""
         records: list[TensorRecord | None] = [None] * len(self.tensors)
         views: dict[tuple, list[int]] = {}
         for key, tensor in enumerate(self.tensors):
             version = self.versions[key]
-            if version is not None and tensor._version != version:
+            if tensor is None:
+                records[key] = self._settled.pop(key)
+            elif version is not None and tensor._version != version:
                 records[key] = _metadata_record(tensor, "modified in place after it was recorded")
             elif tensor.numel() == 0 or tensor.is_complex() or tensor.is_meta or tensor.is_sparse:
                 records[key] = _metadata_record(tensor)
@@ -182,6 +228,7 @@ class StatsBatch:
             records[key] = replace(source, shape=tuple(tensor.shape), value=value)
         self.records = records
         self.tensors, self.versions, self._keys = [], [], {}
+        self._settled_refs, self._settled_elements = {}, {}
         return records
 
     def _summarise(self, originals: list[torch.Tensor]) -> list[TensorRecord]:

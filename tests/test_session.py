@@ -10,6 +10,7 @@ from torch import nn
 
 import hookviz
 from hookviz.examples import TinyGPT, canonical_inputs, next_token_loss, sigmoid_mlp
+from hookviz.stats import SETTLE_ABOVE
 
 
 def values(record):
@@ -492,3 +493,33 @@ def test_huggingface_bert_from_config_matches_plain_backward():
             assert torch.equal(run.leaf_grad(name), parameter.grad), name
     assert "encoder.layer.3.attention.self" in run.modules
     assert "attention_mask" in run.module_io("encoder.layer.0.attention.self").inputs
+
+
+class Wide(nn.Module):
+    """Large gradients (summarised during backward) and an input used twice inside one module."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(1100, 1100)  # 1.21M-element weight gradient: above SETTLE_ABOVE
+
+    def forward(self, x):
+        return self.fc(x) * x + x  # x feeds three Nodes of this module
+
+
+def test_large_gradients_summarised_during_backward_match_plain_pytorch():
+    torch.manual_seed(0)
+    model = Wide()
+    x = torch.randn(16, 1100, requires_grad=True)
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).mean()).run()
+    model(x).pow(2).mean().backward()
+    weight = run.node("fc.weight").grad_outputs[0]
+    assert weight.numel == 1100 * 1100 > SETTLE_ABOVE and weight.value is None
+    assert weight.norm == pytest.approx(model.fc.weight.grad.norm().item(), rel=1e-5)
+    assert weight.min == model.fc.weight.grad.min().item() and weight.max == model.fc.weight.grad.max().item()
+    assert torch.equal(run.leaf_grad("x"), x.grad)
+    (grad_input,) = run.module_grads("").grad_input  # summed over the three uses of x
+    assert grad_input.norm == pytest.approx(x.grad.norm().item(), rel=1e-5)
+    assert grad_input.mean == pytest.approx(x.grad.mean().item(), rel=1e-4, abs=1e-9)
+    for node in run.nodes.values():
+        for record in (*node.grad_inputs, *node.grad_outputs):
+            assert record is None or record.norm is not None
