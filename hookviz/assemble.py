@@ -11,7 +11,6 @@ import weakref
 from typing import TYPE_CHECKING
 
 import networkx as nx
-import torch
 
 from hookviz.capture import BackwardRecorder, CallState, user_module_hooks, user_tensor_hooks
 from hookviz.graph import Walk, _resolve
@@ -53,12 +52,13 @@ class RunAssembler:
         """What a full backward hook's grad_input would be: per positional input, the gradient
         flowing into it from the Nodes this call made (summed when it is used several times)."""
         result = []
-        for edge in call.inputs:
-            if edge is None or not edge.requires_grad:
+        for i in range(len(call.inputs)):
+            consumers = self.graph.input_consumers.get((call.index, i))
+            if consumers is None:  # not a tensor that requires grad
                 result.append(None)
                 continue
             total = None
-            for consumer, slot in self.graph.internal_consumers(call, edge):
+            for consumer, slot in consumers:
                 grads = self.recorder.grad_inputs.get(consumer)
                 grad = grads[slot] if grads is not None else None
                 if grad is not None:
@@ -79,7 +79,7 @@ class RunAssembler:
         hook_keys = [(call, self._keys(before), self._keys(after)) for call, before, after in recorder.hook_calls]
         full_input_keys = [self._keys(self._full_grad_input(call)) for call in forward_calls]
         full_output_keys = [
-            self._keys([self._arriving(*self._producer(e.tensor, e.grad_fn, e.output_nr)) for e in call.outputs])
+            self._keys([self._arriving(*self.graph.producer(e.tensor, e.grad_fn, e.output_nr)) for e in call.outputs])
             for call in forward_calls
         ]
         self.batch.compute()
@@ -171,9 +171,6 @@ class RunAssembler:
             edits=tuple(self.session.edits), forward_reused=self.reused,
             model_ref=weakref.ref(self.session.model),
         )
-
-    def _producer(self, tensor: torch.Tensor, fn, output_nr: int) -> tuple[str | None, int]:
-        return self.graph.producer(tensor, fn, output_nr)
 
 
 def _attach_post_hooks_to_nodes(events: list[Event], hook_calls: list[HookCall]) -> None:

@@ -81,16 +81,23 @@ class _Forward:
     forward_records: dict[str, TensorRecord] = field(default_factory=dict)
     call_inputs: list[dict] = field(default_factory=list)
     call_outputs: list[list] = field(default_factory=list)
-    summed_later: frozenset[tuple[str, int]] = frozenset()
+    # Derived once per forward in __post_init__:
+    leaf_ids: dict[int, str] = field(init=False)  # id(leaf tensor) -> node id
+    input_consumers: dict[tuple[int, int], list[tuple[str, int]]] = field(init=False)
+    summed_later: frozenset[tuple[str, int]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.leaf_ids = {id(n.tensor): n.id for n in self.walk.nodes.values() if n.tensor is not None}
+        # (call index, positional input) -> (consumer, slot) of the Nodes that call made which use it
+        self.input_consumers = {
+            (call.index, i): self.internal_consumers(call, edge)
+            for call in self.recorder.calls for i, edge in enumerate(call.inputs)
+            if edge is not None and edge.requires_grad
+        }
         # A module input used by several of the module's own Nodes: its full-hook grad_input is the
         # sum of their grad_inputs, so those are kept whole through backward.
         self.summed_later = frozenset(
-            pair for call in self.recorder.calls for edge in call.inputs
-            if edge is not None and edge.requires_grad
-            for pairs in [self.internal_consumers(call, edge)] if len(pairs) > 1 for pair in pairs
+            pair for pairs in self.input_consumers.values() if len(pairs) > 1 for pair in pairs
         )
 
     def producer(self, tensor: torch.Tensor | None, fn, output_nr: int) -> tuple[str | None, int]:
