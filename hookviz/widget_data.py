@@ -419,15 +419,16 @@ def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> 
         out["leaf_grad"] = None if grad is None else _leaf_tensor_json(grad)
     before = baseline.nodes.get(node_id) if baseline is not None and baseline is not run else None
     if before is not None:
-        out["before"] = {
-            "grad_inputs": tensors_json(before.grad_inputs),
-            "grad_outputs": tensors_json(before.grad_outputs),
-        }
-        out["changed"] = {
-            "grad_inputs": _changed(record.grad_inputs, before.grad_inputs),
-            "grad_outputs": _changed(record.grad_outputs, before.grad_outputs),
-        }
+        out["before"], out["changed"] = _against(record, before, ("grad_inputs", "grad_outputs"))
     return out
+
+
+def _against(now, before, fields: tuple[str, ...]) -> tuple[dict, dict]:
+    """``before`` values and per-tensor ``changed`` flags of ``fields`` of two records."""
+    return (
+        {name: tensors_json(getattr(before, name)) for name in fields},
+        {name: _changed(getattr(now, name), getattr(before, name)) for name in fields},
+    )
 
 
 def module_inspector_json(
@@ -478,14 +479,7 @@ def module_inspector_json(
         except TargetError:  # the module did not run in the baseline
             before = None
         if before is not None:
-            out["before"] = {
-                "grad_input": tensors_json(before.grad_input),
-                "grad_output": tensors_json(before.grad_output),
-            }
-            out["changed"] = {
-                "grad_input": _changed(call.grad_input, before.grad_input),
-                "grad_output": _changed(call.grad_output, before.grad_output),
-            }
+            out["before"], out["changed"] = _against(call, before, ("grad_input", "grad_output"))
     return out
 
 
