@@ -28,9 +28,6 @@ class Settled:
     key: int
 
 
-def _dead():
-    return None
-
 _STACK_BELOW = 1 << 17  # elements; smaller tensors of one size are stacked and reduced together
 
 
@@ -180,7 +177,8 @@ class StatsBatch:
             return tensor
         identity = (id(tensor), tensor._version)
         key = self._keys.get(identity)
-        if key is not None and self._settled_refs.get(key, _dead)() is tensor:
+        reference = self._settled_refs.get(key) if key is not None else None
+        if reference is not None and reference() is tensor:
             return Settled(key)
         key = len(self.tensors)
         self._keys[identity] = key
@@ -244,7 +242,8 @@ class StatsBatch:
                 size = tensor.numel() if tensor.numel() <= _STACK_BELOW else -1 - i
                 by_size.setdefault(size, []).append(i)
             order, columns, counts, samples = [], [], [], {}
-            singles = [m[0] for m in _bounded(by_size.values(), tensors) if len(m) == 1]
+            chunks = list(_bounded(by_size.values(), tensors))
+            singles = [m[0] for m in chunks if len(m) == 1]
             if singles:
                 # Whole-tensor reductions: on a large tensor they are several times faster than
                 # the same reductions along a dimension.
@@ -256,7 +255,7 @@ class StatsBatch:
                     counts.append(torch.count_nonzero(tensor)[None])
                     self._sample(tensor.reshape(1, -1), [i], samples)
                 order += singles
-            for members in _bounded(by_size.values(), tensors):
+            for members in chunks:
                 if len(members) == 1:
                     continue
                 rows = torch.stack([tensors[i].reshape(-1) for i in members])
