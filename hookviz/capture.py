@@ -87,11 +87,11 @@ def _edge_of(tensor: torch.Tensor) -> Edge:
     return Edge(tensor, fn, tensor.output_nr if fn is not None else 0, tensor._version, tensor.requires_grad)
 
 
-def forget_tensors(calls: list[CallState], recorder: ForwardRecorder) -> None:
+def forget_tensors(recorder: ForwardRecorder) -> None:
     """Drop the references to forward's activations, so backward runs with the memory it would
     have without hookviz (leaves, alive anyway, are kept)."""
     recorder.outputs.clear()
-    for call in calls:
+    for call in recorder.calls:
         call.args, call.kwargs = (), {}
         call.inputs = [e if e is None or e.grad_fn is None else e._replace(tensor=None) for e in call.inputs]
         call.outputs = [e if e.grad_fn is None else e._replace(tensor=None) for e in call.outputs]

@@ -340,7 +340,7 @@ class Session:
             if node.kind == "op":
                 node.fn.register_hook(NodePostHook(state, node.id, node.op))
         forward_records, call_inputs, call_outputs = self._summarise_forward(walk, forward_recorder)
-        forget_tensors(forward_recorder.calls, forward_recorder)
+        forget_tensors(forward_recorder)
         graph = _Forward(
             device=device, model=model, loss=loss, walk=walk, state=state, recorder=forward_recorder,
             leaves=leaves, node_call=self._node_calls(walk, forward_recorder),
