@@ -92,7 +92,7 @@ def edits_as_code(session: Session) -> str:
                 body.append(f"handles.append(inputs[{target!r}].register_hook({fn}))")
             continue
         if kind == "grad":
-            kind, site_edits = "grad_outputs", [Edit(e.target, type(e.slot)("grad_outputs", 0), e.transform, e.source, e.id) for e in site_edits]
+            kind, site_edits = "grad_outputs", [e.on_grad_outputs(e.target, 0) for e in site_edits]
         if kind == "grad_inputs":
             helpers += _slot_function(fn, site_edits, "grad_inputs", "grad_inputs, grad_outputs", "tuple(grad_inputs)")
             register = f"register_hook({fn})"

@@ -94,6 +94,11 @@ class Edit:
             f"got {type(transform).__name__}"
         )
 
+    def on_grad_outputs(self, node_id: str, output_nr: int) -> Edit:
+        """The same edit (same id and transform) on a Node's ``grad_outputs[output_nr]``: where a
+        tensor hook on that output, or a module's ``grad_output`` hook, acts in the graph."""
+        return Edit(node_id, Slot("grad_outputs", output_nr), self.transform, self.source, id=self.id)
+
     @property
     def where(self) -> str:
         """Human-readable site, e.g. ``"SubBackward0_0 grad_inputs[0]"``."""

@@ -36,7 +36,7 @@ from hookviz.capture import (
     wrapped_user_hooks,
 )
 from hookviz.devices import device_of, resolve_device
-from hookviz.edits import Edit, Slot
+from hookviz.edits import Edit
 from hookviz.errors import (
     BackwardError,
     EditError,
@@ -451,7 +451,7 @@ class Session:
             elif name == "grad":
                 node = graph.walk.nodes.get(edit.target)
                 if node is not None and node.kind == "op":
-                    recorder.pre_edits.setdefault(edit.target, []).append(_retarget(edit, edit.target, 0))
+                    recorder.pre_edits.setdefault(edit.target, []).append(edit.on_grad_outputs(edit.target, 0))
                 else:
                     leaf_edits.setdefault(edit.target, []).append(edit)
             elif name == "grad_input":
@@ -466,7 +466,7 @@ class Session:
                     node_id = graph.walk.node_id(fn) if fn is not None else None
                     if node_id is None or graph.walk.nodes[node_id].kind != "op":
                         raise EditError(f"output {index} of module {edit.target!r} does not come from an op in the graph (it does not require grad, or is an input passed through), so it has no grad_output to edit")
-                    recorder.pre_edits.setdefault(node_id, []).append(_retarget(edit, node_id, output_nr))
+                    recorder.pre_edits.setdefault(node_id, []).append(edit.on_grad_outputs(node_id, output_nr))
         return leaf_edits
 
     def _do_backward(self, graph: _Forward, recorder: BackwardRecorder, reused: bool) -> Run:
@@ -611,11 +611,6 @@ class Session:
             f"Session(model={type(self.model).__name__}, device={self.home_device!r}, "
             f"edits={len(self.edits)}, runs={'none' if self.last_run is None else 'yes'})"
         )
-
-
-def _retarget(edit: Edit, node_id: str, output_nr: int) -> Edit:
-    """The same edit (same id and transform) placed on a Node's ``grad_outputs[output_nr]``."""
-    return Edit(node_id, Slot("grad_outputs", output_nr), edit.transform, edit.source, id=edit.id)
 
 
 def _slot_error(edit: Edit, detail: str) -> str:
