@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 import networkx as nx
 
-from hookviz.capture import BackwardRecorder, CallState, user_module_hooks, user_tensor_hooks
-from hookviz.graph import Walk, _resolve
-from hookviz.run import LOSS_MODULE, Event, HookCall, ModuleCall, NodeRecord, Run
+from hookviz.capture import BackwardRecorder, user_module_hooks, user_tensor_hooks
+from hookviz.graph import Walk, resolve_hidden
+from hookviz.module_views import full_hook_view
+from hookviz.run import LOSS_MODULE, Event, HookCall, HookInfo, ModuleCall, NodeRecord, Run
 from hookviz.stats import Settled, StatsBatch
 
 if TYPE_CHECKING:
@@ -48,24 +49,22 @@ class RunAssembler:
         grads = self.recorder.grad_outputs.get(node_id)
         return grads[output_nr] if grads is not None and output_nr < len(grads) else None
 
-    def _full_grad_input(self, call: CallState) -> tuple:
-        """What a full backward hook's grad_input would be: per positional input, the gradient
-        flowing into it from the Nodes this call made (summed when it is used several times)."""
-        result = []
-        for i in range(len(call.inputs)):
-            consumers = self.graph.input_consumers.get((call.index, i))
-            if consumers is None:  # not a tensor that requires grad
-                result.append(None)
-                continue
-            total = None
-            for consumer, slot in consumers:
-                grads = self.recorder.grad_inputs.get(consumer)
-                grad = grads[slot] if grads is not None else None
-                if grad is not None:
-                    # several consumers: tensors (kept whole for this sum); one: tensor or Settled
-                    total = grad if total is None else total + grad
-            result.append(total)
-        return tuple(result)
+    def _full_hook_views(self) -> list[tuple[bool, tuple, tuple]]:
+        """Per module call: (fires, grad_input, grad_output) of a full backward hook, as stats keys."""
+        recorder = self.recorder
+
+        def sent(use):
+            grads = recorder.grad_inputs.get(use[0])
+            return grads[use[1]] if grads is not None and use[1] < len(grads) else None
+
+        def arriving(producer):
+            return self._arriving(*producer)
+
+        views = []
+        for plan in self.graph.plans:
+            fires, grad_input, grad_output = full_hook_view(plan, sent, arriving, recorder.order.__contains__)
+            views.append((fires, self._keys(grad_input), self._keys(grad_output)))
+        return views
 
     def build(self) -> Run:
         graph, recorder, walk = self.graph, self.recorder, self.graph.walk
@@ -77,11 +76,7 @@ class RunAssembler:
         leaf_keys = {n: None if g is None else self.batch.add(g) for n, g in self.leaf_grads.items()}
         # Only hooks that ran in this run: a backward-only re-run ran no forward hooks.
         hook_keys = [(call, self._keys(before), self._keys(after)) for call, before, after in recorder.hook_calls]
-        full_input_keys = [self._keys(self._full_grad_input(call)) for call in forward_calls]
-        full_output_keys = [
-            self._keys([self._arriving(*self.graph.producer(e.tensor, e.grad_fn, e.output_nr)) for e in call.outputs])
-            for call in forward_calls
-        ]
+        full_views = self._full_hook_views()
         self.batch.compute()
         records = self.batch.records
 
@@ -126,39 +121,52 @@ class RunAssembler:
                 record.user_hooks = list(user_tensors.get(node.id, []))
             nodes[node.id] = record
 
-        # The full backward hook of a module with grad_input edits fires once per call, last call first.
-        module_edits: dict[str, list[HookCall]] = {}
+        # A module's edit hooks fire once per call, last call first.
+        module_edits: dict[tuple[str, str], list[HookCall]] = {}
         for hook_call in hook_calls:
             if hook_call.kind == "edit" and hook_call.node is None:
-                module_edits.setdefault(hook_call.where, []).append(hook_call)
+                kind = "grad_input" if hook_call.name.startswith("grad_input") else "grad_output"
+                module_edits.setdefault((hook_call.where, kind), []).append(hook_call)
         calls = []
         for i, state in enumerate(forward_calls):
             output_node = None
-            if state.outputs:
-                fn, nr = _resolve(state.outputs[0].grad_fn, state.outputs[0].output_nr)
-                output_node = walk.node_id(fn) if fn is not None else None
+            if state.legacy is not None and state.legacy.grad_fn is not None:
+                fn, _ = resolve_hidden(state.legacy.grad_fn, state.legacy.output_nr)
+                output_node = walk.node_id(fn)
             legacy_in, legacy_out = (), ()
-            if output_node is not None and output_node in nodes and nodes[output_node].kind == "op":
+            if output_node is not None and nodes[output_node].kind == "op":
                 first_legacy = next((h for h in hook_calls if h.kind == "legacy backward hook"
                                      and h.node == output_node), None)
                 legacy_in = first_legacy.before if first_legacy else self._records(received_keys.get(output_node, ()))
                 legacy_out = nodes[output_node].grad_outputs
-            module_hooks = [h for h in user_modules.get(state.module, [])]
-            grad_input, grad_input_before_edit = self._records(full_input_keys[i]), None
-            if module_edits.get(state.module):
-                grad_input_before_edit, grad_input = grad_input, module_edits[state.module].pop().after
+            module_hooks = list(user_modules.get(state.module, []))
+            fires, input_keys, output_keys = full_views[i]
+            grad_input, grad_output = self._records(input_keys), self._records(output_keys)
+            grad_input_before_edit = grad_output_before_edit = None
+            if module_edits.get((state.module, "grad_output")):
+                grad_output_before_edit = grad_output
+                grad_output = module_edits[(state.module, "grad_output")].pop().after
+            if module_edits.get((state.module, "grad_input")):
+                grad_input_before_edit, grad_input = grad_input, module_edits[(state.module, "grad_input")].pop().after
             calls.append(ModuleCall(
                 module=state.module, call=state.call, type=state.type,
                 inputs=graph.call_inputs[i], output=graph.call_outputs[i],
-                grad_input=grad_input, grad_input_before_edit=grad_input_before_edit,
-                grad_output=self._records(full_output_keys[i]),
+                output_replaced=graph.call_outputs_replaced[i],
+                full_hook_fires=fires, grad_input=grad_input, grad_input_before_edit=grad_input_before_edit,
+                grad_output=grad_output, grad_output_before_edit=grad_output_before_edit,
                 legacy_grad_input=legacy_in, legacy_grad_output=legacy_out,
-                output_node=output_node, user_hooks=module_hooks,
+                output_node=output_node, user_hooks=module_hooks, in_place=state.in_place,
+                output_changed_later=state.output_changed_later,
+                grad_enabled=state.grad_enabled, output_kind_hookable=state.full_hook_fires,
+                shared_inputs=graph.plans[i].shared_inputs,
             ))
             if output_node in nodes and state.call == 0:
                 nodes[output_node].user_hooks.extend(
                     h for h in module_hooks if h.kind == "legacy backward hook"
                 )
+        for grad_fn, _, wrapper in graph.recorder.intermediate_hooks:
+            if wrapper.node in nodes:
+                nodes[wrapper.node].user_hooks.append(HookInfo("tensor hook", wrapper.name, wrapper.where))
 
         edited = {h.node for h in hook_calls if h.kind == "edit" and h.node}
         leaf_grads = {n: (None if g is None else g.detach()) for n, g in self.leaf_grads.items()}
@@ -169,8 +177,21 @@ class RunAssembler:
             nodes=nodes, root=walk.root, leaf_grads=_ordered_leaves(leaf_grads, self.session, graph),
             calls=calls, events=events, hook_calls=hook_calls, log=list(recorder.log),
             edits=tuple(self.session.edits), forward_reused=self.reused,
-            model_ref=weakref.ref(self.session.model),
+            model_ref=weakref.ref(self.session.model), asked_grads=self.session.asked_grads,
+            notes=list(self.session.notes), module_aliases=_aliases(graph.model.named_modules),
+            parameter_aliases=_aliases(graph.model.named_parameters),
         )
+
+
+def _aliases(named) -> dict[str, str]:
+    """Every other name of a module or parameter registered under several -> its first name."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, thing in named(remove_duplicate=False):
+        canonical = first.setdefault(id(thing), name)
+        if canonical != name:
+            aliases[name] = canonical
+    return aliases
 
 
 def _attach_post_hooks_to_nodes(events: list[Event], hook_calls: list[HookCall]) -> None:

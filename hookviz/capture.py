@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -40,9 +41,19 @@ from hookviz.run import Event, HookCall, HookInfo, LogEntry
 class CallState:
     """One module call seen in forward (turned into a ModuleCall after the run).
 
-    ``inputs`` (positional) / ``outputs`` hold an :class:`Edge` per tensor as the forward pre-hook /
-    forward hook saw it (an in-place op may later change the tensor's grad_fn). ``index`` is the
-    position in call order; calls ``index..end`` are this call and the calls nested in it.
+    ``inputs`` holds an :class:`Edge` per positional argument that is a tensor (None for any other
+    argument), as the forward pre-hook saw it. ``outputs`` holds an Edge per top-level entry of the
+    output as PyTorch's full backward hook counts them (the output itself when it is a tensor, each
+    entry of a tuple; None for entries that are not tensors) after the user's forward hooks ran;
+    ``full_hook_fires`` is False when the output is neither a tensor nor a tuple, since PyTorch then
+    never calls a full backward hook (``torch.nn.Module._call_impl``). ``returned`` is every tensor
+    of the output as forward returned it, before the user's forward hooks (pytree order), and
+    ``replaced`` the same after them when a hook returned a replacement, else None.
+    ``legacy`` is the tensor a legacy ``register_backward_hook`` hangs on (``_call_impl``: the first
+    tensor, descending into ``[0]`` or a dict's first tensor value).
+    ``index`` is the position in call order; calls ``index..end`` are this call and the calls
+    nested in it; ``parent`` the index of the call it is nested in. Nodes whose
+    ``_sequence_nr()`` lies in ``[sequence_start, sequence_end)`` were made during this call.
     ``args`` / ``kwargs`` are dropped once forward has been summarised.
     """
 
@@ -53,8 +64,18 @@ class CallState:
     forward: object
     args: tuple
     kwargs: dict
+    parent: int | None = None
+    sequence_start: int = 0
+    sequence_end: int = 0
+    grad_enabled: bool = True
     inputs: list[Edge | None] = field(default_factory=list)
-    outputs: list[Edge] = field(default_factory=list)
+    outputs: list[Edge | None] = field(default_factory=list)
+    full_hook_fires: bool = True
+    returned: list[Edge] = field(default_factory=list)
+    replaced: list[Edge] | None = None
+    legacy: Edge | None = None
+    in_place: bool = False
+    output_changed_later: bool = False
     end: int | None = None
 
 
@@ -70,6 +91,9 @@ class Edge(NamedTuple):
     output_nr: int
     version: int
     requires_grad: bool
+    shape: tuple[int, ...] = ()
+    dtype: torch.dtype = torch.float32
+    device: torch.device | None = None
 
 
 def _tensors_in(value) -> list[torch.Tensor]:
@@ -84,43 +108,82 @@ def _tensors_in(value) -> list[torch.Tensor]:
 
 def _edge_of(tensor: torch.Tensor) -> Edge:
     fn = tensor.grad_fn
-    return Edge(tensor, fn, tensor.output_nr if fn is not None else 0, tensor._version, tensor.requires_grad)
+    return Edge(tensor, fn, tensor.output_nr if fn is not None else 0, tensor._version, tensor.requires_grad,
+                tuple(tensor.shape), tensor.dtype, tensor.device)
+
+
+def _top_level_outputs(output) -> tuple[list[Edge | None], bool]:
+    """The output entries a full backward hook counts, and whether it fires at all: a tensor, or the
+    top-level entries of a tuple (nested tuples and dicts are not looked into). Source:
+    ``torch.utils.hooks.BackwardHook._apply_on_tensors`` and ``Module._call_impl``."""
+    if isinstance(output, torch.Tensor):
+        return [_edge_of(output)], True
+    if isinstance(output, tuple):
+        return [_edge_of(t) if isinstance(t, torch.Tensor) else None for t in output], True
+    return [], False
+
+
+def legacy_hook_tensor(output) -> torch.Tensor | None:
+    """The tensor whose ``grad_fn`` a legacy ``register_backward_hook`` is put on
+    (``torch.nn.Module._call_impl``): descend into ``[0]``, or a dict's first tensor value."""
+    value = output
+    try:
+        while not isinstance(value, torch.Tensor):
+            if isinstance(value, dict):
+                value = next(v for v in value.values() if isinstance(v, torch.Tensor))
+            else:
+                value = value[0]
+    except (StopIteration, IndexError, KeyError, TypeError):
+        return None
+    return value
 
 
 def forget_tensors(recorder: ForwardRecorder) -> None:
     """Drop the references to forward's activations, so backward runs with the memory it would
     have without hookviz (leaves, alive anyway, are kept)."""
     recorder.outputs.clear()
+    def forget(edges):
+        return [e if e is None or e.grad_fn is None else e._replace(tensor=None) for e in edges]
+
     for call in recorder.calls:
+        call.output_changed_later = any(e is not None and e.tensor._version != e.version for e in call.outputs)
         call.args, call.kwargs = (), {}
-        call.inputs = [e if e is None or e.grad_fn is None else e._replace(tensor=None) for e in call.inputs]
-        call.outputs = [e if e.grad_fn is None else e._replace(tensor=None) for e in call.outputs]
+        call.inputs, call.outputs, call.returned = forget(call.inputs), forget(call.outputs), forget(call.returned)
+        call.replaced = None if call.replaced is None else forget(call.replaced)
+        call.legacy = None if call.legacy is None else forget([call.legacy])[0]
 
 
 class ForwardRecorder(TorchFunctionMode):
-    """Records module calls and which call made each Node, while the model's forward runs.
+    """Records module calls and the forward value of each op, while the model's forward runs.
 
     Use as a context manager around forward (it registers the module hooks on enter and removes
-    them on exit, also on error). After forward, ``calls`` holds every module call and
-    ``made_by[id(node)]`` the index of the call that made the Node; ``outputs[id(node)]`` the
-    op's output tensor and its version at that time.
+    them on exit, also on error). After forward, ``calls`` holds every module call with the range
+    of Node sequence numbers made during it (see :meth:`call_of`), and ``outputs[id(node)]`` the
+    op's output tensor and its version at that time. Source of the bracketing: every Node takes
+    the next ``torch._C._autograd._get_sequence_nr()`` when it is made (``Node._sequence_nr()``).
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, state: RecordingState | None = None):
         super().__init__()
-        self.model = model
-        self.names = {id(m): name for name, m in model.named_modules(remove_duplicate=False)}
+        self.model, self.state = model, state
+        # A module registered under several names is known by its first (``named_modules`` order).
+        self.names: dict[int, str] = {}
+        for name, module in model.named_modules(remove_duplicate=False):
+            self.names.setdefault(id(module), name)
         self.calls: list[CallState] = []
         self.stack: list[CallState] = []
-        self.made_by: dict[int, int | None] = {}
         self.outputs: dict[int, tuple] = {}
         self.nodes_kept: list = []  # keeps Node objects alive so their ids stay unique
         self.call_counts: dict[str, int] = {}
         self.handles: list = []
+        # Tensor hooks the model's forward registers on intermediates: (grad_fn, output_nr, wrapper)
+        self.intermediate_hooks: list[tuple[object, int, _UserHookWrapper]] = []
 
     def __enter__(self):
         for module in dict.fromkeys(m for _, m in self.model.named_modules(remove_duplicate=False)):
             self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True))
+            # Prepended: sees the output as forward returned it, before the user's forward hooks.
+            self.handles.append(module.register_forward_hook(self._returned, with_kwargs=True, prepend=True))
             self.handles.append(module.register_forward_hook(self._post, with_kwargs=True))
         try:
             return super().__enter__()
@@ -145,9 +208,30 @@ class ForwardRecorder(TorchFunctionMode):
         """The innermost module running now (the one an exception escaped from), or None."""
         return self.stack[-1].module if self.stack else None
 
+    def call_of(self, sequence_nr: int) -> int | None:
+        """Index of the innermost module call during which the Node numbered ``sequence_nr`` was
+        made, or None (made outside every module call, e.g. by ``loss_fn``)."""
+        starts = self._starts()
+        at = bisect_right(starts, sequence_nr) - 1
+        index = at if at >= 0 else None
+        while index is not None:
+            call = self.calls[index]
+            if call.sequence_start <= sequence_nr < call.sequence_end:
+                return index
+            index = call.parent
+        return None
+
+    def _starts(self) -> list[int]:
+        if len(getattr(self, "_start_cache", ())) != len(self.calls):
+            self._start_cache = [c.sequence_start for c in self.calls]
+        return self._start_cache
+
     def _pre(self, module, args, kwargs):
         with torch._C.DisableTorchFunction():  # our own tensor reads need not pass through the mode
             self._enter(module, args, kwargs)
+
+    def _returned(self, module, args, kwargs, output):
+        self.stack[-1].returned = [_edge_of(t) for t in _tensors_in(output)]
 
     def _post(self, module, args, kwargs, output):
         with torch._C.DisableTorchFunction():
@@ -157,19 +241,37 @@ class ForwardRecorder(TorchFunctionMode):
         name = self.names.get(id(module), type(module).__name__)
         count = self.call_counts.get(name, 0)
         self.call_counts[name] = count + 1
-        state = CallState(len(self.calls), name, count, type(module).__name__, module.forward, args, kwargs)
-        state.inputs = [
-            _edge_of(t) if isinstance(t, torch.Tensor) else None for t in args
-        ]
+        state = CallState(
+            len(self.calls), name, count, type(module).__name__, module.forward, args, kwargs,
+            parent=self.stack[-1].index if self.stack else None,
+            sequence_start=torch._C._autograd._get_sequence_nr(), grad_enabled=torch.is_grad_enabled(),
+        )
+        state.inputs = [_edge_of(t) if isinstance(t, torch.Tensor) else None for t in args]
         self.calls.append(state)
         self.stack.append(state)
 
     def _exit(self, output) -> None:
         state = self.stack.pop()
         state.end = len(self.calls) - 1
-        state.outputs = [_edge_of(t) for t in _tensors_in(output)]
+        state.sequence_end = torch._C._autograd._get_sequence_nr()
+        state.outputs, state.full_hook_fires = _top_level_outputs(output)
+        final = _tensors_in(output)
+        if [id(e.tensor) for e in state.returned] != [id(t) for t in final]:
+            state.replaced = [_edge_of(t) for t in final]
+        legacy = legacy_hook_tensor(output)
+        state.legacy = None if legacy is None else _edge_of(legacy)
+        state.in_place = any(e is not None and e.tensor is t and t._version != e.version
+                             for t in final for e in state.inputs)
+        # Ops the mode does not see (a custom autograd.Function's apply) still have a forward value.
+        for tensor in final:
+            self._note(tensor)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.register_hook and self.state is not None and args[0].grad_fn is not None:
+            # Wrapped like the user's other hooks, so the run shows what it saw and returned.
+            wrapper = _UserHookWrapper(self.state, args[1], "tensor hook", self.current_module or "", None)
+            self.intermediate_hooks.append((args[0].grad_fn, args[0].output_nr, wrapper))
+            args = (args[0], wrapper, *args[2:])
         out = func(*args, **(kwargs or {}))
         if isinstance(out, torch.Tensor):
             self._note(out)
@@ -181,12 +283,10 @@ class ForwardRecorder(TorchFunctionMode):
 
     def _note(self, tensor: torch.Tensor) -> None:
         fn = tensor.grad_fn
-        if fn is None or id(fn) in self.made_by:
+        if fn is None or tensor.output_nr != 0 or id(fn) in self.outputs:
             return
-        self.made_by[id(fn)] = self.stack[-1].index if self.stack else None
         self.nodes_kept.append(fn)
-        if tensor.output_nr == 0:
-            self.outputs[id(fn)] = (tensor, tensor._version)
+        self.outputs[id(fn)] = (tensor, tensor._version)
 
 
 class _Packed:
@@ -214,7 +314,9 @@ class SavedTensorsRecorder:
         self.unpacked: list[int] = []
 
     def pack(self, tensor: torch.Tensor) -> _Packed:
-        inner = tensor if self.outer_pack is None else self.outer_pack(tensor)
+        # Detached: a Node that saves its own output would otherwise hold that output, and through
+        # it its own grad_fn, in a cycle through C++ that Python's gc cannot see or free.
+        inner = tensor.detach() if self.outer_pack is None else self.outer_pack(tensor)
         stored = next((t.device for t in _tensors_in(inner)), "elsewhere")
         self.packs.append((tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(stored)))
         return _Packed(len(self.packs) - 1, inner)
@@ -263,14 +365,18 @@ class BackwardRecorder:
         pre_edits: node id -> edits of its ``grad_outputs`` (``grad`` and module ``grad_output``
             edits are turned into these by the session).
         module_input_edits: module name -> edits of its ``grad_input`` (run by a full backward hook).
+        module_output_edits: module name -> edits of its ``grad_output`` (run by a full backward
+            pre-hook, so only the gradient from outside the module is edited, as in PyTorch).
     """
 
-    def __init__(self, post_edits=None, pre_edits=None, module_input_edits=None, settle=None, keep=frozenset()):
+    def __init__(self, post_edits=None, pre_edits=None, module_input_edits=None, module_output_edits=None,
+                 settle=None, keep=frozenset()):
         self.settle = settle  # grad -> grad, or a stand-in once summarised (see StatsBatch.settle)
         self.keep: frozenset[tuple[str, int]] = keep  # (node, slot) whose grad_inputs are summed later
         self.post_edits: dict[str, list[Edit]] = post_edits or {}
         self.pre_edits: dict[str, list[Edit]] = pre_edits or {}
         self.module_input_edits: dict[str, list[Edit]] = module_input_edits or {}
+        self.module_output_edits: dict[str, list[Edit]] = module_output_edits or {}
         self.steps = itertools.count()
         self.order: dict[str, int] = {}
         self.grad_outputs: dict[str, tuple] = {}
@@ -322,6 +428,15 @@ class BackwardRecorder:
         self._edit_call(module, None, edits, grad_input, new)
         return new
 
+    def module_output(self, module: str, grad_output: tuple):
+        """Called by the full backward pre-hook of a module with ``grad_output`` edits."""
+        edits = self.module_output_edits.get(module)
+        if not edits:
+            return None
+        new, _ = replace_slots(grad_output, edits)
+        self._edit_call(module, None, edits, grad_output, new)
+        return new
+
     def _edit_call(self, where: str, node: str | None, edits: list[Edit], before, after) -> None:
         step = next(self.steps)
         label = "; ".join(f"{e.slot} <- {e.source}" for e in edits)
@@ -371,6 +486,17 @@ class ModuleInputEditHook:
     def __call__(self, module, grad_input, grad_output):
         recorder = self.state.active
         return None if recorder is None else recorder.module_input(self.module, grad_input)
+
+
+class ModuleOutputEditHook:
+    """A full backward pre-hook that applies a module's ``grad_output`` edits."""
+
+    def __init__(self, state: RecordingState, module: str):
+        self.state, self.module = state, module
+
+    def __call__(self, module, grad_output):
+        recorder = self.state.active
+        return None if recorder is None else recorder.module_output(self.module, grad_output)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -492,21 +618,30 @@ def wrapped_user_hooks(
 
 
 @contextlib.contextmanager
-def full_backward_hooks(state: RecordingState, model: torch.nn.Module, modules: list[str]) -> Iterator[None]:
-    """Register hookviz's ``grad_input`` edit hooks on ``modules`` for one forward; always removes them.
+def full_backward_hooks(
+    state: RecordingState, model: torch.nn.Module, sites: list[tuple[str, str]]
+) -> Iterator[None]:
+    """Register hookviz's module edit hooks for one forward; always removes them.
 
-    ``register_full_backward_hook`` marks a module for good (``_is_full_backward_hook``), after which
-    PyTorch refuses ``register_backward_hook`` on it; the mark is put back as it was.
+    ``sites`` are ``(module name, "grad_input" | "grad_output")``: a full backward hook
+    (``register_full_backward_hook``) edits ``grad_input``, a full backward pre-hook
+    (``register_full_backward_pre_hook``) edits ``grad_output``; these are the hooks
+    :func:`hookviz.codegen.edits_as_code` writes, so an edit and its exported code agree.
+    Registering them marks a module for good (``_is_full_backward_hook``), after which PyTorch
+    refuses ``register_backward_hook`` on it; the mark is put back as it was.
     """
     handles, marks = [], []
     try:
-        for name in modules:
+        for name, kind in sites:
             module = model.get_submodule(name)
             marks.append((module, module._is_full_backward_hook))
-            handles.append(module.register_full_backward_hook(ModuleInputEditHook(state, name)))
+            if kind == "grad_input":
+                handles.append(module.register_full_backward_hook(ModuleInputEditHook(state, name)))
+            else:
+                handles.append(module.register_full_backward_pre_hook(ModuleOutputEditHook(state, name)))
         yield
     finally:
         for handle in handles:
             handle.remove()
-        for module, mark in marks:
+        for module, mark in reversed(marks):
             module._is_full_backward_hook = mark

@@ -45,3 +45,7 @@ class DeviceError(HookvizError):
 class WatchError(HookvizError):
     """A watch cannot be opened or read: no parameter requires grad, the model is already watched,
     no step has been recorded, or an unknown step or name was asked for."""
+
+
+class UnsupportedError(HookvizError):
+    """The model uses something hookviz cannot record; the message names the alternative."""

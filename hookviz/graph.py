@@ -57,7 +57,7 @@ class Walk:
         return self.id_of.get(id(fn))
 
 
-def _resolve(fn, output_nr: int):
+def resolve_hidden(fn, output_nr: int):
     """Look through hidden identity nodes: the edge (fn, output_nr) as the model sees it."""
     while fn is not None and _op(fn) in HIDDEN_OPS:
         fn, output_nr = fn.next_functions[output_nr]
@@ -96,7 +96,7 @@ def walk_graph(
             continue
         node_edges = []
         for slot, (child, output_nr) in enumerate(fn.next_functions):
-            child, output_nr = _resolve(child, output_nr)
+            child, output_nr = resolve_hidden(child, output_nr)
             if child is None:
                 continue
             node_edges.append((slot, id(child), output_nr))
@@ -152,12 +152,15 @@ def walk_graph(
 def saved_tensor_names(fn) -> list[str]:
     """Names of the ``_saved_*`` attributes PyTorch exposes on a Node (cached per Node type).
 
-    Source: PyTorch "Autograd mechanics", section "Saved tensors": ``grad_fn._saved_<name>``.
+    Source: PyTorch "Autograd mechanics", section "Saved tensors": ``grad_fn._saved_<name>``. A
+    custom ``autograd.Function``'s Node has what ``ctx.save_for_backward`` saved in ``saved_tensors``.
     """
     cls = type(fn)
     names = _SAVED_NAMES.get(cls)
     if names is None:
         names = [a for a in dir(fn) if a.startswith("_saved_")]
+        if isinstance(fn, torch.autograd.function.BackwardCFunction):
+            names.append("saved_tensors")
         _SAVED_NAMES[cls] = names
     return names
 

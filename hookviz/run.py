@@ -15,6 +15,7 @@ import networkx as nx
 import torch
 
 from hookviz.errors import TargetError
+from hookviz.explain import explain
 from hookviz.stats import TensorRecord
 
 LOSS_MODULE = "(loss)"
@@ -142,15 +143,27 @@ class ModuleCall:
         type: the module's class name.
         inputs: positional and keyword inputs by name (``forward``'s parameter names where
             known): a TensorRecord for tensors, a short repr for anything else.
-        output: the output's tensors, flattened in pytree order.
-        grad_input, grad_output: what a full backward hook sees (None where an input does not
-            require grad); after hookviz's ``grad_input`` edits, when there are any here.
-        grad_input_before_edit: ``grad_input`` before those edits, else None.
+        output: the output's tensors, flattened in pytree order, as forward returned them and the
+            user's forward hooks saw them.
+        output_replaced: the same after a forward hook of the user's returned a replacement, else
+            None (the replacement is what the rest of the model, and a full backward hook, use).
+        full_hook_fires: False when PyTorch would never call a full backward hook of this call
+            (see :meth:`Run.explain`); ``grad_input`` and ``grad_output`` are then empty.
+        grad_input, grad_output: what a full backward hook sees, by PyTorch's rules (see
+            :mod:`hookviz.module_views`): one entry per positional argument and per top-level
+            output, None where that entry is not a tensor that requires grad; after hookviz's
+            module edits, when there are any here.
+        grad_input_before_edit, grad_output_before_edit: the same before those edits, else None.
         legacy_grad_input, legacy_grad_output: what a legacy ``register_backward_hook`` sees:
             the ``grad_inputs`` / ``grad_outputs`` of the Node that made the output's first
             tensor, i.e. of the module's last op.
         output_node: id of that last op's Node.
         user_hooks: the user's hooks registered on this module.
+        in_place: forward modified an input in place and returned it (``ReLU(inplace=True)``).
+        output_changed_later: an in-place op changed the output after the module returned it.
+        grad_enabled: grad mode was on when the module was called.
+        output_kind_hookable: the output is a tensor or a tuple (else no full hook ever fires).
+        shared_inputs: one tensor was passed as several positional arguments.
     """
 
     module: str
@@ -158,22 +171,34 @@ class ModuleCall:
     type: str
     inputs: dict[str, TensorRecord | str] = field(default_factory=dict)
     output: list[TensorRecord] = field(default_factory=list)
+    output_replaced: list[TensorRecord] | None = None
+    full_hook_fires: bool = True
     grad_input: tuple[TensorRecord | None, ...] = ()
     grad_output: tuple[TensorRecord | None, ...] = ()
     grad_input_before_edit: tuple[TensorRecord | None, ...] | None = None
+    grad_output_before_edit: tuple[TensorRecord | None, ...] | None = None
     legacy_grad_input: tuple[TensorRecord | None, ...] = ()
     legacy_grad_output: tuple[TensorRecord | None, ...] = ()
     output_node: str | None = None
     user_hooks: list[HookInfo] = field(default_factory=list)
+    in_place: bool = False
+    output_changed_later: bool = False
+    grad_enabled: bool = True
+    output_kind_hookable: bool = True
+    shared_inputs: bool = False
 
 
 @dataclass
 class ModuleGrads:
-    """A module's gradients as one kind of module backward hook sees them."""
+    """A module's gradients as one kind of module backward hook sees them.
+
+    ``fires`` is False when that hook would never be called (the tuples are then empty).
+    """
 
     grad_input: tuple[TensorRecord | None, ...]
     grad_output: tuple[TensorRecord | None, ...]
     legacy: bool
+    fires: bool = True
 
 
 @dataclass
@@ -195,6 +220,11 @@ class Run:
         log: what user hooks printed.
         edits: the edits active during this run.
         forward_reused: True when only backward ran again on the retained forward graph.
+        asked_grads: inputs whose gradients exist only because ``input_grads=True`` asked for
+            them (the model does not; PyTorch's hooks see None there).
+        notes: things worth knowing about how this run was recorded (e.g. a compiled model).
+        module_aliases, parameter_aliases: other name -> first name, for modules and parameters
+            registered under several names (tied weights); every name is accepted.
     """
 
     loss: torch.Tensor
@@ -210,6 +240,14 @@ class Run:
     edits: tuple = ()
     forward_reused: bool = False
     model_ref: Callable[[], torch.nn.Module | None] | None = field(default=None, repr=False)
+    asked_grads: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    module_aliases: dict[str, str] = field(default_factory=dict)
+    parameter_aliases: dict[str, str] = field(default_factory=dict)
+
+    def canonical_name(self, name: str) -> str:
+        """The first name of a module or parameter known by several (tied weights); else ``name``."""
+        return self.module_aliases.get(name) or self.parameter_aliases.get(name) or name
 
     @property
     def model(self) -> torch.nn.Module | None:
@@ -231,8 +269,10 @@ class Run:
     def leaf_grad(self, name: str) -> torch.Tensor | None:
         """The gradient of a leaf (forward argument or parameter qualified name), as ``.grad`` would hold it.
 
-        Returns None when the leaf got no gradient. Raises TargetError for an unknown name.
+        Returns None when the leaf got no gradient. A tied parameter answers to every name it has.
+        Raises TargetError for an unknown name.
         """
+        name = self.canonical_name(name)
         if name not in self.leaf_grads:
             raise TargetError(_unknown("leaf", name, list(self.leaf_grads)))
         return self.leaf_grads[name]
@@ -244,6 +284,7 @@ class Run:
 
     def module_io(self, name: str, call: int = 0) -> ModuleCall:
         """What forward pre-hooks and forward hooks of module ``name`` saw at its ``call``-th call."""
+        name = self.canonical_name(name)
         calls = [c for c in self.calls if c.module == name]
         if not calls:
             raise TargetError(_unknown("module", name, self.modules))
@@ -262,13 +303,19 @@ class Run:
         """
         record = self.module_io(name, call)
         if legacy:
-            return ModuleGrads(record.legacy_grad_input, record.legacy_grad_output, legacy=True)
-        return ModuleGrads(record.grad_input, record.grad_output, legacy=False)
+            fires = record.output_node is not None and self.nodes[record.output_node].order is not None
+            return ModuleGrads(record.legacy_grad_input, record.legacy_grad_output, legacy=True, fires=fires)
+        return ModuleGrads(record.grad_input, record.grad_output, legacy=False, fires=record.full_hook_fires)
 
     def hooks_at(self, node_id: str) -> list[HookCall]:
         """The hook calls (user hooks and edits) that fired at ``node_id``, in order."""
         self.node(node_id)
         return [h for h in self.hook_calls if h.node == node_id]
+
+    def explain(self, target: str) -> str:
+        """Why a hook at ``target`` (module name, node id or leaf name) fires or not, in plain words:
+        see :func:`hookviz.explain.explain`. Raises TargetError for an unknown target."""
+        return explain(self, target)
 
     def diagnose(self, **thresholds) -> list:
         """Findings about this run in plain words (vanishing, exploding, dead, saturated, NaN/Inf

@@ -13,9 +13,10 @@ holds the gradients (``Run.leaf_grad``). With no edits they equal what ``loss.ba
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import inspect
-from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,8 +45,10 @@ from hookviz.errors import (
     HookvizError,
     LossError,
     TargetError,
+    UnsupportedError,
 )
-from hookviz.graph import Walk, _resolve, saved_tensor_names, walk_graph
+from hookviz.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
+from hookviz.module_views import CallPlan, plan_call
 from hookviz.run import (
     Event,
     HookCall,
@@ -77,43 +80,40 @@ class _Forward:
     saved: dict[str, list[SavedTensor]]
     hook_signature: tuple
     versions: list[tuple[torch.Tensor, int]]
-    full_hook_modules: tuple[str, ...]
+    full_hook_modules: tuple[tuple[str, str], ...]
+    handles: list = field(default_factory=list)  # hookviz's Node post-hooks, removed by release()
     forward_records: dict[str, TensorRecord] = field(default_factory=dict)
     call_inputs: list[dict] = field(default_factory=list)
     call_outputs: list[list] = field(default_factory=list)
+    call_outputs_replaced: list[list | None] = field(default_factory=list)
     # Derived once per forward in __post_init__:
     leaf_ids: dict[int, str] = field(init=False)  # id(leaf tensor) -> node id
-    input_consumers: dict[tuple[int, int], list[tuple[str, int]]] = field(init=False)
+    plans: list[CallPlan] = field(init=False)  # per module call: how to rebuild its full hook view
     summed_later: frozenset[tuple[str, int]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.leaf_ids = {id(n.tensor): n.id for n in self.walk.nodes.values() if n.tensor is not None}
-        # (call index, positional input) -> (consumer, slot) of the Nodes that call made which use it
-        self.input_consumers = {
-            (call.index, i): self.internal_consumers(call, edge)
-            for call in self.recorder.calls for i, edge in enumerate(call.inputs)
-            if edge is not None and edge.requires_grad
-        }
-        # A module input used by several of the module's own Nodes: its full-hook grad_input is the
-        # sum of their grad_inputs, so those are kept whole through backward.
-        self.summed_later = frozenset(
-            pair for pairs in self.input_consumers.values() if len(pairs) > 1 for pair in pairs
-        )
+        sequence = {n.id: n.sequence_nr for n in self.walk.nodes.values() if n.kind == "op"}
+
+        def producer_of(edge) -> tuple[str | None, int]:
+            return self.producer(edge.tensor, edge.grad_fn, edge.output_nr)
+
+        self.plans = [plan_call(call, producer_of, self.consumers, sequence) for call in self.recorder.calls]
+        # Gradients that a full-hook view adds up are kept whole through backward.
+        self.summed_later = frozenset(use for plan in self.plans for use in plan.summed_uses())
 
     def producer(self, tensor: torch.Tensor | None, fn, output_nr: int) -> tuple[str | None, int]:
         """The graph node (and output) that produced ``tensor`` when a hook saw it."""
         if fn is None:
             return self.leaf_ids.get(id(tensor)), 0
-        fn, output_nr = _resolve(fn, output_nr)
+        fn, output_nr = resolve_hidden(fn, output_nr)
         return self.walk.node_id(fn), output_nr
 
-    def internal_consumers(self, call: CallState, edge) -> list[tuple[str, int]]:
-        """(consumer, slot) of the Nodes made by ``call`` (or calls inside it) that use ``edge``."""
-        producer, output_nr = self.producer(edge.tensor, edge.grad_fn, edge.output_nr)
-        return [
-            (consumer, slot) for consumer, slot in self.consumers.get((producer, output_nr), [])
-            if self.node_call.get(consumer) is not None and call.index <= self.node_call[consumer] <= call.end
-        ]
+    def remove_hooks(self) -> None:
+        """Remove hookviz's Node hooks from the retained graph (idempotent)."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
 
 
 def _hook_signature(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> tuple:
@@ -137,9 +137,16 @@ class Session:
         kwargs: keyword inputs of ``model.forward``.
         loss_fn: ``loss_fn(output) -> Tensor`` with one element; None when the model's output is
             already a one-element tensor.
-        input_grads: when True (default), floating-point input tensors that do not require grad
-            are replaced, for the run only, by a detached copy that does, so their gradients are
-            recorded (the user's tensors keep their flags).
+        input_grads: opt-in (default False). When True, floating-point input tensors that do not
+            require grad get a copy that does, for the run only, so their gradients are recorded;
+            the run marks them (``Run.asked_grads``), since the model itself never asks for them
+            and PyTorch's hooks see None there. By default a run computes exactly what the model
+            computes.
+        Forward passes get copies of the input tensors that do not require grad, so an in-place
+        op in the model never changes the user's data and a fresh forward reproduces the first
+        (inputs that require grad are passed as they are: PyTorch refuses in-place ops on them).
+        A ``torch.compile``d model is recorded through its original module (``_orig_mod``), run
+        eagerly, with a note in ``Run.notes``.
         full_tensor_limit: tensors with at most this many elements are kept whole in the run;
             larger ones keep statistics and a histogram.
         histogram_bins: bins of those histograms (0: none).
@@ -155,12 +162,20 @@ class Session:
         kwargs: dict | None = None,
         loss_fn: Callable | None = None,
         *,
-        input_grads: bool = True,
+        input_grads: bool = False,
         full_tensor_limit: int = DEFAULT_FULL_TENSOR_LIMIT,
         histogram_bins: int = DEFAULT_HISTOGRAM_BINS,
     ):
         if not isinstance(model, torch.nn.Module):
             raise HookvizError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        self.notes: list[str] = []
+        if isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+            self.notes.append(
+                f"the model is torch.compile'd: hookviz records its original module "
+                f"({type(model._orig_mod).__name__}) run eagerly, since compiled code runs no "
+                "per-op hooks; edits apply to these runs, not to the compiled model"
+            )
+            model = model._orig_mod
         self.model = model
         self.args = args if isinstance(args, tuple) else tuple(args) if isinstance(args, list) else (args,)
         self.kwargs = dict(kwargs or {})
@@ -195,15 +210,23 @@ class Session:
         return names
 
     def _prepare_inputs(self, device: str) -> tuple[tuple, dict, dict[str, torch.Tensor]]:
-        """Inputs for one forward on ``device``, and the tensors among them by name."""
+        """Inputs for one forward on ``device``, and the tensors among them by name.
+
+        Tensors that do not require grad are copied (an in-place op in the model must not change
+        the user's data); with ``input_grads`` the floating-point ones among them require grad.
+        """
         moved: dict[int, torch.Tensor] = {}
         by_name: dict[str, torch.Tensor] = {}
         for name, tensor in self._input_names.items():
             prepared = tensor
             if str(tensor.device) != device:
                 prepared = tensor.detach().to(device).requires_grad_(tensor.requires_grad)
-            if self.input_grads and not prepared.requires_grad and prepared.is_floating_point():
-                prepared = prepared.detach().requires_grad_(True)
+            if not prepared.requires_grad:
+                if prepared is tensor:
+                    with torch.inference_mode(False):  # a normal tensor, even from an inference one
+                        prepared = tensor.clone()
+                if self.input_grads and (prepared.is_floating_point() or prepared.is_complex()):
+                    prepared.requires_grad_(True)
             moved[id(tensor)] = prepared
             by_name[name] = prepared
 
@@ -212,6 +235,14 @@ class Session:
 
         args, kwargs = pytree.tree_map(swap, (self.args, self.kwargs))
         return args, kwargs, by_name
+
+    @property
+    def asked_grads(self) -> list[str]:
+        """Inputs whose gradients exist only because ``input_grads=True`` asked for them."""
+        if not self.input_grads:
+            return []
+        return [n for n, t in self._input_names.items()
+                if not t.requires_grad and (t.is_floating_point() or t.is_complex())]
 
     def _model_on(self, device: str) -> torch.nn.Module:
         """The user's model on its own device; a private copy on any other (the user's stays put)."""
@@ -245,7 +276,8 @@ class Session:
         device = self.home_device if device is None else resolve_device(device)
         fresh = forward or self._needs_forward(device)
         cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
-        with torch.random.fork_rng(devices=cuda, device_type="cuda" if cuda else "cuda"):
+        # Inside the user's torch.inference_mode() no graph is recorded; hookviz's run needs one.
+        with torch.random.fork_rng(devices=cuda, device_type="cuda"), torch.inference_mode(False):
             if fresh:
                 self._release()
                 recorder = BackwardRecorder()
@@ -278,17 +310,21 @@ class Session:
             return True
         return _hook_signature(self.model, self._tensor_hook_targets(graph)) != graph.hook_signature
 
-    def _full_hook_modules(self) -> tuple[str, ...]:
-        return tuple(sorted({e.target for e in self.edits if e.slot.name == "grad_input"}))
+    def _full_hook_modules(self) -> tuple[tuple[str, str], ...]:
+        """(module, slot name) of the module edits, each made by a real full backward (pre-)hook."""
+        return tuple(sorted({(e.target, e.slot.name) for e in self.edits if e.slot.on_module}))
 
     def _tensor_hook_targets(self, graph: _Forward) -> dict[str, torch.Tensor]:
         return graph.leaves
 
     def release(self) -> None:
-        """Free the retained forward graph (the next run does a fresh forward)."""
+        """Free the retained forward graph and remove every hook hookviz put on it (the next run
+        does a fresh forward)."""
         self._release()
 
     def _release(self) -> None:
+        if self._forward is not None:
+            self._forward.remove_hooks()
         self._forward = None
 
     def _restore_rng(self, device: str) -> None:
@@ -316,41 +352,44 @@ class Session:
         state = RecordingState()
         full_modules = self._full_hook_modules()
         self._restore_rng(device)
-        forward_recorder = ForwardRecorder(model)
+        forward_recorder = ForwardRecorder(model, state)
         saved_recorder = SavedTensorsRecorder()
         state.active = recorder
         try:
             with torch.enable_grad(), wrapped_user_hooks(state, model, named_leaves), \
-                    full_backward_hooks(state, model, list(full_modules)):
-                probe = torch.zeros((), requires_grad=True) * 1
-                forward_start = probe.grad_fn._sequence_nr() + 1
+                    full_backward_hooks(state, model, list(full_modules)), buffers_kept(model), \
+                    _eager(model):
+                forward_start = torch._C._autograd._get_sequence_nr()
                 with forward_recorder, saved_recorder.hooks():
                     output = self._call_model(model, args, kwargs, forward_recorder)
                     loss = self._loss(output)
         finally:
             state.active = None
         walk = walk_graph(loss.grad_fn, forward_start, leaf_names, boundary_names)
+        _refuse_unsupported(walk)
         leaves = {}
         for node in walk.nodes.values():
             if node.kind == "leaf":
                 leaves[node.id] = node.tensor
             elif node.kind == "boundary" and node.id in inputs:
                 leaves[node.id] = inputs[node.id]
-        for node in walk.nodes.values():
-            if node.kind == "op":
-                node.fn.register_hook(NodePostHook(state, node.id, node.op))
-        forward_records, call_inputs, call_outputs = self._summarise_forward(walk, forward_recorder)
+        handles = [
+            node.fn.register_hook(NodePostHook(state, node.id, node.op))
+            for node in walk.nodes.values() if node.kind == "op"
+        ]
+        for grad_fn, output_nr, wrapper in forward_recorder.intermediate_hooks:
+            wrapper.node = walk.node_id(resolve_hidden(grad_fn, output_nr)[0])
+        summary = self._summarise_forward(walk, forward_recorder)
         forget_tensors(forward_recorder)
-        graph = _Forward(
+        return _Forward(
             device=device, model=model, loss=loss, walk=walk, state=state, recorder=forward_recorder,
             leaves=leaves, node_call=self._node_calls(walk, forward_recorder),
             consumers=_consumers(walk), saved=_saved_tensors(walk, saved_recorder),
             hook_signature=_hook_signature(self.model, leaves),
             versions=[(t, t._version) for t in leaves.values()],
-            full_hook_modules=full_modules, forward_records=forward_records,
-            call_inputs=call_inputs, call_outputs=call_outputs,
+            full_hook_modules=full_modules, handles=handles, forward_records=summary[0],
+            call_inputs=summary[1], call_outputs=summary[2], call_outputs_replaced=summary[3],
         )
-        return graph
 
     def _summarise_forward(self, walk: Walk, recorder: ForwardRecorder):
         """Statistics of every op's output and of what module hooks saw, right after forward
@@ -361,12 +400,15 @@ class Session:
             for fn_id, (tensor, version) in recorder.outputs.items() if fn_id in walk.id_of
         }
         input_keys = [_call_input_keys(batch, call) for call in recorder.calls]
-        out_keys = [[batch.add(e.tensor, e.version) for e in call.outputs] for call in recorder.calls]
+        returned_keys = [[batch.add(e.tensor, e.version) for e in call.returned] for call in recorder.calls]
+        replaced_keys = [None if call.replaced is None else [batch.add(e.tensor, e.version) for e in call.replaced]
+                         for call in recorder.calls]
         records = batch.compute()
         return (
             {n: records[k] for n, k in output_keys.items()},
             [{name: records[k] if isinstance(k, int) else k for name, k in keys.items()} for keys in input_keys],
-            [[records[k] for k in keys] for keys in out_keys],
+            [[records[k] for k in keys] for keys in returned_keys],
+            [None if keys is None else [records[k] for k in keys] for keys in replaced_keys],
         )
 
     def _call_model(self, model, args, kwargs, recorder: ForwardRecorder):
@@ -418,24 +460,11 @@ class Session:
         return loss
 
     def _node_calls(self, walk: Walk, recorder: ForwardRecorder) -> dict[str, int | None]:
-        """The module call that made each op Node (seen ones directly; others by creation order)."""
-        seen = sorted(
-            (node.sequence_nr, recorder.made_by[id(node.fn)])
+        """The innermost module call during which each op Node was made (by sequence number)."""
+        return {
+            node.id: recorder.call_of(node.sequence_nr) if node.kind == "op" else None
             for node in walk.nodes.values()
-            if node.kind == "op" and id(node.fn) in recorder.made_by
-        )
-        sequence = [s for s, _ in seen]
-        calls: dict[str, int | None] = {}
-        for node in walk.nodes.values():
-            if node.kind != "op":
-                calls[node.id] = None
-            elif id(node.fn) in recorder.made_by:
-                calls[node.id] = recorder.made_by[id(node.fn)]
-            else:
-                # Nodes made inside a composite op come just before the op's output Node.
-                at = bisect_left(sequence, node.sequence_nr)
-                calls[node.id] = seen[at][1] if at < len(seen) else None
-        return calls
+        }
 
     # ------------------------------------------------------------------ backward
 
@@ -456,17 +485,8 @@ class Session:
                     leaf_edits.setdefault(edit.target, []).append(edit)
             elif name == "grad_input":
                 recorder.module_input_edits.setdefault(edit.target, []).append(edit)
-            else:  # grad_output: the gradient arriving at the module's output = a Node pre-hook
-                for call in graph.recorder.calls:
-                    if call.module != edit.target:
-                        continue
-                    if index >= len(call.outputs):
-                        raise TargetError(_slot_error(edit, f"module {edit.target!r} has {len(call.outputs)} output tensor(s)"))
-                    fn, output_nr = _resolve(call.outputs[index].grad_fn, call.outputs[index].output_nr)
-                    node_id = graph.walk.node_id(fn) if fn is not None else None
-                    if node_id is None or graph.walk.nodes[node_id].kind != "op":
-                        raise EditError(f"output {index} of module {edit.target!r} does not come from an op in the graph (it does not require grad, or is an input passed through), so it has no grad_output to edit")
-                    recorder.pre_edits.setdefault(node_id, []).append(edit.on_grad_outputs(node_id, output_nr))
+            else:  # grad_output: a full backward pre-hook edits the gradient from outside the module
+                recorder.module_output_edits.setdefault(edit.target, []).append(edit)
         return leaf_edits
 
     def _do_backward(self, graph: _Forward, recorder: BackwardRecorder, reused: bool) -> Run:
@@ -530,32 +550,16 @@ class Session:
         new = Edit.make(target, slot, transform)
         if self.last_run is None:
             self.run()
+        new = dataclasses.replace(new, target=self.last_run.canonical_name(target))
         self._check_edit(new, self.last_run)
         self.edits.append(new)
         return new
 
     def _check_edit(self, edit: Edit, run: Run) -> None:
+        """Refuse, now, an edit that could not apply at the next run (see :meth:`edit`)."""
         slot = edit.slot
         if slot.on_module:
-            names = run.modules
-            if edit.target not in names:
-                raise TargetError(_unknown("module", edit.target, names))
-            call = run.module_io(edit.target)
-            count = len(call.grad_input) if slot.name == "grad_input" else len(call.output)
-            if slot.index >= count:
-                raise TargetError(_slot_error(edit, f"module {edit.target!r} has {count} {slot.name} entries"))
-            records = call.grad_input if slot.name == "grad_input" else call.grad_output
-            if slot.name == "grad_input" and records[slot.index] is None:
-                raise TargetError(_slot_error(edit, f"input {slot.index} of module {edit.target!r} gets no gradient (not a tensor that requires grad)"))
-            if slot.name == "grad_input":
-                module = self.model.get_submodule(edit.target)
-                if module._is_full_backward_hook is False:
-                    raise EditError(
-                        f"module {edit.target!r} has a legacy register_backward_hook, and PyTorch does not "
-                        "allow a full backward hook beside it, which a grad_input edit needs; edit the "
-                        f"grad_inputs of node {call.output_node!r} instead (what the legacy hook edits)"
-                    )
-            record = records[slot.index] if slot.index < len(records) else None
+            record = self._check_module_edit(edit, run)
         else:
             node = run.node(edit.target)
             if str(slot) not in node.sites:
@@ -570,11 +574,47 @@ class Session:
                 record = node.grad_outputs[0] if node.grad_outputs else None
         # Try the transform on a copy of the site's gradient (or zeros of its shape) now, so a wrong
         # shape or dtype fails here, beside the edit, and not in the middle of the next backward.
+        # fork_rng: a trial of randn_like(grad) must not move the user's random numbers.
         if record is not None and record.numel <= 1_000_000:
             sample = record.value.clone() if record.value is not None else torch.zeros(
                 record.shape, dtype=getattr(torch, record.dtype)
             )
-            edit.apply(sample)
+            with torch.random.fork_rng(devices=[]):
+                edit.apply(sample)
+
+    def _check_module_edit(self, edit: Edit, run: Run):
+        slot, target = edit.slot, edit.target
+        if target not in run.modules:
+            raise TargetError(_unknown("module", target, run.modules))
+        call = run.module_io(target)
+        if not call.full_hook_fires:
+            raise EditError(
+                f"PyTorch would never call a full backward hook of module {target!r}, so a "
+                f"{slot.name} edit there would do nothing: {run.explain(target)}"
+            )
+        records = call.grad_input if slot.name == "grad_input" else call.grad_output
+        if slot.index >= len(records):
+            raise TargetError(_slot_error(edit, f"module {target!r} has {len(records)} {slot.name} entries"))
+        if records[slot.index] is None:
+            what = "input" if slot.name == "grad_input" else "output"
+            raise TargetError(_slot_error(
+                edit, f"{what} {slot.index} of module {target!r} gets no gradient (not a tensor that "
+                "requires grad)"
+            ))
+        module = self.model.get_submodule(target)
+        if module._is_full_backward_hook is False:
+            raise EditError(
+                f"module {target!r} has a legacy register_backward_hook, and PyTorch does not allow a "
+                f"full backward hook beside it, which a {slot.name} edit needs; edit the grad_inputs "
+                f"of node {call.output_node!r} instead (what the legacy hook edits)"
+            )
+        if call.in_place:
+            raise EditError(
+                f"module {target!r} ({call.type}) modifies its input in place, and PyTorch refuses full "
+                f"backward hooks on such a module, which a {slot.name} edit needs; edit the "
+                f"grad_outputs of node {call.output_node!r} instead, or set inplace=False"
+            )
+        return records[slot.index]
 
     def remove_edit(self, edit: Edit | str) -> None:
         """Remove an edit (the object or its id). Raises TargetError when it is not active."""
@@ -611,6 +651,40 @@ class Session:
             f"Session(model={type(self.model).__name__}, device={self.home_device!r}, "
             f"edits={len(self.edits)}, runs={'none' if self.last_run is None else 'yes'})"
         )
+
+
+@contextlib.contextmanager
+def buffers_kept(model: torch.nn.Module):
+    """Put every buffer a forward changed in place (BatchNorm's running statistics and
+    ``num_batches_tracked``) back as it was, so hookviz's forwards leave no trace in the model.
+
+    Written through ``.data``: Nodes that saved a buffer (BatchNorm saves its running statistics)
+    must not see its version change, or a re-run's backward would refuse them.
+    """
+    before = [(b, b._version, b.detach().clone()) for b in model.buffers()]
+    try:
+        yield
+    finally:
+        for buffer, version, value in before:
+            if buffer._version != version:
+                buffer.data.copy_(value)
+
+
+def _eager(model: torch.nn.Module):
+    """Run ``torch.compile``d submodules eagerly, so hookviz's per-op hooks see their ops."""
+    compiled = any(isinstance(getattr(m, "_orig_mod", None), torch.nn.Module) for m in model.modules())
+    return torch.compiler.set_stance("force_eager") if compiled else contextlib.nullcontext()
+
+
+def _refuse_unsupported(walk: Walk) -> None:
+    """Refuse graphs ``torch.autograd.grad`` cannot run, with the fix."""
+    for node in walk.nodes.values():
+        if node.op == "CheckpointFunctionBackward":
+            raise UnsupportedError(
+                "the model uses torch.utils.checkpoint.checkpoint(..., use_reentrant=True), which "
+                "PyTorch does not support with torch.autograd.grad (hookviz's backward); pass "
+                "use_reentrant=False to checkpoint (PyTorch's recommended default)"
+            )
 
 
 def _slot_error(edit: Edit, detail: str) -> str:

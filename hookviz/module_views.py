@@ -1,0 +1,167 @@
+"""What a module's full backward hook sees, derived from what hookviz's Node hooks saw.
+
+hookviz does not register ``register_full_backward_hook`` on the user's modules to record a run: its
+identity Nodes change the order in which autograd sums gradients (see PRODUCT.md). The full hook's
+view is rebuilt from Node post-hooks instead, by PyTorch's own rules
+(``torch.utils.hooks.BackwardHook``, ``torch.nn.Module._call_impl``):
+
+- ``grad_input`` has one entry per positional argument: None for an argument that is not a tensor or
+  does not require grad (or when grad mode was off); else the gradient that the module's own uses of
+  that argument send back, plus, when the module returns the argument itself (``nn.Identity``,
+  ``Dropout`` in eval), the gradient arriving at that output from outside. A tensor argument that gets
+  no gradient is seen as zeros (a custom Function materialises missing gradients).
+- ``grad_output`` has one entry per top-level output (the output itself when it is a tensor, each
+  entry of a tuple): None where the entry is not a tensor that requires grad; else the gradient
+  from the module's *outside* uses only (uses inside the module do not go through the hook's
+  wrapper); zeros when no outside use got a gradient.
+- The hook fires only when the output is a tensor or a tuple, grad mode was on, some output got a
+  gradient from outside, and, when an argument requires grad, some argument got a gradient.
+
+One tensor passed as several arguments (``two(h, h)``, ``MultiheadAttention(x, x, x)``) cannot be
+split by use from the model's own graph, where all uses read the same tensor; :mod:`hookviz.session`
+asks PyTorch for those calls separately (see ``Session._split_shared_inputs``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+Use = tuple[str, int]  # (consumer node id, slot in its grad_inputs)
+
+
+@dataclass
+class InputPlan:
+    """Where one positional argument's full-hook gradient comes from."""
+
+    uses: list[Use]
+    passed_through: list[int]  # output positions that are this argument itself
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device | None
+
+
+@dataclass
+class OutputPlan:
+    """Where one top-level output's full-hook gradient comes from."""
+
+    producer: tuple[str | None, int]
+    outside: list[Use]
+    all_outside: bool  # every use is outside: the gradient arriving at the producer is the answer
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device | None
+
+
+@dataclass
+class CallPlan:
+    """How to rebuild one module call's full backward hook view after backward."""
+
+    hookable: bool  # grad mode on and a tensor or tuple output
+    inputs: list[InputPlan | None] = field(default_factory=list)
+    outputs: list[OutputPlan | None] = field(default_factory=list)
+    shared_inputs: bool = False  # one tensor passed as several arguments
+
+    def summed_uses(self) -> set[Use]:
+        """Uses whose gradients are added up: they must be kept whole through backward."""
+        found: set[Use] = set()
+        for plan in self.inputs:
+            if plan is not None and len(plan.uses) + len(plan.passed_through) > 1:
+                found.update(plan.uses)
+        for plan in self.outputs:
+            if plan is not None and not plan.all_outside:
+                found.update(plan.outside)
+        return found
+
+
+def plan_call(call, producer_of, consumers: dict, sequence_nr: dict[str, int]) -> CallPlan:
+    """The :class:`CallPlan` of one :class:`~hookviz.capture.CallState`.
+
+    Args:
+        call: the module call (its input/output Edges and sequence-number bracket).
+        producer_of: ``Edge -> (node id, output_nr)`` in the walked graph.
+        consumers: ``(node id, output_nr) -> [(consumer, slot)]``.
+        sequence_nr: node id -> ``Node._sequence_nr()`` (made during the call when inside
+            ``[call.sequence_start, call.sequence_end)``).
+    """
+    plan = CallPlan(hookable=call.grad_enabled and call.full_hook_fires)
+    inside = range(call.sequence_start, call.sequence_end)
+    output_producers = []
+    for edge in call.outputs:
+        if edge is None or not edge.requires_grad or not plan.hookable:
+            plan.outputs.append(None)
+            output_producers.append(None)
+            continue
+        producer = producer_of(edge)
+        uses = consumers.get(producer, [])
+        outside = [u for u in uses if sequence_nr.get(u[0], -1) >= call.sequence_end]
+        plan.outputs.append(OutputPlan(producer, outside, len(outside) == len(uses), edge.shape, edge.dtype,
+                                       edge.device))
+        output_producers.append(producer)
+    seen: set = set()
+    for edge in call.inputs:
+        if edge is None or not edge.requires_grad or not call.grad_enabled:
+            plan.inputs.append(None)
+            continue
+        producer = producer_of(edge)
+        plan.shared_inputs |= producer in seen
+        seen.add(producer)
+        uses = [u for u in consumers.get(producer, []) if sequence_nr.get(u[0], -1) in inside]
+        passed = [j for j, p in enumerate(output_producers) if p is not None and p == producer]
+        plan.inputs.append(InputPlan(uses, passed, edge.shape, edge.dtype, edge.device))
+    return plan
+
+
+def full_hook_view(plan: CallPlan, sent, arriving, ran) -> tuple[bool, tuple, tuple]:
+    """``(fires, grad_input, grad_output)`` as tensors (or None), by the rules in the module docstring.
+
+    Args:
+        plan: from :func:`plan_call`.
+        sent: ``(consumer, slot) -> Tensor | None``: what that consumer's post-hook sent there.
+        arriving: ``(node id, output_nr) -> Tensor | None``: the gradient that reached a node's output.
+        ran: node id -> True when that Node ran in this backward.
+    """
+    if not plan.hookable:
+        return False, (), ()
+
+    def total(uses: list[Use]):
+        # In the order the engine ran the uses, as autograd's input buffer adds them up.
+        grads = [sent(use) for use in uses if ran(use[0])]
+        grads = [g for g in grads if g is not None]
+        if not grads:
+            return None
+        result = grads[0]
+        for grad in grads[1:]:
+            result = result + grad
+        return result
+
+    grad_output, got_outside = [], False
+    for plan_out in plan.outputs:
+        if plan_out is None:
+            grad_output.append(None)
+            continue
+        grad = arriving(plan_out.producer) if plan_out.all_outside else total(plan_out.outside)
+        got_outside |= grad is not None
+        grad_output.append(grad if grad is not None else _zeros(plan_out))
+    if not got_outside:
+        return False, (), ()
+    grad_input, got_inside, wants = [], False, False
+    for plan_in in plan.inputs:
+        if plan_in is None:
+            grad_input.append(None)
+            continue
+        wants = True
+        grad = total(plan_in.uses)
+        for j in plan_in.passed_through:
+            if plan.outputs[j] is not None:
+                grad = grad_output[j] if grad is None else grad + grad_output[j]
+        got_inside |= grad is not None
+        grad_input.append(grad if grad is not None else _zeros(plan_in))
+    if wants and not got_inside:
+        return False, (), ()  # PyTorch calls the hook from the inputs' Node, which never ran
+    return True, tuple(grad_input), tuple(grad_output)
+
+
+def _zeros(plan: InputPlan | OutputPlan) -> torch.Tensor:
+    return torch.zeros(plan.shape, dtype=plan.dtype, device=plan.device)
