@@ -57,7 +57,11 @@ class TensorRecord:
         zero_fraction: fraction of elements exactly equal to 0 (0.0 for an empty tensor).
         histogram: ``(counts, edges)`` with ``len(edges) == len(counts) + 1`` over ``[min, max]``,
             for tensors above the full-tensor limit with finite min and max; else None.
-        note: why something is missing, e.g. the value was modified in place after it was recorded.
+        note: why something is missing, e.g. the value was modified in place after it was recorded,
+            or what the statistics are of: a complex tensor's are of its magnitude ``|z|``, a
+            sparse tensor's of its stored values (the zeros it does not store count in
+            ``zero_fraction`` and ``mean``).
+        nnz: number of stored elements of a sparse tensor (``_nnz()`` after coalescing), else None.
     """
 
     shape: tuple[int, ...]
@@ -74,6 +78,7 @@ class TensorRecord:
     zero_fraction: float = 0.0
     histogram: tuple[list[int], list[float]] | None = None
     note: str = ""
+    nnz: int | None = None
 
     @property
     def finite(self) -> bool:
@@ -101,6 +106,7 @@ class TensorRecord:
             if self.histogram is None
             else {"counts": self.histogram[0], "edges": [_json_float(e) for e in self.histogram[1]]},
             "note": self.note,
+            "nnz": self.nnz,
         }
 
     def __repr__(self) -> str:
@@ -199,14 +205,28 @@ class StatsBatch:
         """Summarise every added tensor; drops the references to them. Returns ``records``."""
         records: list[TensorRecord | None] = [None] * len(self.tensors)
         views: dict[tuple, list[int]] = {}
+        standing_in: dict[int, torch.Tensor] = {}  # key -> the sparse or complex tensor it stands for
         for key, tensor in enumerate(self.tensors):
             version = self.versions[key]
             if tensor is None:
                 records[key] = self._settled.pop(key)
             elif version is not None and tensor._version != version:
                 records[key] = _metadata_record(tensor, "modified in place after it was recorded")
-            elif tensor.numel() == 0 or tensor.is_complex() or tensor.is_meta or tensor.is_sparse:
+            elif tensor.is_meta or tensor.layout not in (torch.strided, torch.sparse_coo):
                 records[key] = _metadata_record(tensor)
+            elif tensor.numel() == 0:
+                records[key] = replace(_metadata_record(tensor), value=self._small_value(tensor))
+            elif tensor.is_sparse or tensor.is_complex():
+                standing_in[key] = tensor
+                self.tensors[key] = _stand_in(tensor)
+                if self.tensors[key].numel() == 0:  # a sparse tensor that stores nothing: all zeros
+                    records[key] = TensorRecord(
+                        tuple(tensor.shape), dtype_name(tensor.dtype), str(tensor.device), tensor.numel(),
+                        value=self._small_value(tensor), norm=0.0, mean=0.0, min=0.0, max=0.0,
+                        zero_fraction=1.0, nnz=0, note=_STAND_IN_NOTE["sparse"],
+                    )
+                    continue
+                views.setdefault(_elements_key(self.tensors[key]), []).append(key)
             else:
                 views.setdefault(_elements_key(tensor), []).append(key)
         # Views of the same elements (a gradient and its transpose) are reduced once, through a
@@ -224,10 +244,34 @@ class StatsBatch:
             tensor, source = self.tensors[key], records[original]
             value = None if source.value is None else tensor.detach().cpu().clone()
             records[key] = replace(source, shape=tuple(tensor.shape), value=value)
+        for key, tensor in standing_in.items():
+            records[key] = self._stood_in(records[key], tensor)
         self.records = records
         self.tensors, self.versions, self._keys = [], [], {}
         self._settled_refs, self._settled_elements = {}, {}
         return records
+
+    def _small_value(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        if tensor.numel() > self.full_limit:
+            return None
+        dense = tensor.to_dense() if tensor.is_sparse else tensor
+        return dense.detach().cpu().clone()
+
+    def _stood_in(self, record: TensorRecord, tensor: torch.Tensor) -> TensorRecord:
+        """The record of a sparse or complex tensor from the record of its stand-in."""
+        numel = tensor.numel()
+        if tensor.is_sparse:
+            nnz = record.numel
+            nonzero = nnz * (1.0 - record.zero_fraction)
+            return replace(
+                record, shape=tuple(tensor.shape), dtype=dtype_name(tensor.dtype), numel=numel,
+                value=self._small_value(tensor), mean=record.mean * nnz / numel,
+                min=min(record.min, 0.0) if nnz < numel else record.min,
+                max=max(record.max, 0.0) if nnz < numel else record.max,
+                zero_fraction=(numel - nonzero) / numel, nnz=nnz, histogram=None, note=_STAND_IN_NOTE["sparse"],
+            )
+        return replace(record, dtype=dtype_name(tensor.dtype), value=self._small_value(tensor),
+                       note=_STAND_IN_NOTE["complex"])
 
     def _summarise(self, originals: list[torch.Tensor]) -> list[TensorRecord]:
         with torch.no_grad():
@@ -330,6 +374,20 @@ class StatsBatch:
             step = (hi - lo) / bins if hi > lo else 1.0 / bins
             found[i] = (counts[row], [lo + step * b for b in range(bins + 1)])
         return found
+
+
+_STAND_IN_NOTE = {
+    "sparse": "sparse: statistics over the stored values; the zeros it does not store count in mean and zero_fraction",
+    "complex": "complex: statistics of the magnitude |z|",
+}
+
+
+def _stand_in(tensor: torch.Tensor) -> torch.Tensor:
+    """What the statistics of a sparse or complex tensor are computed on: the coalesced stored
+    values (magnitudes, if complex), or the magnitude of a dense complex tensor."""
+    if tensor.is_sparse:
+        tensor = tensor.detach().coalesce().values().reshape(-1)
+    return tensor.detach().abs() if tensor.is_complex() else tensor.detach()
 
 
 def _bounded(groups, tensors, limit: int = 1 << 24):

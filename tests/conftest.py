@@ -33,8 +33,10 @@ def model_state(model: torch.nn.Module, tensors=()) -> list:
         state.append((name, parameter.requires_grad, parameter.device, parameter.detach().clone(),
                       None if parameter.grad is None else parameter.grad.clone(),
                       dict(parameter._backward_hooks or {})))
+    for name, buffer in model.named_buffers():
+        state.append((name, buffer.dtype, buffer.device, buffer.detach().clone()))
     for i, tensor in enumerate(tensors):
-        state.append((i, tensor.requires_grad, None if tensor.grad is None else tensor.grad.clone(),
+        state.append((i, tensor.requires_grad, tensor.detach().clone(), None if tensor.grad is None else tensor.grad.clone(),
                       dict(tensor._backward_hooks or {})))
     return state
 
