@@ -14,7 +14,7 @@ import networkx as nx
 
 from hookviz.capture import BackwardRecorder, user_module_hooks, user_tensor_hooks
 from hookviz.graph import Walk, resolve_hidden
-from hookviz.module_views import full_hook_view
+from hookviz.module_views import full_hook_view, split_shared_inputs
 from hookviz.run import LOSS_MODULE, Event, HookCall, HookInfo, ModuleCall, NodeRecord, Run
 from hookviz.stats import Settled, StatsBatch
 
@@ -61,8 +61,10 @@ class RunAssembler:
             return self._arriving(*producer)
 
         views = []
-        for plan in self.graph.plans:
+        for call, plan in zip(self.graph.recorder.calls, self.graph.plans):
             fires, grad_input, grad_output = full_hook_view(plan, sent, arriving, recorder.order.__contains__)
+            if fires and call.shared is not None:
+                grad_input = split_shared_inputs(self.graph.model, call, grad_output, grad_input)
             views.append((fires, self._keys(grad_input), self._keys(grad_output)))
         return views
 
@@ -127,6 +129,13 @@ class RunAssembler:
             if hook_call.kind == "edit" and hook_call.node is None:
                 kind = "grad_input" if hook_call.name.startswith("grad_input") else "grad_output"
                 module_edits.setdefault((hook_call.where, kind), []).append(hook_call)
+        # A full backward hook sees grad_output after the module's full backward pre-hooks.
+        user_pre_hooks: dict[str, list[HookCall]] = {}
+        for hook_call in hook_calls:
+            if hook_call.kind == "full backward pre-hook":
+                user_pre_hooks.setdefault(hook_call.where, []).append(hook_call)
+        pre_hooks_per_call = {name: sum(h.kind == "full backward pre-hook" for h in hooks)
+                              for name, hooks in user_modules.items()}
         calls = []
         for i, state in enumerate(forward_calls):
             output_node = None
@@ -143,6 +152,10 @@ class RunAssembler:
             fires, input_keys, output_keys = full_views[i]
             grad_input, grad_output = self._records(input_keys), self._records(output_keys)
             grad_input_before_edit = grad_output_before_edit = None
+            if fires and user_pre_hooks.get(state.module):
+                fired = user_pre_hooks[state.module]
+                grad_output = fired[-1].after  # the last pre-hook of the last call still recorded
+                del fired[-pre_hooks_per_call.get(state.module, 1):]
             if module_edits.get((state.module, "grad_output")):
                 grad_output_before_edit = grad_output
                 grad_output = module_edits[(state.module, "grad_output")].pop().after

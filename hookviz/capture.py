@@ -77,6 +77,9 @@ class CallState:
     in_place: bool = False
     output_changed_later: bool = False
     end: int | None = None
+    # One tensor passed as several positional arguments: the arguments, kwargs and CPU random state
+    # of the call, kept so its full-hook grad_input can be split per argument after backward.
+    shared: tuple | None = None
 
 
 class Edge(NamedTuple):
@@ -142,6 +145,7 @@ def forget_tensors(recorder: ForwardRecorder) -> None:
     """Drop the references to forward's activations, so backward runs with the memory it would
     have without hookviz (leaves, alive anyway, are kept)."""
     recorder.outputs.clear()
+    recorder.snapshots.clear()
     def forget(edges):
         return [e if e is None or e.grad_fn is None else e._replace(tensor=None) for e in edges]
 
@@ -163,9 +167,13 @@ class ForwardRecorder(TorchFunctionMode):
     the next ``torch._C._autograd._get_sequence_nr()`` when it is made (``Node._sequence_nr()``).
     """
 
-    def __init__(self, model: torch.nn.Module, state: RecordingState | None = None):
+    def __init__(self, model: torch.nn.Module, state: RecordingState | None = None, snapshot_limit: int = 0):
         super().__init__()
         self.model, self.state = model, state
+        # Copies of small tensors as module hooks saw them, for those that forward later changes in
+        # place: (id, version) -> copy. Larger ones get a note instead (copying them costs memory).
+        self.snapshot_limit = snapshot_limit
+        self.snapshots: dict[tuple[int, int], torch.Tensor] = {}
         # A module registered under several names is known by its first (``named_modules`` order).
         self.names: dict[int, str] = {}
         for name, module in model.named_modules(remove_duplicate=False):
@@ -231,7 +239,18 @@ class ForwardRecorder(TorchFunctionMode):
             self._enter(module, args, kwargs)
 
     def _returned(self, module, args, kwargs, output):
-        self.stack[-1].returned = [_edge_of(t) for t in _tensors_in(output)]
+        self.stack[-1].returned = [self._snapshot(t) for t in _tensors_in(output)]
+
+    def _snapshot(self, tensor: torch.Tensor) -> Edge:
+        if tensor.numel() <= self.snapshot_limit and not tensor.is_sparse:
+            self.snapshots[(id(tensor), tensor._version)] = tensor.detach().clone()
+        return _edge_of(tensor)
+
+    def seen(self, tensor: torch.Tensor, version: int) -> tuple[torch.Tensor, int | None]:
+        """``tensor`` as a hook saw it at ``version``: itself, or its copy when changed since."""
+        if tensor._version != version and (id(tensor), version) in self.snapshots:
+            return self.snapshots[(id(tensor), version)], None
+        return tensor, version
 
     def _post(self, module, args, kwargs, output):
         with torch._C.DisableTorchFunction():
@@ -246,7 +265,10 @@ class ForwardRecorder(TorchFunctionMode):
             parent=self.stack[-1].index if self.stack else None,
             sequence_start=torch._C._autograd._get_sequence_nr(), grad_enabled=torch.is_grad_enabled(),
         )
-        state.inputs = [_edge_of(t) if isinstance(t, torch.Tensor) else None for t in args]
+        state.inputs = [self._snapshot(t) if isinstance(t, torch.Tensor) else None for t in args]
+        grad_ids = [id(t) for t in args if isinstance(t, torch.Tensor) and t.requires_grad]
+        if len(grad_ids) != len(set(grad_ids)):
+            state.shared = (args, kwargs, torch.get_rng_state())
         self.calls.append(state)
         self.stack.append(state)
 

@@ -51,6 +51,7 @@ class Walk:
     nodes: dict[str, WalkedNode]
     root: str
     id_of: dict[int, str]  # id(Node object) -> node id
+    looked_through: bool = False  # hidden identity Nodes (full backward hooks) sit between some nodes
 
     def node_id(self, fn) -> str | None:
         """The id of an autograd Node object, or None when it is not in the graph."""
@@ -88,6 +89,7 @@ def walk_graph(
     queue = deque([root_fn])
     found[id(root_fn)] = root_fn
     boundary_edge_name: dict[int, str] = {}
+    looked_through = False
     while queue:
         fn = queue.popleft()
         order.append(fn)
@@ -96,6 +98,7 @@ def walk_graph(
             continue
         node_edges = []
         for slot, (child, output_nr) in enumerate(fn.next_functions):
+            looked_through |= child is not None and _op(child) in HIDDEN_OPS
             child, output_nr = resolve_hidden(child, output_nr)
             if child is None:
                 continue
@@ -146,7 +149,7 @@ def walk_graph(
         id_of[id(fn)] = node_id
     for fn_id, node_edges in edges.items():
         nodes[id_of[fn_id]].inputs = [(slot, id_of[child], nr) for slot, child, nr in node_edges]
-    return Walk(nodes=nodes, root=id_of[id(root_fn)], id_of=id_of)
+    return Walk(nodes=nodes, root=id_of[id(root_fn)], id_of=id_of, looked_through=looked_through)
 
 
 def saved_tensor_names(fn) -> list[str]:

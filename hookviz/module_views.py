@@ -5,15 +5,15 @@ identity Nodes change the order in which autograd sums gradients (see PRODUCT.md
 view is rebuilt from Node post-hooks instead, by PyTorch's own rules
 (``torch.utils.hooks.BackwardHook``, ``torch.nn.Module._call_impl``):
 
-- ``grad_input`` has one entry per positional argument: None for an argument that is not a tensor or
-  does not require grad (or when grad mode was off); else the gradient that the module's own uses of
-  that argument send back, plus, when the module returns the argument itself (``nn.Identity``,
-  ``Dropout`` in eval), the gradient arriving at that output from outside. A tensor argument that gets
-  no gradient is seen as zeros (a custom Function materialises missing gradients).
+- ``grad_input`` has one entry per positional argument: None for an argument that is not a tensor,
+  and None for every argument when none requires grad (PyTorch then wraps no input); else the
+  gradient that the module's own uses of that argument send back, plus, when the module returns the
+  argument itself (``nn.Identity``, ``Dropout`` in eval), the gradient arriving at that output from
+  outside. A tensor argument that gets no gradient, or does not require grad beside one that does,
+  is seen as zeros (the wrapping ``BackwardHookFunction`` materialises missing gradients).
 - ``grad_output`` has one entry per top-level output (the output itself when it is a tensor, each
-  entry of a tuple): None where the entry is not a tensor that requires grad; else the gradient
-  from the module's *outside* uses only (uses inside the module do not go through the hook's
-  wrapper); zeros when no outside use got a gradient.
+  entry of a tuple): the gradient from the module's *outside* uses only (uses inside the module do
+  not go through the hook's wrapper); None where the entry is not a tensor or no gradient arrived.
 - The hook fires only when the output is a tensor or a tuple, grad mode was on, some output got a
   gradient from outside, and, when an argument requires grad, some argument got a gradient.
 
@@ -24,6 +24,8 @@ asks PyTorch for those calls separately (see ``Session._split_shared_inputs``).
 
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import dataclass, field
 
 import torch
@@ -48,7 +50,7 @@ class OutputPlan:
 
     producer: tuple[str | None, int]
     outside: list[Use]
-    all_outside: bool  # every use is outside: the gradient arriving at the producer is the answer
+    read_at_producer: bool  # the gradient arriving at the producer is the answer (no hook between)
     shape: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device | None
@@ -70,12 +72,12 @@ class CallPlan:
             if plan is not None and len(plan.uses) + len(plan.passed_through) > 1:
                 found.update(plan.uses)
         for plan in self.outputs:
-            if plan is not None and not plan.all_outside:
+            if plan is not None and not plan.read_at_producer:
                 found.update(plan.outside)
         return found
 
 
-def plan_call(call, producer_of, consumers: dict, sequence_nr: dict[str, int]) -> CallPlan:
+def plan_call(call, producer_of, consumers: dict, sequence_nr: dict[str, int], hooks_between: bool) -> CallPlan:
     """The :class:`CallPlan` of one :class:`~hookviz.capture.CallState`.
 
     Args:
@@ -84,6 +86,9 @@ def plan_call(call, producer_of, consumers: dict, sequence_nr: dict[str, int]) -
         consumers: ``(node id, output_nr) -> [(consumer, slot)]``.
         sequence_nr: node id -> ``Node._sequence_nr()`` (made during the call when inside
             ``[call.sequence_start, call.sequence_end)``).
+        hooks_between: full backward hooks' identity Nodes sit between some nodes; their hooks may
+            change a gradient after the uses sent it, so the uses are added up, not read at the
+            producer.
     """
     plan = CallPlan(hookable=call.grad_enabled and call.full_hook_fires)
     inside = range(call.sequence_start, call.sequence_end)
@@ -96,13 +101,18 @@ def plan_call(call, producer_of, consumers: dict, sequence_nr: dict[str, int]) -
         producer = producer_of(edge)
         uses = consumers.get(producer, [])
         outside = [u for u in uses if sequence_nr.get(u[0], -1) >= call.sequence_end]
-        plan.outputs.append(OutputPlan(producer, outside, len(outside) == len(uses), edge.shape, edge.dtype,
-                                       edge.device))
+        # With no use at all the output is the loss itself: what arrives there is the seed.
+        plain = not uses or (len(outside) == len(uses) and not hooks_between)
+        plan.outputs.append(OutputPlan(producer, outside, plain, edge.shape, edge.dtype, edge.device))
         output_producers.append(producer)
     seen: set = set()
+    wrapped = call.grad_enabled and any(e is not None and e.requires_grad for e in call.inputs)
     for edge in call.inputs:
-        if edge is None or not edge.requires_grad or not call.grad_enabled:
+        if edge is None or not wrapped:
             plan.inputs.append(None)
+            continue
+        if not edge.requires_grad:
+            plan.inputs.append(InputPlan([], [], edge.shape, edge.dtype, edge.device))
             continue
         producer = producer_of(edge)
         plan.shared_inputs |= producer in seen
@@ -141,9 +151,9 @@ def full_hook_view(plan: CallPlan, sent, arriving, ran) -> tuple[bool, tuple, tu
         if plan_out is None:
             grad_output.append(None)
             continue
-        grad = arriving(plan_out.producer) if plan_out.all_outside else total(plan_out.outside)
+        grad = arriving(plan_out.producer) if plan_out.read_at_producer else total(plan_out.outside)
         got_outside |= grad is not None
-        grad_output.append(grad if grad is not None else _zeros(plan_out))
+        grad_output.append(grad)
     if not got_outside:
         return False, (), ()
     grad_input, got_inside, wants = [], False, False
@@ -154,7 +164,7 @@ def full_hook_view(plan: CallPlan, sent, arriving, ran) -> tuple[bool, tuple, tu
         wants = True
         grad = total(plan_in.uses)
         for j in plan_in.passed_through:
-            if plan.outputs[j] is not None:
+            if grad_output[j] is not None:
                 grad = grad_output[j] if grad is None else grad + grad_output[j]
         got_inside |= grad is not None
         grad_input.append(grad if grad is not None else _zeros(plan_in))
@@ -163,5 +173,35 @@ def full_hook_view(plan: CallPlan, sent, arriving, ran) -> tuple[bool, tuple, tu
     return True, tuple(grad_input), tuple(grad_output)
 
 
-def _zeros(plan: InputPlan | OutputPlan) -> torch.Tensor:
+def _zeros(plan: InputPlan) -> torch.Tensor:
     return torch.zeros(plan.shape, dtype=plan.dtype, device=plan.device)
+
+
+def split_shared_inputs(model: torch.nn.Module, call, grad_output: tuple, grad_input: tuple) -> tuple:
+    """``grad_input`` per argument of a call that got one tensor as several arguments.
+
+    The module's forward runs again on a fresh leaf per tensor argument, with the call's CPU random
+    state, its buffers put back afterwards and the user's hooks' printing swallowed; then
+    ``torch.autograd.grad`` sends ``grad_output`` back through it. This is what PyTorch's full hook
+    sees: its ``BackwardHookFunction`` gives every argument a tensor of its own, so the module may
+    even take another code path (``MultiheadAttention`` checks ``query is key``).
+    """
+    args, kwargs, rng = call.shared
+    module = model.get_submodule(call.module)
+    leaves = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
+    wanted = [i for i, a in enumerate(leaves) if isinstance(a, torch.Tensor) and a.requires_grad]
+    before = [(b, b.detach().clone()) for b in module.buffers()]
+    with torch.random.fork_rng(devices=[]), torch.enable_grad(), contextlib.redirect_stdout(io.StringIO()):
+        torch.set_rng_state(rng)
+        output = module.forward(*leaves, **kwargs)
+    for buffer, value in before:
+        buffer.data.copy_(value)
+    outputs = [output] if isinstance(output, torch.Tensor) else list(output)
+    pairs = [(o, g) for o, g in zip(outputs, grad_output)
+             if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
+    grads = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in wanted],
+                                [g.to(o.dtype) for o, g in pairs], allow_unused=True, materialize_grads=True)
+    result = list(grad_input)
+    for i, grad in zip(wanted, grads):
+        result[i] = grad
+    return tuple(result)

@@ -98,7 +98,8 @@ class _Forward:
         def producer_of(edge) -> tuple[str | None, int]:
             return self.producer(edge.tensor, edge.grad_fn, edge.output_nr)
 
-        self.plans = [plan_call(call, producer_of, self.consumers, sequence) for call in self.recorder.calls]
+        self.plans = [plan_call(call, producer_of, self.consumers, sequence, self.walk.looked_through)
+                      for call in self.recorder.calls]
         # Gradients that a full-hook view adds up are kept whole through backward.
         self.summed_later = frozenset(use for plan in self.plans for use in plan.summed_uses())
 
@@ -352,7 +353,7 @@ class Session:
         state = RecordingState()
         full_modules = self._full_hook_modules()
         self._restore_rng(device)
-        forward_recorder = ForwardRecorder(model, state)
+        forward_recorder = ForwardRecorder(model, state, snapshot_limit=self.full_tensor_limit)
         saved_recorder = SavedTensorsRecorder()
         state.active = recorder
         try:
@@ -399,8 +400,9 @@ class Session:
             walk.id_of[fn_id]: batch.add(tensor, version)
             for fn_id, (tensor, version) in recorder.outputs.items() if fn_id in walk.id_of
         }
-        input_keys = [_call_input_keys(batch, call) for call in recorder.calls]
-        returned_keys = [[batch.add(e.tensor, e.version) for e in call.returned] for call in recorder.calls]
+        input_keys = [_call_input_keys(batch, call, recorder) for call in recorder.calls]
+        returned_keys = [[batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned]
+                         for call in recorder.calls]
         replaced_keys = [None if call.replaced is None else [batch.add(e.tensor, e.version) for e in call.replaced]
                          for call in recorder.calls]
         records = batch.compute()
@@ -608,6 +610,13 @@ class Session:
                 f"full backward hook beside it, which a {slot.name} edit needs; edit the grad_inputs "
                 f"of node {call.output_node!r} instead (what the legacy hook edits)"
             )
+        if call.output_changed_later:
+            raise EditError(
+                f"an in-place op changes the output of module {target!r} after it returns, and PyTorch "
+                f"refuses that on the output of a full backward hook, which a {slot.name} edit needs "
+                "(\"Output 0 of BackwardHookFunction is a view and is being modified inplace\"); edit the "
+                f"grad_outputs of node {call.output_node!r} instead"
+            )
         if call.in_place:
             raise EditError(
                 f"module {target!r} ({call.type}) modifies its input in place, and PyTorch refuses full "
@@ -722,7 +731,7 @@ def _saved_tensors(walk: Walk, recorder: SavedTensorsRecorder) -> dict[str, list
     return saved
 
 
-def _call_input_keys(batch: StatsBatch, call: CallState) -> dict:
+def _call_input_keys(batch: StatsBatch, call: CallState, recorder: ForwardRecorder) -> dict:
     """What a forward pre-hook of ``call`` saw, by ``forward``'s parameter names: stats keys for
     tensors (checked against the version the hook saw), a short repr for anything else."""
     try:
@@ -736,7 +745,8 @@ def _call_input_keys(batch: StatsBatch, call: CallState) -> dict:
         for path, leaf in flat:
             label = name + pytree.keystr(path)
             if isinstance(leaf, torch.Tensor):
-                keys[label] = batch.add(leaf, seen.get(id(leaf)))
+                version = seen.get(id(leaf))
+                keys[label] = batch.add(*recorder.seen(leaf, version)) if version is not None else batch.add(leaf)
             else:
                 keys[label] = repr(leaf)[:80]
     return keys

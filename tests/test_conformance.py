@@ -185,7 +185,8 @@ def test_module_views_equal_pytorch_hooks(name):
             return [twin.get_submodule(module_name).register_forward_hook(hook, prepend=True)]
 
         _plain(model, args, kwargs, loss_fn, forward_setup)
-        assert len(returned) == len(calls), module_name
+        # Non-reentrant checkpointing runs the forward again in backward; the run shows forward's calls.
+        assert len(returned) == len(calls) or "checkpoint" in name and len(returned) > len(calls)
         for call, real in zip(calls, returned):
             _assert_views_equal(call.output, real, f"{module_name!r} call {call.call} forward output", exact=True)
 
@@ -196,16 +197,17 @@ def test_module_views_equal_pytorch_hooks(name):
             def hook(m, grad_input, grad_output):
                 fired.append((grad_input, grad_output))
 
-            return [twin.get_submodule(module_name).register_full_backward_hook(hook)]
+            # prepend: see what the user's own full hooks there see, before any of them edits
+            return [twin.get_submodule(module_name).register_full_backward_hook(hook, prepend=True)]
 
         if module._is_full_backward_hook is False:  # the user's legacy hook: PyTorch refuses a full one
             with pytest.raises(RuntimeError, match="Cannot use both"):
                 full_setup(_twin(model))
-        elif any(c.in_place for c in calls):
+        elif any(c.in_place or c.output_changed_later for c in calls):
             with pytest.raises(RuntimeError, match="inplace|in-place"):
                 _plain(model, args, kwargs, loss_fn, full_setup)
-            with pytest.raises(hookviz.EditError, match="in place"):
-                session.edit(module_name, "grad_input[0]", "grad")
+            with pytest.raises(hookviz.EditError, match="in-place|in place"):
+                session.edit(module_name, "grad_output[0]", "grad")
         else:
             _plain(model, args, kwargs, loss_fn, full_setup)
             fired.reverse()
@@ -228,6 +230,12 @@ def test_module_views_equal_pytorch_hooks(name):
 
         if module._is_full_backward_hook:
             continue  # the user's full hook: PyTorch refuses a legacy one beside it
+        if all(c.output_node is None for c in calls) and not all(c.output_kind_hookable for c in calls):
+            # PyTorch's own _call_impl cannot find a tensor in a dataclass output to hang it on
+            with pytest.raises(TypeError, match="not subscriptable"):
+                _plain(model, args, kwargs, loss_fn, legacy_setup)
+            assert not run.module_grads(module_name, legacy=True).fires
+            continue
         with _no_warning_check():
             _plain(model, args, kwargs, loss_fn, legacy_setup)
         legacy.reverse()
