@@ -79,6 +79,7 @@ class RunAssembler:
         # Only hooks that ran in this run: a backward-only re-run ran no forward hooks.
         hook_keys = [(call, self._keys(before), self._keys(after)) for call, before, after in recorder.hook_calls]
         full_views = self._full_hook_views()
+        hidden_keys = {i: (self._keys(gi), self._keys(go)) for i, (gi, go) in recorder.hidden_seen.items()}
         self.batch.compute()
         records = self.batch.records
 
@@ -143,7 +144,9 @@ class RunAssembler:
                 fn, _ = resolve_hidden(state.legacy.grad_fn, state.legacy.output_nr)
                 output_node = walk.node_id(fn)
             legacy_in, legacy_out = (), ()
-            if output_node is not None and nodes[output_node].kind == "op":
+            if i in hidden_keys:  # the legacy hook hangs on a full hook's identity Node
+                legacy_in, legacy_out = self._records(hidden_keys[i][0]), self._records(hidden_keys[i][1])
+            elif output_node is not None and nodes[output_node].kind == "op":
                 first_legacy = next((h for h in hook_calls if h.kind == "legacy backward hook"
                                      and h.node == output_node), None)
                 legacy_in = first_legacy.before if first_legacy else self._records(received_keys.get(output_node, ()))

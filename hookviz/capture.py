@@ -405,6 +405,7 @@ class BackwardRecorder:
         self.grad_inputs: dict[str, tuple] = {}
         self.received_grad_inputs: dict[str, tuple] = {}
         self.grad_outputs_before_edit: dict[str, tuple] = {}
+        self.hidden_seen: dict[int, tuple[tuple, tuple]] = {}  # call index -> legacy view on a hidden Node
         self.events: list[Event] = []
         self.hook_calls: list[tuple[HookCall, tuple, tuple]] = []  # with live before/after grads
         self.log: list[LogEntry] = []
@@ -487,6 +488,21 @@ class NodePostHook:
         if recorder is None:
             return None
         return recorder.node_ran(self.node_id, self.op, grad_inputs, grad_outputs)
+
+
+class HiddenNodeProbe:
+    """A post-hook on a full backward hook's identity Node that a legacy module hook hangs on (the
+    module returns the output of a submodule that has a full backward hook): records what it sees."""
+
+    __slots__ = ("state", "call_index")
+
+    def __init__(self, state: RecordingState, call_index: int):
+        self.state, self.call_index = state, call_index
+
+    def __call__(self, grad_inputs, grad_outputs):
+        recorder = self.state.active
+        if recorder is not None:
+            recorder.hidden_seen[self.call_index] = (tuple(grad_inputs), tuple(grad_outputs))
 
 
 class NodePreEditHook:

@@ -303,7 +303,8 @@ class Run:
         """
         record = self.module_io(name, call)
         if legacy:
-            fires = record.output_node is not None and self.nodes[record.output_node].order is not None
+            fires = bool(record.legacy_grad_input) or (
+                record.output_node is not None and self.nodes[record.output_node].order is not None)
             return ModuleGrads(record.legacy_grad_input, record.legacy_grad_output, legacy=True, fires=fires)
         return ModuleGrads(record.grad_input, record.grad_output, legacy=False, fires=record.full_hook_fires)
 

@@ -28,6 +28,7 @@ from hookviz.capture import (
     BackwardRecorder,
     CallState,
     ForwardRecorder,
+    HiddenNodeProbe,
     NodePostHook,
     NodePreEditHook,
     RecordingState,
@@ -378,6 +379,10 @@ class Session:
             node.fn.register_hook(NodePostHook(state, node.id, node.op))
             for node in walk.nodes.values() if node.kind == "op"
         ]
+        for call in forward_recorder.calls:
+            if call.legacy is not None and call.legacy.grad_fn is not None \
+                    and resolve_hidden(call.legacy.grad_fn, 0)[0] is not call.legacy.grad_fn:
+                handles.append(call.legacy.grad_fn.register_hook(HiddenNodeProbe(state, call.index)))
         for grad_fn, output_nr, wrapper in forward_recorder.intermediate_hooks:
             wrapper.node = walk.node_id(resolve_hidden(grad_fn, output_nr)[0])
         summary = self._summarise_forward(walk, forward_recorder)
