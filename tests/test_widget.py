@@ -420,7 +420,7 @@ def _drawn(graph, collapsed):
 
 def test_module_view_merges_nodes_by_module():
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),))
+    widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),), input_grads=True)
     assert widget.set_view("modules") and widget.view == "modules"
     view = widget.graph["module_view"]
     ids = {n["id"] for n in view["nodes"]}
