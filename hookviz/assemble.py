@@ -180,7 +180,7 @@ class RunAssembler:
                 nodes[output_node].user_hooks.extend(
                     h for h in module_hooks if h.kind == "legacy backward hook"
                 )
-        for grad_fn, _, wrapper in graph.recorder.intermediate_hooks:
+        for _, _, wrapper in graph.recorder.intermediate_hooks:
             if wrapper.node in nodes:
                 nodes[wrapper.node].user_hooks.append(HookInfo("tensor hook", wrapper.name, wrapper.where))
 

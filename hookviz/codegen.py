@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 def _path(run: Run, start: str, target: str) -> str | None:
-    """``.next_functions[i][0]`` steps from node ``start`` to ``target`` (breadth first), or None."""
+    """The ``next_functions`` slots from node ``start`` to ``target`` (breadth first), as the
+    arguments after the start in a ``_node(...)`` call of the generated code; None when unreachable."""
     producers = {}
     for producer, consumer, data in run.graph.edges(data=True):
         producers.setdefault(consumer, []).append((data["slot"], producer))
@@ -31,8 +32,30 @@ def _path(run: Run, start: str, target: str) -> str | None:
         for slot, producer in sorted(producers.get(node, [])):
             if producer not in seen:
                 seen.add(producer)
-                queue.append((producer, f"{path}.next_functions[{slot}][0]"))
+                queue.append((producer, f"{path}, {slot}"))
     return None
+
+
+_NODE_HELPER = [
+    "def _node(fn, output_nr, *slots):",
+    '    """Follow next_functions by slot, looking through full backward hooks\' identity Nodes."""',
+    "    def skip(fn, nr):",
+    '        while fn is not None and type(fn).__name__ == "BackwardHookFunctionBackward":',
+    "            fn, nr = fn.next_functions[nr]",
+    "        return fn, nr",
+    "    fn, _ = skip(fn, output_nr)",
+    "    for slot in slots:",
+    "        fn, _ = skip(*fn.next_functions[slot])",
+    "    return fn",
+    "",
+    "def _first_tensor(output):",
+    '    """The tensor a legacy module hook hangs on: descend into [0], or a dict\'s first tensor."""',
+    "    while not isinstance(output, torch.Tensor):",
+    "        output = next(v for v in output.values() if isinstance(v, torch.Tensor)) "
+    "if isinstance(output, dict) else output[0]",
+    "    return output",
+    "",
+]
 
 
 def _module_expression(name: str) -> str:
@@ -56,7 +79,8 @@ def edits_as_code(session: Session) -> str:
     edits = list(session.edits)
     if not edits:
         return "# no edits: nothing to install\n"
-    header = ['"""Gradient edits made in hookviz, as plain PyTorch hooks."""', "import math", "import torch", ""]
+    header = ['"""Gradient edits made in hookviz, as plain PyTorch hooks."""', "import math", "import torch", "",
+              *_NODE_HELPER, ""]
     helpers: list[str] = []
     body: list[str] = []
     loss_body: list[str] = []
@@ -102,20 +126,20 @@ def edits_as_code(session: Session) -> str:
         helpers.append("")
         if node.module == LOSS_MODULE:
             path = _path(run, run.root, target)
-            loss_body.append(f"loss.grad_fn{path}.{register}  # {target} ({node.op})")
+            loss_body.append(f"_node(loss.grad_fn, 0{path}).{register}  # {target} ({node.op})")
             continue
         call = run.module_io(node.module, node.module_call)
         path = _path(run, call.output_node, target) if call.output_node else None
         if path is None:
             path = _path(run, run.root, target)
-            loss_body.append(f"loss.grad_fn{path}.{register}  # {target} ({node.op})")
+            loss_body.append(f"_node(loss.grad_fn, 0{path}).{register}  # {target} ({node.op})")
             continue
         hook = f"_install_{fn}"
         helpers += [
             f"def {hook}(module, args, output):",
             f"    # {target} ({node.op}) is reached from the output of module {node.module or '<root>'!r}",
-            "    first = output if isinstance(output, torch.Tensor) else torch.utils._pytree.tree_leaves(output)[0]",
-            f"    first.grad_fn{path}.{register}",
+            "    first = _first_tensor(output)",
+            f"    _node(first.grad_fn, first.output_nr{path}).{register}",
             "",
         ]
         body.append(f"handles.append({_module_expression(node.module)}.register_forward_hook({hook}))")

@@ -16,7 +16,7 @@ import torch
 
 from hookviz.errors import TargetError
 from hookviz.explain import explain
-from hookviz.stats import TensorRecord
+from hookviz.stats import TensorRecord, same_values
 
 LOSS_MODULE = "(loss)"
 
@@ -360,7 +360,7 @@ class NodeDiff:
 
 @dataclass
 class LeafDiff:
-    """One leaf's gradient in two runs and whether it changed (``torch.equal`` is False)."""
+    """One leaf's gradient in two runs and whether it changed (see :func:`diff`)."""
 
     before: torch.Tensor | None
     after: torch.Tensor | None
@@ -385,7 +385,8 @@ class Diff:
         return [k for k, d in self.leaves.items() if d.changed]
 
 
-def _records_equal(a: tuple, b: tuple) -> bool:
+def records_equal(a: tuple, b: tuple) -> bool:
+    """Whether two tuples of records hold the same gradients: the one "changed" rule of :func:`diff`."""
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
@@ -394,28 +395,33 @@ def _records_equal(a: tuple, b: tuple) -> bool:
         if x is None:
             continue
         if x.value is not None and y.value is not None:
-            if x.value.shape != y.value.shape or not torch.equal(x.value, y.value):
+            if not same_values(x.value, y.value):
                 return False
-        elif (x.shape, x.norm, x.mean, x.min, x.max, x.nan_count, x.inf_count) != (
-            y.shape, y.norm, y.mean, y.min, y.max, y.nan_count, y.inf_count
-        ):
+        elif _summary(x) != _summary(y):
             return False
     return True
+
+
+def _summary(record: TensorRecord) -> tuple:
+    """What two records kept without values are compared by (NaN statistics compare equal)."""
+    return tuple("nan" if isinstance(v, float) and v != v else v for v in (
+        record.shape, record.norm, record.mean, record.min, record.max, record.nan_count, record.inf_count))
 
 
 def diff(before: Run, after: Run) -> Diff:
     """Compare two runs node by node and leaf by leaf.
 
     A node changed when any of its ``grad_inputs`` or ``grad_outputs`` differs (exact comparison
-    of the values when both runs kept them, else of shape and statistics). A leaf changed when
-    ``torch.equal`` of its gradients (moved to CPU) is False. Nodes or leaves present in only one
+    of the values when both runs kept them, else of shape and statistics). A leaf changed when its
+    gradients differ. Both use :func:`hookviz.stats.same_values`: bit for bit, NaN equal to NaN,
+    sparse gradients compared dense. Nodes or leaves present in only one
     run appear with None on the other side and ``changed=True``.
     """
     nodes = {}
     for node_id in dict.fromkeys([*before.nodes, *after.nodes]):
         a, b = before.nodes.get(node_id), after.nodes.get(node_id)
         changed = a is None or b is None or not (
-            _records_equal(a.grad_inputs, b.grad_inputs) and _records_equal(a.grad_outputs, b.grad_outputs)
+            records_equal(a.grad_inputs, b.grad_inputs) and records_equal(a.grad_outputs, b.grad_outputs)
         )
         nodes[node_id] = NodeDiff(a, b, changed)
     leaves = {}
@@ -424,6 +430,6 @@ def diff(before: Run, after: Run) -> Diff:
         if a is None or b is None:
             changed = (a is None) != (b is None)
         else:
-            changed = a.shape != b.shape or not torch.equal(a.cpu(), b.cpu())
+            changed = not same_values(a, b)
         leaves[name] = LeafDiff(a, b, changed)
     return Diff(nodes, leaves)

@@ -191,25 +191,11 @@ class Session:
         self.home_device = device_of(
             model, [t for t in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
         )
-        self._input_names = self._name_inputs()
+        self._input_names = name_inputs(self.model.forward, self.args, self.kwargs)
         self._forward: _Forward | None = None
         self._rng_states: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ inputs
-
-    def _name_inputs(self) -> dict[str, tuple]:
-        """Pytree path of every input tensor, named after ``forward``'s parameters."""
-        try:
-            bound = inspect.signature(self.model.forward).bind(*self.args, **self.kwargs)
-            named = dict(bound.arguments)
-        except (TypeError, ValueError):
-            named = {f"args[{i}]": a for i, a in enumerate(self.args)} | dict(self.kwargs)
-        names = {}
-        for argument, value in named.items():
-            for path, leaf in pytree.tree_flatten_with_path(value)[0]:
-                if isinstance(leaf, torch.Tensor):
-                    names[argument + pytree.keystr(path)] = leaf
-        return names
 
     def _prepare_inputs(self, device: str) -> tuple[tuple, dict, dict[str, torch.Tensor]]:
         """Inputs for one forward on ``device``, and the tensors among them by name.
@@ -479,7 +465,7 @@ class Session:
         """Sort the session's edits into the recorder's tables; returns the leaf edits."""
         leaf_edits: dict[str, list[Edit]] = {}
         for edit in self.edits:
-            name, index = edit.slot.name, edit.slot.index
+            name = edit.slot.name
             if name == "grad_inputs":
                 recorder.post_edits.setdefault(edit.target, []).append(edit)
             elif name == "grad_outputs":
@@ -665,6 +651,21 @@ class Session:
             f"Session(model={type(self.model).__name__}, device={self.home_device!r}, "
             f"edits={len(self.edits)}, runs={'none' if self.last_run is None else 'yes'})"
         )
+
+
+def name_inputs(forward, args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
+    """Every input tensor by name: ``forward``'s parameter name plus its pytree path inside that
+    argument (``"x"``, ``"batch['ids']"``); ``args[i]`` where the signature does not bind."""
+    try:
+        named = dict(_signature(forward).bind(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        named = {f"args[{i}]": a for i, a in enumerate(args)} | dict(kwargs)
+    names = {}
+    for argument, value in named.items():
+        for path, leaf in pytree.tree_flatten_with_path(value)[0]:
+            if isinstance(leaf, torch.Tensor):
+                names[argument + pytree.keystr(path)] = leaf
+    return names
 
 
 @contextlib.contextmanager

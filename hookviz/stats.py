@@ -421,6 +421,21 @@ def _elements_key(tensor: torch.Tensor) -> tuple:
             tuple(sorted(zip(tensor.shape, tensor.stride()))))
 
 
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The one rule for "did this gradient change?": same shape and the same elements, bit for bit,
+    with NaN equal to NaN (a NaN that stays a NaN is no change); sparse tensors compared dense."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a = (a.to_dense() if a.is_sparse else a).detach().cpu()
+    b = (b.to_dense() if b.is_sparse else b).detach().cpu()
+    if torch.equal(a, b):
+        return True
+    if not (a.is_floating_point() or a.is_complex()):
+        return False
+    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+    return torch.equal(nan_a, nan_b) and torch.equal(a.masked_fill(nan_a, 0), b.masked_fill(nan_b, 0))
+
+
 def summarise(tensor: torch.Tensor, full_limit: int = DEFAULT_FULL_TENSOR_LIMIT) -> TensorRecord:
     """Summarise one tensor (a convenience over :class:`StatsBatch`)."""
     batch = StatsBatch(full_limit=full_limit)

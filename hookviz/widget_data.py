@@ -17,10 +17,9 @@ import math
 from collections import defaultdict
 
 import networkx as nx
-import torch
 
 from hookviz.errors import TargetError
-from hookviz.run import Run
+from hookviz.run import Run, records_equal
 
 COLLAPSE_THRESHOLD = 300
 VISIBLE_BUDGET = 150
@@ -367,22 +366,7 @@ def _changed(after, before) -> list[bool] | None:
 
 
 def _record_changed(a, b) -> bool:
-    if (a is None) != (b is None):
-        return True
-    if a is None:
-        return False
-    if a.value is not None and b.value is not None:
-        if a.value.shape != b.value.shape or a.value.dtype != b.value.dtype:
-            return True
-        return not torch.allclose(a.value, b.value, rtol=0, atol=0, equal_nan=True)
-    return (a.shape, a.norm, a.min, a.max, a.nan_count, a.inf_count) != (
-        b.shape,
-        b.norm,
-        b.min,
-        b.max,
-        b.nan_count,
-        b.inf_count,
-    )
+    return not records_equal((a,), (b,))
 
 
 def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> dict:

@@ -15,13 +15,11 @@ hook and a legacy one cannot share a module) and a plain ``loss.backward()`` run
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from conftest import assert_same_state, model_state
 from torch.utils import _pytree as pytree
-from zoo import NAMES, build
+from zoo import NAMES, build, twin_of
 
 import hookviz
 from hookviz.graph import walk_graph
@@ -42,19 +40,9 @@ def _tensors(value) -> list:
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
-def _twin(model):
-    """A deep copy with the user's tensor hooks on its parameters too (deepcopy drops those)."""
-    twin = copy.deepcopy(model)
-    twins = dict(twin.named_parameters())
-    for name, parameter in model.named_parameters():
-        for hook in (parameter._backward_hooks or {}).values():
-            twins[name].register_hook(hook)
-    return twin
-
-
 def _plain(model, args, kwargs, loss_fn, setup=None):
     """A deep copy of the model with ``setup(copy)`` hooks, one plain forward + backward."""
-    twin = _twin(model)
+    twin = twin_of(model)
     twin_args, twin_kwargs = _clone_inputs(args, kwargs)
     handles = setup(twin) if setup is not None else []
     torch.manual_seed(SEED)
@@ -140,7 +128,7 @@ def test_leaf_node_and_tensor_hooks_equal_pytorch(name):
         assert torch.equal(_dense(grad), _dense(run.leaf_grad(parameter_name))), parameter_name
 
     # The Node ids of a twin's graph, named by hookviz's walk, and real Node hooks on every op.
-    twin = _twin(model)
+    twin = twin_of(model)
     twin_args, twin_kwargs = _clone_inputs(args, kwargs)
     torch.manual_seed(SEED)
     start = torch._C._autograd._get_sequence_nr()
@@ -194,15 +182,15 @@ def test_module_views_equal_pytorch_hooks(name):
         fired = []
 
         def full_setup(twin, module_name=module_name, fired=fired):
-            def hook(m, grad_input, grad_output):
-                fired.append((grad_input, grad_output))
+            def hook(m, seen_input, seen_output):
+                fired.append((seen_input, seen_output))
 
             # prepend: see what the user's own full hooks there see, before any of them edits
             return [twin.get_submodule(module_name).register_full_backward_hook(hook, prepend=True)]
 
         if module._is_full_backward_hook is False:  # the user's legacy hook: PyTorch refuses a full one
             with pytest.raises(RuntimeError, match="Cannot use both"):
-                full_setup(_twin(model))
+                full_setup(twin_of(model))
         elif any(c.in_place or c.output_changed_later for c in calls):
             with pytest.raises(RuntimeError, match="inplace|in-place"):
                 _plain(model, args, kwargs, loss_fn, full_setup)
@@ -223,8 +211,8 @@ def test_module_views_equal_pytorch_hooks(name):
         legacy = []
 
         def legacy_setup(twin, module_name=module_name, legacy=legacy):
-            def hook(m, grad_input, grad_output):
-                legacy.append((grad_input, grad_output))
+            def hook(m, seen_input, seen_output):
+                legacy.append((seen_input, seen_output))
 
             return [twin.get_submodule(module_name).register_backward_hook(hook)]
 

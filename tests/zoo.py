@@ -6,6 +6,7 @@ from a config (no weights are downloaded).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
@@ -284,6 +285,16 @@ def _bert():
 
 def _sum(out):
     return out.sum()
+
+
+def twin_of(model: nn.Module) -> nn.Module:
+    """A deep copy with the user's tensor hooks on its parameters too (deepcopy drops those)."""
+    twin = copy.deepcopy(model)
+    twins = dict(twin.named_parameters())
+    for name, parameter in model.named_parameters():
+        for hook in (parameter._backward_hooks or {}).values():
+            twins[name].register_hook(hook)
+    return twin
 
 
 def build(name: str):
