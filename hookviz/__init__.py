@@ -17,6 +17,7 @@ from hookviz.errors import (
     HookvizError,
     LossError,
     TargetError,
+    UnsupportedError,
     WatchError,
 )
 from hookviz.gradient_watch import Watch, watch
@@ -27,7 +28,7 @@ from hookviz.stats import TensorRecord
 __all__ = [
     "BackwardError", "DeviceError", "Diff", "Edit", "EditError", "ExpressionError", "ForwardError",
     "HookvizError", "LossError", "ModuleCall", "ModuleGrads", "NodeRecord", "Run", "Session",
-    "TargetError", "TensorRecord", "devices", "diff", "show", "Widget", "Finding", "diagnose",
+    "TargetError", "UnsupportedError", "TensorRecord", "devices", "diff", "show", "Widget", "Finding", "diagnose",
     "Watch", "WatchError", "watch", "show_watch",
 ]
 __version__ = "0.1.0"

@@ -173,6 +173,7 @@ class RunAssembler:
                 legacy_grad_input=legacy_in, legacy_grad_output=legacy_out,
                 output_node=output_node, user_hooks=module_hooks, in_place=state.in_place,
                 output_changed_later=state.output_changed_later,
+                output_requires_grad=any(e.requires_grad for e in state.returned + (state.replaced or [])),
                 grad_enabled=state.grad_enabled, output_kind_hookable=state.full_hook_fires,
                 shared_inputs=graph.plans[i].shared_inputs,
             ))

@@ -173,7 +173,7 @@ def gradient_stats(run: Run, model: torch.nn.Module | None = None) -> list[Gradi
     values = {}
     if model is not None:
         with torch.no_grad():
-            values = {n: torch.linalg.vector_norm(p.detach(), dtype=torch.float64).item()
+            values = {n: torch.linalg.vector_norm(p.detach().abs(), dtype=torch.float64).item()
                       for n, p in model.named_parameters()}
     layers: dict[str, list] = {}
     for name, record, order in parameters:
@@ -341,6 +341,26 @@ def _forward_inputs(run: Run, node_id: str) -> list[tuple[int, str, TensorRecord
     return sorted(inputs)
 
 
+def _introduced_by_hooks(run: Run, types: dict[str, str]) -> list[Finding]:
+    """The first hookviz edit, and the first hook of the user's, whose output holds NaN/Inf that its
+    input did not: there the edit or hook, not an op, brought them in."""
+    found, kinds = [], set()
+    for call in run.hook_calls:  # in the order they fired
+        edit = call.kind == "edit"
+        if edit in kinds or not call.after or _nonfinite(call.after) <= _nonfinite(call.before):
+            continue
+        kinds.add(edit)
+        who = f"your edit {call.name!r}" if edit else f"your {call.kind} {call.name!r}"
+        where = call.node or call.where
+        module = run.nodes[call.node].module if call.node in run.nodes else call.where
+        found.append(Finding("nan", module, call.node, (
+            f"NaN/Inf enters backward at {where or '<root module>'}: {who} returned "
+            + ", ".join(_describe(r) for r in call.after if r is not None and not r.finite)
+            + " from finite gradients; the edit or hook caused it, not the model"
+        ), float(_nonfinite(call.after))))
+    return found
+
+
 def nan_findings(run: Run) -> list[Finding]:
     """Where NaN/Inf first appear: in forward (an op's output or a model input) and in backward."""
     found = []
@@ -370,9 +390,12 @@ def nan_findings(run: Run) -> list[Finding]:
                 + (f"; {evidence}" if evidence else "") + (f". {why}" if why else "")
             ), float(record.output.nan_count + record.output.inf_count)))
             break
+    introduced = _introduced_by_hooks(run, types)
+    found += introduced
+    blamed = {f.node for f in introduced}
     for record in sorted(ops, key=lambda r: r.order):
         bad = _nonfinite(record.grad_inputs)
-        if not bad or _nonfinite(record.grad_outputs):
+        if not bad or _nonfinite(record.grad_outputs) or record.id in blamed:
             continue
         what, why = _CAUSES.get(record.op, (record.op, ""))
         slots = [i for i, r in enumerate(record.grad_inputs) if r is not None and not r.finite]

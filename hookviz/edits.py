@@ -116,8 +116,9 @@ class Edit:
         if grad is None:
             return None
         try:
-            with torch.no_grad():
-                result = self.transform(grad)
+            # No torch.no_grad() here: in a backward with create_graph=True (a loss_fn that
+            # differentiates) the edit must stay differentiable, as a plain PyTorch hook's is.
+            result = self.transform(grad)
         except EditError:
             raise
         except ExpressionError as error:

@@ -77,13 +77,14 @@ def _explain_module(run, name: str) -> str:
         return (f"The outputs of {label} are not top-level tensors (it returns something other than a "
                 "tensor or a tuple, e.g. a dict or a dataclass), so PyTorch never calls its full backward "
                 "hooks; return a tuple, or hook the tensors themselves (Tensor.register_hook)." + compiled)
-    if not any(r is not None for r in call.output) or not _outputs_require_grad(run, call):
-        return (f"The output of {label} does not require grad: it was made under torch.no_grad(), "
-                "detached, or nothing it depends on requires grad, so no backward hook of it fires."
-                + compiled)
-    if call.output_node is not None and run.nodes[call.output_node].order is None:
-        return (f"No path carries gradient from the loss to the output of {label}"
-                f"{_where_path_stops(run, call.output_node)}, so its backward hooks never fire."
+    if not call.output_requires_grad:
+        return (f"The output of {label} does not require grad: it was made under torch.no_grad() or "
+                "nothing it depends on requires grad, so no backward hook of it fires." + compiled)
+    if call.output_node is None or not _got_gradient(run.nodes[call.output_node]):
+        stops = _where_path_stops(run, call.output_node) if call.output_node is not None else ""
+        return (f"No path carries gradient from the loss to the output of {label}{stops}: the output is "
+                "used only after .detach(), through ops that have no gradient (argmax, comparisons, "
+                ".item(), integer casts), or not at all, so its backward hooks never fire."
                 + _changed_in_place(call, label) + compiled)
     return (f"None of the inputs of {label} got a gradient, and PyTorch calls a full backward hook from "
             "the Node of the module's inputs, which never ran." + compiled)
@@ -116,19 +117,20 @@ def _changed_in_place(call, label: str) -> str:
     return ""
 
 
-def _outputs_require_grad(run, call) -> bool:
-    return call.output_node is not None or any(g is not None for g in call.grad_output)
+def _got_gradient(record) -> bool:
+    """The Node ran with some gradient (the engine also runs a Node that only got None)."""
+    return record.order is not None and any(g is not None for g in record.grad_outputs)
 
 
 def _explain_node(run, node_id: str) -> str:
     record = run.nodes[node_id]
-    if record.order is not None:
+    if _got_gradient(record):
         return f"{node_id} ({record.op}) ran in backward, so its Node hooks fire."
     if record.kind == "boundary":
         return (f"{node_id} was made before forward (history the inputs carried in); hookviz's backward "
                 "stops there, so its hooks do not fire in this run.")
-    return (f"{node_id} ({record.op}) did not run in backward: no path carries gradient from the loss to "
-            f"it{_where_path_stops(run, node_id)}.")
+    return (f"{node_id} ({record.op}) got no gradient in backward: no path carries gradient from the loss "
+            f"to it{_where_path_stops(run, node_id)}.")
 
 
 def _where_path_stops(run, node_id: str) -> str:

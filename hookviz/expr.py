@@ -215,8 +215,11 @@ class _Interpreter:
 
     def _List(self, node: ast.List | ast.Tuple):
         values = [self.visit(element) for element in node.elts]
-        if len(values) > MAX_LITERAL_ELEMENTS:
-            raise ExpressionError(f"a list literal may hold at most {MAX_LITERAL_ELEMENTS} values")
+        # Counted before anything is built: [grad, grad, ...] of a large grad must not get copied.
+        elements = sum(v.numel() if isinstance(v, torch.Tensor) else 1 for v in values)
+        if elements > MAX_LITERAL_ELEMENTS:
+            raise ExpressionError(
+                f"a list literal may hold at most {MAX_LITERAL_ELEMENTS} numbers; this one holds {elements}")
         try:
             return torch.tensor(
                 [v.tolist() if isinstance(v, torch.Tensor) else v for v in values],

@@ -492,6 +492,15 @@ def _on_forward(reference: weakref.ref, column: int, module, args, output) -> No
 _STACK_LIMIT = 1 << 16  # tensors up to this many elements are stacked and reduced row-wise
 
 
+def _plain(grad: torch.Tensor) -> torch.Tensor:
+    """A gradient the reductions take: a sparse one made dense (``Embedding(sparse=True)``; this
+    costs a dense copy), a complex one replaced by its magnitude ``|z|``."""
+    grad = grad.detach()
+    if grad.is_sparse:
+        grad = grad.to_dense()
+    return grad.abs() if grad.is_complex() else grad
+
+
 def _reduce(tensors: list[tuple[int, torch.Tensor]], width: int) -> torch.Tensor:
     """One row ``[width, 4]`` of statistics from (column, gradient) pairs; one host transfer.
 
@@ -501,7 +510,7 @@ def _reduce(tensors: list[tuple[int, torch.Tensor]], width: int) -> torch.Tensor
     combined: norms as the root of the sum of squares, max_abs as the max, NaN/Inf and zero counts
     summed over all their elements.
     """
-    tensors = [(c, t.detach()) for c, t in tensors if t.numel() > 0]
+    tensors = [(c, _plain(t)) for c, t in tensors if t.numel() > 0]
     groups: dict[tuple, list[int]] = {}
     for i, (_, grad) in enumerate(tensors):
         size = grad.numel() if grad.numel() <= _STACK_LIMIT else -1 - i

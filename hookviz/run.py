@@ -161,6 +161,7 @@ class ModuleCall:
         user_hooks: the user's hooks registered on this module.
         in_place: forward modified an input in place and returned it (``ReLU(inplace=True)``).
         output_changed_later: an in-place op changed the output after the module returned it.
+        output_requires_grad: some tensor of the output requires grad.
         grad_enabled: grad mode was on when the module was called.
         output_kind_hookable: the output is a tensor or a tuple (else no full hook ever fires).
         shared_inputs: one tensor was passed as several positional arguments.
@@ -183,6 +184,7 @@ class ModuleCall:
     user_hooks: list[HookInfo] = field(default_factory=list)
     in_place: bool = False
     output_changed_later: bool = False
+    output_requires_grad: bool = True
     grad_enabled: bool = True
     output_kind_hookable: bool = True
     shared_inputs: bool = False

@@ -268,7 +268,7 @@ class Session:
         with torch.random.fork_rng(devices=cuda, device_type="cuda"), torch.inference_mode(False):
             if fresh:
                 self._release()
-                recorder = BackwardRecorder()
+                recorder = self._module_edits_recorder()
                 graph = self._do_forward(device, recorder)
             else:
                 graph, recorder = self._forward, BackwardRecorder()
@@ -279,7 +279,7 @@ class Session:
                     raise
                 # The retained graph went stale (e.g. a parameter changed in place): start over.
                 self._release()
-                recorder = BackwardRecorder()
+                recorder = self._module_edits_recorder()
                 graph = self._do_forward(device, recorder)
                 run = self._do_backward(graph, recorder, reused=False)
         self._forward = graph
@@ -287,6 +287,16 @@ class Session:
         if self.baseline is None:
             self.baseline = run
         return run
+
+    def _module_edits_recorder(self) -> BackwardRecorder:
+        """A recorder that already knows the module edits: their hooks exist from forward on, so a
+        ``loss_fn`` that differentiates (``create_graph=True``) meets them as plain PyTorch would."""
+        recorder = BackwardRecorder()
+        for edit in self.edits:
+            if edit.slot.on_module:
+                table = recorder.module_input_edits if edit.slot.name == "grad_input" else recorder.module_output_edits
+                table.setdefault(edit.target, []).append(edit)
+        return recorder
 
     def _needs_forward(self, device: str) -> bool:
         graph = self._forward
@@ -413,12 +423,24 @@ class Session:
             where = recorder.current_module
             label = "the root module" if where == "" else f"module {where!r}"
             module = model.get_submodule(where) if where is not None else model
-            if "BackwardHookFunction" in str(error) and "inplace" in str(error).lower():
+            text = str(error)
+            if "BackwardHookFunction" in text and "inplace" in text.lower():
+                whose = ("hookviz's full backward hook for your module edit" if self._full_hook_modules()
+                         else "a full backward hook of yours")
                 raise BackwardError(
-                    f"{label} ({type(module).__name__}) modifies a tensor in place that a full backward "
-                    f"hook wraps ({error}); full backward hooks cannot handle in-place ops such as "
-                    "ReLU(inplace=True): set inplace=False on that module, or edit a node's "
-                    "grad_inputs instead of a module's grad_input"
+                    f"{label} ({type(module).__name__}) modifies in place a tensor that {whose} wraps "
+                    f"({text}); PyTorch's full backward hooks cannot handle in-place ops such as "
+                    "ReLU(inplace=True) or x += 1 on a hooked module's input or output: make that op "
+                    "out of place (inplace=False, x = x + 1), or edit a node's grad_inputs / "
+                    "grad_outputs instead of a module's grad_input / grad_output"
+                ) from error
+            if "leaf Variable that requires grad" in text and self.asked_grads:
+                raise ForwardError(
+                    f"{label} ({type(module).__name__}) changes an input in place, and PyTorch refuses "
+                    "that on a leaf that requires grad; the input requires grad only because hookviz's "
+                    f"input_grads=True asked for gradients of {', '.join(map(repr, self.asked_grads))}: "
+                    f"leave input_grads=False (the default), which passes a copy ({text})",
+                    module=where,
                 ) from error
             raise ForwardError(
                 f"forward of {label} ({type(module).__name__}) raised {type(error).__name__}: {error}",
@@ -464,6 +486,8 @@ class Session:
     def _resolve_edits(self, graph: _Forward, recorder: BackwardRecorder) -> dict[str, list[Edit]]:
         """Sort the session's edits into the recorder's tables; returns the leaf edits."""
         leaf_edits: dict[str, list[Edit]] = {}
+        recorder.post_edits, recorder.pre_edits = {}, {}
+        recorder.module_input_edits, recorder.module_output_edits = {}, {}
         for edit in self.edits:
             name = edit.slot.name
             if name == "grad_inputs":
@@ -676,13 +700,14 @@ def buffers_kept(model: torch.nn.Module):
     Written through ``.data``: Nodes that saved a buffer (BatchNorm saves its running statistics)
     must not see its version change, or a re-run's backward would refuse them.
     """
-    before = [(b, b._version, b.detach().clone()) for b in model.buffers()]
+    before = [(b, b.detach().clone()) for b in model.buffers()]
     try:
         yield
     finally:
-        for buffer, version, value in before:
-            if buffer._version != version:
-                buffer.data.copy_(value)
+        # Every buffer, not only those whose _version moved: BatchNorm's kernel updates its
+        # running statistics without bumping the version counter.
+        for buffer, value in before:
+            buffer.data.copy_(value)
 
 
 def _eager(model: torch.nn.Module):

@@ -61,7 +61,8 @@ class TensorRecord:
             or what the statistics are of: a complex tensor's are of its magnitude ``|z|``, a
             sparse tensor's of its stored values (the zeros it does not store count in
             ``zero_fraction`` and ``mean``).
-        nnz: number of stored elements of a sparse tensor (``_nnz()`` after coalescing), else None.
+        nnz: of a sparse tensor, ``_nnz()`` after coalescing (the number of stored indices: rows of an
+            embedding's gradient), else None.
     """
 
     shape: tuple[int, ...]
@@ -261,14 +262,15 @@ class StatsBatch:
         """The record of a sparse or complex tensor from the record of its stand-in."""
         numel = tensor.numel()
         if tensor.is_sparse:
-            nnz = record.numel
-            nonzero = nnz * (1.0 - record.zero_fraction)
+            stored = record.numel
+            nonzero = stored * (1.0 - record.zero_fraction)
             return replace(
                 record, shape=tuple(tensor.shape), dtype=dtype_name(tensor.dtype), numel=numel,
-                value=self._small_value(tensor), mean=record.mean * nnz / numel,
-                min=min(record.min, 0.0) if nnz < numel else record.min,
-                max=max(record.max, 0.0) if nnz < numel else record.max,
-                zero_fraction=(numel - nonzero) / numel, nnz=nnz, histogram=None, note=_STAND_IN_NOTE["sparse"],
+                value=self._small_value(tensor), mean=record.mean * stored / numel,
+                min=min(record.min, 0.0) if stored < numel else record.min,
+                max=max(record.max, 0.0) if stored < numel else record.max,
+                zero_fraction=(numel - nonzero) / numel, nnz=tensor.coalesce()._nnz(), histogram=None,
+                note=_STAND_IN_NOTE["sparse"],
             )
         return replace(record, dtype=dtype_name(tensor.dtype), value=self._small_value(tensor),
                        note=_STAND_IN_NOTE["complex"])

@@ -1,0 +1,344 @@
+"""Hard cases that used to give wrong views, late errors or crashes, each checked against PyTorch."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import assert_same_state, model_state
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from zoo import Checkpointed, Embedded, TanhMLP, TwoInputs
+
+import hookviz
+
+
+def _sum(out):
+    return out.sum()
+
+
+def test_input_gradients_are_opt_in_and_marked():
+    torch.manual_seed(0)
+    model, u, v = TwoInputs(), torch.randn(4, 3, requires_grad=True), torch.randn(4, 3)
+    run = hookviz.Session(model, (u, v), loss_fn=_sum).run()
+    assert run.leaf_names[:1] == ["u"] and "v" not in run.leaf_names and run.asked_grads == []
+    assert run.module_grads("b").grad_input == (None,)  # what PyTorch's full hook sees: v needs no grad
+    asked = hookviz.Session(model, (u, v), loss_fn=_sum, input_grads=True).run()
+    assert asked.asked_grads == ["v"] and asked.leaf_grad("v") is not None
+    assert "input_grads=True asked for it" in asked.explain("v")
+    assert not v.requires_grad
+
+
+class AddsToItsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 1)
+
+    def forward(self, x):
+        x.add_(1)
+        return self.fc(x)
+
+
+def test_in_place_ops_on_data_never_change_the_users_tensor():
+    torch.manual_seed(0)
+    model, x = AddsToItsInput(), torch.randn(4, 3)
+    original = x.clone()
+    session = hookviz.Session(model, (x,), loss_fn=_sum)
+    first, again = session.run(), session.run(forward=True)
+    assert torch.equal(x, original)
+    assert torch.equal(first.loss, again.loss)
+    plain = copy.deepcopy(model)
+    assert torch.equal(first.loss, plain(original.clone()).sum().detach())
+    with pytest.raises(hookviz.ForwardError, match=r"input_grads=True asked for gradients of 'x'.*input_grads=False"):
+        hookviz.Session(model, (x,), loss_fn=_sum, input_grads=True).run()
+
+
+def test_an_edit_that_cannot_apply_is_refused_at_edit():
+    class Frozen(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stats, self.head = nn.Linear(3, 3), nn.Linear(3, 1)
+
+        def forward(self, x):
+            with torch.no_grad():
+                h = self.stats(x)
+            return self.head(h)
+
+    class DictOut(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return {"h": self.inner(x)}
+
+    session = hookviz.Session(Frozen(), (torch.randn(2, 3),), loss_fn=_sum)
+    with pytest.raises(hookviz.EditError, match=r"never call a full backward hook of module 'stats'.*no_grad"):
+        session.edit("stats", "grad_output[0]", "grad * 2")
+    wrapper = nn.Sequential(DictOut())
+    session = hookviz.Session(wrapper, (torch.randn(2, 3),), loss_fn=lambda out: out["h"].sum())
+    with pytest.raises(hookviz.EditError, match="not top-level tensors"):
+        session.edit("0", "grad_output[0]", "grad * 2")
+    assert session.edits == []
+    session.run()  # later runs still work
+
+
+def test_reentrant_checkpointing_is_refused_with_the_fix():
+    model = Checkpointed(reentrant=True)
+    before = model_state(model)
+    with pytest.raises(hookviz.UnsupportedError, match="use_reentrant=False"):
+        hookviz.Session(model, (torch.randn(2, 3, requires_grad=True),), loss_fn=_sum).run()
+    assert_same_state(before, model_state(model))
+    assert checkpoint  # the non-reentrant kind is in the conformance zoo
+
+
+def test_trying_an_edit_leaves_the_users_random_numbers_alone():
+    session = hookviz.Session(TanhMLP(), (torch.randn(4, 3),), loss_fn=_sum)
+    session.run()
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    session.edit("fc1", "grad_output[0]", "randn_like(grad)")
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_list_literal_is_bounded_before_it_is_built():
+    session = hookviz.Session(nn.Linear(500, 500), (torch.randn(1, 500),), loss_fn=_sum)
+    session.run()
+    with pytest.raises(hookviz.ExpressionError, match="at most 4096 numbers; this one holds 35000000"):
+        session.edit("weight", "grad", "[" + ", ".join(["grad"] * 140) + "][0]")
+
+
+def test_inference_mode_works_in_run_watch_diff_and_diagnose():
+    torch.manual_seed(0)
+    model = TanhMLP()
+    with torch.inference_mode():
+        data = torch.randn(4, 3)
+        session = hookviz.Session(model, (data,), loss_fn=_sum)
+        run = session.run()
+        again = session.run(forward=True)
+        assert hookviz.diff(run, again).changed_leaves == []
+        assert isinstance(run.diagnose(), list)
+    plain = copy.deepcopy(model)
+    plain(data.clone()).sum().backward()
+    assert torch.equal(run.leaf_grad("fc1.weight"), plain.fc1.weight.grad)
+    with hookviz.watch(model) as watch:
+        with torch.inference_mode():
+            model(data)  # no backward: nothing to watch, and no error
+    assert watch.steps == []
+
+
+def test_sparse_and_complex_gradients_have_statistics_in_diff_diagnose_and_watch():
+    torch.manual_seed(0)
+    sparse = Embedded(True)
+    tokens = torch.tensor([[1, 2, 4], [4, 3, 9]])
+    session = hookviz.Session(sparse, (tokens,), loss_fn=_sum)
+    run = session.run()
+    record = run.node("embedding.weight").grad_outputs[0]
+    assert record.nnz == 5 and record.norm > 0 and record.zero_fraction == 0.5  # tokens 1, 2, 3, 4, 9 of 10
+    session.edit("embedding.weight", "grad", "grad * 2")
+    assert hookviz.diff(run, session.run()).changed_leaves == ["embedding.weight"]
+    assert isinstance(run.diagnose(), list)
+    complex_model = nn.Linear(3, 2).to(torch.complex64)
+    data = torch.randn(4, 3, dtype=torch.complex64)
+    crun = hookviz.Session(complex_model, (data,), loss_fn=lambda out: out.abs().sum()).run()
+    grad = crun.node("weight").grad_outputs[0]
+    assert grad.norm == pytest.approx(torch.linalg.vector_norm(crun.leaf_grad("weight")).item(), rel=1e-5)
+    assert "magnitude" in grad.note
+    assert isinstance(crun.diagnose(), list)
+    for model, inputs, loss_fn in ((sparse, (tokens,), _sum), (complex_model, (data,), lambda o: o.abs().sum())):
+        with hookviz.watch(model) as watch:
+            loss_fn(model(*inputs)).backward()
+        assert all(v > 0 for v in watch.norms(kind="parameter").values())
+        model.zero_grad()
+
+
+def test_every_module_alias_and_tied_weight_name_is_accepted():
+    shared = nn.Linear(3, 3)
+    model = nn.Module()
+    model.first, model.again = shared, shared  # one module, two names
+    model.head = nn.Linear(3, 3)
+    model.head.weight = shared.weight  # a tied weight
+    model.forward = lambda x: model.head(torch.tanh(model.first(x)))
+    session = hookviz.Session(model, (torch.randn(2, 3),), loss_fn=_sum)
+    run = session.run()
+    assert run.module_io("again") is run.module_io("first")
+    assert torch.equal(run.leaf_grad("head.weight"), run.leaf_grad("first.weight"))
+    assert torch.equal(run.leaf_grad("again.weight"), run.leaf_grad("first.weight"))
+    session.edit("again", "grad_output[0]", "grad * 0")
+    assert torch.equal(session.run().leaf_grad("first.bias"), torch.zeros(3))
+
+
+def test_a_nan_made_by_an_edit_is_blamed_on_the_edit():
+    session = hookviz.Session(TanhMLP(), (torch.randn(4, 3),), loss_fn=_sum)
+    assert session.run().diagnose() == []
+    session.edit("TanhBackward0_0", "grad_inputs[0]", "grad / 0 * 0")
+    findings = [f for f in session.run().diagnose() if f.kind == "nan"]
+    assert findings[0].node == "TanhBackward0_0" and "your edit" in findings[0].message
+
+
+def test_a_compiled_model_is_recorded_through_its_original_module():
+    torch.manual_seed(0)
+    model, data = TanhMLP(), torch.randn(4, 3)
+    compiled = torch.compile(model, backend="eager")
+    compiled(data)  # a warm dynamo cache
+    session = hookviz.Session(compiled, (data,), loss_fn=_sum)
+    run = session.run()
+    assert "torch.compile" in run.notes[0]
+    plain = copy.deepcopy(model)
+    plain(data).sum().backward()
+    assert torch.equal(run.leaf_grad("fc1.weight"), plain.fc1.weight.grad)
+    session.edit("fc2", "grad_output[0]", "grad * 0")
+    assert torch.equal(session.run().leaf_grad("fc1.weight"), torch.zeros(4, 3))  # not silently ignored
+    outer = nn.Sequential(torch.compile(TanhMLP(), backend="eager"), nn.Linear(2, 1))
+    outer(data)
+    inner = hookviz.Session(outer, (data,), loss_fn=_sum).run()
+    assert inner.node("AddmmBackward0_0").module == "0._orig_mod.fc1"  # ran eagerly: every op seen
+    assert "torch.compile'd region '0'" in inner.explain("0._orig_mod.fc1")
+
+
+def test_forward_passes_leave_batchnorm_statistics_as_they_were():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+    data = torch.randn(8, 3)
+    before = model_state(model, (data,))
+    session = hookviz.Session(model, (data,), loss_fn=_sum)
+    session.run()
+    session.edit("1", "grad_output[0]", "grad * 2")
+    session.run(forward=True)
+    session.run()
+    assert int(model[1].num_batches_tracked) == 0
+    assert_same_state(before, model_state(model, (data,)))
+    plain = copy.deepcopy(model)
+    plain(data).sum().backward()
+    session.clear_edits()
+    assert torch.equal(session.run().leaf_grad("0.weight"), plain[0].weight.grad)
+
+
+def test_an_edit_and_its_code_agree_when_the_loss_differentiates():
+    torch.manual_seed(0)
+    model, data = TanhMLP(), torch.randn(4, 3, requires_grad=True)
+
+    def penalised(out):
+        (grad,) = torch.autograd.grad(out.sum(), data, create_graph=True)
+        return out.pow(2).sum() + grad.pow(2).sum()
+
+    session = hookviz.Session(model, (data,), loss_fn=penalised)
+    base = session.run()
+    session.edit("fc2", "grad_input[0]", "grad * 3")
+    edited = session.run()
+    assert not torch.equal(edited.leaf_grad("fc1.weight"), base.leaf_grad("fc1.weight"))
+    namespace: dict = {}
+    exec(session.edits_as_code(), namespace)
+    twin = copy.deepcopy(model)
+    twin_data = data.detach().clone().requires_grad_(True)
+
+    def twin_loss(out):
+        (grad,) = torch.autograd.grad(out.sum(), twin_data, create_graph=True)
+        return out.pow(2).sum() + grad.pow(2).sum()
+
+    handles = namespace["install_edits"](twin)
+    twin_loss(twin(twin_data)).backward()
+    for handle in handles:
+        handle.remove()
+    for name, parameter in twin.named_parameters():
+        torch.testing.assert_close(edited.leaf_grad(name), parameter.grad)
+
+
+def test_a_tensor_hook_registered_inside_forward_is_listed_at_its_node():
+    class Hooked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x):
+            h = self.fc(x)
+            h.register_hook(lambda grad: grad * 10)
+            return torch.tanh(h)
+
+    torch.manual_seed(0)
+    model, data = Hooked(), torch.randn(4, 3)
+    run = hookviz.Session(model, (data,), loss_fn=_sum).run()
+    node = run.node("AddmmBackward0_0")
+    assert [h.kind for h in node.user_hooks] == ["tensor hook"]
+    (call,) = [h for h in run.hooks_at("AddmmBackward0_0") if h.kind == "tensor hook"]
+    assert torch.equal(call.after[0].value, call.before[0].value * 10)
+    plain = copy.deepcopy(model)
+    plain(data).sum().backward()
+    assert torch.equal(run.leaf_grad("fc.weight"), plain.fc.weight.grad)
+
+
+class HalfGradient(torch.autograd.Function):
+    """Sends gradient to its first input only: the path to the second stops here."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a + b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class Explained(nn.Module):
+    """Every reason a hook does not fire, in one model."""
+
+    def __init__(self):
+        super().__init__()
+        self.used, self.unused, self.frozen = nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3)
+        self.under_no_grad, self.detached, self.dict_out = nn.Linear(3, 3), nn.Linear(3, 3), DictOutput()
+        self.argmax, self.blocked, self.changed = ArgmaxPath(), nn.Linear(3, 3), nn.Linear(3, 3)
+        self.frozen.requires_grad_(False)
+
+    def forward(self, x):
+        with torch.no_grad():
+            gate = self.under_no_grad(x)
+        h = self.used(x) * gate + self.detached(x).detach() + self.frozen(x) + self.dict_out(x)["h"]
+        h = HalfGradient.apply(h, self.blocked(x))
+        changed = self.changed(x)
+        changed.mul_(2)  # in place, after the module returned it
+        return (h + changed).sum() + self.argmax(x)
+
+
+class DictOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return {"h": self.fc(x)}
+
+
+class ArgmaxPath(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x).argmax().float()
+
+
+def test_explain_says_why_a_hook_did_not_fire():
+    torch.manual_seed(0)
+    model = Explained()
+    run = hookviz.Session(model, (torch.randn(2, 3),)).run()
+    model.used.register_full_backward_hook(lambda module, grad_input, grad_output: None)  # after forward
+    assert "fires" in run.explain("used")
+    assert "registered after this run's forward" in run.explain("used")
+    assert "does not require grad (requires_grad=False)" in run.explain("frozen.weight")
+    assert "ran under torch.no_grad()" in run.explain("under_no_grad")
+    assert "used only after .detach()" in run.explain("detached")
+    assert "ops that have no gradient (argmax" in run.explain("argmax.fc")
+    assert "does not require grad" in run.explain("argmax")  # argmax's output is an integer index
+    assert "not top-level tensors" in run.explain("dict_out")
+    assert "was never called" in run.explain("unused")
+    blocked = run.explain("blocked")
+    assert "No path carries gradient" in blocked and "the path stops at HalfGradientBackward_0" in blocked
+    assert "got no gradient" in run.explain("AddmmBackward0_2")  # blocked's Linear
+    assert "HalfGradientBackward_0 (HalfGradientBackward) sends no gradient to it from grad_inputs[1]" in (
+        run.explain("AddmmBackward0_2"))
+    assert "in-place op replaced the output of module 'changed'" in run.explain("changed")
+    assert run.explain("AddmmBackward0_0").endswith("ran in backward, so its Node hooks fire.")
+    with pytest.raises(hookviz.TargetError, match="unknown target"):
+        run.explain("nope")
