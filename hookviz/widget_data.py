@@ -398,6 +398,10 @@ def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> 
         "before": None,
         "changed": None,
     }
+    if record.order is None or not any(g is not None for g in record.grad_outputs):
+        out["explanation"] = run.explain(node_id)  # why no hook fires here
+    if node_id in run.asked_grads:
+        out["asked_grad"] = True  # exists only because input_grads=True asked for it
     if record.kind == "leaf":
         grad = run.leaf_grad(node_id)
         out["leaf_grad"] = None if grad is None else _leaf_tensor_json(grad)
@@ -457,6 +461,8 @@ def module_inspector_json(
         "before": None,
         "changed": None,
     }
+    if not call.full_hook_fires:
+        out["explanation"] = run.explain(module)  # why its full backward hook never fires
     if baseline is not None and baseline is not run:
         try:
             before = baseline.module_io(module)

@@ -707,3 +707,22 @@ def test_watch_view_refuses_bad_steps_and_bad_watches(widget):
     assert shown.watch_step(0) and "watch" not in shown.errors
     with pytest.raises(hookviz.WatchError, match="was not kept"):
         shown.show_watch(watch, step=7)
+
+
+def test_selecting_what_got_no_gradient_shows_why():
+    class Gated(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate, self.fc = nn.Linear(3, 3), nn.Linear(3, 3)
+
+        def forward(self, x):
+            with torch.no_grad():
+                gate = torch.sigmoid(self.gate(x))
+            return (self.fc(x) * gate).sum()
+
+    torch.manual_seed(0)
+    widget = hookviz_widget.show(Gated(), (torch.randn(2, 3),), input_grads=True)
+    assert widget.select("module:gate")
+    assert "ran under torch.no_grad()" in widget.inspector["explanation"]
+    assert widget.select("x") and widget.inspector.get("asked_grad") is True
+    assert widget.select("module:fc") and "explanation" not in widget.inspector

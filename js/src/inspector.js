@@ -109,12 +109,16 @@ export function renderInspector(el, data) {
       { class: "hv-title" },
       title,
       data.edited ? h("span", { class: "hv-badge hv-badge-edit" }, "edited") : null,
+      data.asked_grad
+        ? h("span", { class: "hv-badge", title: "the model does not ask for this gradient" }, "input_grads=True")
+        : null,
     ),
     h(
       "table",
       { class: "hv-meta" },
       meta.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, String(v)))),
     ),
+    data.explanation ? h("div", { class: "hv-explanation" }, data.explanation) : null,
   );
   const before = data.before || {};
   const changed = data.changed || {};
