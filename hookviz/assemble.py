@@ -1,33 +1,60 @@
 """Turning the live records of one forward + backward into a plain :class:`~hookviz.run.Run`.
 
-The session's recorders hold live objects (autograd Nodes, gradients or their settled stand-ins,
-hook calls); :class:`RunAssembler` summarises every tensor in one batch and builds the records,
-the module views (full and legacy backward hook), the event order and the networkx graph.
+The recorders hold live objects (autograd Nodes, gradients or their settled stand-ins, hook
+calls); :func:`build_run` summarises every tensor in one batch and builds the records, the module
+views (full and legacy backward hook), the event order and the networkx graph.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import networkx as nx
+import torch
 
 from hookviz.capture import BackwardRecorder, user_module_hooks, user_tensor_hooks
-from hookviz.graph import Walk, resolve_hidden
+from hookviz.graph import LOSS_MODULE, Walk, resolve_hidden
 from hookviz.module_views import full_hook_view, split_shared_inputs
-from hookviz.run import LOSS_MODULE, Event, HookCall, HookInfo, ModuleCall, NodeRecord, Run
-from hookviz.stats import Settled, StatsBatch
-
-if TYPE_CHECKING:
-    from hookviz.session import Session, _Forward
+from hookviz.run import Event, HookCall, HookInfo, ModuleCall, NodeRecord, Run
+from hookviz.stats import Settled, StatsBatch, combined_norm
 
 
-class RunAssembler:
-    """Turns the live records of one backward (and its forward) into a plain :class:`Run`."""
+@dataclass(frozen=True)
+class RunContext:
+    """What a run records about the session that made it (plain data).
 
-    def __init__(self, session: Session, graph: _Forward, recorder: BackwardRecorder, leaf_grads, reused,
-                 batch: StatsBatch):
-        self.session, self.graph, self.recorder = session, graph, recorder
+    Attributes:
+        user_model: the user's model (its hooks are listed; the run keeps a weak reference).
+        edits: the edits active in this run. asked_grads, notes: see :class:`~hookviz.run.Run`.
+        input_names: the forward inputs' names, in signature order (leaves are listed inputs first).
+    """
+
+    user_model: torch.nn.Module
+    edits: tuple
+    asked_grads: tuple[str, ...]
+    notes: tuple[str, ...]
+    input_names: tuple[str, ...]
+
+
+def build_run(forward, recorder: BackwardRecorder, leaf_grads: dict, batch: StatsBatch, context: RunContext,
+              reused: bool) -> Run:
+    """The :class:`Run` of one backward on a :class:`~hookviz.forward.RetainedForward`.
+
+    Args:
+        forward: the retained forward the backward ran on. recorder: what that backward recorded.
+        leaf_grads: leaf name -> gradient (after leaf edits). batch: the statistics batch the
+            recorder settled large gradients into. reused: only backward ran again.
+    """
+    return _Assembler(forward, recorder, leaf_grads, batch, context, reused).build()
+
+
+class _Assembler:
+    """The steps of :func:`build_run`, sharing the batch of statistics they fill."""
+
+    def __init__(self, graph, recorder: BackwardRecorder, leaf_grads, batch: StatsBatch, context: RunContext,
+                 reused: bool):
+        self.graph, self.recorder, self.context = graph, recorder, context
         self.leaf_grads, self.reused, self.batch = leaf_grads, reused, batch
 
     def _keys(self, grads) -> tuple:
@@ -92,16 +119,17 @@ class RunAssembler:
         _attach_post_hooks_to_nodes(events, hook_calls)
 
         order = _execution_order(recorder.order, walk)
-        user_modules = user_module_hooks(self.session.model)
-        user_tensors = user_tensor_hooks(self.session._tensor_hook_targets(graph))
+        user_modules = user_module_hooks(self.context.user_model)
+        user_tensors = user_tensor_hooks(graph.leaves)
         parameters = {name for name, _ in graph.model.named_parameters(remove_duplicate=False)}
+        ran = {call.module for call in forward_calls}
         nodes: dict[str, NodeRecord] = {}
         for node in walk.nodes.values():
             call_index = graph.node_call.get(node.id)
             call = forward_calls[call_index] if call_index is not None else None
             record = NodeRecord(
                 id=node.id, op=node.op, kind=node.kind,
-                module=call.module if call is not None else _leaf_module(node.id, node.kind, parameters),
+                module=call.module if call is not None else _leaf_module(node.id, node.kind, parameters, ran),
                 module_call=call.call if call is not None else 0,
                 order=order.get(node.id), output=graph.forward_records.get(node.id),
                 saved=graph.saved.get(node.id, []),
@@ -191,11 +219,11 @@ class RunAssembler:
             loss=graph.loss.detach().cpu().reshape(()),
             device=graph.device,
             graph=_networkx_graph(walk, nodes, edited),
-            nodes=nodes, root=walk.root, leaf_grads=_ordered_leaves(leaf_grads, self.session, graph),
+            nodes=nodes, root=walk.root, leaf_grads=_ordered_leaves(leaf_grads, self.context, graph),
             calls=calls, events=events, hook_calls=hook_calls, log=list(recorder.log),
-            edits=tuple(self.session.edits), forward_reused=self.reused,
-            model_ref=weakref.ref(self.session.model), asked_grads=self.session.asked_grads,
-            notes=list(self.session.notes), module_aliases=_aliases(graph.model.named_modules),
+            edits=tuple(self.context.edits), forward_reused=self.reused,
+            model_ref=weakref.ref(self.context.user_model), asked_grads=list(self.context.asked_grads),
+            notes=list(self.context.notes), module_aliases=_aliases(graph.model.named_modules),
             parameter_aliases=_aliases(graph.model.named_parameters),
         )
 
@@ -242,23 +270,29 @@ def _execution_order(order: dict[str, int], walk: Walk) -> dict[str, int]:
     return {node_id: i for i, (_, _, node_id) in enumerate(sorted(keyed))}
 
 
-def _leaf_module(node_id: str, kind: str, parameters: set[str]) -> str:
-    """The module a leaf belongs to: a parameter's owner; forward inputs belong to the root."""
+def _leaf_module(node_id: str, kind: str, parameters: set[str], ran: set[str]) -> str:
+    """The module a leaf belongs to (the one rule; the widget groups by it): a parameter's owner, or
+    the nearest enclosing module that ran when the owner itself was never called; forward inputs
+    belong to the root. A Node made outside every module call belongs to the loss function."""
     if kind == "op":
         return LOSS_MODULE
-    return node_id.rpartition(".")[0] if node_id in parameters else ""
+    if node_id not in parameters:
+        return ""
+    owner = node_id.rpartition(".")[0]
+    while owner and owner not in ran:
+        owner = owner.rpartition(".")[0]
+    return owner
 
 
-def _ordered_leaves(leaf_grads: dict, session: Session, graph: _Forward) -> dict:
-    inputs = [n for n in session._input_names if n in leaf_grads]
+def _ordered_leaves(leaf_grads: dict, context: RunContext, graph) -> dict:
+    inputs = [n for n in context.input_names if n in leaf_grads]
     parameters = [n for n, _ in graph.model.named_parameters() if n in leaf_grads]
     rest = [n for n in leaf_grads if n not in inputs and n not in parameters]
     return {n: leaf_grads[n] for n in [*inputs, *parameters, *rest]}
 
 
 def _norm_of(records) -> float | None:
-    norms = [r.norm for r in records if r is not None and r.norm is not None]
-    return (sum(n * n for n in norms) ** 0.5) if norms else None
+    return combined_norm(r.norm for r in records if r is not None)
 
 
 def _networkx_graph(walk: Walk, nodes: dict[str, NodeRecord], edited: set[str]) -> nx.DiGraph:

@@ -380,25 +380,28 @@ class RecordingState:
 
 
 class BackwardRecorder:
-    """Collects one backward pass: grads at every Node, execution order, hook calls, edits.
+    """Collects one forward's hook calls and one backward pass: grads at every Node, execution
+    order, hook calls, edits.
 
     Args:
-        post_edits: node id -> edits of its ``grad_inputs``.
-        pre_edits: node id -> edits of its ``grad_outputs`` (``grad`` and module ``grad_output``
-            edits are turned into these by the session).
-        module_input_edits: module name -> edits of its ``grad_input`` (run by a full backward hook).
-        module_output_edits: module name -> edits of its ``grad_output`` (run by a full backward
-            pre-hook, so only the gradient from outside the module is edited, as in PyTorch).
+        edits: the session's edits. Module edits (``grad_input`` / ``grad_output``, run by real full
+            backward (pre-)hooks) apply from forward on; the others once :meth:`begin_backward`
+            says which targets are op Nodes.
     """
 
-    def __init__(self, post_edits=None, pre_edits=None, module_input_edits=None, module_output_edits=None,
-                 settle=None, keep=frozenset()):
-        self.settle = settle  # grad -> grad, or a stand-in once summarised (see StatsBatch.settle)
-        self.keep: frozenset[tuple[str, int]] = keep  # (node, slot) whose grad_inputs are summed later
-        self.post_edits: dict[str, list[Edit]] = post_edits or {}
-        self.pre_edits: dict[str, list[Edit]] = pre_edits or {}
-        self.module_input_edits: dict[str, list[Edit]] = module_input_edits or {}
-        self.module_output_edits: dict[str, list[Edit]] = module_output_edits or {}
+    def __init__(self, edits: list[Edit] = ()):
+        self.edits = list(edits)
+        self.module_input_edits: dict[str, list[Edit]] = {}
+        self.module_output_edits: dict[str, list[Edit]] = {}
+        for edit in self.edits:
+            if edit.slot.on_module:
+                table = self.module_input_edits if edit.slot.name == "grad_input" else self.module_output_edits
+                table.setdefault(edit.target, []).append(edit)
+        self.post_edits: dict[str, list[Edit]] = {}  # node id -> edits of its grad_inputs
+        self.pre_edits: dict[str, list[Edit]] = {}  # node id -> edits of its grad_outputs
+        self.leaf_edits: dict[str, list[Edit]] = {}  # leaf name -> edits of its grad
+        self.settle = None  # grad -> grad, or a stand-in once summarised (see StatsBatch.settle)
+        self.keep: frozenset[tuple[str, int]] = frozenset()  # (node, slot) whose grad_inputs are summed later
         self.steps = itertools.count()
         self.order: dict[str, int] = {}
         self.grad_outputs: dict[str, tuple] = {}
@@ -409,6 +412,38 @@ class BackwardRecorder:
         self.events: list[Event] = []
         self.hook_calls: list[tuple[HookCall, tuple, tuple]] = []  # with live before/after grads
         self.log: list[LogEntry] = []
+
+    def begin_backward(self, op_nodes, settle, keep: frozenset) -> None:
+        """Sort the Node and leaf edits, now that the graph is known, before backward runs.
+
+        Args:
+            op_nodes: ids of the op Nodes (``grad`` on one of them edits its ``grad_outputs[0]``,
+                as a tensor hook on its output would; on a leaf, the leaf's gradient).
+            settle: see :meth:`hookviz.stats.StatsBatch.settle`. keep: (node, slot) pairs whose
+                ``grad_inputs`` a module view adds up, kept whole.
+        """
+        self.settle, self.keep = settle, keep
+        for edit in self.edits:
+            name = edit.slot.name
+            if name == "grad_inputs":
+                self.post_edits.setdefault(edit.target, []).append(edit)
+            elif name == "grad_outputs":
+                self.pre_edits.setdefault(edit.target, []).append(edit)
+            elif name == "grad" and edit.target in op_nodes:
+                self.pre_edits.setdefault(edit.target, []).append(edit.on_grad_outputs(edit.target, 0))
+            elif name == "grad":
+                self.leaf_edits.setdefault(edit.target, []).append(edit)
+
+    def leaf_grads(self, grads: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
+        """Apply the leaf edits to what ``torch.autograd.grad`` returned (where a tensor hook on
+        the leaf would act), recording each as an edit call."""
+        edited = dict(grads)
+        for name, edits in self.leaf_edits.items():
+            if name in edited:
+                new, _ = replace_slots((edited[name],), edits)
+                self._edit_call(name, name, edits, (edited[name],), new)
+                edited[name] = new[0]
+        return edited
 
     def node_ran(self, node_id: str, op: str, grad_inputs: tuple, grad_outputs: tuple):
         """Called by the Node post-hook; returns replacement grad_inputs when an edit applies."""

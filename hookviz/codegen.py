@@ -1,4 +1,4 @@
-"""``Session.edits_as_code()``: the plain PyTorch hooks that make a session's edits.
+"""``edits_as_code(run)``: the plain PyTorch hooks that make a run's edits.
 
 The code defines ``install_edits(model, **inputs) -> list[RemovableHandle]``, to call before the
 forward pass, and, when an edit sits on a node made by the loss function, ``install_loss_edits(loss)``,
@@ -9,13 +9,10 @@ module that made them, through ``grad_fn.next_functions``.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
 from hookviz.edits import Edit
-from hookviz.run import LOSS_MODULE, Run
-
-if TYPE_CHECKING:
-    from hookviz.session import Session
+from hookviz.graph import LOSS_MODULE
+from hookviz.run import Run
 
 
 def _path(run: Run, start: str, target: str) -> str | None:
@@ -58,6 +55,11 @@ _NODE_HELPER = [
 ]
 
 
+def _input_leaves(run: Run) -> set[str]:
+    """Leaves that are forward inputs (named by argument), not parameters: the root call's inputs."""
+    return set(run.calls[0].inputs) if run.calls else set()
+
+
 def _module_expression(name: str) -> str:
     return "model" if name == "" else f"model.get_submodule({name!r})"
 
@@ -73,10 +75,15 @@ def _slot_function(name: str, edits: list[Edit], argument: str, signature: str, 
     return lines
 
 
-def edits_as_code(session: Session) -> str:
-    """Source code (a string) of plain PyTorch hooks equivalent to ``session.edits``."""
-    run = session.last_run
-    edits = list(session.edits)
+def edits_as_code(run: Run | None, edits=None) -> str:
+    """Source code (a string) of plain PyTorch hooks equivalent to ``run.edits``.
+
+    Args:
+        run: a recorded run; its graph locates the edited Nodes and modules.
+        edits: other edits on the same graph instead of ``run.edits`` (``Session.edits_as_code``
+            passes the session's current edits, which may be newer than its last run).
+    """
+    edits = list(run.edits if edits is None and run is not None else edits or [])
     if not edits:
         return "# no edits: nothing to install\n"
     header = ['"""Gradient edits made in hookviz, as plain PyTorch hooks."""', "import math", "import torch", "",
@@ -109,7 +116,7 @@ def edits_as_code(session: Session) -> str:
         if node.kind != "op":
             helpers += [f"def {fn}(grad):"]
             helpers += [f"    grad = {e.code()}  # {e.id}: {e.source}" for e in site_edits] + ["    return grad", ""]
-            if target in dict(session.model.named_parameters()):
+            if target not in run.asked_grads and target not in _input_leaves(run):
                 body.append(f"handles.append(model.get_parameter({target!r}).register_hook({fn}))")
             else:
                 input_names.append(target)

@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from hookviz.errors import HookvizError
-from hookviz.run import LOSS_MODULE, Run
-from hookviz.stats import TensorRecord
+from hookviz.graph import LOSS_MODULE
+from hookviz.stats import TensorRecord, combined_norm
+
+if TYPE_CHECKING:  # for annotations only: hookviz.run imports this module
+    import hookviz.run
 
 DEFAULT_THRESHOLDS = {
     "vanishing": 1e-3,
@@ -124,7 +128,7 @@ def _module_of(parameter: str) -> str:
     return parameter.rsplit(".", 1)[0] if "." in parameter else ""
 
 
-def _parameter_names(run: Run, model: torch.nn.Module | None) -> list[str]:
+def _parameter_names(run: hookviz.run.Run, model: torch.nn.Module | None) -> list[str]:
     """The leaves of ``run`` that are parameters (not forward arguments), in run order."""
     if model is not None:
         names = {n for n, _ in model.named_parameters()}
@@ -143,13 +147,13 @@ def _ratio(numerator: float, denominator: float | None) -> float | None:
 
 def _combine(records: list[TensorRecord]) -> tuple[float, float, int]:
     """Norm, zero fraction and NaN/Inf count of several tensors taken together."""
-    norm = math.sqrt(sum((r.norm or 0.0) ** 2 for r in records))
+    norm = combined_norm(r.norm for r in records) or 0.0
     numel = sum(r.numel for r in records)
     zeros = sum(r.zero_fraction * r.numel for r in records)
     return norm, (zeros / numel if numel else 0.0), sum(r.nan_count + r.inf_count for r in records)
 
 
-def gradient_stats(run: Run, model: torch.nn.Module | None = None) -> list[GradientStats]:
+def gradient_stats(run: hookviz.run.Run, model: torch.nn.Module | None = None) -> list[GradientStats]:
     """Per parameter, then per layer: gradient norm and its ratios (see :class:`GradientStats`).
 
     Args:
@@ -196,8 +200,7 @@ def gradient_stats(run: Run, model: torch.nn.Module | None = None) -> list[Gradi
     for module in ranked:
         members = layers[module]
         norm, zeros, nonfinite = _combine([r for _, r, _ in members])
-        parameter_norm = (math.sqrt(sum(values[n] ** 2 for n, _, _ in members))
-                          if model is not None else None)
+        parameter_norm = combined_norm(values[n] for n, _, _ in members) if model is not None else None
         order = first_order(members)
         stats.append(GradientStats(
             module, "layer", module, norm, parameter_norm, _ratio(norm, parameter_norm),
@@ -332,7 +335,7 @@ def _nonfinite(records) -> int:
     return sum(r.nan_count + r.inf_count for r in records if r is not None)
 
 
-def _forward_inputs(run: Run, node_id: str) -> list[tuple[int, str, TensorRecord | None]]:
+def _forward_inputs(run: hookviz.run.Run, node_id: str) -> list[tuple[int, str, TensorRecord | None]]:
     """(slot, producer id, producer's forward output record) for each input of a node."""
     inputs = []
     for producer in run.graph.predecessors(node_id):
@@ -341,7 +344,7 @@ def _forward_inputs(run: Run, node_id: str) -> list[tuple[int, str, TensorRecord
     return sorted(inputs)
 
 
-def _introduced_by_hooks(run: Run, types: dict[str, str]) -> list[Finding]:
+def _introduced_by_hooks(run: hookviz.run.Run, types: dict[str, str]) -> list[Finding]:
     """The first hookviz edit, and the first hook of the user's, whose output holds NaN/Inf that its
     input did not: there the edit or hook, not an op, brought them in."""
     found, kinds = [], set()
@@ -361,7 +364,7 @@ def _introduced_by_hooks(run: Run, types: dict[str, str]) -> list[Finding]:
     return found
 
 
-def nan_findings(run: Run) -> list[Finding]:
+def nan_findings(run: hookviz.run.Run) -> list[Finding]:
     """Where NaN/Inf first appear: in forward (an op's output or a model input) and in backward."""
     found = []
     types = {c.module: c.type for c in run.calls}
@@ -414,7 +417,7 @@ def nan_findings(run: Run) -> list[Finding]:
     return found
 
 
-def diagnose(run: Run, model: torch.nn.Module | None = None, **thresholds: float) -> list[Finding]:
+def diagnose(run: hookviz.run.Run, model: torch.nn.Module | None = None, **thresholds: float) -> list[Finding]:
     """Findings about one run in plain words; an empty list for a healthy run.
 
     Args:

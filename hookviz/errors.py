@@ -5,6 +5,8 @@ Every message names the thing, the problem and the fix, so it can be shown to a 
 
 from __future__ import annotations
 
+import difflib
+
 
 class HookvizError(Exception):
     """Base of every error hookviz raises on purpose."""
@@ -49,3 +51,11 @@ class WatchError(HookvizError):
 
 class UnsupportedError(HookvizError):
     """The model uses something hookviz cannot record; the message names the alternative."""
+
+
+def unknown_name(what: str, name: str, known: list[str]) -> str:
+    """The message for an unknown name: close matches first, then up to 12 known names."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=3)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    listing = ", ".join(map(repr, known[:12])) + (" ..." if len(known) > 12 else "")
+    return f"unknown {what} {name!r}{hint} (known: {listing})"

@@ -43,7 +43,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from hookviz.diagnose import Finding, check_thresholds, layer_findings
-from hookviz.errors import WatchError
+from hookviz.errors import WatchError, unknown_name
 
 STATISTICS = ("norm", "max_abs", "nonfinite", "zero_fraction")
 
@@ -77,7 +77,7 @@ class History:
     def column(self, name: str, statistic: str = "norm") -> list[float]:
         """One name's values of one statistic over the kept steps."""
         if name not in self.names:
-            raise WatchError(_unknown_name(name, self.names))
+            raise WatchError(unknown_name("parameter or module", name, self.names))
         if statistic not in STATISTICS:
             raise WatchError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
         return getattr(self, statistic)[:, self.names.index(name)].tolist()
@@ -100,15 +100,6 @@ class History:
             raise WatchError("to_pandas() needs pandas, which is not installed: pip install pandas, "
                              "or use to_records() / the tensors of this History") from None
         return pandas.DataFrame.from_records(self.to_records())
-
-
-def _unknown_name(name: str, names: list[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(name, names, n=3)
-    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-    return f"unknown parameter or module {name!r}{hint} (known: {', '.join(map(repr, names[:12]))}" + (
-        " ...)" if len(names) > 12 else ")")
 
 
 class Watch:

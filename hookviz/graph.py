@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 HIDDEN_OPS = frozenset({"BackwardHookFunctionBackward"})
+LOSS_MODULE = "(loss)"  # the "module" of Nodes made outside the model, by loss_fn
 
 
 @dataclass

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 import networkx as nx
 import torch
 
-from hookviz.errors import TargetError
+from hookviz.diagnose import diagnose
+from hookviz.errors import TargetError, unknown_name
 from hookviz.explain import explain
 from hookviz.stats import TensorRecord, same_values
-
-LOSS_MODULE = "(loss)"
 
 
 @dataclass
@@ -261,7 +260,7 @@ class Run:
         try:
             return self.nodes[node_id]
         except KeyError:
-            raise TargetError(_unknown("node", node_id, list(self.nodes))) from None
+            raise TargetError(unknown_name("node", node_id, list(self.nodes))) from None
 
     @property
     def leaf_names(self) -> list[str]:
@@ -276,7 +275,7 @@ class Run:
         """
         name = self.canonical_name(name)
         if name not in self.leaf_grads:
-            raise TargetError(_unknown("leaf", name, list(self.leaf_grads)))
+            raise TargetError(unknown_name("leaf", name, list(self.leaf_grads)))
         return self.leaf_grads[name]
 
     @property
@@ -289,7 +288,7 @@ class Run:
         name = self.canonical_name(name)
         calls = [c for c in self.calls if c.module == name]
         if not calls:
-            raise TargetError(_unknown("module", name, self.modules))
+            raise TargetError(unknown_name("module", name, self.modules))
         if not 0 <= call < len(calls):
             raise TargetError(f"module {name!r} ran {len(calls)} time(s); call={call} does not exist")
         return calls[call]
@@ -324,8 +323,6 @@ class Run:
         """Findings about this run in plain words (vanishing, exploding, dead, saturated, NaN/Inf
         origin); an empty list for a healthy run. Parameter norms come from :attr:`model`;
         thresholds and their defaults: see :func:`hookviz.diagnose.diagnose`."""
-        from hookviz.diagnose import diagnose
-
         return diagnose(self, **thresholds)
 
     def print_log(self) -> None:
@@ -340,15 +337,6 @@ class Run:
             f"leaves={len(self.leaf_grads)}, edits={len(self.edits)}, "
             f"forward_reused={self.forward_reused})"
         )
-
-
-def _unknown(what: str, name: str, known: list[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=3)
-    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-    listing = ", ".join(map(repr, known[:12])) + (" ..." if len(known) > 12 else "")
-    return f"unknown {what} {name!r}{hint} (known: {listing})"
 
 
 @dataclass

@@ -13,121 +13,22 @@ holds the gradients (``Run.leaf_grad``). With no edits they equal what ``loss.ba
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from torch.utils import _pytree as pytree
 
-from hookviz.assemble import RunAssembler
-from hookviz.capture import (
-    BackwardRecorder,
-    CallState,
-    ForwardRecorder,
-    HiddenNodeProbe,
-    NodePostHook,
-    NodePreEditHook,
-    RecordingState,
-    SavedTensorsRecorder,
-    forget_tensors,
-    full_backward_hooks,
-    wrapped_user_hooks,
-)
+from hookviz.assemble import RunContext
+from hookviz.capture import BackwardRecorder
+from hookviz.codegen import edits_as_code
 from hookviz.devices import device_of, resolve_device
 from hookviz.edits import Edit
-from hookviz.errors import (
-    BackwardError,
-    EditError,
-    ForwardError,
-    HookvizError,
-    LossError,
-    TargetError,
-    UnsupportedError,
-)
-from hookviz.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
-from hookviz.module_views import CallPlan, plan_call
-from hookviz.run import (
-    Event,
-    HookCall,
-    Run,
-    SavedTensor,
-    _unknown,
-)
-from hookviz.stats import (
-    DEFAULT_FULL_TENSOR_LIMIT,
-    DEFAULT_HISTOGRAM_BINS,
-    StatsBatch,
-    TensorRecord,
-)
-
-
-@dataclass
-class _Forward:
-    """A retained forward graph on one device, with what was learnt from it once."""
-
-    device: str
-    model: torch.nn.Module
-    loss: torch.Tensor
-    walk: Walk
-    state: RecordingState
-    recorder: ForwardRecorder
-    leaves: dict[str, torch.Tensor]  # capture name -> tensor passed to autograd.grad
-    node_call: dict[str, int | None]
-    consumers: dict[tuple[str, int], list[tuple[str, int]]]
-    saved: dict[str, list[SavedTensor]]
-    hook_signature: tuple
-    versions: list[tuple[torch.Tensor, int]]
-    full_hook_modules: tuple[tuple[str, str], ...]
-    handles: list = field(default_factory=list)  # hookviz's Node post-hooks, removed by release()
-    forward_records: dict[str, TensorRecord] = field(default_factory=dict)
-    call_inputs: list[dict] = field(default_factory=list)
-    call_outputs: list[list] = field(default_factory=list)
-    call_outputs_replaced: list[list | None] = field(default_factory=list)
-    # Derived once per forward in __post_init__:
-    leaf_ids: dict[int, str] = field(init=False)  # id(leaf tensor) -> node id
-    plans: list[CallPlan] = field(init=False)  # per module call: how to rebuild its full hook view
-    summed_later: frozenset[tuple[str, int]] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.leaf_ids = {id(n.tensor): n.id for n in self.walk.nodes.values() if n.tensor is not None}
-        sequence = {n.id: n.sequence_nr for n in self.walk.nodes.values() if n.kind == "op"}
-
-        def producer_of(edge) -> tuple[str | None, int]:
-            return self.producer(edge.tensor, edge.grad_fn, edge.output_nr)
-
-        self.plans = [plan_call(call, producer_of, self.consumers, sequence, self.walk.looked_through)
-                      for call in self.recorder.calls]
-        # Gradients that a full-hook view adds up are kept whole through backward.
-        self.summed_later = frozenset(use for plan in self.plans for use in plan.summed_uses())
-
-    def producer(self, tensor: torch.Tensor | None, fn, output_nr: int) -> tuple[str | None, int]:
-        """The graph node (and output) that produced ``tensor`` when a hook saw it."""
-        if fn is None:
-            return self.leaf_ids.get(id(tensor)), 0
-        fn, output_nr = resolve_hidden(fn, output_nr)
-        return self.walk.node_id(fn), output_nr
-
-    def remove_hooks(self) -> None:
-        """Remove hookviz's Node hooks from the retained graph (idempotent)."""
-        for handle in self.handles:
-            handle.remove()
-        self.handles.clear()
-
-
-def _hook_signature(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> tuple:
-    """Which user hooks exist now (to notice hooks added or removed since a forward)."""
-    modules = tuple(
-        (name, attribute, tuple(getattr(m, attribute).keys()))
-        for name, m in model.named_modules()
-        for attribute in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
-        if getattr(m, attribute)
-    )
-    tensor_hooks = tuple((n, tuple((t._backward_hooks or {}).keys())) for n, t in tensors.items())
-    return modules, tensor_hooks
+from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, unknown_name
+from hookviz.forward import RetainedForward, hook_signature, name_inputs, record_forward
+from hookviz.run import Run
+from hookviz.stats import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
 
 
 class Session:
@@ -192,7 +93,7 @@ class Session:
             model, [t for t in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
         )
         self._input_names = name_inputs(self.model.forward, self.args, self.kwargs)
-        self._forward: _Forward | None = None
+        self._forward: RetainedForward | None = None
         self._rng_states: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ inputs
@@ -268,10 +169,10 @@ class Session:
         with torch.random.fork_rng(devices=cuda, device_type="cuda"), torch.inference_mode(False):
             if fresh:
                 self._release()
-                recorder = self._module_edits_recorder()
+                recorder = BackwardRecorder(self.edits)
                 graph = self._do_forward(device, recorder)
             else:
-                graph, recorder = self._forward, BackwardRecorder()
+                graph, recorder = self._forward, BackwardRecorder(self.edits)
             try:
                 run = self._do_backward(graph, recorder, reused=not fresh)
             except BackwardError:
@@ -279,7 +180,7 @@ class Session:
                     raise
                 # The retained graph went stale (e.g. a parameter changed in place): start over.
                 self._release()
-                recorder = self._module_edits_recorder()
+                recorder = BackwardRecorder(self.edits)
                 graph = self._do_forward(device, recorder)
                 run = self._do_backward(graph, recorder, reused=False)
         self._forward = graph
@@ -288,32 +189,19 @@ class Session:
             self.baseline = run
         return run
 
-    def _module_edits_recorder(self) -> BackwardRecorder:
-        """A recorder that already knows the module edits: their hooks exist from forward on, so a
-        ``loss_fn`` that differentiates (``create_graph=True``) meets them as plain PyTorch would."""
-        recorder = BackwardRecorder()
-        for edit in self.edits:
-            if edit.slot.on_module:
-                table = recorder.module_input_edits if edit.slot.name == "grad_input" else recorder.module_output_edits
-                table.setdefault(edit.target, []).append(edit)
-        return recorder
-
     def _needs_forward(self, device: str) -> bool:
         graph = self._forward
         if graph is None or graph.device != device:
             return True
-        if graph.full_hook_modules != self._full_hook_modules():
+        if graph.edit_sites != self._edit_sites():
             return True
         if any(t._version != v for t, v in graph.versions):
             return True
-        return _hook_signature(self.model, self._tensor_hook_targets(graph)) != graph.hook_signature
+        return hook_signature(self.model, graph.leaves) != graph.hook_signature
 
-    def _full_hook_modules(self) -> tuple[tuple[str, str], ...]:
+    def _edit_sites(self) -> tuple[tuple[str, str], ...]:
         """(module, slot name) of the module edits, each made by a real full backward (pre-)hook."""
         return tuple(sorted({(e.target, e.slot.name) for e in self.edits if e.slot.on_module}))
-
-    def _tensor_hook_targets(self, graph: _Forward) -> dict[str, torch.Tensor]:
-        return graph.leaves
 
     def release(self) -> None:
         """Free the retained forward graph and remove every hook hookviz put on it (the next run
@@ -337,211 +225,23 @@ class Session:
             else:
                 torch.cuda.set_rng_state(self._rng_states[key], key)
 
-    def _do_forward(self, device: str, recorder: BackwardRecorder) -> _Forward:
+    def _do_forward(self, device: str, recorder: BackwardRecorder) -> RetainedForward:
         model = self._model_on(device)
         args, kwargs, inputs = self._prepare_inputs(device)
-        leaf_names = {id(t): n for n, t in inputs.items() if t.grad_fn is None}
-        for name, parameter in model.named_parameters(remove_duplicate=False):
-            leaf_names.setdefault(id(parameter), name)
-        boundary_names = {(id(t.grad_fn), t.output_nr): n for n, t in inputs.items() if t.grad_fn is not None}
-        named_leaves = {n: t for n, t in inputs.items() if t.requires_grad} | {
-            n: p for n, p in model.named_parameters() if p.requires_grad
-        }
-        state = RecordingState()
-        full_modules = self._full_hook_modules()
         self._restore_rng(device)
-        forward_recorder = ForwardRecorder(model, state, snapshot_limit=self.full_tensor_limit)
-        saved_recorder = SavedTensorsRecorder()
-        state.active = recorder
-        try:
-            with torch.enable_grad(), wrapped_user_hooks(state, model, named_leaves), \
-                    full_backward_hooks(state, model, list(full_modules)), buffers_kept(model), \
-                    _eager(model):
-                forward_start = torch._C._autograd._get_sequence_nr()
-                with forward_recorder, saved_recorder.hooks():
-                    output = self._call_model(model, args, kwargs, forward_recorder)
-                    loss = self._loss(output)
-        finally:
-            state.active = None
-        walk = walk_graph(loss.grad_fn, forward_start, leaf_names, boundary_names)
-        _refuse_unsupported(walk)
-        leaves = {}
-        for node in walk.nodes.values():
-            if node.kind == "leaf":
-                leaves[node.id] = node.tensor
-            elif node.kind == "boundary" and node.id in inputs:
-                leaves[node.id] = inputs[node.id]
-        handles = [
-            node.fn.register_hook(NodePostHook(state, node.id, node.op))
-            for node in walk.nodes.values() if node.kind == "op"
-        ]
-        for call in forward_recorder.calls:
-            if call.legacy is not None and call.legacy.grad_fn is not None \
-                    and resolve_hidden(call.legacy.grad_fn, 0)[0] is not call.legacy.grad_fn:
-                handles.append(call.legacy.grad_fn.register_hook(HiddenNodeProbe(state, call.index)))
-        for grad_fn, output_nr, wrapper in forward_recorder.intermediate_hooks:
-            wrapper.node = walk.node_id(resolve_hidden(grad_fn, output_nr)[0])
-        summary = self._summarise_forward(walk, forward_recorder)
-        forget_tensors(forward_recorder)
-        return _Forward(
-            device=device, model=model, loss=loss, walk=walk, state=state, recorder=forward_recorder,
-            leaves=leaves, node_call=self._node_calls(walk, forward_recorder),
-            consumers=_consumers(walk), saved=_saved_tensors(walk, saved_recorder),
-            hook_signature=_hook_signature(self.model, leaves),
-            versions=[(t, t._version) for t in leaves.values()],
-            full_hook_modules=full_modules, handles=handles, forward_records=summary[0],
-            call_inputs=summary[1], call_outputs=summary[2], call_outputs_replaced=summary[3],
+        return record_forward(
+            model, args, kwargs, inputs, self.loss_fn, recorder, device=device, user_model=self.model,
+            asked_grads=self.asked_grads, full_tensor_limit=self.full_tensor_limit,
+            histogram_bins=self.histogram_bins,
         )
 
-    def _summarise_forward(self, walk: Walk, recorder: ForwardRecorder):
-        """Statistics of every op's output and of what module hooks saw, right after forward
-        (so the activations need not be held through backward)."""
+    def _do_backward(self, graph: RetainedForward, recorder: BackwardRecorder, reused: bool) -> Run:
+        context = RunContext(self.model, tuple(self.edits), tuple(self.asked_grads), tuple(self.notes),
+                             tuple(self._input_names))
         batch = StatsBatch(self.full_tensor_limit, self.histogram_bins)
-        output_keys = {
-            walk.id_of[fn_id]: batch.add(tensor, version)
-            for fn_id, (tensor, version) in recorder.outputs.items() if fn_id in walk.id_of
-        }
-        input_keys = [_call_input_keys(batch, call, recorder) for call in recorder.calls]
-        returned_keys = [[batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned]
-                         for call in recorder.calls]
-        replaced_keys = [None if call.replaced is None else [batch.add(e.tensor, e.version) for e in call.replaced]
-                         for call in recorder.calls]
-        records = batch.compute()
-        return (
-            {n: records[k] for n, k in output_keys.items()},
-            [{name: records[k] if isinstance(k, int) else k for name, k in keys.items()} for keys in input_keys],
-            [[records[k] for k in keys] for keys in returned_keys],
-            [None if keys is None else [records[k] for k in keys] for keys in replaced_keys],
-        )
-
-    def _call_model(self, model, args, kwargs, recorder: ForwardRecorder):
-        try:
-            return model(*args, **kwargs)
-        except HookvizError:
-            raise
-        except Exception as error:
-            where = recorder.current_module
-            label = "the root module" if where == "" else f"module {where!r}"
-            module = model.get_submodule(where) if where is not None else model
-            text = str(error)
-            if "BackwardHookFunction" in text and "inplace" in text.lower():
-                whose = ("hookviz's full backward hook for your module edit" if self._full_hook_modules()
-                         else "a full backward hook of yours")
-                raise BackwardError(
-                    f"{label} ({type(module).__name__}) modifies in place a tensor that {whose} wraps "
-                    f"({text}); PyTorch's full backward hooks cannot handle in-place ops such as "
-                    "ReLU(inplace=True) or x += 1 on a hooked module's input or output: make that op "
-                    "out of place (inplace=False, x = x + 1), or edit a node's grad_inputs / "
-                    "grad_outputs instead of a module's grad_input / grad_output"
-                ) from error
-            if "leaf Variable that requires grad" in text and self.asked_grads:
-                raise ForwardError(
-                    f"{label} ({type(module).__name__}) changes an input in place, and PyTorch refuses "
-                    "that on a leaf that requires grad; the input requires grad only because hookviz's "
-                    f"input_grads=True asked for gradients of {', '.join(map(repr, self.asked_grads))}: "
-                    f"leave input_grads=False (the default), which passes a copy ({text})",
-                    module=where,
-                ) from error
-            raise ForwardError(
-                f"forward of {label} ({type(module).__name__}) raised {type(error).__name__}: {error}",
-                module=where,
-            ) from error
-
-    def _loss(self, output) -> torch.Tensor:
-        if self.loss_fn is not None:
-            try:
-                loss = self.loss_fn(output)
-            except Exception as error:
-                raise LossError(f"loss_fn raised {type(error).__name__}: {error}") from error
-            source = "loss_fn(output)"
-        else:
-            loss, source = output, "the model's output"
-        if not isinstance(loss, torch.Tensor):
-            raise LossError(
-                f"{source} is a {type(loss).__name__}, not a tensor; pass loss_fn=... that returns "
-                "a scalar tensor, e.g. loss_fn=lambda out: out.sum()"
-            )
-        if loss.numel() != 1:
-            fix = "return a scalar, e.g. add .mean()" if self.loss_fn else (
-                "pass loss_fn=... that reduces it to a scalar, e.g. loss_fn=lambda out: out.sum()"
-            )
-            raise LossError(f"{source} has shape {list(loss.shape)}, not a scalar; {fix}")
-        if not loss.requires_grad or loss.grad_fn is None:
-            raise LossError(
-                f"{source} does not require grad, so there is no backward to record: no parameter or "
-                "input requires grad, or forward ran under torch.no_grad(); set requires_grad=True "
-                "on the parameters or inputs"
-            )
-        return loss
-
-    def _node_calls(self, walk: Walk, recorder: ForwardRecorder) -> dict[str, int | None]:
-        """The innermost module call during which each op Node was made (by sequence number)."""
-        return {
-            node.id: recorder.call_of(node.sequence_nr) if node.kind == "op" else None
-            for node in walk.nodes.values()
-        }
+        return graph.backward(recorder, batch, context, reused)
 
     # ------------------------------------------------------------------ backward
-
-    def _resolve_edits(self, graph: _Forward, recorder: BackwardRecorder) -> dict[str, list[Edit]]:
-        """Sort the session's edits into the recorder's tables; returns the leaf edits."""
-        leaf_edits: dict[str, list[Edit]] = {}
-        recorder.post_edits, recorder.pre_edits = {}, {}
-        recorder.module_input_edits, recorder.module_output_edits = {}, {}
-        for edit in self.edits:
-            name = edit.slot.name
-            if name == "grad_inputs":
-                recorder.post_edits.setdefault(edit.target, []).append(edit)
-            elif name == "grad_outputs":
-                recorder.pre_edits.setdefault(edit.target, []).append(edit)
-            elif name == "grad":
-                node = graph.walk.nodes.get(edit.target)
-                if node is not None and node.kind == "op":
-                    recorder.pre_edits.setdefault(edit.target, []).append(edit.on_grad_outputs(edit.target, 0))
-                else:
-                    leaf_edits.setdefault(edit.target, []).append(edit)
-            elif name == "grad_input":
-                recorder.module_input_edits.setdefault(edit.target, []).append(edit)
-            else:  # grad_output: a full backward pre-hook edits the gradient from outside the module
-                recorder.module_output_edits.setdefault(edit.target, []).append(edit)
-        return leaf_edits
-
-    def _do_backward(self, graph: _Forward, recorder: BackwardRecorder, reused: bool) -> Run:
-        leaf_edits = self._resolve_edits(graph, recorder)
-        batch = StatsBatch(self.full_tensor_limit, self.histogram_bins)
-        recorder.settle, recorder.keep = batch.settle, graph.summed_later
-        handles = [
-            graph.walk.nodes[node_id].fn.register_prehook(NodePreEditHook(recorder, node_id))
-            for node_id in recorder.pre_edits
-        ]
-        names = list(graph.leaves)
-        graph.state.active = recorder
-        try:
-            with wrapped_user_hooks(graph.state, graph.model, self._tensor_hook_targets(graph)):
-                grads = torch.autograd.grad(
-                    graph.loss, [graph.leaves[n] for n in names], retain_graph=True, allow_unused=True
-                )
-        except HookvizError:
-            raise
-        except RuntimeError as error:
-            raise BackwardError(f"backward raised: {error}") from error
-        finally:
-            graph.state.active = None
-            for handle in handles:
-                handle.remove()
-        leaf_grads = {}
-        for name, grad in zip(names, grads):
-            edits = leaf_edits.get(name, [])
-            for edit in edits:
-                before = grad
-                grad = edit.apply(grad)
-                step = next(recorder.steps)
-                recorder.events.append(Event(step, "edit", name, f"{name}: grad <- {edit.source}"))
-                recorder.hook_calls.append(
-                    (HookCall(step, "edit", f"grad <- {edit.source}", name, returned=True, node=name), (before,), (grad,))
-                )
-            leaf_grads[name] = grad
-        return RunAssembler(self, graph, recorder, leaf_grads, reused, batch).build()
 
     # ------------------------------------------------------------------ edits
 
@@ -602,7 +302,7 @@ class Session:
     def _check_module_edit(self, edit: Edit, run: Run):
         slot, target = edit.slot, edit.target
         if target not in run.modules:
-            raise TargetError(_unknown("module", target, run.modules))
+            raise TargetError(unknown_name("module", target, run.modules))
         call = run.module_io(target)
         if not call.full_hook_fires:
             raise EditError(
@@ -646,7 +346,7 @@ class Session:
             if existing is edit or existing.id == edit:
                 del self.edits[i]
                 return
-        raise TargetError(_unknown("edit", getattr(edit, "id", edit), [e.id for e in self.edits]))
+        raise TargetError(unknown_name("edit", getattr(edit, "id", edit), [e.id for e in self.edits]))
 
     def clear_edits(self) -> None:
         """Remove every edit; the next run reproduces the baseline gradients."""
@@ -662,13 +362,11 @@ class Session:
             return [f"grad_input[{i}]" for i, r in enumerate(call.grad_input) if r is not None] + [
                 f"grad_output[{i}]" for i in range(len(call.output))
             ]
-        raise TargetError(_unknown("node or module", target, [*run.nodes, *run.modules]))
+        raise TargetError(unknown_name("node or module", target, [*run.nodes, *run.modules]))
 
     def edits_as_code(self) -> str:
-        """Plain PyTorch hook code that makes the same edits (see :mod:`hookviz.codegen`)."""
-        from hookviz.codegen import edits_as_code
-
-        return edits_as_code(self)
+        """Plain PyTorch hook code that makes the session's edits (see :mod:`hookviz.codegen`)."""
+        return edits_as_code(self.last_run, self.edits) if self.last_run is not None else edits_as_code(None, [])
 
     def __repr__(self) -> str:
         return (
@@ -677,119 +375,7 @@ class Session:
         )
 
 
-def name_inputs(forward, args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
-    """Every input tensor by name: ``forward``'s parameter name plus its pytree path inside that
-    argument (``"x"``, ``"batch['ids']"``); ``args[i]`` where the signature does not bind."""
-    try:
-        named = dict(_signature(forward).bind(*args, **kwargs).arguments)
-    except (TypeError, ValueError):
-        named = {f"args[{i}]": a for i, a in enumerate(args)} | dict(kwargs)
-    names = {}
-    for argument, value in named.items():
-        for path, leaf in pytree.tree_flatten_with_path(value)[0]:
-            if isinstance(leaf, torch.Tensor):
-                names[argument + pytree.keystr(path)] = leaf
-    return names
-
-
-@contextlib.contextmanager
-def buffers_kept(model: torch.nn.Module):
-    """Put every buffer a forward changed in place (BatchNorm's running statistics and
-    ``num_batches_tracked``) back as it was, so hookviz's forwards leave no trace in the model.
-
-    Written through ``.data``: Nodes that saved a buffer (BatchNorm saves its running statistics)
-    must not see its version change, or a re-run's backward would refuse them.
-    """
-    before = [(b, b.detach().clone()) for b in model.buffers()]
-    try:
-        yield
-    finally:
-        # Every buffer, not only those whose _version moved: BatchNorm's kernel updates its
-        # running statistics without bumping the version counter.
-        for buffer, value in before:
-            buffer.data.copy_(value)
-
-
-def _eager(model: torch.nn.Module):
-    """Run ``torch.compile``d submodules eagerly, so hookviz's per-op hooks see their ops."""
-    compiled = any(isinstance(getattr(m, "_orig_mod", None), torch.nn.Module) for m in model.modules())
-    return torch.compiler.set_stance("force_eager") if compiled else contextlib.nullcontext()
-
-
-def _refuse_unsupported(walk: Walk) -> None:
-    """Refuse graphs ``torch.autograd.grad`` cannot run, with the fix."""
-    for node in walk.nodes.values():
-        if node.op == "CheckpointFunctionBackward":
-            raise UnsupportedError(
-                "the model uses torch.utils.checkpoint.checkpoint(..., use_reentrant=True), which "
-                "PyTorch does not support with torch.autograd.grad (hookviz's backward); pass "
-                "use_reentrant=False to checkpoint (PyTorch's recommended default)"
-            )
-
-
 def _slot_error(edit: Edit, detail: str) -> str:
     return f"slot {str(edit.slot)!r} does not exist on {edit.target or '<root module>'!r}: {detail}"
 
 
-def _consumers(walk: Walk) -> dict[tuple[str, int], list[tuple[str, int]]]:
-    """(producer id, output_nr) -> [(consumer id, slot)]: who sends gradient to each output."""
-    found: dict[tuple[str, int], list[tuple[str, int]]] = {}
-    for node in walk.nodes.values():
-        for slot, producer, output_nr in node.inputs:
-            found.setdefault((producer, output_nr), []).append((node.id, slot))
-    return found
-
-
-def _saved_tensors(walk: Walk, recorder: SavedTensorsRecorder) -> dict[str, list[SavedTensor]]:
-    """What each op Node saved for backward: ``grad_fn._saved_<name>`` names each saved tensor, and
-    hookviz's pack hook (which reading the attribute unpacks) gives its shape, dtype, bytes and
-    where the user's own pack hook stored it."""
-    saved: dict[str, list[SavedTensor]] = {}
-    for node in walk.nodes.values():
-        if node.kind != "op":
-            continue
-        entries = []
-        for attribute in saved_tensor_names(node.fn):
-            try:
-                packs = recorder.attribute(node.fn, attribute)
-            except RuntimeError:
-                continue
-            base = attribute.removeprefix("_saved_")
-            for i, (shape, dtype, nbytes, stored) in enumerate(packs):
-                name = base + (f"[{i}]" if len(packs) > 1 else "")
-                entries.append(SavedTensor(name, shape, str(dtype).removeprefix("torch."), nbytes, stored))
-        saved[node.id] = entries
-    return saved
-
-
-def _call_input_keys(batch: StatsBatch, call: CallState, recorder: ForwardRecorder) -> dict:
-    """What a forward pre-hook of ``call`` saw, by ``forward``'s parameter names: stats keys for
-    tensors (checked against the version the hook saw), a short repr for anything else."""
-    try:
-        named = dict(_signature(call.forward).bind(*call.args, **call.kwargs).arguments)
-    except (TypeError, ValueError):
-        named = {f"args[{i}]": a for i, a in enumerate(call.args)} | dict(call.kwargs)
-    seen = {id(e.tensor): e.version for e in call.inputs if e is not None}
-    keys: dict = {}
-    for name, value in named.items():
-        flat = [((), value)] if isinstance(value, torch.Tensor) else pytree.tree_flatten_with_path(value)[0]
-        for path, leaf in flat:
-            label = name + pytree.keystr(path)
-            if isinstance(leaf, torch.Tensor):
-                version = seen.get(id(leaf))
-                keys[label] = batch.add(*recorder.seen(leaf, version)) if version is not None else batch.add(leaf)
-            else:
-                keys[label] = repr(leaf)[:80]
-    return keys
-
-
-_SIGNATURES: dict = {}
-
-
-def _signature(forward) -> inspect.Signature:
-    """``inspect.signature`` of a bound ``forward``, cached per function (it is slow)."""
-    function = getattr(forward, "__func__", forward)
-    found = _SIGNATURES.get(function)
-    if found is None:
-        found = _SIGNATURES.setdefault(function, inspect.signature(forward))
-    return found

@@ -423,6 +423,14 @@ def _elements_key(tensor: torch.Tensor) -> tuple:
             tuple(sorted(zip(tensor.shape, tensor.stride()))))
 
 
+def combined_norm(norms) -> float | None:
+    """The 2-norm of several tensors taken together from their own 2-norms: ``sqrt(sum n**2)``
+    (``math.hypot``: an Inf gives Inf, else a NaN gives NaN). None entries are skipped; None when
+    none is left. The one place this formula lives."""
+    present = [n for n in norms if n is not None]
+    return math.hypot(*present) if present else None
+
+
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     """The one rule for "did this gradient change?": same shape and the same elements, bit for bit,
     with NaN equal to NaN (a NaN that stays a NaN is no change); sparse tensors compared dense."""

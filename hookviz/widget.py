@@ -26,7 +26,7 @@ import traitlets
 
 from hookviz import widget_data
 from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError, WatchError
-from hookviz.run import LOSS_MODULE
+from hookviz.graph import LOSS_MODULE
 
 _STATIC = Path(__file__).parent / "static"
 _MAX_TEXT = 4096

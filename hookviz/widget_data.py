@@ -20,6 +20,7 @@ import networkx as nx
 
 from hookviz.errors import TargetError
 from hookviz.run import Run, records_equal
+from hookviz.stats import combined_norm
 
 COLLAPSE_THRESHOLD = 300
 VISIBLE_BUDGET = 150
@@ -86,13 +87,12 @@ def layers(graph: nx.DiGraph) -> dict[str, int]:
 def module_norms(run: Run) -> dict[str, float | None]:
     """Norm of the gradient into each module's inputs (what a full backward hook's ``grad_input``
     holds), over all its calls: ``sqrt(sum of squared norms)``; None when no input got a gradient."""
-    squares: dict[str, float] = {}
+    norms: dict[str, list[float]] = {}
     for call in run.calls:
         for record in call.grad_input:
-            if record is None or record.norm is None:
-                continue
-            squares[call.module] = squares.get(call.module, 0.0) + float(record.norm) ** 2
-    return {module: math.sqrt(total) for module, total in squares.items()}
+            if record is not None and record.norm is not None:
+                norms.setdefault(call.module, []).append(float(record.norm))
+    return {module: combined_norm(values) for module, values in norms.items()}
 
 
 def _color_range(norms) -> dict:
@@ -127,16 +127,13 @@ def graph_json(
     edited_targets = {edit.target for edit in run.edits}
     nodes = []
     by_module: dict[str, list[dict]] = defaultdict(list)
-    module_names = set(run.modules)
     for node_id, attrs in graph.nodes(data=True):
         norm = attrs.get("grad_norm")
         kind = attrs.get("kind", "op")
         item = {
             "id": node_id,
             "op": attrs.get("op", ""),
-            "module": _leaf_module(node_id, module_names)
-            if kind == "leaf"
-            else attrs.get("module", ""),
+            "module": attrs.get("module", ""),
             "kind": kind,
             "layer": layer.get(node_id, 0),
             "order": attrs.get("order"),
@@ -170,22 +167,9 @@ def graph_json(
     }
 
 
-def _leaf_module(name: str, module_names: set[str]) -> str:
-    """The group of a leaf: a parameter ``"a.b.weight"`` sits in module ``"a.b"``; a forward
-    argument (or a parameter of the root module) in the root ``""``."""
-    owner = name.rsplit(".", 1)[0] if "." in name else ""
-    return owner if owner in module_names else ""
-
-
 def _combine(norms) -> float | None:
-    present = [n for n in norms if n is not None]
-    if not present:
-        return None
-    return (
-        math.sqrt(sum(n * n for n in present))
-        if all(math.isfinite(n) for n in present)
-        else math.inf
-    )
+    norm = combined_norm(norms)
+    return math.inf if norm is not None and math.isnan(norm) else norm  # NaN is drawn red elsewhere
 
 
 def _as_float(value) -> float | None:

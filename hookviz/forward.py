@@ -1,0 +1,424 @@
+"""The retained forward: one recorded forward pass, kept so that backward can run on it again.
+
+:func:`record_forward` runs the model under hookviz's recording hooks (module calls, forward values,
+saved tensors, the user's hooks wrapped in place) and returns a :class:`RetainedForward`;
+:meth:`RetainedForward.backward` runs one recorded backward on it with the session's edits and hands
+the live records to :func:`hookviz.assemble.build_run`. It takes prepared inputs from the session
+and never calls back into it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils import _pytree as pytree
+
+from hookviz.assemble import RunContext, build_run
+from hookviz.capture import (
+    BackwardRecorder,
+    CallState,
+    ForwardRecorder,
+    HiddenNodeProbe,
+    NodePostHook,
+    NodePreEditHook,
+    RecordingState,
+    SavedTensorsRecorder,
+    forget_tensors,
+    full_backward_hooks,
+    wrapped_user_hooks,
+)
+from hookviz.errors import BackwardError, ForwardError, HookvizError, LossError, UnsupportedError
+from hookviz.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
+from hookviz.module_views import CallPlan, plan_call
+from hookviz.run import Run, SavedTensor
+from hookviz.stats import StatsBatch, TensorRecord
+
+
+@dataclass
+class RetainedForward:
+    """One forward pass hookviz recorded and keeps, so backward can run on it again and again.
+
+    Made by :func:`record_forward`. Holds the loss, the walked autograd graph (its Nodes carry
+    hookviz's post-hooks until :meth:`remove_hooks`), the module calls seen in forward, summaries of
+    the forward values and, per module call, the plan for rebuilding what a full backward hook
+    sees (:mod:`hookviz.module_views`).
+    """
+
+    device: str
+    model: torch.nn.Module
+    loss: torch.Tensor
+    walk: Walk
+    state: RecordingState
+    recorder: ForwardRecorder
+    leaves: dict[str, torch.Tensor]  # leaf name -> tensor passed to autograd.grad
+    node_call: dict[str, int | None]  # node id -> index of the module call that made it
+    consumers: dict[tuple[str, int], list[tuple[str, int]]]
+    saved: dict[str, list[SavedTensor]]
+    hook_signature: tuple
+    versions: list[tuple[torch.Tensor, int]]
+    edit_sites: tuple[tuple[str, str], ...]
+    handles: list = field(default_factory=list)  # hookviz's Node post-hooks, removed by remove_hooks()
+    forward_records: dict[str, TensorRecord] = field(default_factory=dict)
+    call_inputs: list[dict] = field(default_factory=list)
+    call_outputs: list[list] = field(default_factory=list)
+    call_outputs_replaced: list[list | None] = field(default_factory=list)
+    # Derived once per forward in __post_init__:
+    leaf_ids: dict[int, str] = field(init=False)  # id(leaf tensor) -> node id
+    plans: list[CallPlan] = field(init=False)  # per module call: how to rebuild its full hook view
+    summed_later: frozenset[tuple[str, int]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.leaf_ids = {id(n.tensor): n.id for n in self.walk.nodes.values() if n.tensor is not None}
+        sequence = {n.id: n.sequence_nr for n in self.walk.nodes.values() if n.kind == "op"}
+
+        def producer_of(edge) -> tuple[str | None, int]:
+            return self.producer(edge.tensor, edge.grad_fn, edge.output_nr)
+
+        self.plans = [plan_call(call, producer_of, self.consumers, sequence, self.walk.looked_through)
+                      for call in self.recorder.calls]
+        # Gradients that a full-hook view adds up are kept whole through backward.
+        self.summed_later = frozenset(use for plan in self.plans for use in plan.summed_uses())
+
+    def producer(self, tensor: torch.Tensor | None, fn, output_nr: int) -> tuple[str | None, int]:
+        """The graph node (and output) that produced ``tensor`` when a hook saw it."""
+        if fn is None:
+            return self.leaf_ids.get(id(tensor)), 0
+        fn, output_nr = resolve_hidden(fn, output_nr)
+        return self.walk.node_id(fn), output_nr
+
+    def remove_hooks(self) -> None:
+        """Remove hookviz's Node hooks from the retained graph (idempotent)."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+    def backward(self, recorder: BackwardRecorder, batch: StatsBatch, context: RunContext,
+                 reused: bool) -> Run:
+        """Run one recorded backward (``torch.autograd.grad(loss, leaves, retain_graph=True)``)
+        with the recorder's edits, and assemble the :class:`~hookviz.run.Run`.
+
+        Raises:
+            EditError, ExpressionError: an edit failed at its site. BackwardError: backward raised.
+        """
+        op_nodes = {n.id for n in self.walk.nodes.values() if n.kind == "op"}
+        recorder.begin_backward(op_nodes, batch.settle, self.summed_later)
+        handles = [
+            self.walk.nodes[node_id].fn.register_prehook(NodePreEditHook(recorder, node_id))
+            for node_id in recorder.pre_edits
+        ]
+        names = list(self.leaves)
+        self.state.active = recorder
+        try:
+            with wrapped_user_hooks(self.state, self.model, self.leaves):
+                grads = torch.autograd.grad(
+                    self.loss, [self.leaves[n] for n in names], retain_graph=True, allow_unused=True
+                )
+        except HookvizError:
+            raise
+        except RuntimeError as error:
+            raise BackwardError(f"backward raised: {error}") from error
+        finally:
+            self.state.active = None
+            for handle in handles:
+                handle.remove()
+        leaf_grads = recorder.leaf_grads(dict(zip(names, grads)))
+        return build_run(self, recorder, leaf_grads, batch, context, reused)
+
+
+def record_forward(model: torch.nn.Module, args: tuple, kwargs: dict, inputs: dict[str, torch.Tensor],
+                   loss_fn: Callable | None, recorder: BackwardRecorder, *, device: str,
+                   user_model: torch.nn.Module, asked_grads: list[str], full_tensor_limit: int,
+                   histogram_bins: int) -> RetainedForward:
+    """Run one forward under hookviz's recording hooks and keep its graph.
+
+    Args:
+        model: the module to run (the user's model, or hookviz's copy on another device).
+        args, kwargs: prepared inputs (copies where the session made them); ``inputs``: the
+            tensors among them by name.
+        loss_fn: ``loss_fn(output) -> scalar tensor``, or None when the output is the loss.
+        recorder: made with the session's edits; its module edits apply from forward on (a
+            ``loss_fn`` that differentiates meets them), and it runs the first backward.
+        device: where it runs. user_model: the user's model (its hooks are the user's).
+        asked_grads: inputs made to require grad by ``input_grads=True`` (named in errors).
+        full_tensor_limit, histogram_bins: see :class:`~hookviz.stats.StatsBatch`.
+
+    Raises:
+        ForwardError, BackwardError, LossError, UnsupportedError: see their docstrings; the model's
+        hooks, buffers and flags are as they were in every case.
+    """
+    leaf_names = {id(t): n for n, t in inputs.items() if t.grad_fn is None}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        leaf_names.setdefault(id(parameter), name)
+    boundary_names = {(id(t.grad_fn), t.output_nr): n for n, t in inputs.items() if t.grad_fn is not None}
+    named_leaves = {n: t for n, t in inputs.items() if t.requires_grad} | {
+        n: p for n, p in model.named_parameters() if p.requires_grad
+    }
+    edit_sites = tuple(sorted({(name, "grad_input") for name in recorder.module_input_edits}
+                              | {(name, "grad_output") for name in recorder.module_output_edits}))
+    state = RecordingState()
+    forward_recorder = ForwardRecorder(model, state, snapshot_limit=full_tensor_limit)
+    saved_recorder = SavedTensorsRecorder()
+    state.active = recorder
+    try:
+        with torch.enable_grad(), wrapped_user_hooks(state, model, named_leaves), \
+                full_backward_hooks(state, model, list(edit_sites)), buffers_kept(model), _eager(model):
+            forward_start = torch._C._autograd._get_sequence_nr()
+            with forward_recorder, saved_recorder.hooks():
+                output = _call_model(model, args, kwargs, forward_recorder, bool(edit_sites), asked_grads)
+                loss = loss_of(output, loss_fn)
+    finally:
+        state.active = None
+    walk = walk_graph(loss.grad_fn, forward_start, leaf_names, boundary_names)
+    _refuse_unsupported(walk)
+    leaves = {}
+    for node in walk.nodes.values():
+        if node.kind == "leaf":
+            leaves[node.id] = node.tensor
+        elif node.kind == "boundary" and node.id in inputs:
+            leaves[node.id] = inputs[node.id]
+    handles = [
+        node.fn.register_hook(NodePostHook(state, node.id, node.op))
+        for node in walk.nodes.values() if node.kind == "op"
+    ]
+    for call in forward_recorder.calls:
+        if call.legacy is not None and call.legacy.grad_fn is not None \
+                and resolve_hidden(call.legacy.grad_fn, 0)[0] is not call.legacy.grad_fn:
+            handles.append(call.legacy.grad_fn.register_hook(HiddenNodeProbe(state, call.index)))
+    for grad_fn, output_nr, wrapper in forward_recorder.intermediate_hooks:
+        wrapper.node = walk.node_id(resolve_hidden(grad_fn, output_nr)[0])
+    summary = _summarise_forward(walk, forward_recorder, StatsBatch(full_tensor_limit, histogram_bins))
+    forget_tensors(forward_recorder)
+    return RetainedForward(
+        device=device, model=model, loss=loss, walk=walk, state=state, recorder=forward_recorder,
+        leaves=leaves, node_call=_node_calls(walk, forward_recorder),
+        consumers=_consumers(walk), saved=_saved_tensors(walk, saved_recorder),
+        hook_signature=hook_signature(user_model, leaves),
+        versions=[(t, t._version) for t in leaves.values()],
+        edit_sites=edit_sites, handles=handles, forward_records=summary[0],
+        call_inputs=summary[1], call_outputs=summary[2], call_outputs_replaced=summary[3],
+    )
+
+
+def hook_signature(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> tuple:
+    """Which user hooks exist now (to notice hooks added or removed since a forward)."""
+    modules = tuple(
+        (name, attribute, tuple(getattr(m, attribute).keys()))
+        for name, m in model.named_modules()
+        for attribute in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+        if getattr(m, attribute)
+    )
+    tensor_hooks = tuple((n, tuple((t._backward_hooks or {}).keys())) for n, t in tensors.items())
+    return modules, tensor_hooks
+
+
+def name_inputs(forward, args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
+    """Every input tensor by name: ``forward``'s parameter name plus its pytree path inside that
+    argument (``"x"``, ``"batch['ids']"``); ``args[i]`` where the signature does not bind."""
+    try:
+        named = dict(_signature(forward).bind(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        named = {f"args[{i}]": a for i, a in enumerate(args)} | dict(kwargs)
+    names = {}
+    for argument, value in named.items():
+        for path, leaf in pytree.tree_flatten_with_path(value)[0]:
+            if isinstance(leaf, torch.Tensor):
+                names[argument + pytree.keystr(path)] = leaf
+    return names
+
+
+def loss_of(output, loss_fn: Callable | None) -> torch.Tensor:
+    """``loss_fn(output)`` (or the output itself), checked to be a one-element tensor with a graph.
+
+    Raises:
+        LossError: ``loss_fn`` raised, or the loss is not a tensor, not a scalar, or has no graph.
+    """
+    if loss_fn is not None:
+        try:
+            loss = loss_fn(output)
+        except Exception as error:
+            raise LossError(f"loss_fn raised {type(error).__name__}: {error}") from error
+        source = "loss_fn(output)"
+    else:
+        loss, source = output, "the model's output"
+    if not isinstance(loss, torch.Tensor):
+        raise LossError(
+            f"{source} is a {type(loss).__name__}, not a tensor; pass loss_fn=... that returns "
+            "a scalar tensor, e.g. loss_fn=lambda out: out.sum()"
+        )
+    if loss.numel() != 1:
+        fix = "return a scalar, e.g. add .mean()" if loss_fn else (
+            "pass loss_fn=... that reduces it to a scalar, e.g. loss_fn=lambda out: out.sum()"
+        )
+        raise LossError(f"{source} has shape {list(loss.shape)}, not a scalar; {fix}")
+    if not loss.requires_grad or loss.grad_fn is None:
+        raise LossError(
+            f"{source} does not require grad, so there is no backward to record: no parameter or "
+            "input requires grad, or forward ran under torch.no_grad(); set requires_grad=True "
+            "on the parameters or inputs"
+        )
+    return loss
+
+
+def _call_model(model, args, kwargs, recorder: ForwardRecorder, edit_hooks: bool, asked_grads: list[str]):
+    try:
+        return model(*args, **kwargs)
+    except HookvizError:
+        raise
+    except Exception as error:
+        where = recorder.current_module
+        label = "the root module" if where == "" else f"module {where!r}"
+        module = model.get_submodule(where) if where is not None else model
+        text = str(error)
+        if "BackwardHookFunction" in text and "inplace" in text.lower():
+            whose = "hookviz's full backward hook for your module edit" if edit_hooks else "a full backward hook of yours"
+            raise BackwardError(
+                f"{label} ({type(module).__name__}) modifies in place a tensor that {whose} wraps "
+                f"({text}); PyTorch's full backward hooks cannot handle in-place ops such as "
+                "ReLU(inplace=True) or x += 1 on a hooked module's input or output: make that op "
+                "out of place (inplace=False, x = x + 1), or edit a node's grad_inputs / "
+                "grad_outputs instead of a module's grad_input / grad_output"
+            ) from error
+        if "leaf Variable that requires grad" in text and asked_grads:
+            raise ForwardError(
+                f"{label} ({type(module).__name__}) changes an input in place, and PyTorch refuses "
+                "that on a leaf that requires grad; the input requires grad only because hookviz's "
+                f"input_grads=True asked for gradients of {', '.join(map(repr, asked_grads))}: "
+                f"leave input_grads=False (the default), which passes a copy ({text})",
+                module=where,
+            ) from error
+        raise ForwardError(
+            f"forward of {label} ({type(module).__name__}) raised {type(error).__name__}: {error}",
+            module=where,
+        ) from error
+
+
+def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch):
+    """Statistics of every op's output and of what module hooks saw, right after forward
+    (so the activations need not be held through backward)."""
+    output_keys = {
+        walk.id_of[fn_id]: batch.add(tensor, version)
+        for fn_id, (tensor, version) in recorder.outputs.items() if fn_id in walk.id_of
+    }
+    input_keys = [_call_input_keys(batch, call, recorder) for call in recorder.calls]
+    returned_keys = [[batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned]
+                     for call in recorder.calls]
+    replaced_keys = [None if call.replaced is None else [batch.add(e.tensor, e.version) for e in call.replaced]
+                     for call in recorder.calls]
+    records = batch.compute()
+    return (
+        {n: records[k] for n, k in output_keys.items()},
+        [{name: records[k] if isinstance(k, int) else k for name, k in keys.items()} for keys in input_keys],
+        [[records[k] for k in keys] for keys in returned_keys],
+        [None if keys is None else [records[k] for k in keys] for keys in replaced_keys],
+    )
+
+
+def _node_calls(walk: Walk, recorder: ForwardRecorder) -> dict[str, int | None]:
+    """The innermost module call during which each op Node was made (by sequence number)."""
+    return {
+        node.id: recorder.call_of(node.sequence_nr) if node.kind == "op" else None
+        for node in walk.nodes.values()
+    }
+
+
+@contextlib.contextmanager
+def buffers_kept(model: torch.nn.Module):
+    """Put every buffer a forward changed in place (BatchNorm's running statistics and
+    ``num_batches_tracked``) back as it was, so hookviz's forwards leave no trace in the model.
+
+    Written through ``.data``: Nodes that saved a buffer (BatchNorm saves its running statistics)
+    must not see its version change, or a re-run's backward would refuse them.
+    """
+    before = [(b, b.detach().clone()) for b in model.buffers()]
+    try:
+        yield
+    finally:
+        # Every buffer, not only those whose _version moved: BatchNorm's kernel updates its
+        # running statistics without bumping the version counter.
+        for buffer, value in before:
+            buffer.data.copy_(value)
+
+
+def _eager(model: torch.nn.Module):
+    """Run ``torch.compile``d submodules eagerly, so hookviz's per-op hooks see their ops."""
+    compiled = any(isinstance(getattr(m, "_orig_mod", None), torch.nn.Module) for m in model.modules())
+    return torch.compiler.set_stance("force_eager") if compiled else contextlib.nullcontext()
+
+
+def _refuse_unsupported(walk: Walk) -> None:
+    """Refuse graphs ``torch.autograd.grad`` cannot run, with the fix."""
+    for node in walk.nodes.values():
+        if node.op == "CheckpointFunctionBackward":
+            raise UnsupportedError(
+                "the model uses torch.utils.checkpoint.checkpoint(..., use_reentrant=True), which "
+                "PyTorch does not support with torch.autograd.grad (hookviz's backward); pass "
+                "use_reentrant=False to checkpoint (PyTorch's recommended default)"
+            )
+
+
+def _consumers(walk: Walk) -> dict[tuple[str, int], list[tuple[str, int]]]:
+    """(producer id, output_nr) -> [(consumer id, slot)]: who sends gradient to each output."""
+    found: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for node in walk.nodes.values():
+        for slot, producer, output_nr in node.inputs:
+            found.setdefault((producer, output_nr), []).append((node.id, slot))
+    return found
+
+
+def _saved_tensors(walk: Walk, recorder: SavedTensorsRecorder) -> dict[str, list[SavedTensor]]:
+    """What each op Node saved for backward: ``grad_fn._saved_<name>`` names each saved tensor, and
+    hookviz's pack hook (which reading the attribute unpacks) gives its shape, dtype, bytes and
+    where the user's own pack hook stored it."""
+    saved: dict[str, list[SavedTensor]] = {}
+    for node in walk.nodes.values():
+        if node.kind != "op":
+            continue
+        entries = []
+        for attribute in saved_tensor_names(node.fn):
+            try:
+                packs = recorder.attribute(node.fn, attribute)
+            except RuntimeError:
+                continue
+            base = attribute.removeprefix("_saved_")
+            for i, (shape, dtype, nbytes, stored) in enumerate(packs):
+                name = base + (f"[{i}]" if len(packs) > 1 else "")
+                entries.append(SavedTensor(name, shape, str(dtype).removeprefix("torch."), nbytes, stored))
+        saved[node.id] = entries
+    return saved
+
+
+def _call_input_keys(batch: StatsBatch, call: CallState, recorder: ForwardRecorder) -> dict:
+    """What a forward pre-hook of ``call`` saw, by ``forward``'s parameter names: stats keys for
+    tensors (checked against the version the hook saw), a short repr for anything else."""
+    try:
+        named = dict(_signature(call.forward).bind(*call.args, **call.kwargs).arguments)
+    except (TypeError, ValueError):
+        named = {f"args[{i}]": a for i, a in enumerate(call.args)} | dict(call.kwargs)
+    seen = {id(e.tensor): e.version for e in call.inputs if e is not None}
+    keys: dict = {}
+    for name, value in named.items():
+        flat = [((), value)] if isinstance(value, torch.Tensor) else pytree.tree_flatten_with_path(value)[0]
+        for path, leaf in flat:
+            label = name + pytree.keystr(path)
+            if isinstance(leaf, torch.Tensor):
+                version = seen.get(id(leaf))
+                keys[label] = batch.add(*recorder.seen(leaf, version)) if version is not None else batch.add(leaf)
+            else:
+                keys[label] = repr(leaf)[:80]
+    return keys
+
+
+_SIGNATURES: dict = {}
+
+
+def _signature(forward) -> inspect.Signature:
+    """``inspect.signature`` of a bound ``forward``, cached per function (it is slow)."""
+    function = getattr(forward, "__func__", forward)
+    found = _SIGNATURES.get(function)
+    if found is None:
+        found = _SIGNATURES.setdefault(function, inspect.signature(forward))
+    return found
