@@ -79,6 +79,13 @@ class Session:
                 "per-op hooks; edits apply to these runs, not to the compiled model"
             )
             model = model._orig_mod
+        frozen = [n for n, p in model.named_parameters() if p.is_inference()]
+        if frozen:
+            raise HookvizError(
+                f"the parameters {', '.join(map(repr, frozen[:3]))}{' ...' if len(frozen) > 3 else ''} were "
+                "created under torch.inference_mode(), and autograd cannot use such tensors; create the "
+                "model outside inference_mode (or replace them with clones made outside it)"
+            )
         self.model = model
         self.args = args if isinstance(args, tuple) else tuple(args) if isinstance(args, list) else (args,)
         self.kwargs = dict(kwargs or {})

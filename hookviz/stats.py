@@ -38,7 +38,14 @@ def _json_float(value: float | None) -> float | str | None:
 
 
 def _json_values(values: list) -> list:
-    return [_json_values(v) if isinstance(v, list) else _json_float(float(v)) for v in values]
+    return [_json_values(v) if isinstance(v, list) else _json_number(v) for v in values]
+
+
+def _json_number(value) -> float | str | None:
+    """A number for JSON: a complex one as text (``"0.5-1.2j"``), which JSON has no type for."""
+    if isinstance(value, complex):
+        return f"{value.real:.6g}{value.imag:+.6g}j"
+    return _json_float(float(value))
 
 
 @dataclass
@@ -95,7 +102,7 @@ class TensorRecord:
             "numel": self.numel,
             "value": None if self.value is None else _json_values(self.value.tolist())
             if self.value.dim() > 0
-            else _json_float(float(self.value)),
+            else _json_number(self.value.item()),
             "norm": _json_float(self.norm),
             "mean": _json_float(self.mean),
             "min": _json_float(self.min),

@@ -342,3 +342,68 @@ def test_explain_says_why_a_hook_did_not_fire():
     assert run.explain("AddmmBackward0_0").endswith("ran in backward, so its Node hooks fire.")
     with pytest.raises(hookviz.TargetError, match="unknown target"):
         run.explain("nope")
+
+
+def test_a_custom_function_node_has_its_module_saved_tensors_and_output():
+    from zoo import CustomFunction
+
+    torch.manual_seed(0)
+    run = hookviz.Session(CustomFunction(), (torch.randn(4, 3),), loss_fn=_sum).run()
+    node = run.node("CubeBackward_0")
+    assert node.module == "cube"
+    assert [s.name for s in node.saved] == ["saved_tensors[0]", "saved_tensors[1]"]
+    assert node.output is not None and node.output.shape == (4, 3)
+    assert all(g is not None for g in run.module_grads("cube").grad_input)
+
+
+class NoneThenTensor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return None, self.fc(x)
+
+
+def test_an_output_entry_that_is_not_a_tensor_keeps_the_slot_numbers():
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.inner = NoneThenTensor()
+    model.forward = lambda x: model.inner(x)[1]
+    data = torch.randn(2, 3, requires_grad=True)
+    session = hookviz.Session(model, (data,), loss_fn=_sum)
+    base = session.run()
+    assert base.module_grads("inner").grad_output[0] is None  # what PyTorch's hook sees: (None, grad)
+    session.edit("inner", "grad_output[1]", "grad * 3")
+    edited = session.run()
+    namespace: dict = {}
+    exec(session.edits_as_code(), namespace)
+    twin, twin_data = copy.deepcopy(model), data.detach().clone().requires_grad_(True)
+    twin.forward = lambda x: twin.inner(x)[1]
+    handles = namespace["install_edits"](twin)
+    twin(twin_data).sum().backward()
+    for handle in handles:
+        handle.remove()
+    assert torch.equal(edited.leaf_grad("x"), twin_data.grad)  # the forward argument's name
+    torch.testing.assert_close(edited.leaf_grad("x"), base.leaf_grad("x") * 3)
+
+
+def test_show_works_on_sparse_complex_and_inference_mode_runs():
+    from zoo import Embedded
+
+    torch.manual_seed(0)
+    widgets = [
+        hookviz.show(Embedded(True), (torch.tensor([[1, 2, 4]]),), loss_fn=_sum),
+        hookviz.show(nn.Linear(3, 2).to(torch.complex64), (torch.randn(2, 3, dtype=torch.complex64),),
+                     loss_fn=lambda out: out.abs().sum()),
+    ]
+    model = TanhMLP()
+    with torch.inference_mode():
+        widgets.append(hookviz.show(model, (torch.randn(2, 3),), loss_fn=_sum))
+        built_inside = TanhMLP()  # its parameters are inference tensors: no autograd can use them
+    with pytest.raises(hookviz.HookvizError, match="created under torch.inference_mode.*outside"):
+        hookviz.Session(built_inside, (torch.randn(2, 3),), loss_fn=_sum)
+    for widget in widgets:
+        leaf = widget.session.last_run.leaf_names[0]
+        assert widget.select(leaf) and widget.inspector["id"] == leaf
+        assert not widget.errors, widget.errors
