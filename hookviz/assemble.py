@@ -125,14 +125,13 @@ class _Assembler:
         ran = {call.module for call in forward_calls}
         nodes: dict[str, NodeRecord] = {}
         for node in walk.nodes.values():
-            call_index = graph.node_call.get(node.id)
+            call_index = node.call
             call = forward_calls[call_index] if call_index is not None else None
             record = NodeRecord(
                 id=node.id, op=node.op, kind=node.kind,
                 module=call.module if call is not None else _leaf_module(node.id, node.kind, parameters, ran),
                 module_call=call.call if call is not None else 0,
-                order=order.get(node.id), output=graph.forward_records.get(node.id),
-                saved=graph.saved.get(node.id, []),
+                order=order.get(node.id), output=node.output, saved=list(node.saved),
             )
             if node.kind == "op":
                 record.grad_outputs = self._records(out_grad_keys.get(node.id, ()))

@@ -35,7 +35,7 @@ from hookviz.errors import BackwardError, ForwardError, HookvizError, LossError,
 from hookviz.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
 from hookviz.module_views import CallPlan, plan_call
 from hookviz.run import Run, SavedTensor
-from hookviz.stats import StatsBatch, TensorRecord
+from hookviz.stats import StatsBatch
 
 
 @dataclass
@@ -55,14 +55,11 @@ class RetainedForward:
     state: RecordingState
     recorder: ForwardRecorder
     leaves: dict[str, torch.Tensor]  # leaf name -> tensor passed to autograd.grad
-    node_call: dict[str, int | None]  # node id -> index of the module call that made it
     consumers: dict[tuple[str, int], list[tuple[str, int]]]
-    saved: dict[str, list[SavedTensor]]
     hook_signature: tuple
     versions: list[tuple[torch.Tensor, int]]
     edit_sites: tuple[tuple[str, str], ...]
     handles: list = field(default_factory=list)  # hookviz's Node post-hooks, removed by remove_hooks()
-    forward_records: dict[str, TensorRecord] = field(default_factory=dict)
     call_inputs: list[dict] = field(default_factory=list)
     call_outputs: list[list] = field(default_factory=list)
     call_outputs_replaced: list[list | None] = field(default_factory=list)
@@ -192,13 +189,16 @@ def record_forward(model: torch.nn.Module, args: tuple, kwargs: dict, inputs: di
         wrapper.node = walk.node_id(resolve_hidden(grad_fn, output_nr)[0])
     summary = _summarise_forward(walk, forward_recorder, StatsBatch(full_tensor_limit, histogram_bins))
     forget_tensors(forward_recorder)
+    # What forward taught about each Node goes on its one live record, the WalkedNode.
+    for node in walk.nodes.values():
+        if node.kind == "op":
+            node.call = forward_recorder.call_of(node.sequence_nr)
+            node.saved = _saved_tensors(node.fn, saved_recorder)
+            node.output = summary[0].get(node.id)
     return RetainedForward(
         device=device, model=model, loss=loss, walk=walk, state=state, recorder=forward_recorder,
-        leaves=leaves, node_call=_node_calls(walk, forward_recorder),
-        consumers=_consumers(walk), saved=_saved_tensors(walk, saved_recorder),
-        hook_signature=hook_signature(user_model, leaves),
-        versions=[(t, t._version) for t in leaves.values()],
-        edit_sites=edit_sites, handles=handles, forward_records=summary[0],
+        leaves=leaves, consumers=_consumers(walk), hook_signature=hook_signature(user_model, leaves),
+        versions=[(t, t._version) for t in leaves.values()], edit_sites=edit_sites, handles=handles,
         call_inputs=summary[1], call_outputs=summary[2], call_outputs_replaced=summary[3],
     )
 
@@ -317,14 +317,6 @@ def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch)
     )
 
 
-def _node_calls(walk: Walk, recorder: ForwardRecorder) -> dict[str, int | None]:
-    """The innermost module call during which each op Node was made (by sequence number)."""
-    return {
-        node.id: recorder.call_of(node.sequence_nr) if node.kind == "op" else None
-        for node in walk.nodes.values()
-    }
-
-
 @contextlib.contextmanager
 def buffers_kept(model: torch.nn.Module):
     """Put every buffer a forward changed in place (BatchNorm's running statistics and
@@ -369,26 +361,21 @@ def _consumers(walk: Walk) -> dict[tuple[str, int], list[tuple[str, int]]]:
     return found
 
 
-def _saved_tensors(walk: Walk, recorder: SavedTensorsRecorder) -> dict[str, list[SavedTensor]]:
-    """What each op Node saved for backward: ``grad_fn._saved_<name>`` names each saved tensor, and
+def _saved_tensors(fn, recorder: SavedTensorsRecorder) -> list[SavedTensor]:
+    """What a Node saved for backward: ``grad_fn._saved_<name>`` names each saved tensor, and
     hookviz's pack hook (which reading the attribute unpacks) gives its shape, dtype, bytes and
     where the user's own pack hook stored it."""
-    saved: dict[str, list[SavedTensor]] = {}
-    for node in walk.nodes.values():
-        if node.kind != "op":
+    entries = []
+    for attribute in saved_tensor_names(fn):
+        try:
+            packs = recorder.attribute(fn, attribute)
+        except RuntimeError:
             continue
-        entries = []
-        for attribute in saved_tensor_names(node.fn):
-            try:
-                packs = recorder.attribute(node.fn, attribute)
-            except RuntimeError:
-                continue
-            base = attribute.removeprefix("_saved_")
-            for i, (shape, dtype, nbytes, stored) in enumerate(packs):
-                name = base + (f"[{i}]" if len(packs) > 1 else "")
-                entries.append(SavedTensor(name, shape, str(dtype).removeprefix("torch."), nbytes, stored))
-        saved[node.id] = entries
-    return saved
+        base = attribute.removeprefix("_saved_")
+        for i, (shape, dtype, nbytes, stored) in enumerate(packs):
+            name = base + (f"[{i}]" if len(packs) > 1 else "")
+            entries.append(SavedTensor(name, shape, str(dtype).removeprefix("torch."), nbytes, stored))
+    return entries
 
 
 def _call_input_keys(batch: StatsBatch, call: CallState, recorder: ForwardRecorder) -> dict:

@@ -34,6 +34,10 @@ class WalkedNode:
         tensor: the leaf tensor for leaves and named boundaries, else None.
         inputs: ``(slot, producer_id, output_nr)``: ``grad_inputs[slot]`` of this node flows to
             output ``output_nr`` of ``producer_id`` (the node that computed input ``slot``).
+        call: index of the module call that made it (filled after forward; None for leaves and
+            for Nodes made outside every module, e.g. by ``loss_fn``).
+        saved: what it saved for backward (:class:`hookviz.run.SavedTensor`, filled after forward).
+        output: summary of its forward value (a :class:`hookviz.stats.TensorRecord`), when seen.
     """
 
     id: str
@@ -43,6 +47,9 @@ class WalkedNode:
     sequence_nr: int
     tensor: torch.Tensor | None = None
     inputs: list[tuple[int, str, int]] = field(default_factory=list)
+    call: int | None = None
+    saved: list = field(default_factory=list)
+    output: object = None
 
 
 @dataclass
