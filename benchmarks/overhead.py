@@ -11,26 +11,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
+from timing import timed
 
 import hookviz
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def _timed(function, device: str) -> float:
-    _sync(device)
-    start = time.perf_counter()
-    function()
-    _sync(device)
-    return time.perf_counter() - start
 
 
 def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
@@ -59,7 +46,7 @@ def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
     times = {f.__name__: [] for f in (plain, recorded, plain_backward, recorded_backward)}
     for _ in range(repeats):
         for function in (plain, recorded, plain_backward, recorded_backward):
-            times[function.__name__].append(_timed(function, device))
+            times[function.__name__].append(timed(function, device))
     median = {k: statistics.median(v) for k, v in times.items()}
     nodes = len(session.last_run.nodes)
     print(

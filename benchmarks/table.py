@@ -31,26 +31,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 import torch.nn.functional as F
+from timing import timed
 
 import hookviz
 from hookviz.examples import sigmoid_mlp
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def _timed(function, device: str) -> float:
-    _sync(device)
-    start = time.perf_counter()
-    function()
-    _sync(device)
-    return time.perf_counter() - start
 
 
 def _peak_bytes(model_name: str, variant: str, device: str) -> int:
@@ -204,17 +191,17 @@ def measure(model_name: str, repeats: int, device: str) -> None:
         try:
             for _ in range(2):  # warm-up
                 plain_step(), step()
-            plain, timed = [], []
+            plain, measured = [], []
             for i in range(repeats):
                 pair = (plain_step, step) if i % 2 else (step, plain_step)
-                times = [_timed(f, device) for f in pair]
-                (plain if i % 2 else timed).append(times[0])
-                (timed if i % 2 else plain).append(times[1])
+                times = [timed(f, device) for f in pair]
+                (plain if i % 2 else measured).append(times[0])
+                (measured if i % 2 else plain).append(times[1])
         finally:
             if close is not None:
                 close()
-        ratio = statistics.median(timed) / statistics.median(plain)
-        print(f"  {label:<40} {ratio:6.2f}x   ({statistics.median(timed) * 1e3:9.1f} ms vs plain step "
+        ratio = statistics.median(measured) / statistics.median(plain)
+        print(f"  {label:<40} {ratio:6.2f}x   ({statistics.median(measured) * 1e3:9.1f} ms vs plain step "
               f"{statistics.median(plain) * 1e3:8.1f} ms)")
     plain_peak = statistics.median(_peak_bytes(model_name, "plain", device) for _ in range(3))
     recorded_peak = statistics.median(_peak_bytes(model_name, "hookviz", device) for _ in range(3))

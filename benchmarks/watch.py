@@ -18,15 +18,11 @@ import time
 
 import torch
 import torch.nn.functional as F
+from timing import sync
 
 import hookviz.gradient_watch as watch_module
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
 from hookviz.gradient_watch import watch
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
@@ -37,13 +33,13 @@ def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
                   for m in (plain_model, watched_model)}
 
     def step(m) -> float:
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         optimizer = optimizers[id(m)]
         optimizer.zero_grad(set_to_none=True)
         loss_fn(m(*args)).backward()
         optimizer.step()
-        _sync(device)
+        sync(device)
         return time.perf_counter() - start
 
     # Time spent in the end-of-backward reduction, measured by wrapping it (a side channel).

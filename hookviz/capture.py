@@ -477,22 +477,15 @@ class BackwardRecorder:
         self._edit_call(node_id, node_id, self.pre_edits[node_id], grad_outputs, new)
         return new
 
-    def module_input(self, module: str, grad_input: tuple):
-        """Called by the full backward hook of a module with ``grad_input`` edits."""
-        edits = self.module_input_edits.get(module)
+    def module_edit(self, module: str, slot_name: str, grads: tuple):
+        """Called by a module's edit hook: the full backward hook (``grad_input`` edits) or the
+        full backward pre-hook (``grad_output`` edits); returns the edited tuple, or None."""
+        table = self.module_input_edits if slot_name == "grad_input" else self.module_output_edits
+        edits = table.get(module)
         if not edits:
             return None
-        new, _ = replace_slots(grad_input, edits)
-        self._edit_call(module, None, edits, grad_input, new)
-        return new
-
-    def module_output(self, module: str, grad_output: tuple):
-        """Called by the full backward pre-hook of a module with ``grad_output`` edits."""
-        edits = self.module_output_edits.get(module)
-        if not edits:
-            return None
-        new, _ = replace_slots(grad_output, edits)
-        self._edit_call(module, None, edits, grad_output, new)
+        new, _ = replace_slots(grads, edits)
+        self._edit_call(module, None, edits, grads, new)
         return new
 
     def _edit_call(self, where: str, node: str | None, edits: list[Edit], before, after) -> None:
@@ -550,26 +543,17 @@ class NodePreEditHook:
         return self.recorder.node_pre(self.node_id, grad_outputs)
 
 
-class ModuleInputEditHook:
-    """A full backward hook that applies a module's ``grad_input`` edits."""
+class ModuleEditHook:
+    """A module's edit hook: as a full backward hook ``hook(module, grad_input, grad_output)`` it
+    edits ``grad_input``; as a full backward pre-hook ``hook(module, grad_output)``, ``grad_output``.
+    Either way the tuple to edit comes first."""
 
-    def __init__(self, state: RecordingState, module: str):
-        self.state, self.module = state, module
+    def __init__(self, state: RecordingState, module: str, slot_name: str):
+        self.state, self.module, self.slot_name = state, module, slot_name
 
-    def __call__(self, module, grad_input, grad_output):
+    def __call__(self, module, grads, *rest):
         recorder = self.state.active
-        return None if recorder is None else recorder.module_input(self.module, grad_input)
-
-
-class ModuleOutputEditHook:
-    """A full backward pre-hook that applies a module's ``grad_output`` edits."""
-
-    def __init__(self, state: RecordingState, module: str):
-        self.state, self.module = state, module
-
-    def __call__(self, module, grad_output):
-        recorder = self.state.active
-        return None if recorder is None else recorder.module_output(self.module, grad_output)
+        return None if recorder is None else recorder.module_edit(self.module, self.slot_name, grads)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -708,10 +692,10 @@ def full_backward_hooks(
         for name, kind in sites:
             module = model.get_submodule(name)
             marks.append((module, module._is_full_backward_hook))
-            if kind == "grad_input":
-                handles.append(module.register_full_backward_hook(ModuleInputEditHook(state, name)))
-            else:
-                handles.append(module.register_full_backward_pre_hook(ModuleOutputEditHook(state, name)))
+            hook = ModuleEditHook(state, name, kind)
+            register = module.register_full_backward_hook if kind == "grad_input" else \
+                module.register_full_backward_pre_hook
+            handles.append(register(hook))
         yield
     finally:
         for handle in handles:

@@ -65,18 +65,10 @@ def test_an_edit_that_cannot_apply_is_refused_at_edit():
                 h = self.stats(x)
             return self.head(h)
 
-    class DictOut(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = nn.Linear(3, 3)
-
-        def forward(self, x):
-            return {"h": self.inner(x)}
-
     session = hookviz.Session(Frozen(), (torch.randn(2, 3),), loss_fn=_sum)
     with pytest.raises(hookviz.EditError, match=r"never call a full backward hook of module 'stats'.*no_grad"):
         session.edit("stats", "grad_output[0]", "grad * 2")
-    wrapper = nn.Sequential(DictOut())
+    wrapper = nn.Sequential(DictOutput())
     session = hookviz.Session(wrapper, (torch.randn(2, 3),), loss_fn=lambda out: out["h"].sum())
     with pytest.raises(hookviz.EditError, match="not top-level tensors"):
         session.edit("0", "grad_output[0]", "grad * 2")
