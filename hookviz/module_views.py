@@ -18,8 +18,9 @@ view is rebuilt from Node post-hooks instead, by PyTorch's own rules
   gradient from outside, and, when an argument requires grad, some argument got a gradient.
 
 One tensor passed as several arguments (``two(h, h)``, ``MultiheadAttention(x, x, x)``) cannot be
-split by use from the model's own graph, where all uses read the same tensor; :mod:`hookviz.session`
-asks PyTorch for those calls separately (see ``Session._split_shared_inputs``).
+split by use from the model's own graph, where all uses read the same tensor. For those calls alone,
+:func:`split_shared_inputs` asks autograd: it runs the module's forward again on one copy of the
+tensor per argument, as PyTorch's hook wrapper would, and backpropagates the call's ``grad_output``.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ class Session:
         # Inside the user's torch.inference_mode() no graph is recorded; hookviz's run needs one.
         with torch.random.fork_rng(devices=cuda, device_type="cuda"), torch.inference_mode(False):
             if fresh:
-                self._release()
+                self.release()
                 recorder = BackwardRecorder(self.edits)
                 graph = self._do_forward(device, recorder)
             else:
@@ -186,7 +186,7 @@ class Session:
                 if fresh:
                     raise
                 # The retained graph went stale (e.g. a parameter changed in place): start over.
-                self._release()
+                self.release()
                 recorder = BackwardRecorder(self.edits)
                 graph = self._do_forward(device, recorder)
                 run = self._do_backward(graph, recorder, reused=False)
@@ -213,9 +213,6 @@ class Session:
     def release(self) -> None:
         """Free the retained forward graph and remove every hook hookviz put on it (the next run
         does a fresh forward)."""
-        self._release()
-
-    def _release(self) -> None:
         if self._forward is not None:
             self._forward.remove_hooks()
         self._forward = None
@@ -247,8 +244,6 @@ class Session:
                              tuple(self._input_names))
         batch = StatsBatch(self.full_tensor_limit, self.histogram_bins)
         return graph.backward(recorder, batch, context, reused)
-
-    # ------------------------------------------------------------------ backward
 
     # ------------------------------------------------------------------ edits
 
