@@ -192,16 +192,17 @@ def split_shared_inputs(model: torch.nn.Module, call, grad_output: tuple, grad_i
     leaves = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
     wanted = [i for i, a in enumerate(leaves) if isinstance(a, torch.Tensor) and a.requires_grad]
     before = [(b, b.detach().clone()) for b in module.buffers()]
-    with torch.random.fork_rng(devices=[]), torch.enable_grad(), contextlib.redirect_stdout(io.StringIO()):
+    quiet = contextlib.redirect_stdout(io.StringIO())
+    with torch.random.fork_rng(devices=[]), torch.enable_grad(), quiet:
         torch.set_rng_state(rng)
         output = module.forward(*leaves, **kwargs)
-    for buffer, value in before:
-        buffer.data.copy_(value)
-    outputs = [output] if isinstance(output, torch.Tensor) else list(output)
-    pairs = [(o, g) for o, g in zip(outputs, grad_output)
-             if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
-    grads = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in wanted],
-                                [g.to(o.dtype) for o, g in pairs], allow_unused=True, materialize_grads=True)
+        for buffer, value in before:
+            buffer.data.copy_(value)
+        outputs = [output] if isinstance(output, torch.Tensor) else list(output)
+        pairs = [(o, g) for o, g in zip(outputs, grad_output)
+                 if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
+        grads = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in wanted],
+                                    [g.to(o.dtype) for o, g in pairs], allow_unused=True, materialize_grads=True)
     result = list(grad_input)
     for i, grad in zip(wanted, grads):
         result[i] = grad
