@@ -22,14 +22,16 @@ from hookviz.errors import (
 )
 from hookviz.gradient_watch import Watch, watch
 from hookviz.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
+from hookviz.saving import FileFormatError, load
 from hookviz.session import Session
 from hookviz.stats import TensorRecord
+from hookviz.watch_gather import RankHistory
 
 __all__ = [
     "BackwardError", "DeviceError", "Diff", "Edit", "EditError", "ExpressionError", "ForwardError",
     "HookvizError", "LossError", "ModuleCall", "ModuleGrads", "NodeRecord", "Run", "Session",
     "TargetError", "UnsupportedError", "TensorRecord", "devices", "diff", "show", "Widget", "Finding", "diagnose",
-    "Watch", "WatchError", "watch", "show_watch",
+    "Watch", "WatchError", "watch", "show_watch", "load", "FileFormatError", "RankHistory",
 ]
 __version__ = "0.1.0"
 

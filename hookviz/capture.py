@@ -29,6 +29,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
+from hookviz.distributed import is_framework_hook
 from hookviz.edits import Edit, replace_slots
 from hookviz.run import Event, HookCall, HookInfo, LogEntry
 
@@ -289,7 +290,8 @@ class ForwardRecorder(TorchFunctionMode):
             self._note(tensor)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is torch.Tensor.register_hook and self.state is not None and args[0].grad_fn is not None:
+        if func is torch.Tensor.register_hook and self.state is not None and args[0].grad_fn is not None \
+                and not is_framework_hook(args[1]):  # FSDP2's pre-backward all-gather is not the user's
             # Wrapped like the user's other hooks, so the run shows what it saw and returned.
             wrapper = _UserHookWrapper(self.state, args[1], "tensor hook", self.current_module or "", None)
             self.intermediate_hooks.append((args[0].grad_fn, args[0].output_nr, wrapper))
@@ -587,6 +589,8 @@ def user_module_hooks(model: torch.nn.Module) -> dict[str, list[HookInfo]]:
     for name, module in model.named_modules():
         for attribute in MODULE_HOOK_DICTS:
             for fn in getattr(module, attribute).values():
+                if is_framework_hook(fn):  # FSDP2's all-gather / reduce-scatter set-up, not the user's
+                    continue
                 found.setdefault(name, []).append(HookInfo(module_hook_kind(module, attribute), _hook_name(fn), name))
     return found
 
@@ -658,7 +662,7 @@ def wrapped_user_hooks(
             for attribute in MODULE_HOOK_DICTS:
                 hooks = getattr(module, attribute)
                 for key, fn in list(hooks.items()):
-                    if isinstance(fn, _UserHookWrapper):
+                    if isinstance(fn, _UserHookWrapper) or is_framework_hook(fn):  # FSDP2's own
                         continue
                     hooks[key] = _UserHookWrapper(state, fn, module_hook_kind(module, attribute), name, None)
                     swapped.append((hooks, key, fn))

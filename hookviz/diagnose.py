@@ -84,6 +84,8 @@ class Finding:
         value: the number behind the finding: a ratio (vanishing), a norm (exploding), a
             fraction (dead, saturated) or a count of NaN/Inf elements (nan).
         step: the training step, for findings of a watch; None for a run.
+        rank: the distributed rank concerned, for cross-rank findings of a gathered watch
+            (:meth:`hookviz.watch_gather.RankHistory.diagnose`); else None.
     """
 
     kind: str
@@ -92,6 +94,7 @@ class Finding:
     message: str
     value: float | None = None
     step: int | None = None
+    rank: int | None = None
 
 
 @dataclass

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
+from hookviz import distributed
 from hookviz.assemble import RunContext, build_run
 from hookviz.capture import (
     BackwardRecorder,
@@ -164,11 +165,12 @@ def record_forward(model: torch.nn.Module, args: tuple, kwargs: dict, inputs: di
         with torch.enable_grad(), wrapped_user_hooks(state, model, named_leaves), \
                 full_backward_hooks(state, model, list(edit_sites)), buffers_kept(model), _eager(model):
             forward_start = torch._C._autograd._get_sequence_nr()
-            with forward_recorder, saved_recorder.hooks():
+            with forward_recorder, saved_recorder.hooks(), distributed.quiet_reducer(model):
                 output = _call_model(model, args, kwargs, forward_recorder, bool(edit_sites), asked_grads)
                 loss = loss_of(output, loss_fn)
     finally:
         state.active = None
+    leaf_names |= distributed.forward_parameter_names(model)  # FSDP2's all-gathered parameters
     walk = walk_graph(loss.grad_fn, forward_start, leaf_names, boundary_names)
     _refuse_unsupported(walk)
     leaves = {}

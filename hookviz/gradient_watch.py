@@ -38,10 +38,12 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import torch
 from torch.utils import _pytree as pytree
 
+from hookviz import watch_gather
 from hookviz.diagnose import Finding, check_thresholds, layer_findings
 from hookviz.errors import WatchError, unknown_name
 
@@ -152,6 +154,8 @@ class Watch:
         self._pending: list[tuple[int, torch.Tensor, bool]] = []
         self._tensor_handles: list = []
         self._handles: list = []
+        self._ranks: watch_gather.RankRecorder | None = None
+        self.gathered: watch_gather.RankHistory | None = None  # set by gather() on dst
         try:
             if parameters:
                 for column, (_, parameter) in enumerate(trainable):
@@ -160,6 +164,9 @@ class Watch:
             for offset, (_, module) in enumerate(modules):
                 self._handles.append(module.register_forward_hook(
                     partial(_on_forward, weakref.ref(self), len(self.parameter_names) + offset)))
+            # DDP / FSDP2: local statistics before the all-reduce, reduced ones after (watch_gather)
+            self._ranks = watch_gather.attach(self, model, trainable if parameters else [],
+                                              partial(_parameter_hook, weakref.ref(self)))
         except BaseException:
             self.close()
             raise
@@ -207,12 +214,20 @@ class Watch:
             handle.remove()
         self._tensor_handles.clear()
         if self.recording and not self.closed:
-            # A parameter's statistics are those of .grad now, after the whole backward.
-            tensors = [(c, t.grad if is_parameter else t) for c, t, is_parameter in pending]
-            tensors = [(c, t) for c, t in tensors if t is not None]
-            self._store(self.step, _reduce(tensors, len(self.names)))
-            for position, (column, _) in enumerate(tensors):
+            # A parameter's statistics are those of .grad now, after the whole backward; on DDP /
+            # FSDP2 they were taken in its hook, before the all-reduce (is_parameter is None).
+            tensors = [(c, t if is_parameter is None else t.grad if is_parameter else t, is_parameter is None)
+                       for c, t, is_parameter in pending]
+            tensors = [entry for entry in tensors if entry[1] is not None]
+            row = _reduce([(c, t) for c, t, measured in tensors if not measured], len(self.names))
+            measured = [(c, t) for c, t, was_measured in tensors if was_measured]
+            if measured:
+                row[[c for c, _ in measured]] = torch.stack([t for _, t in measured]).cpu()
+            self._store(self.step, row)
+            for position, (column, _, _) in enumerate(tensors):
                 self._order.setdefault(column, position)
+            if self._ranks is not None:
+                self._ranks.finish(self.step)
         self.step += 1
 
     def _store(self, step: int, row: torch.Tensor) -> None:
@@ -401,6 +416,26 @@ class Watch:
                              xaxis_title="step", yaxis={"type": "category"})
         return figure
 
+    def gather(self, dst: int = 0, group=None) -> watch_gather.RankHistory | None:
+        """Bring every rank's history to rank ``dst``; a collective, call it on every rank.
+
+        Returns a :class:`~hookviz.watch_gather.RankHistory` on ``dst`` (also kept as
+        ``self.gathered``, which :meth:`save` writes), None elsewhere. Cost and findings: see
+        :mod:`hookviz.watch_gather`. Raises WatchError without a process group or when the ranks
+        watch different names.
+        """
+        self.gathered = watch_gather.gather(self, dst, group)
+        return self.gathered
+
+    def save(self, path) -> Path:
+        """Write the gathered history (after :meth:`gather`, on ``dst``) or else this process's
+        history to a ``.hookviz`` file; open it with :func:`hookviz.load`. Returns the path.
+        Raises WatchError when no step was recorded."""
+        from hookviz.saving import save
+
+        self._row(None)
+        return save(self.gathered if self.gathered is not None else watch_gather.from_watch(self), path)
+
     def _history_or_error(self) -> History:
         self._row(None)
         return self.history
@@ -455,8 +490,18 @@ def _remove(handles: list, tensor_handles: list) -> None:
 def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) -> None:
     """``register_post_accumulate_grad_hook``: note the parameter; returns None."""
     self = reference()
+    if self is not None and self._ranks is not None and watch_gather.is_shard(parameter):
+        return  # FSDP2 calls a shard's hooks with the reduced .grad, from its end-of-backward callback
     if self is not None and not self.closed and self._begin():
-        self._pending.append((column, parameter, True))
+        if self._ranks is not None:  # DDP / FSDP2: .grad is the local gradient only now
+            self._pending.append((column, watch_gather.local_statistics(parameter.grad), None))
+        else:
+            self._pending.append((column, parameter, True))
+
+
+def _parameter_hook(reference: weakref.ref, column: int):
+    """The parameter hook of one column (for hooks added later, on FSDP2's unsharded parameters)."""
+    return partial(_on_parameter, reference, column)
 
 
 def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:

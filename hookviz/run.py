@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import networkx as nx
 import torch
@@ -245,6 +246,9 @@ class Run:
     notes: list[str] = field(default_factory=list)
     module_aliases: dict[str, str] = field(default_factory=dict)
     parameter_aliases: dict[str, str] = field(default_factory=dict)
+    # hookviz.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce
+    # whose result leaf_grads holds; None for a model that is not data-parallel.
+    local_leaf_grads: dict[str, torch.Tensor | None] | None = None
 
     def canonical_name(self, name: str) -> str:
         """The first name of a module or parameter known by several (tied weights); else ``name``."""
@@ -267,16 +271,27 @@ class Run:
         """Names of the leaves: forward arguments, then parameters, in graph order."""
         return list(self.leaf_grads)
 
-    def leaf_grad(self, name: str) -> torch.Tensor | None:
+    def leaf_grad(self, name: str, local: bool = False) -> torch.Tensor | None:
         """The gradient of a leaf (forward argument or parameter qualified name), as ``.grad`` would hold it.
 
-        Returns None when the leaf got no gradient. A tied parameter answers to every name it has.
+        On a DDP or FSDP2 model that is the mean over ranks (full, unsharded), and ``local=True``
+        gives this rank's own gradient before the all-reduce (see :mod:`hookviz.distributed`).
+        Returns None when the leaf got no gradient. A tied parameter answers to every name it has
+        (so does a DDP model's parameter: ``"0.weight"`` for ``"module.0.weight"``).
         Raises TargetError for an unknown name.
         """
         name = self.canonical_name(name)
-        if name not in self.leaf_grads:
-            raise TargetError(unknown_name("leaf", name, list(self.leaf_grads)))
-        return self.leaf_grads[name]
+        grads = self.local_leaf_grads if local and self.local_leaf_grads is not None else self.leaf_grads
+        if name not in grads:
+            raise TargetError(unknown_name("leaf", name, list(grads)))
+        return grads[name]
+
+    def save(self, path) -> Path:
+        """Write this run to a ``.hookviz`` file (safetensors + JSON, never pickle); open it with
+        :func:`hookviz.load`. See :func:`hookviz.saving.save` for the format and errors."""
+        from hookviz.saving import save
+
+        return save(self, path)
 
     @property
     def modules(self) -> list[str]:

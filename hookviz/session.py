@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from hookviz import distributed
 from hookviz.assemble import RunContext
 from hookviz.capture import BackwardRecorder
 from hookviz.codegen import edits_as_code
@@ -99,7 +100,8 @@ class Session:
         self.home_device = device_of(
             model, [t for t in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
         )
-        self._input_names = name_inputs(self.model.forward, self.args, self.kwargs)
+        # DDP's forward is (*inputs, **kwargs): inputs are named after the wrapped module's forward
+        self._input_names = name_inputs(distributed.user_forward(self.model), self.args, self.kwargs)
         self._forward: RetainedForward | None = None
         self._rng_states: dict[str, torch.Tensor] = {}
 
@@ -190,6 +192,7 @@ class Session:
                 recorder = BackwardRecorder(self.edits)
                 graph = self._do_forward(device, recorder)
                 run = self._do_backward(graph, recorder, reused=False)
+            run = distributed.reduced_run(self.model, run)  # DDP / FSDP2: leaf_grads as .grad holds them
         self._forward = graph
         self.last_run = run
         if self.baseline is None:

@@ -27,6 +27,7 @@ import traitlets
 from hookviz import widget_data
 from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError, WatchError
 from hookviz.graph import LOSS_MODULE
+from hookviz.recorded import READ_ONLY_NOTE, RecordedSession
 
 _STATIC = Path(__file__).parent / "static"
 _MAX_TEXT = 4096
@@ -65,6 +66,10 @@ class Widget(anywidget.AnyWidget):
     diagnosis = traitlets.Dict().tag(sync=True)
     watch_view = traitlets.Dict().tag(sync=True)
     watch_heatmap = traitlets.Dict().tag(sync=True)
+    # A run opened from a file (hookviz.load): why edit and re-run are off, else "". The ranks of a
+    # gathered watch history on screen, for the rank selector (hookviz.watch_gather).
+    read_only = traitlets.Unicode("").tag(sync=True)
+    watch_ranks = traitlets.List().tag(sync=True)
 
     def __init__(
         self,
@@ -87,6 +92,7 @@ class Widget(anywidget.AnyWidget):
         import hookviz
 
         self.devices = list(hookviz.devices())
+        self.read_only = READ_ONLY_NOTE if getattr(session, "read_only", False) else ""
         run = session.last_run if session.last_run is not None else session.run()
         self._show_run(run)
         self.on_msg(self._handle_message)
@@ -393,6 +399,31 @@ class Widget(anywidget.AnyWidget):
             self._clear_errors("watch")
         return True
 
+    def show_watch_history(self, history, rank: int | None = None, step: int | None = None) -> Widget:
+        """Show a gathered :class:`~hookviz.watch_gather.RankHistory`: ``rank``'s local norms, or
+        (None) the reduced ones, with ``watch_ranks`` listing the ranks for the selector."""
+        from hookviz.watch_gather import RankView
+
+        self.watch_ranks = list(history.ranks)
+        return self.show_watch(RankView(history, rank), step)
+
+    def watch_rank(self, rank: int | None) -> bool:
+        """Switch the gathered history on screen to ``rank`` (None = reduced). Returns False and
+        sets ``errors["watch"]`` when no gathered history is shown or the rank is unknown."""
+        from hookviz.watch_gather import RankView
+
+        if not isinstance(self.watch, RankView):
+            self._set_error("watch", "no gathered watch history is shown; call hookviz.show(history, run)")
+            return False
+        try:
+            view = RankView(self.watch.source, rank)
+        except WatchError as error:
+            self._set_error("watch", str(error))
+            return False
+        step = self.watch_view.get("step")
+        self.show_watch(view, step if step in view.steps else None)
+        return True
+
     def hide_watch(self) -> None:
         """Leave the watch view: colours and banner are the run's again."""
         self.watch = None
@@ -422,7 +453,7 @@ class Widget(anywidget.AnyWidget):
             },
             "node_norms": widget_data.watch_node_norms(self.graph, parameters, outputs),
             "color_range": self._watch_range,
-            "model": type(watch.model).__name__,
+            "model": getattr(watch, "model_name", None) or type(watch.model).__name__,
         }
         self.diagnosis = diagnosis
 
@@ -475,6 +506,7 @@ class Widget(anywidget.AnyWidget):
             "expand_all": ((), lambda c: self.expand_all() or True),
             "watch_step": ((), lambda c: self.watch_step(c.get("step"))),
             "hide_watch": ((), lambda c: self.hide_watch() or True),
+            "watch_rank": ((), lambda c: self.watch_rank(c.get("rank"))),
         }
         if kind not in handlers:
             return False, f"unknown message type {kind!r}; expected one of {sorted(handlers)}"
@@ -501,8 +533,9 @@ class Widget(anywidget.AnyWidget):
 def _check_watch(watch, step: int | None) -> int:
     """The step to show first (None = the last kept one); raises WatchError for a bad watch or step."""
     from hookviz.gradient_watch import Watch
+    from hookviz.watch_gather import RankView
 
-    if not isinstance(watch, Watch):
+    if not isinstance(watch, (Watch, RankView)):
         raise WatchError(
             f"show_watch() needs a hookviz.Watch (from hookviz.watch(model)), got {type(watch).__name__}"
         )
@@ -523,8 +556,14 @@ def _steps_text(steps: list[int]) -> str:
     return f"{shown} ... {steps[-1]} ({len(steps)} steps)" if len(steps) > 8 else shown
 
 
-def show(model, args, kwargs: dict | None = None, loss_fn=None, **session_options: Any) -> Widget:
+def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_options: Any) -> Widget:
     """Record one forward + backward of ``model(*args, **kwargs)`` and show it as a widget.
+
+    ``show(run)`` shows a recorded run read-only (one from :func:`hookviz.load`: inspect, replay,
+    diagnosis; edit and re-run are refused with a note, ``Widget.read_only``; ``show(run,
+    baseline)`` compares two). ``show(history, run)`` shows a gathered watch history (from
+    ``hookviz.load`` of ``Watch.save``) over that run's graph, reduced norms first;
+    ``Widget.watch_rank(r)`` shows rank ``r``'s.
 
     Args:
         model: an ``nn.Module``.
@@ -537,13 +576,25 @@ def show(model, args, kwargs: dict | None = None, loss_fn=None, **session_option
     Returns:
         The :class:`Widget`; display it by leaving it last in a notebook cell.
     """
+    from hookviz.run import Run
     from hookviz.session import Session
+    from hookviz.watch_gather import RankHistory
 
     widget_options = {
         k: session_options.pop(k)
         for k in ("collapse_threshold", "vanishing_threshold")
         if k in session_options
     }
+    if isinstance(model, Run):  # a recorded run, usually opened from a file: read-only
+        return Widget(RecordedSession(model, baseline=args if isinstance(args, Run) else None), **widget_options)
+    if isinstance(model, RankHistory):
+        if not isinstance(args, Run):
+            raise WatchError(
+                "a watch history holds gradient norms, not a graph: pass a run of the same model to "
+                "draw them on, e.g. hookviz.show(history, hookviz.load('run.hookviz'))"
+            )
+        widget = Widget(RecordedSession(args), **widget_options)
+        return widget.show_watch_history(model)
     session = Session(model, args, kwargs=kwargs, loss_fn=loss_fn, **session_options)
     return Widget(session, **widget_options)
 

@@ -22,6 +22,7 @@ EXPECTED = [
     "03_tensor_hooks.ipynb",
     "04_saved_tensors.ipynb",
     "05_vanishing_gradients.ipynb",
+    "06_distributed.ipynb",
 ]
 
 

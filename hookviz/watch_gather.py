@@ -1,0 +1,540 @@
+"""Watching a DDP or FSDP2 job on every rank, and bringing the ranks together on one.
+
+On a data-parallel model (see :mod:`hookviz.distributed`) a :class:`hookviz.Watch` records, per step,
+
+- each parameter's **local** gradient statistics, taken in a ``register_post_accumulate_grad_hook``
+  right after ``AccumulateGrad`` and before DDP's reducer (a post-hook of the same Node) or FSDP2's
+  reduce-scatter sees the gradient (FSDP2: on the all-gathered ``_unsharded_param``, full shape), and
+- the **reduced** statistics of ``.grad`` after the backward's last callback (DDP's
+  ``finalize_backward``, FSDP2's root post-backward callback, both queued before hookviz's), i.e. what
+  the optimizer steps on (FSDP2: this rank's shard of it).
+
+``Watch.gather(dst=0)`` (:func:`gather`) is a collective: every rank of the group calls it; rank
+``dst`` gets a :class:`RankHistory`, the others None. Its cost: two collectives (``all_gather`` of
+a 3-number header, then ``gather`` of one float64 tensor per rank of ``kept steps x names x 8 + 2 x
+names + kept steps`` numbers), so O(names x ranks) per gathered step, bounded by the watch's
+``capacity`` (kept steps) and ``every`` (which steps are recorded at all). Measured on 2 gloo CPU
+processes (``benchmarks/gather.py``): 0.1-0.2 us per kept step x name x rank, e.g. 12 ms for 201
+names x 256 steps. Recording itself, on these models, adds one reduction per parameter in its hook
+(norm, max, NaN/Inf and zero counts, no host transfer) and one read of ``.grad`` after the all-reduce.
+
+Cross-rank findings (:meth:`RankHistory.diagnose`):
+
+- ``"nan"``: the first step at which some rank's *local* gradient held NaN/Inf, the rank(s), and the
+  name whose gradient held it first on that rank (the all-reduce then spreads it to every rank).
+- ``"diverging"``: a rank whose local gradient norm (all parameters together) is more than
+  ``diverge`` times (default 10) the median of the other ranks' at a step; with 3 or more ranks also
+  one less than ``1/diverge`` times it (with 2 ranks "less" is the other rank being more).
+- ``"unused"``: a parameter that got a gradient on some ranks and none on others at a step: plain DDP
+  then fails ("Expected to have finished reduction in the prior iteration") unless
+  ``find_unused_parameters=True``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import weakref
+import zlib
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from hookviz.diagnose import Finding
+from hookviz.errors import WatchError
+
+STATISTICS = ("norm", "max_abs", "nonfinite", "zero_fraction")
+DEFAULT_DIVERGE = 10.0
+
+
+# ---------------------------------------------------------------------------- recording
+
+
+def local_statistics(grad: torch.Tensor) -> torch.Tensor:
+    """``[norm, max_abs, nonfinite, zero_fraction]`` of one gradient as a float64 tensor of shape
+    ``[4]`` on the gradient's device (no host transfer, so hooks stay asynchronous on CUDA)."""
+    grad = grad.detach()
+    if grad.numel() == 0:
+        return torch.full((4,), math.nan, dtype=torch.float64, device=grad.device)
+    return torch.stack([
+        torch.linalg.vector_norm(grad, dtype=torch.float64),
+        grad.abs().amax().double(),
+        (~torch.isfinite(grad)).sum().double(),
+        (grad == 0).sum().double() / grad.numel(),
+    ])
+
+
+def is_shard(tensor: torch.Tensor) -> bool:
+    """True for a ``DTensor`` (an FSDP2 sharded parameter, whose ``.grad`` is already reduced)."""
+    return hasattr(tensor, "to_local") and hasattr(tensor, "device_mesh")
+
+
+class RankRecorder:
+    """The part of a :class:`hookviz.Watch` that only data-parallel models need (module docstring).
+
+    Attributes:
+        strategy: ``"ddp"`` or ``"fsdp"``.
+        reduced: ``{step: float64 [names, 4]}``, the statistics of ``.grad`` after each recorded
+            step's all-reduce (FSDP2: of this rank's shard; NaN for module outputs).
+        shard_numel: float64 ``[names]``: elements of this rank's ``.grad`` per parameter (FSDP2:
+            the shard), used to combine shards; 0 for module outputs.
+    """
+
+    def __init__(self, watch, model: torch.nn.Module, strategy: str, parameters: list[tuple[str, torch.Tensor]]):
+        from hookviz import distributed
+
+        self._watch, self.strategy = weakref.ref(watch), strategy
+        self.columns = {name: column for column, (name, _) in enumerate(parameters)}
+        self.parameters = [p for _, p in parameters]
+        self.reduced: dict[int, torch.Tensor] = {}
+        self.shard_numel = torch.zeros(len(watch.names), dtype=torch.float64)
+        for column, parameter in enumerate(self.parameters):
+            local = parameter.to_local() if is_shard(parameter) else parameter
+            self.shard_numel[column] = local.numel()
+        self._hooked: dict[int, int] = {}  # column -> id of the unsharded parameter hooked
+        self._fsdp_by_name = dict(distributed.fsdp_parameters(model)) if strategy == distributed.FSDP else {}
+
+    def hook_unsharded(self, hook_for_column) -> None:
+        """FSDP2: put ``hook_for_column(column)`` on each parameter's ``_unsharded_param`` (made by
+        FSDP2's first all-gather, so this runs from a forward pre-hook); the handles go to the
+        watch, which removes them on close."""
+        for name, column in self.columns.items():
+            fsdp_param = self._fsdp_by_name.get(name)
+            unsharded = getattr(fsdp_param, "_unsharded_param", None)
+            if unsharded is None or self._hooked.get(column) == id(unsharded):
+                continue
+            self._hooked[column] = id(unsharded)
+            self._watch()._handles.append(unsharded.register_post_accumulate_grad_hook(hook_for_column(column)))
+
+    def finish(self, step: int) -> None:
+        """End of a recorded backward: queue reading the reduced ``.grad`` after the all-reduce
+        (DDP's and FSDP2's own end-of-backward callbacks were queued earlier, so they run first)."""
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: self._read_reduced(step))
+
+    def _read_reduced(self, step: int) -> None:
+        watch = self._watch()
+        if watch is None:
+            return
+        row = torch.full((len(watch.names), 4), math.nan, dtype=torch.float64)
+        grads = [(c, p.grad) for c, p in enumerate(self.parameters) if p.grad is not None]
+        grads = [(c, g.to_local() if is_shard(g) else g) for c, g in grads]
+        if grads:
+            values = torch.stack([local_statistics(g) for _, g in grads]).cpu()
+            row[[c for c, _ in grads]] = values
+        self.reduced[step] = row
+        for old in [s for s in self.reduced if s not in watch._steps and s != step]:
+            del self.reduced[old]
+
+
+def attach(watch, model: torch.nn.Module, parameters: list[tuple[str, torch.Tensor]], hook_for_column) -> RankRecorder | None:
+    """A :class:`RankRecorder` for ``watch`` when ``model`` is DDP or FSDP2, else None.
+
+    ``hook_for_column(column)`` makes the watch's parameter hook for one column; on FSDP2 it is put
+    on the unsharded parameters from a forward hook on ``model`` (its handle goes to the watch)."""
+    from hookviz import distributed
+
+    kind = distributed.strategy(model)
+    if kind is None:
+        return None
+    recorder = RankRecorder(watch, model, kind, parameters)
+    if kind == distributed.FSDP:
+        watch._handles.append(model.register_forward_hook(partial(_after_forward, weakref.ref(recorder), hook_for_column)))
+    return recorder
+
+
+def _after_forward(reference: weakref.ref, hook_for_column, module, args, output) -> None:
+    """Forward hook on an FSDP2 model: hook the unsharded parameters the forward all-gathered."""
+    recorder = reference()
+    if recorder is not None:
+        recorder.hook_unsharded(hook_for_column)
+
+
+# ---------------------------------------------------------------------------- the gathered history
+
+
+@dataclass
+class RankHistory:
+    """Gradient statistics of every rank of a job over the kept steps (from :func:`gather`), or of
+    one process (``Watch.save`` without a gather: ``ranks == [0]``, ``strategy == ""``).
+
+    Attributes:
+        ranks: global ranks, in the order of the first axis of ``local``.
+        steps: kept step numbers, ascending (the union over ranks).
+        names, kinds: as :class:`hookviz.gradient_watch.History` (parameters, then module outputs).
+        local: float64 ``[len(ranks), len(steps), len(names), 4]``: each rank's own gradients before
+            the all-reduce; the last axis is :data:`STATISTICS` (norm, max |grad|, NaN+Inf count,
+            fraction of exact zeros). NaN where a rank recorded no gradient for a name at a step.
+        reduced: float64 ``[len(steps), len(names), 4]``: ``.grad`` after the all-reduce (what the
+            optimizer sees; FSDP2 shards combined into the full gradient's statistics); NaN for
+            module outputs (no reduce) and for a one-process history.
+        order: float64 ``[len(ranks), len(names)]``: position at which each name's gradient first
+            arrived in a backward on that rank (NaN: never), for "which came first".
+        module_types: class name of every module.
+        strategy: ``"ddp"``, ``"fsdp"`` or ``""``.
+        every: the watch's ``every``.
+    """
+
+    ranks: list[int]
+    steps: list[int]
+    names: list[str]
+    kinds: list[str]
+    local: torch.Tensor
+    reduced: torch.Tensor
+    order: torch.Tensor
+    module_types: dict[str, str] = field(default_factory=dict)
+    strategy: str = ""
+    every: int = 1
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def _step(self, step: int | None) -> int:
+        if not self.steps:
+            raise WatchError("the history holds no step: no rank recorded a backward while its watch was open")
+        if step is None:
+            return len(self.steps) - 1
+        if step not in self.steps:
+            raise WatchError(f"step {step} is not kept (kept: {len(self.steps)} steps from {self.steps[0]} to "
+                             f"{self.steps[-1]}); pick one of .steps")
+        return self.steps.index(step)
+
+    def _rank(self, rank: int) -> int:
+        if rank not in self.ranks:
+            raise WatchError(f"rank {rank!r} is not in this history; its ranks are {self.ranks}")
+        return self.ranks.index(rank)
+
+    def norms(self, step: int | None = None, rank: int | None = None, kind: str | None = None) -> dict[str, float]:
+        """``{name: gradient norm}`` at ``step`` (None = the last kept).
+
+        Args:
+            rank: None for the reduced norms (parameters only: what ``.grad`` holds after the
+                all-reduce); a rank for that rank's local, pre-reduce norms (parameters and module
+                outputs).
+            kind: ``"parameter"``, ``"output"`` or None for both.
+
+        Raises:
+            WatchError: unknown step, rank or kind; or module outputs asked for without a rank.
+        """
+        if kind not in (None, "parameter", "output"):
+            raise WatchError(f"kind={kind!r} must be None, 'parameter' or 'output'")
+        index = self._step(step)
+        if rank is None:
+            if kind == "output":
+                raise WatchError("module outputs are not all-reduced, so they have no reduced norm; "
+                                 "pass rank=r for that rank's own")
+            if not self.strategy:
+                raise WatchError("this history is from one process, with no all-reduce; pass rank=0")
+            row = self.reduced[index]
+        else:
+            row = self.local[self._rank(rank), index]
+        return {n: values[0] for n, k, values in zip(self.names, self.kinds, row.tolist())
+                if kind in (None, k) and (not math.isnan(values[0]) or values[2] > 0)}
+
+    def history(self, rank: int | None = None):
+        """One rank's local statistics (or, with None, the reduced ones) as a
+        :class:`hookviz.gradient_watch.History`."""
+        from hookviz.gradient_watch import History
+
+        table = self.reduced if rank is None else self.local[self._rank(rank)]
+        return History(list(self.steps), list(self.names), list(self.kinds), *(table[:, :, i].clone() for i in range(4)))
+
+    def total_norms(self) -> torch.Tensor:
+        """float64 ``[len(ranks), len(steps)]``: each rank's local norm of all parameter gradients
+        together (root of the sum of squares; NaN where the rank had none at that step)."""
+        columns = [i for i, k in enumerate(self.kinds) if k == "parameter"]
+        norms = self.local[:, :, columns, 0]
+        totals = norms.nan_to_num(0.0).square().sum(-1).sqrt()
+        return totals.where(~norms.isnan().all(-1), torch.tensor(math.nan, dtype=torch.float64))
+
+    def diagnose(self, diverge: float = DEFAULT_DIVERGE) -> list[Finding]:
+        """Cross-rank findings (see the module docstring): ``"nan"``, ``"diverging"``, ``"unused"``.
+
+        Each :class:`~hookviz.diagnose.Finding` has ``rank`` and ``step`` set (``unused``: the
+        first rank that lacked the gradient). ``diverge``: the ratio to the other ranks' median
+        local norm above which a rank is said to diverge (> 1).
+        """
+        if not (isinstance(diverge, (int, float)) and diverge > 1):
+            raise WatchError(f"diverge={diverge!r} must be a number above 1 (a ratio of norms)")
+        return self._nan_findings() + self._diverging_findings(diverge) + self._unused_findings()
+
+    def _name_label(self, column: int) -> str:
+        name, kind = self.names[column], self.kinds[column]
+        return f"parameter {name!r}" if kind == "parameter" else f"the output of module {name!r}"
+
+    def _module(self, column: int) -> str:
+        name = self.names[column]
+        if self.kinds[column] == "output":
+            return name
+        return name.rsplit(".", 1)[0] if "." in name else ""
+
+    def _nan_findings(self) -> list[Finding]:
+        bad = self.local[:, :, :, 2] > 0  # [ranks, steps, names]
+        if not bad.any():
+            return []
+        step_index = int(bad.any(0).any(-1).nonzero()[0])
+        ranks = [r for i, r in enumerate(self.ranks) if bad[i, step_index].any()]
+        rank_index = self.ranks.index(ranks[0])
+        columns = bad[rank_index, step_index].nonzero().flatten().tolist()
+        order = self.order[rank_index]
+        first = min(columns, key=lambda c: (math.inf if math.isnan(order[c].item()) else order[c].item(), c))
+        count = int(self.local[rank_index, step_index, first, 2].item())
+        step = self.steps[step_index]
+        clean = [r for r in self.ranks if r not in ranks]
+        spread = (f"; ranks {clean} had finite local gradients, so the all-reduce spread it to every rank"
+                  if clean and self.strategy else "")
+        message = (f"rank {ranks[0]} is the first to produce NaN/Inf: at step {step} its local gradient of "
+                   f"{self._name_label(first)} held {count} NaN/Inf elements (the first of its gradients to, in backward order; "
+                   f"ranks with NaN/Inf at step {step}: {ranks}){spread}. Record that rank's batch with "
+                   "hookviz.Session(...).run().diagnose() to find the op")
+        return [Finding("nan", self._module(first), self.names[first], message, float(count), step, rank=ranks[0])]
+
+    def _diverging_findings(self, diverge: float) -> list[Finding]:
+        if len(self.ranks) < 2:
+            return []
+        totals = self.total_norms().tolist()
+        worst: dict[tuple[int, str], tuple[int, float, int]] = {}  # (rank, direction) -> first step, worst ratio, steps
+        for s in range(len(self.steps)):
+            for i, rank in enumerate(self.ranks):
+                others = [totals[j][s] for j in range(len(self.ranks)) if j != i and math.isfinite(totals[j][s])]
+                mine = totals[i][s]
+                if not others or not math.isfinite(mine):
+                    continue
+                median = statistics.median(others)
+                ratio = mine / median if median > 0 else (math.inf if mine > 0 else 1.0)
+                direction = "above" if ratio > diverge else (
+                    "below" if len(self.ranks) >= 3 and ratio < 1 / diverge else None)
+                if direction is None:
+                    continue
+                first, extreme, count = worst.get((rank, direction), (s, ratio, 0))
+                extreme = max(extreme, ratio) if direction == "above" else min(extreme, ratio)
+                worst[(rank, direction)] = (first, extreme, count + 1)
+        found = []
+        for (rank, direction), (first, extreme, count) in sorted(worst.items(), key=lambda kv: (kv[1][0], kv[0])):
+            step = self.steps[first]
+            word = "more" if direction == "above" else "less"
+            found.append(Finding("diverging", "", None, (
+                f"rank {rank} diverges from the others: from step {step} its local gradient norm (all "
+                f"parameters) is {word} than {diverge:g}x away from the median of the other ranks' "
+                f"({count} of {len(self.steps)} kept steps; at worst {extreme:.3g}x). Its batches "
+                "differ from the others' (data, or a bad shard), or its replica differs"
+            ), extreme, step, rank=rank))
+        return found
+
+    def _unused_findings(self) -> list[Finding]:
+        if len(self.ranks) < 2:
+            return []
+        has = ~self.local[:, :, :, 0].isnan() | (self.local[:, :, :, 2] > 0)  # [ranks, steps, names]
+        found = []
+        for column, kind in enumerate(self.kinds):
+            if kind != "parameter":
+                continue
+            mixed = has[:, :, column].any(0) & ~has[:, :, column].all(0)  # [steps]
+            if not mixed.any():
+                continue
+            s = int(mixed.nonzero()[0])
+            without = [r for i, r in enumerate(self.ranks) if not has[i, s, column]]
+            found.append(Finding("unused", self._module(column), self.names[column], (
+                f"{self._name_label(column)} got no gradient on ranks {without} but did on the others "
+                f"from step {self.steps[s]} ({int(mixed.sum())} of {len(self.steps)} kept steps): "
+                "DistributedDataParallel then stops with 'Expected to have finished reduction in the "
+                "prior iteration' unless it was built with find_unused_parameters=True (which costs a "
+                "graph walk per step); or make every rank use it"
+            ), float(len(without)), self.steps[s], rank=without[0]))
+        return found
+
+    def heatmap(self, rank: int | None = None, kind: str = "parameter"):
+        """A plotly heatmap, names x steps, of log10 of the gradient norm: of ``rank``'s local
+        gradients, or (None) of the reduced ones."""
+        import plotly.graph_objects as go
+
+        history = self.history(rank)
+        columns = [i for i, k in enumerate(history.kinds) if k == kind]
+        values = history.norm[:, columns].T
+        values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
+        z = [[None if not math.isfinite(v) else v for v in row] for row in values.tolist()]
+        title = "reduced gradient norm" if rank is None else f"rank {rank}: local gradient norm"
+        figure = go.Figure(go.Heatmap(z=z, x=history.steps, y=[history.names[i] or "(root)" for i in columns],
+                                      colorscale="Viridis", colorbar={"title": "log10 norm"}))
+        figure.update_layout(title=f"{title} per {kind}", xaxis_title="step",
+                             yaxis={"autorange": "reversed", "type": "category"})
+        return figure
+
+    def save(self, path) -> Path:
+        """Write this history to a ``.hookviz`` file (see :func:`hookviz.saving.save`)."""
+        from hookviz.saving import save
+
+        return save(self, path)
+
+    def __repr__(self) -> str:
+        return (f"RankHistory(ranks={self.ranks}, steps={len(self.steps)}, names={len(self.names)}, "
+                f"strategy={self.strategy or 'one process'!r})")
+
+
+def from_watch(watch) -> RankHistory:
+    """A one-process :class:`RankHistory` (rank 0, nothing reduced) of a watch's kept steps."""
+    history = watch.history
+    local = torch.stack([getattr(history, s) for s in STATISTICS], dim=-1).unsqueeze(0)
+    reduced = torch.full(local.shape[1:], math.nan, dtype=torch.float64)
+    return RankHistory([0], list(history.steps), list(history.names), list(history.kinds), local, reduced,
+                       _order_row(watch).unsqueeze(0), dict(watch.module_types), "", watch.every)
+
+
+def _order_row(watch) -> torch.Tensor:
+    order = torch.full((len(watch.names),), math.nan, dtype=torch.float64)
+    for column, position in watch._order.items():
+        order[column] = position
+    return order
+
+
+# ---------------------------------------------------------------------------- gathering
+
+
+def gather(watch, dst: int = 0, group=None) -> RankHistory | None:
+    """Bring every rank's watch history to rank ``dst``: a collective (see the module docstring).
+
+    Args:
+        watch: this rank's :class:`hookviz.Watch` (open or closed) of the same model as the other
+            ranks' (same names in the same order).
+        dst: the global rank that receives the history.
+        group: the process group (None = the default one).
+
+    Returns:
+        a :class:`RankHistory` on ``dst``; None on the other ranks.
+
+    Raises:
+        WatchError: no process group is initialised; the ranks watch different names.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise WatchError("gather() needs torch.distributed initialised (torch.distributed.init_process_group, "
+                         "as torchrun scripts do); in one process use watch.history or watch.save()")
+    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
+    if dst not in ranks:
+        raise WatchError(f"dst={dst} is not a rank of the group (ranks {ranks})")
+    backend = dist.get_backend(group)
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    history = watch.history
+    steps, names = len(history.steps), len(history.names)
+    recorder = getattr(watch, "_ranks", None)
+    check = zlib.crc32("\n".join(history.names).encode())
+    header = torch.tensor([steps, names, check], dtype=torch.int64, device=device)
+    headers = [torch.empty_like(header) for _ in ranks]
+    dist.all_gather(headers, header, group=group)
+    headers = [h.tolist() for h in headers]
+    if any(h[1:] != headers[0][1:] for h in headers):
+        raise WatchError("the ranks' watches record different names: watch the same model on every rank "
+                         f"(names per rank: {[h[1] for h in headers]})")
+    most = max(h[0] for h in headers)
+    payload = torch.full((most * (1 + 8 * names) + 2 * names,), math.nan, dtype=torch.float64)
+    local = torch.stack([getattr(history, s) for s in STATISTICS], dim=-1)  # [steps, names, 4]
+    reduced = torch.full_like(local, math.nan)
+    if recorder is not None:
+        for i, step in enumerate(history.steps):
+            if step in recorder.reduced:
+                reduced[i] = recorder.reduced[step]
+    numel = recorder.shard_numel if recorder is not None else torch.zeros(names, dtype=torch.float64)
+    view = _Payload(payload, most, names)
+    view.steps[:steps] = torch.tensor(history.steps, dtype=torch.float64)
+    view.local[:steps], view.reduced[:steps] = local, reduced
+    view.numel[:], view.order[:] = numel, _order_row(watch)
+    payload = payload.to(device)
+    received = [torch.empty_like(payload) for _ in ranks] if dist.get_rank() == dst else None
+    dist.gather(payload, received, dst=dst, group=group)
+    if received is None:
+        return None
+    views = [_Payload(p.cpu(), most, names) for p in received]
+    return _combine(views, ranks, history, watch, recorder.strategy if recorder is not None else "")
+
+
+@dataclass
+class _Payload:
+    """Views into one rank's flat gathered tensor."""
+
+    flat: torch.Tensor
+    most: int
+    names: int
+
+    def __post_init__(self):
+        s, n = self.most, self.names
+        self.steps = self.flat[:s]
+        self.local = self.flat[s:s + 4 * s * n].view(s, n, 4)
+        self.reduced = self.flat[s + 4 * s * n:s + 8 * s * n].view(s, n, 4)
+        self.numel = self.flat[s + 8 * s * n:s + 8 * s * n + n]
+        self.order = self.flat[s + 8 * s * n + n:]
+
+
+def _combine(views: list[_Payload], ranks: list[int], history, watch, strategy: str) -> RankHistory:
+    rows = [[int(s) for s in v.steps.tolist() if not math.isnan(s)] for v in views]
+    steps = sorted({s for r in rows for s in r})
+    names = len(history.names)
+    local = torch.full((len(ranks), len(steps), names, 4), math.nan, dtype=torch.float64)
+    parts = torch.full((len(ranks), len(steps), names, 4), math.nan, dtype=torch.float64)
+    for i, (view, kept) in enumerate(zip(views, rows)):
+        at = [steps.index(s) for s in kept]
+        local[i, at] = view.local[:len(kept)]
+        parts[i, at] = view.reduced[:len(kept)]
+    numel = torch.stack([v.numel for v in views])  # [ranks, names]
+    if strategy == "fsdp":
+        reduced = _combine_shards(parts, numel)
+    else:  # DDP: every rank holds the same reduced gradient; take the first rank that recorded the step
+        reduced = torch.full(parts.shape[1:], math.nan, dtype=torch.float64)
+        for i in reversed(range(len(ranks))):
+            present = ~parts[i, :, :, 0].isnan() | (parts[i, :, :, 2] > 0)
+            reduced[present] = parts[i][present]
+    return RankHistory(list(ranks), steps, list(history.names), list(history.kinds), local, reduced,
+                       torch.stack([v.order for v in views]), dict(watch.module_types), strategy, watch.every)
+
+
+def _combine_shards(parts: torch.Tensor, numel: torch.Tensor) -> torch.Tensor:
+    """Statistics of a full gradient from those of its shards (``parts``: [ranks, steps, names, 4];
+    ``numel``: [ranks, names]): norm = root of the sum of squares, max of max_abs, sum of NaN/Inf
+    counts, zero fraction weighted by each shard's elements. Shards with no elements are skipped."""
+    weights = numel[:, None, :].expand(parts.shape[:3])
+    present = (weights > 0) & (~parts[..., 0].isnan() | (parts[..., 2] > 0))
+    nothing = ~present.any(0)
+    norm = parts[..., 0].where(present, 0.0).square().sum(0).sqrt()
+    max_abs = parts[..., 1].where(present, -math.inf).amax(0)
+    nonfinite = parts[..., 2].where(present, 0.0).sum(0)
+    zeros = (parts[..., 3] * weights).where(present, 0.0).sum(0) / weights.where(present, 0.0).sum(0).clamp_min(1)
+    combined = torch.stack([norm, max_abs, nonfinite, zeros], dim=-1)
+    combined[nothing] = math.nan
+    return combined
+
+
+class RankView:
+    """One rank of a :class:`RankHistory` (or, with ``rank=None``, its reduced gradients), read the
+    way a :class:`hookviz.Watch` is read, so the widget's watch view can show it
+    (``hookviz.show(history, run)``; ``Widget.watch_rank(r)`` switches rank)."""
+
+    def __init__(self, history: RankHistory, rank: int | None = None):
+        if rank is not None:
+            history._rank(rank)
+        self.source, self.rank = history, rank
+        self.model_name = "reduced" if rank is None else f"rank {rank}"
+
+    @property
+    def steps(self) -> list[int]:
+        """The kept steps."""
+        return list(self.source.steps)
+
+    @property
+    def history(self):
+        """This rank's (or the reduced) statistics as a :class:`hookviz.gradient_watch.History`."""
+        return self.source.history(self.rank)
+
+    def norms(self, step: int | None = None, kind: str | None = None) -> dict[str, float]:
+        """As :meth:`RankHistory.norms` for this rank; reduced module outputs are empty (no reduce)."""
+        if self.rank is None and kind == "output":
+            return {}
+        return self.source.norms(step, rank=self.rank, kind=kind)
+
+    def diagnose(self, step: int | None = None, **thresholds) -> list[Finding]:
+        """The cross-rank findings at ``step`` (None = every step)."""
+        return [f for f in self.source.diagnose(**thresholds) if step is None or f.step == step]
+
+    def heatmap(self, kind: str = "parameter", statistic: str = "norm"):
+        """This rank's (or the reduced) log-norm heatmap."""
+        return self.source.heatmap(self.rank, kind)
