@@ -166,7 +166,7 @@ class Watch:
                     partial(_on_forward, weakref.ref(self), len(self.parameter_names) + offset)))
             # DDP / FSDP2: local statistics before the all-reduce, reduced ones after (watch_gather)
             self._ranks = watch_gather.attach(self, model, trainable if parameters else [],
-                                              partial(_parameter_hook, weakref.ref(self)))
+                                              partial(_parameter_hook, weakref.ref(self)), self._handles)
         except BaseException:
             self.close()
             raise
@@ -248,6 +248,12 @@ class Watch:
     def steps(self) -> list[int]:
         """The step numbers kept (ascending)."""
         return list(self._steps)
+
+    @property
+    def arrival_order(self) -> dict[int, int]:
+        """``{column: position}``: where in a backward each name's gradient first arrived (smaller =
+        nearer the loss), over the kept steps; names that never got one are missing."""
+        return dict(self._order)
 
     @property
     def history(self) -> History:

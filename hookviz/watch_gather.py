@@ -82,10 +82,11 @@ class RankRecorder:
             the shard), used to combine shards; 0 for module outputs.
     """
 
-    def __init__(self, watch, model: torch.nn.Module, strategy: str, parameters: list[tuple[str, torch.Tensor]]):
+    def __init__(self, watch, model: torch.nn.Module, strategy: str, parameters: list[tuple[str, torch.Tensor]],
+                 handles: list):
         from hookviz import distributed
 
-        self._watch, self.strategy = weakref.ref(watch), strategy
+        self._watch, self.strategy, self._handles = weakref.ref(watch), strategy, handles
         self.columns = {name: column for column, (name, _) in enumerate(parameters)}
         self.parameters = [p for _, p in parameters]
         self.reduced: dict[int, torch.Tensor] = {}
@@ -106,7 +107,7 @@ class RankRecorder:
             if unsharded is None or self._hooked.get(column) == id(unsharded):
                 continue
             self._hooked[column] = id(unsharded)
-            self._watch()._handles.append(unsharded.register_post_accumulate_grad_hook(hook_for_column(column)))
+            self._handles.append(unsharded.register_post_accumulate_grad_hook(hook_for_column(column)))
 
     def finish(self, step: int) -> None:
         """End of a recorded backward: queue reading the reduced ``.grad`` after the all-reduce
@@ -124,23 +125,26 @@ class RankRecorder:
             values = torch.stack([local_statistics(g) for _, g in grads]).cpu()
             row[[c for c, _ in grads]] = values
         self.reduced[step] = row
-        for old in [s for s in self.reduced if s not in watch._steps and s != step]:
+        kept = set(watch.steps)
+        for old in [s for s in self.reduced if s not in kept and s != step]:
             del self.reduced[old]
 
 
-def attach(watch, model: torch.nn.Module, parameters: list[tuple[str, torch.Tensor]], hook_for_column) -> RankRecorder | None:
+def attach(watch, model: torch.nn.Module, parameters: list[tuple[str, torch.Tensor]], hook_for_column,
+           handles: list) -> RankRecorder | None:
     """A :class:`RankRecorder` for ``watch`` when ``model`` is DDP or FSDP2, else None.
 
     ``hook_for_column(column)`` makes the watch's parameter hook for one column; on FSDP2 it is put
-    on the unsharded parameters from a forward hook on ``model`` (its handle goes to the watch)."""
+    on the unsharded parameters from a forward hook on ``model``. Every handle goes to ``handles``
+    (the watch's, which it removes on close)."""
     from hookviz import distributed
 
     kind = distributed.strategy(model)
     if kind is None:
         return None
-    recorder = RankRecorder(watch, model, kind, parameters)
+    recorder = RankRecorder(watch, model, kind, parameters, handles)
     if kind == distributed.FSDP:
-        watch._handles.append(model.register_forward_hook(partial(_after_forward, weakref.ref(recorder), hook_for_column)))
+        handles.append(model.register_forward_hook(partial(_after_forward, weakref.ref(recorder), hook_for_column)))
     return recorder
 
 
@@ -383,7 +387,7 @@ def from_watch(watch) -> RankHistory:
 
 def _order_row(watch) -> torch.Tensor:
     order = torch.full((len(watch.names),), math.nan, dtype=torch.float64)
-    for column, position in watch._order.items():
+    for column, position in watch.arrival_order.items():
         order[column] = position
     return order
 
