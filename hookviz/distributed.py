@@ -220,7 +220,8 @@ def reduced_run(model: torch.nn.Module, run):
     a collective, so every rank must record its run); forward arguments stay local (nothing
     reduces them). A parameter that got a gradient only on other ranks is added. Inside
     ``no_sync()`` (or FSDP2's ``set_requires_gradient_sync(False)``) nothing is reduced, as in
-    plain PyTorch. Any other model: ``run`` unchanged.
+    plain PyTorch. A DDP communication hook (``register_comm_hook``) is not replayed: the run
+    gets a note in ``run.notes``. Any other model: ``run`` unchanged.
     """
     if strategy(model) is None:
         return run
@@ -230,4 +231,11 @@ def reduced_run(model: torch.nn.Module, run):
     if reduces_gradients(model):
         reduced = reduce_parameter_grads(model, local)
         run.leaf_grads = {**local, **{n: g for n, g in reduced.items() if n in local or g is not None}}
+        hooks = [getattr(hook, "__qualname__", repr(hook)) for hook, _ in getattr(model, "_comm_hooks", [])]
+        if hooks:
+            run.notes.append(
+                f"DistributedDataParallel has the communication hook {', '.join(hooks)}: a plain backward "
+                "reduces through it (compressed, for example), while leaf_grad holds the plain mean over "
+                "ranks; they may differ by what the hook changes"
+            )
     return run

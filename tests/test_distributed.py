@@ -105,6 +105,17 @@ def _ddp_exact(rank, device):
     assert torch.equal(record.value, run.leaf_grad("module.4.bias", local=True))
     with pytest.raises(hookviz.TargetError, match="unknown leaf"):
         run.leaf_grad("5.weight")
+    assert run.notes == []
+    # a communication hook (fp16 compression) is not replayed: the run says so, and stays close
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+
+    compressed = DDP(copy.deepcopy(model))
+    compressed.register_comm_hook(None, fp16_compress_hook)
+    noted = hookviz.Session(compressed, (x,), loss_fn=lambda out: F.cross_entropy(out, y)).run()
+    assert any("fp16_compress_hook" in note for note in noted.notes), noted.notes
+    F.cross_entropy(compressed(x), y).backward()
+    for name, parameter in compressed.named_parameters():
+        torch.testing.assert_close(noted.leaf_grad(name), parameter.grad, rtol=2e-3, atol=1e-4)
     # inside no_sync() a plain backward keeps the local gradient; so does the run
     with ddp.no_sync():
         quiet = hookviz.Session(ddp, (x,), loss_fn=lambda out: F.cross_entropy(out, y)).run()
