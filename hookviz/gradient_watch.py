@@ -166,7 +166,7 @@ class Watch:
                     partial(_on_forward, weakref.ref(self), len(self.parameter_names) + offset)))
             # DDP / FSDP2: local statistics before the all-reduce, reduced ones after (watch_gather)
             self._ranks = watch_gather.attach(self, model, trainable if parameters else [],
-                                              partial(_parameter_hook, weakref.ref(self)), self._handles)
+                                              partial(_parameter_hook, weakref.ref(self)), self._handles, _reduce)
         except BaseException:
             self.close()
             raise
