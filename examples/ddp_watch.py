@@ -8,10 +8,10 @@ outlier target (1e4 where the others are about 1): its local gradient explodes, 
 hands its share to every rank, so every rank's ``.grad`` looks bad and none says where it came from.
 
 After training, ``w.gather(dst=0)`` (a collective) brings every rank's local and reduced gradient
-norms to rank 0, which prints the cross-rank findings and saves them to ``--out``. Every rank then
-records one :class:`hookviz.Session` run of that bad step's batch (also a collective: each rank
-records its own batch); the bad rank saves its run next to the history
-(``<out stem>_rank<r>_run.hookviz``). Open both with ``hookviz.load`` (see
+norms to rank 0. Every rank then records one :class:`hookviz.Session` run of that bad step's batch
+(also a collective: each rank records its own batch). Rank 0 prints the cross-rank findings and
+saves the history with its run (whose graph the widget colours) to ``--out``; the bad rank saves its
+own run next to it (``<out stem>_rank<r>_run.hookviz``). Open both with ``hookviz.load`` (see
 ``notebooks/06_distributed.ipynb``).
 """
 
@@ -54,14 +54,15 @@ def train(options: argparse.Namespace) -> None:
             F.mse_loss(ddp(x), y).backward()
             optimizer.step()
     history = w.gather(dst=0)  # every rank calls it; rank 0 gets the history
-    if rank == 0:
-        path = w.save(options.out)
+
+    # a recorded run of the bad step's batches: a collective too, each rank records its own batch
+    x, y = batch(rank, options.bad_step, bad=rank == options.bad_rank)
+    run = hookviz.Session(ddp, (x,), loss_fn=lambda out: F.mse_loss(out, y)).run()
+    if rank == 0:  # the history, with a run whose graph the widget draws its norms on
+        path = w.save(options.out, run=run)
         print(f"saved {len(history.steps)} steps of ranks {history.ranks} to {path}")
         for finding in history.diagnose():
             print(f"[{finding.kind}] {finding.message}")
-
-    x, y = batch(rank, options.bad_step, bad=rank == options.bad_rank)
-    run = hookviz.Session(ddp, (x,), loss_fn=lambda out: F.mse_loss(out, y)).run()
     if rank == options.bad_rank:
         path = run.save(options.out.with_name(f"{options.out.stem}_rank{rank}_run"))
         local = run.leaf_grad("0.weight", local=True).norm().item()

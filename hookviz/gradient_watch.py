@@ -433,14 +433,21 @@ class Watch:
         self.gathered = watch_gather.gather(self, dst, group)
         return self.gathered
 
-    def save(self, path) -> Path:
+    def save(self, path, run=None) -> Path:
         """Write the gathered history (after :meth:`gather`, on ``dst``) or else this process's
         history to a ``.hookviz`` file; open it with :func:`hookviz.load`. Returns the path.
-        Raises WatchError when no step was recorded."""
+
+        ``run``: a :class:`hookviz.Run` of the same model to store with it, so that
+        ``hookviz.show(hookviz.load(path))`` draws the norms on its graph. Raises WatchError when
+        no step was recorded.
+        """
+        import dataclasses
+
         from hookviz.saving import save
 
         self._row(None)
-        return save(self.gathered if self.gathered is not None else watch_gather.from_watch(self), path)
+        history = self.gathered if self.gathered is not None else watch_gather.from_watch(self)
+        return save(dataclasses.replace(history, run=run) if run is not None else history, path)
 
     def _history_or_error(self) -> History:
         self._row(None)

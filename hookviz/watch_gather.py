@@ -181,6 +181,8 @@ class RankHistory:
         module_types: class name of every module.
         strategy: ``"ddp"``, ``"fsdp"`` or ``""``.
         every: the watch's ``every``.
+        run: a recorded run of the same model, saved with the history (``Watch.save(path,
+            run=run)``) so that ``hookviz.show(history)`` can draw the norms on its graph; or None.
     """
 
     ranks: list[int]
@@ -193,6 +195,7 @@ class RankHistory:
     module_types: dict[str, str] = field(default_factory=dict)
     strategy: str = ""
     every: int = 1
+    run: object = None  # a hookviz.Run (typed loosely: run.py does not import this module)
 
     def __len__(self) -> int:
         return len(self.steps)

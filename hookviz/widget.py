@@ -562,8 +562,8 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
     ``show(run)`` shows a recorded run read-only (one from :func:`hookviz.load`: inspect, replay,
     diagnosis; edit and re-run are refused with a note, ``Widget.read_only``; ``show(run,
     baseline)`` compares two). ``show(history, run)`` shows a gathered watch history (from
-    ``hookviz.load`` of ``Watch.save``) over that run's graph, reduced norms first;
-    ``Widget.watch_rank(r)`` shows rank ``r``'s.
+    ``hookviz.load`` of ``Watch.save``) over that run's graph (``show(history)``: over the run
+    saved with it), reduced norms first; ``Widget.watch_rank(r)`` shows rank ``r``'s.
 
     Args:
         model: an ``nn.Module``.
@@ -588,12 +588,14 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
     if isinstance(model, Run):  # a recorded run, usually opened from a file: read-only
         return Widget(RecordedSession(model, baseline=args if isinstance(args, Run) else None), **widget_options)
     if isinstance(model, RankHistory):
-        if not isinstance(args, Run):
+        run = args if isinstance(args, Run) else model.run
+        if run is None:
             raise WatchError(
-                "a watch history holds gradient norms, not a graph: pass a run of the same model to "
-                "draw them on, e.g. hookviz.show(history, hookviz.load('run.hookviz'))"
+                "this watch history holds gradient norms, not a graph: pass a run of the same model "
+                "to draw them on, e.g. hookviz.show(history, hookviz.load('run.hookviz')), or save "
+                "one with it: watch.save(path, run=session.run())"
             )
-        widget = Widget(RecordedSession(args), **widget_options)
+        widget = Widget(RecordedSession(run), **widget_options)
         return widget.show_watch_history(model)
     session = Session(model, args, kwargs=kwargs, loss_fn=loss_fn, **session_options)
     return Widget(session, **widget_options)

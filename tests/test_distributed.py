@@ -9,6 +9,7 @@ CUDA/NCCL variants run the same workers on 2 GPUs and are skipped without them.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import math
 import os
@@ -347,6 +348,10 @@ def test_cross_rank_diagnosis_names_the_rank_and_step(tmp_path):
     assert "opened from a file" in widget.errors["edit"]
     with pytest.raises(hookviz.WatchError, match="not a graph.*hookviz.show\\(history"):
         hookviz.show(history)
+    # saved together (Watch.save(path, run=run)), one file opens in the watch view
+    together = hookviz.load(dataclasses.replace(history, run=run).save(tmp_path / "together"))
+    assert all(torch.equal(together.run.leaf_grad(n), run.leaf_grad(n)) for n in run.leaf_names)
+    assert hookviz.show(together).watch_ranks == [0, 1]
 
 
 def test_gather_without_a_process_group_is_a_clear_error():
