@@ -272,6 +272,26 @@ def test_watch_gathers_local_and_reduced_norms_of_every_rank(tmp_path, use_fsdp)
     spawn(_watch_gather, str(tmp_path), use_fsdp)
 
 
+def _watch_thinned(rank, device):
+    model = DDP(mlp().to(device))
+    with hookviz.watch(model, every=2, capacity=3) as w:
+        for step in range(13):
+            x, y = batch(rank, step, device)
+            F.cross_entropy(model(x), y).backward()
+            model.zero_grad()
+    gathered = w.gather(dst=0)
+    if rank == 0:
+        # what gather moves is bounded by every and capacity: only the kept steps, on every rank
+        assert gathered.steps == w.steps and len(w.steps) <= 3 and all(s % 2 == 0 for s in w.steps)
+        assert w.steps == [0, 8]  # 0, 2, 4 fill 3 rows; thinned to 0, 4; 8 fills; thinned to 0, 8
+        assert gathered.local.shape == (2, 2, len(w.names), 4)
+        assert not gathered.reduced[:, :, 0].isnan().all(-1).any()  # each kept step has its reduced row
+
+
+def test_watch_gather_keeps_only_the_steps_every_and_capacity_keep():
+    spawn(_watch_thinned)
+
+
 class Branchy(nn.Module):
     """An MLP whose ``extra`` layer only rank 0 uses (the find_unused_parameters trap)."""
 
