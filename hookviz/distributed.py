@@ -172,7 +172,8 @@ def reduce_parameter_grads(model: torch.nn.Module, grads: dict[str, torch.Tensor
         parameter that no rank gave a gradient. On 2 ranks this equals ``.grad`` bit for bit
         (multiplying by 1/2 is exact and a sum of two is order-free); on more, within float
         rounding, since the order of the sum depends on the collective's algorithm. Full shapes
-        on every rank, for FSDP2 too (``p.grad.full_tensor()``).
+        on every rank, for FSDP2 too (``p.grad.full_tensor()``); with an FSDP2 mixed-precision
+        policy the sum runs in its ``reduce_dtype`` and the result has the parameter's dtype.
 
     Raises:
         HookvizError: an FSDP2 model on several meshes or a 2-D mesh.
@@ -184,17 +185,19 @@ def reduce_parameter_grads(model: torch.nn.Module, grads: dict[str, torch.Tensor
     else:
         shapes = [(n, p) for n, p in fsdp_parameters(model) if p.sharded_param.requires_grad]
     result: dict[str, torch.Tensor | None] = {}
+    final: dict[str, torch.dtype] = {}  # FSDP2: the dtype of the sharded .grad
     buckets: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
     used = []
     for name, parameter in shapes:
         grad = grads.get(name)
         used.append(grad is not None)
-        if grad is None:
-            if strategy(model) == DDP:
-                grad = torch.zeros_like(parameter)
-            else:
-                grad = torch.zeros(parameter._orig_size, dtype=parameter.param_dtype or parameter.orig_dtype,
-                                   device=parameter.device)
+        if strategy(model) == DDP:
+            grad = torch.zeros_like(parameter) if grad is None else grad
+        else:  # FSDP2 reduces in its mixed-precision policy's reduce_dtype, into the parameter's dtype
+            dtype = parameter.reduce_dtype or parameter.param_dtype or parameter.orig_dtype
+            grad = torch.zeros(parameter._orig_size, dtype=dtype, device=parameter.device) if grad is None \
+                else grad.to(dtype)
+            final[name] = parameter.orig_dtype
         buckets.setdefault((grad.device, grad.dtype), []).append((name, grad))
     device = next(iter(buckets))[0] if buckets else torch.device("cpu")
     counts = torch.tensor(used, dtype=torch.int32, device=device)
@@ -204,7 +207,7 @@ def reduce_parameter_grads(model: torch.nn.Module, grads: dict[str, torch.Tensor
         torch.distributed.all_reduce(flat, group=group)
         offset = 0
         for name, grad in members:
-            result[name] = flat[offset:offset + grad.numel()].view(grad.shape).clone()
+            result[name] = flat[offset:offset + grad.numel()].view(grad.shape).to(final.get(name, grad.dtype), copy=True)
             offset += grad.numel()
     ordered = {}
     for (name, _), count in zip(shapes, counts.tolist()):

@@ -198,6 +198,20 @@ def _fsdp(rank, device):
         torch.testing.assert_close(run.leaf_grad(name, local=True), mine[name], rtol=1e-6, atol=1e-7)
 
 
+    # a mixed-precision policy: FSDP2 computes in bfloat16, reduces in float32 into float32 .grad
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mixed = copy.deepcopy(plain)
+    fully_shard(mixed[0], mp_policy=policy)
+    fully_shard(mixed, mp_policy=policy)
+    mixed_run = hookviz.Session(mixed, (x,), loss_fn=lambda out: F.cross_entropy(out.float(), y)).run()
+    F.cross_entropy(mixed(x).float(), y).backward()
+    for name, parameter in mixed.named_parameters():
+        assert mixed_run.leaf_grad(name, local=True).dtype == torch.bfloat16
+        assert torch.equal(mixed_run.leaf_grad(name), parameter.grad.full_tensor()), name
+
+
 def test_fsdp2_run_names_leaves_and_gives_full_reduced_gradients():
     spawn(_fsdp)
 
