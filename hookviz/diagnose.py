@@ -35,6 +35,7 @@ import torch
 
 from hookviz.errors import HookvizError
 from hookviz.graph import LOSS_MODULE
+from hookviz.saving import record_types
 from hookviz.stats import TensorRecord, combined_norm
 
 if TYPE_CHECKING:  # for annotations only: hookviz.run imports this module
@@ -472,3 +473,6 @@ def diagnose(run: hookviz.run.Run, model: torch.nn.Module | None = None, **thres
                 "initialisation down or normalise the layer's input)"
             ), fraction))
     return found
+
+
+record_types(Finding, GradientStats)

@@ -28,6 +28,7 @@ import torch
 
 from hookviz.errors import EditError, ExpressionError
 from hookviz.expr import Expression
+from hookviz.saving import record_types
 
 _SLOT = re.compile(r"^(grad_inputs|grad_outputs|grad_input|grad_output)\[(\d+)\]$|^grad$")
 _ids = itertools.count(1)
@@ -183,3 +184,6 @@ def replace_slots(grads: tuple, edits: list[Edit]) -> tuple[tuple, bool]:
     for edit in edits:
         new[edit.slot.index] = edit.apply(new[edit.slot.index])
     return tuple(new), bool(edits)
+
+
+record_types(Slot, Edit)

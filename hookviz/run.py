@@ -18,6 +18,7 @@ import torch
 from hookviz.diagnose import diagnose
 from hookviz.errors import TargetError, unknown_name
 from hookviz.explain import explain
+from hookviz.saving import record_types, save
 from hookviz.stats import TensorRecord, same_values
 
 
@@ -289,8 +290,6 @@ class Run:
     def save(self, path) -> Path:
         """Write this run to a ``.hookviz`` file (safetensors + JSON, never pickle); open it with
         :func:`hookviz.load`. See :func:`hookviz.saving.save` for the format and errors."""
-        from hookviz.saving import save
-
         return save(self, path)
 
     @property
@@ -438,3 +437,8 @@ def diff(before: Run, after: Run) -> Diff:
             changed = not same_values(a, b)
         leaves[name] = LeafDiff(a, b, changed)
     return Diff(nodes, leaves)
+
+
+record_types(SavedTensor, HookCall, HookInfo, Event, LogEntry, NodeRecord, ModuleCall, ModuleGrads,
+             NodeDiff, LeafDiff, Diff)
+record_types(Run, kind="run")

@@ -10,7 +10,8 @@ big graph's JSON outgrows the 100 MB that safetensors allows its header). The he
 
 Reading parses that JSON and hands the tensor bytes to safetensors, which only copies bytes into
 tensors: nothing in a file can run code, so a file from someone else is safe to open. Records are
-rebuilt only from hookviz's own dataclasses (a fixed list), never from a class named in the file.
+rebuilt only from hookviz's own dataclasses, which their modules register here with
+:func:`record_types` (this module imports none of them), never from a class named in the file.
 A ``torch.save`` / pickle file is refused before anything is read from it.
 
 Version history: 1 = the first format.
@@ -45,16 +46,26 @@ class FileFormatError(HookvizError):
 _SKIPPED = {"Run": {"model_ref"}, "Edit": {"transform"}}
 
 
+_RECORD_TYPES: dict[str, type] = {}
+_FILE_KINDS: dict[type, str] = {}  # the objects a file holds at its top, and the kind it says
+
+
+def record_types(*types: type, kind: str | None = None) -> None:
+    """Register hookviz dataclasses that a file may hold (called by the modules that define them).
+
+    Args:
+        types: dataclasses, rebuilt by name when a file is read.
+        kind: for the one type a whole file holds (``"run"``, ``"watch"``), the kind it says.
+    """
+    for cls in types:
+        _RECORD_TYPES[cls.__name__] = cls
+        if kind is not None:
+            _FILE_KINDS[cls] = kind
+
+
 def _record_types() -> dict[str, type]:
     """The dataclasses a file may hold, by class name: hookviz's records and nothing else."""
-    from hookviz import diagnose, edits, gradient_watch, run, stats, watch_gather
-
-    found: dict[str, type] = {}
-    for module in (run, stats, edits, diagnose, gradient_watch, watch_gather):
-        for value in vars(module).values():
-            if isinstance(value, type) and dataclasses.is_dataclass(value) and value.__module__ == module.__name__:
-                found[value.__name__] = value
-    return found
+    return dict(_RECORD_TYPES)
 
 
 def _loaded_transform(source: str):
@@ -140,14 +151,8 @@ def save(obj, path: str | Path) -> Path:
         HookvizError: ``obj`` is neither, or holds something that is not data (a custom object).
         OSError: the file cannot be written.
     """
-    from hookviz.run import Run
-    from hookviz.watch_gather import RankHistory
-
-    if isinstance(obj, Run):
-        kind = "run"
-    elif isinstance(obj, RankHistory):
-        kind = "watch"
-    else:
+    kind = _FILE_KINDS.get(type(obj))
+    if kind is None:
         raise HookvizError(
             f"save() takes a hookviz.Run or a watch history (Watch.save / Watch.gather), got {type(obj).__name__}"
         )
@@ -250,11 +255,7 @@ def load(path: str | Path):
         obj = _Decoder(tensors, _record_types())(structure)
     except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError) as error:
         raise _refuse(path, f"the file is corrupt: its structure does not decode ({type(error).__name__}: {error})") from None
-    from hookviz.run import Run
-    from hookviz.watch_gather import RankHistory
-
-    expected = Run if kind == "run" else RankHistory
-    if not isinstance(obj, expected):
+    if _FILE_KINDS.get(type(obj)) != kind:
         raise _refuse(path, f"the file is corrupt: it says {kind!r} but holds a {type(obj).__name__}")
     return obj
 
@@ -295,10 +296,6 @@ class _Decoder:
             known = {f.name: f for f in dataclasses.fields(cls) if f.init}
             arguments = {k: v for k, v in stored.items() if k in known}
             if cls.__name__ == "Edit":
-                from hookviz.edits import parse_slot
-
-                if not isinstance(arguments.get("slot"), type(parse_slot("grad"))):
-                    arguments["slot"] = parse_slot(str(arguments["slot"]))
                 arguments["transform"] = _loaded_transform(arguments.get("source", ""))
             return cls(**arguments)
         raise ValueError(f"unexpected JSON object with keys {sorted(value)[:5]}")

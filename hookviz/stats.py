@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from hookviz.saving import record_types
+
 DEFAULT_FULL_TENSOR_LIMIT = 4096
 DEFAULT_HISTOGRAM_BINS = 32
 HISTOGRAM_SAMPLE = 1024
@@ -458,3 +460,6 @@ def summarise(tensor: torch.Tensor, full_limit: int = DEFAULT_FULL_TENSOR_LIMIT)
     batch = StatsBatch(full_limit=full_limit)
     batch.add(tensor)
     return batch.compute()[0]
+
+
+record_types(TensorRecord)

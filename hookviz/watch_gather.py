@@ -46,8 +46,9 @@ import torch
 
 from hookviz.diagnose import Finding
 from hookviz.errors import WatchError
+from hookviz.history import STATISTICS, History
+from hookviz.saving import record_types, save
 
-STATISTICS = ("norm", "max_abs", "nonfinite", "zero_fraction")
 DEFAULT_DIVERGE = 10.0
 
 
@@ -245,8 +246,6 @@ class RankHistory:
     def history(self, rank: int | None = None):
         """One rank's local statistics (or, with None, the reduced ones) as a
         :class:`hookviz.gradient_watch.History`."""
-        from hookviz.gradient_watch import History
-
         table = self.reduced if rank is None else self.local[self._rank(rank)]
         return History(list(self.steps), list(self.names), list(self.kinds), *(table[:, :, i].clone() for i in range(4)))
 
@@ -373,8 +372,6 @@ class RankHistory:
 
     def save(self, path) -> Path:
         """Write this history to a ``.hookviz`` file (see :func:`hookviz.saving.save`)."""
-        from hookviz.saving import save
-
         return save(self, path)
 
     def __repr__(self) -> str:
@@ -548,3 +545,7 @@ class RankView:
     def heatmap(self, kind: str = "parameter", statistic: str = "norm"):
         """This rank's (or the reduced) log-norm heatmap."""
         return self.source.heatmap(self.rank, kind)
+
+
+record_types(_Payload)
+record_types(RankHistory, kind="watch")

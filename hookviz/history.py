@@ -1,0 +1,66 @@
+"""A watch's kept steps as a compact table: :class:`History` (shared by one-process and gathered watches)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hookviz.errors import WatchError, unknown_name
+from hookviz.saving import record_types
+
+STATISTICS = ("norm", "max_abs", "nonfinite", "zero_fraction")
+
+
+@dataclass
+class History:
+    """The kept steps of a watch as a compact table (no pandas needed).
+
+    Attributes:
+        steps: the step numbers kept, ascending (list of int).
+        names: parameter and module names, one column each (parameters first).
+        kinds: ``"parameter"`` or ``"output"`` per name.
+        norm, max_abs, nonfinite, zero_fraction: float64 tensors of shape ``[len(steps),
+            len(names)]``; NaN where a name got no gradient in that step.
+    """
+
+    steps: list[int]
+    names: list[str]
+    kinds: list[str]
+    norm: torch.Tensor
+    max_abs: torch.Tensor
+    nonfinite: torch.Tensor
+    zero_fraction: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def column(self, name: str, statistic: str = "norm") -> list[float]:
+        """One name's values of one statistic over the kept steps."""
+        if name not in self.names:
+            raise WatchError(unknown_name("parameter or module", name, self.names))
+        if statistic not in STATISTICS:
+            raise WatchError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
+        return getattr(self, statistic)[:, self.names.index(name)].tolist()
+
+    def to_records(self) -> list[dict]:
+        """Long form: one dict per (step, name) with ``step, name, kind`` and the statistics."""
+        tables = [getattr(self, s).tolist() for s in STATISTICS]
+        return [
+            {"step": step, "name": name, "kind": kind,
+             **{s: table[row][column] for s, table in zip(STATISTICS, tables)}}
+            for row, step in enumerate(self.steps)
+            for column, (name, kind) in enumerate(zip(self.names, self.kinds))
+        ]
+
+    def to_pandas(self):
+        """The long form as a ``pandas.DataFrame``. Raises WatchError when pandas is not installed."""
+        try:
+            import pandas
+        except ImportError:
+            raise WatchError("to_pandas() needs pandas, which is not installed: pip install pandas, "
+                             "or use to_records() / the tensors of this History") from None
+        return pandas.DataFrame.from_records(self.to_records())
+
+
+record_types(History)
