@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import os
 import statistics
@@ -85,9 +86,16 @@ def _peers(model, args, loss_fn, device):
     rows["hookviz fresh run"] = lambda: session.run(forward=True)
     rows["hookviz backward-only re-run"] = session.run
 
+    # A watch (hookviz's or wandb's) hooks its model: it watches a twin, so the plain step stays plain.
+    twin = copy.deepcopy(model)
+
+    def twin_step():
+        twin.zero_grad(set_to_none=True)
+        loss_fn(twin(*args)).backward()
+
     def watched():
-        watch = hookviz.watch(model)
-        return plain_step, watch.close
+        watch = hookviz.watch(twin)
+        return twin_step, watch.close
 
     rows["hookviz.watch per training step"] = watched
     try:
@@ -99,15 +107,15 @@ def _peers(model, args, loss_fn, device):
             directory = tempfile.mkdtemp()
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 run = wandb.init(mode="offline", dir=directory, project="hookviz-bench")
-                run.watch(model, log="gradients", log_freq=1)
+                run.watch(twin, log="gradients", log_freq=1)
 
             def step():
-                plain_step()
+                twin_step()
                 run.log({})
 
             def close():
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                    run.unwatch(model)
+                    run.unwatch(twin)
                     run.finish()
             return step, close
 
