@@ -6,8 +6,8 @@ Inf) become the strings ``"nan"``, ``"inf"``, ``"-inf"``, as :meth:`TensorRecord
 
 Module groups: every op node belongs to the innermost module that created it (its ``module``
 attribute); a module ``"a.b"`` is drawn as a compound node inside ``"a"``. The root module ``""``
-is not a group (it holds everything). A graph larger than :data:`COLLAPSE_THRESHOLD` nodes opens
-with groups collapsed so that about :data:`VISIBLE_BUDGET` elements are drawn.
+is not a group (it holds everything). Which groups are open is :mod:`hookviz.widget_tree`'s job;
+where things sit on screen is the page's (ELK).
 """
 
 from __future__ import annotations
@@ -21,12 +21,16 @@ import networkx as nx
 from hookviz.errors import TargetError
 from hookviz.run import Run, records_equal
 from hookviz.stats import combined_norm
+from hookviz.widget_tree import (
+    MODULE_PREFIX,
+    group_id,
+    mark_repeats,
+    natural_key,
+    parent_module,
+    short_name,
+)
 
-COLLAPSE_THRESHOLD = 300
-VISIBLE_BUDGET = 150
 VANISHING_THRESHOLD = 1e-6
-GROUP_PREFIX = "group:"
-MODULE_PREFIX = "module:"
 
 
 def json_float(value: float | None) -> float | str | None:
@@ -51,18 +55,6 @@ def tensors_json(records) -> list | None:
     return None if records is None else [tensor_json(r) for r in records]
 
 
-def group_id(module: str) -> str:
-    """The id of the compound node drawn for a module."""
-    return GROUP_PREFIX + module
-
-
-def parent_module(module: str) -> str | None:
-    """``"a.b.c"`` -> ``"a.b"``, ``"a"`` -> None (the root is not a group)."""
-    if "." not in module:
-        return None
-    return module.rsplit(".", 1)[0]
-
-
 def structure_key(graph: nx.DiGraph) -> str:
     """A hash of the graph's node ids and edges: equal for re-runs of the same graph."""
     digest = hashlib.blake2b(digest_size=12)
@@ -73,15 +65,6 @@ def structure_key(graph: nx.DiGraph) -> str:
     for u, v in graph.edges:
         digest.update(f"{u}\0{v}\0".encode())
     return digest.hexdigest()
-
-
-def layers(graph: nx.DiGraph) -> dict[str, int]:
-    """Layer of each node, loss last: as late as possible, i.e. the loss's layer minus the longest
-    path from the node to the loss (linear time). A parameter then sits next to the op that uses
-    it, not with every other leaf in the first layer."""
-    generations = list(nx.topological_generations(graph.reverse(copy=False)))
-    last = len(generations) - 1
-    return {node: last - i for i, generation in enumerate(generations) for node in generation}
 
 
 def module_norms(run: Run) -> dict[str, float | None]:
@@ -105,25 +88,24 @@ def _color_range(norms) -> dict:
     return {"lo": lo, "hi": hi}
 
 
-def graph_json(
-    run: Run, baseline: Run | None = None, structure: tuple[str, dict] | None = None
-) -> dict:
-    """The op graph, its module groups and the module-level view, as the page draws them.
+def graph_json(run: Run, baseline: Run | None = None, structure: str | None = None) -> dict:
+    """The op graph and its module groups, as the page draws them (the page lays them out).
 
     Args:
         run: the run to show.
-        baseline: the run to compare with (for the colour range, so both runs share one scale).
-        structure: ``(structure_key, layers)`` from an earlier call on the same graph, to skip
-            recomputing them on a re-run.
+        baseline: the run whose norms fix the colour range, so that one colour means one norm in
+            every run of a session (values outside saturate; the page marks them).
+        structure: the :func:`structure_key` from an earlier call on the same graph, to skip
+            recomputing it on a re-run.
 
     Returns:
-        ``{"structure", "nodes", "edges", "groups", "module_view", "color_range", "layers_count"}``.
-        Node: ``{id, op, module, kind, layer, order, norm, nan, edited, user_hooks}``; edge:
-        ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, label,
-        size, norm, nan, edited, user_hooks}``.
+        ``{"structure", "nodes", "edges", "groups", "color_range"}``. Node: ``{id, op, module,
+        kind, order, norm, nan, edited, user_hooks}``; edge: ``[source, target, slot]`` in forward
+        direction; group: ``{id, module, parent, label, type, size, norm, nan, edited,
+        user_hooks, signature, repeat}`` (see :func:`hookviz.widget_tree.mark_repeats`).
     """
     graph = run.graph
-    key, layer = structure if structure is not None else (structure_key(graph), layers(graph))
+    key = structure if structure is not None else structure_key(graph)
     edited_targets = {edit.target for edit in run.edits}
     nodes = []
     by_module: dict[str, list[dict]] = defaultdict(list)
@@ -135,7 +117,6 @@ def graph_json(
             "op": attrs.get("op", ""),
             "module": attrs.get("module", ""),
             "kind": kind,
-            "layer": layer.get(node_id, 0),
             "order": attrs.get("order"),
             "norm": json_float(norm),
             "nan": bool(attrs.get("has_nan")) or (norm is not None and not math.isfinite(norm)),
@@ -148,22 +129,21 @@ def graph_json(
 
     boundary = module_norms(run)
     module_hooks = defaultdict(int)
+    types = {}
     for call in run.calls:
         module_hooks[call.module] += len(call.user_hooks)
-    groups = _groups(by_module, boundary, edited_targets, module_hooks)
-    norms = [n.get("grad_norm") for _, n in graph.nodes(data=True)]
-    if baseline is not None and baseline is not run:
-        norms += [n.get("grad_norm") for _, n in baseline.graph.nodes(data=True)]
+        types.setdefault(call.module, call.type)
+    groups = _groups(by_module, boundary, edited_targets, module_hooks, types)
+    mark_repeats(groups, nodes)
+    scale = baseline if baseline is not None else run
+    norms = [n.get("grad_norm") for _, n in scale.graph.nodes(data=True)]
+    norms += list(module_norms(scale).values()) if scale is not run else list(boundary.values())
     return {
         "structure": key,
         "nodes": nodes,
         "edges": edges,
         "groups": groups,
-        "module_view": module_view_json(
-            run, nodes, edges, boundary, layer, edited_targets, module_hooks
-        ),
         "color_range": _color_range(norms),
-        "layers_count": 1 + max(layer.values(), default=0),
     }
 
 
@@ -180,7 +160,7 @@ def _as_float(value) -> float | None:
     return float(value)
 
 
-def _groups(by_module, boundary, edited_targets, module_hooks) -> list[dict]:
+def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[dict]:
     """One group per non-root module that created nodes, plus every enclosing module."""
     members: dict[str, list[dict]] = defaultdict(list)
     for module, items in by_module.items():
@@ -189,7 +169,7 @@ def _groups(by_module, boundary, edited_targets, module_hooks) -> list[dict]:
             members[name].extend(items)
             name = parent_module(name)
     groups = []
-    for module in sorted(members, key=lambda m: (m.count("."), m)):
+    for module in sorted(members, key=lambda m: (m.count("."), natural_key(m))):
         items = members[module]
         norm = boundary.get(module)
         if norm is None:
@@ -201,7 +181,8 @@ def _groups(by_module, boundary, edited_targets, module_hooks) -> list[dict]:
                 "parent": None
                 if parent_module(module) is None
                 else group_id(parent_module(module)),
-                "label": module,
+                "label": short_name(module),
+                "type": types.get(module, ""),
                 "size": len(items),
                 "norm": json_float(norm),
                 "nan": any(i["nan"] for i in items),
@@ -210,96 +191,6 @@ def _groups(by_module, boundary, edited_targets, module_hooks) -> list[dict]:
             }
         )
     return groups
-
-
-def module_view_json(run, nodes, edges, boundary, layer, edited_targets, module_hooks) -> dict:
-    """The module-level view: one node per module that created ops (leaves of the root module
-    stay as themselves), edges merged between modules (networkx quotient)."""
-    owner = {}
-    for item in nodes:
-        if item["kind"] == "leaf" and item["module"] == "":
-            owner[item["id"]] = item["id"]
-        else:
-            owner[item["id"]] = MODULE_PREFIX + item["module"]
-    quotient = nx.DiGraph()
-    quotient.add_nodes_from(dict.fromkeys(owner.values()))
-    for u, v, _ in edges:
-        a, b = owner[u], owner[v]
-        if a != b:
-            quotient.add_edge(a, b)
-    members = defaultdict(list)
-    for item in nodes:
-        members[owner[item["id"]]].append(item)
-    # Layers of the quotient: it can have cycles (a module used twice), so fall back to node layers.
-    view_layer = {}
-    for view_id, items in members.items():
-        view_layer[view_id] = min(layer.get(i["id"], 0) for i in items)
-    view_nodes = []
-    for view_id in quotient.nodes:
-        items = members[view_id]
-        if view_id.startswith(MODULE_PREFIX):
-            module = view_id[len(MODULE_PREFIX) :]
-            norm = boundary.get(module)
-            if norm is None:
-                norm = _combine([_as_float(i["norm"]) for i in items if i["kind"] == "op"])
-            view_nodes.append(
-                {
-                    "id": view_id,
-                    "label": f"{module or '(root)'} ({len(items)})",
-                    "target": view_id,
-                    "module": module,
-                    "kind": "module",
-                    "layer": view_layer[view_id],
-                    "norm": json_float(norm),
-                    "nan": any(i["nan"] for i in items),
-                    "edited": module in edited_targets or any(i["edited"] for i in items),
-                    "user_hooks": module_hooks.get(module, 0) + sum(i["user_hooks"] for i in items),
-                    "members": [i["id"] for i in items],
-                }
-            )
-        else:
-            item = items[0]
-            view_nodes.append(
-                {**item, "label": item["id"], "target": item["id"], "members": [item["id"]]}
-            )
-    return {"nodes": view_nodes, "edges": [[u, v] for u, v in quotient.edges]}
-
-
-def default_collapsed(
-    graph_data: dict, threshold: int = COLLAPSE_THRESHOLD, budget: int = VISIBLE_BUDGET
-) -> list[str]:
-    """Modules to collapse when the widget opens: none for a small graph; for a large one, start
-    from every top-level module collapsed and expand the largest while the drawn element count
-    stays within ``budget``."""
-    nodes = graph_data["nodes"]
-    groups = graph_data["groups"]
-    if len(nodes) <= threshold or not groups:
-        return []
-    children = defaultdict(list)
-    size = {}
-    direct = defaultdict(int)  # op nodes whose innermost module is this group
-    for g in groups:
-        size[g["module"]] = g["size"]
-        children[g["parent"]].append(g["module"])
-    for item in nodes:
-        direct[item["module"]] += 1
-    root_nodes = direct.get("", 0)
-    collapsed = set(children[None])
-    count = root_nodes + len(collapsed)
-    # Expanding a collapsed module m draws its direct nodes and its child groups instead of one node,
-    # plus the frame of m itself.
-    frontier = sorted(collapsed, key=lambda m: -size[m])
-    while frontier:
-        module = frontier.pop(0)
-        kids = children[group_id(module)]
-        added = direct.get(module, 0) + len(kids)
-        if count + added > budget:
-            continue
-        collapsed.discard(module)
-        collapsed.update(kids)
-        count += added
-        frontier = sorted(set(frontier) | set(kids), key=lambda m: -size[m])
-    return sorted(collapsed)
 
 
 def _hooks_json(run: Run, node_id: str, record) -> list[dict]:
@@ -581,11 +472,38 @@ def log_json(run: Run) -> list[dict]:
     return [{"hook": e.hook, "where": e.where, "text": e.text} for e in run.log]
 
 
-def edits_json(edits) -> list[dict]:
-    """Active edits: ``[{id, target, slot, source}]``."""
+def _edit_key(edit) -> tuple:
+    return (edit.id, edit.target, str(edit.slot), edit.source)
+
+
+def edits_json(edits, shown=None) -> list[dict]:
+    """Active edits: ``[{id, target, slot, source, pending}]``; ``pending`` when the run on
+    screen (``shown``: its edits) was made without it, i.e. it takes effect at the next re-run."""
+    done = None if shown is None else {_edit_key(e) for e in shown}
     return [
-        {"id": e.id, "target": e.target, "slot": str(e.slot), "source": e.source} for e in edits
+        {
+            "id": e.id,
+            "target": e.target,
+            "slot": str(e.slot),
+            "source": e.source,
+            "pending": done is not None and _edit_key(e) not in done,
+        }
+        for e in edits
     ]
+
+
+def edit_state_json(edits, shown) -> dict:
+    """Whether the run on screen is the one the edits would make: ``{stale, pending_targets,
+    removed_targets}``; ``stale`` when an edit was added, removed or reset since that run."""
+    now = {_edit_key(e): e for e in edits}
+    then = {_edit_key(e): e for e in shown}
+    pending = sorted({e.target for k, e in now.items() if k not in then})
+    removed = sorted({e.target for k, e in then.items() if k not in now})
+    return {
+        "stale": bool(pending or removed),
+        "pending_targets": pending,
+        "removed_targets": removed,
+    }
 
 
 # ----- diagnosis and the watch view -------------------------------------------------------------
@@ -633,9 +551,8 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
     """The watch's norms on the drawn elements: ``{element id: norm}``.
 
     A parameter leaf (its node id is the parameter's qualified name) takes the norm of that
-    parameter's gradient; a module group (``"group:<name>"``) and a node of the module view
-    (``"module:<name>"``) take the norm of the gradient w.r.t. the module's output. Elements left
-    out have no value (drawn grey).
+    parameter's gradient; a module group (``"group:<name>"``) takes the norm of the gradient
+    w.r.t. the module's output. Elements left out have no value (drawn grey).
     """
     out = {}
     for item in graph_data.get("nodes", []):
@@ -644,11 +561,6 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
     for group in graph_data.get("groups", []):
         if group["module"] in output_norms:
             out[group["id"]] = json_float(output_norms[group["module"]])
-    for item in graph_data.get("module_view", {}).get("nodes", []):
-        if item["kind"] == "module" and item["module"] in output_norms:
-            out[item["id"]] = json_float(output_norms[item["module"]])
-        elif item["id"] in parameter_norms:
-            out[item["id"]] = json_float(parameter_norms[item["id"]])
     return out
 
 
