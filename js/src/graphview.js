@@ -40,11 +40,19 @@ function opLabel(n) {
   return (n.op || n.id).replace(/Backward\d*$/, "") || n.op;
 }
 
-function boxLabel(group, isCollapsed) {
-  if (!isCollapsed) return group.label;
-  const kind = group.type || "";
-  const repeat = group.repeat && group.repeat.count > 2 ? ` ≡ ${group.repeat.index}/${group.repeat.count}` : "";
-  return kind || repeat ? `${group.label}\n${kind}${repeat}` : group.label;
+/**
+ * The label of a module box: its short name, one line (the full path and type are in the
+ * tooltip). A block with identical siblings (the six blocks of a GPT-2) carries "≡".
+ */
+function boxLabel(group) {
+  return group.repeat && group.repeat.count > 2 ? `${group.label} ≡` : group.label;
+}
+
+function boxTitle(group) {
+  const kind = group.type ? ` (${group.type})` : "";
+  const same =
+    group.repeat && group.repeat.count > 2 ? `, ${group.repeat.index} of ${group.repeat.count} identical blocks` : "";
+  return `${group.module}${kind}${same}`;
 }
 
 function theme(container) {
@@ -136,14 +144,13 @@ function elementsFor(graph, collapsed, range, overlay, editState) {
   };
   const vis = visibleGraph(graph, collapsed);
   for (const { group, collapsed: isCollapsed, parent } of vis.groups) {
-    const label = boxLabel(group, isCollapsed);
-    const lines = label.split("\n");
+    const label = boxLabel(group);
     els.push({
       group: "nodes",
       data: {
         id: group.id,
         label,
-        title: `${group.module}${group.type ? ` (${group.type})` : ""}`,
+        title: boxTitle(group),
         ...paint(group.id, group.norm, group.nan),
         isGroup: true,
         collapsed: isCollapsed,
@@ -152,8 +159,8 @@ function elementsFor(graph, collapsed, range, overlay, editState) {
         pending: pending.has(group.module),
         hooks: group.user_hooks > 0,
         parent: parent || undefined,
-        width: Math.ceil(Math.max(...lines.map((l) => textWidth(l)))) + 20,
-        height: 14 + 15 * lines.length,
+        width: Math.ceil(textWidth(label)) + 16,
+        height: 28,
       },
     });
   }
@@ -235,7 +242,7 @@ export class GraphView {
     if (!this.tooltip) return;
     const d = node.data();
     const p = node.renderedBoundingBox({ includeLabels: false });
-    this.tooltip.textContent = d.isGroup && !d.collapsed ? d.title : `${d.label.replace("\n", " · ")} — ${d.title}`;
+    this.tooltip.textContent = d.isGroup ? d.title : `${d.label} — ${d.title}`;
     this.tooltip.style.left = `${Math.max(0, p.x1)}px`;
     this.tooltip.style.top = `${Math.max(0, p.y2 + 4)}px`;
     this.tooltip.hidden = false;

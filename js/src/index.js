@@ -40,6 +40,11 @@ function legend(range, title = "log10 ‖grad‖") {
       sw(NO_GRAD_COLOR, "no grad"),
       sw("#fff", "edited", `border:3px solid ${EDIT_COLOR}`),
       sw("#fff", "user hook", `border:3px dashed ${HOOK_COLOR}`),
+      h(
+        "span",
+        { class: "hv-sw" },
+        "▭ closed module box (click opens) · ≡ identical blocks · dotted border: beyond the scale",
+      ),
     ),
   ];
 }
@@ -204,6 +209,9 @@ function render({ model, el }) {
     resizeObserver.observe(cyEl);
   };
   let resizeObserver = null;
+  // Cytoscape blurs the focused element when the pointer goes down on it, so the graph would never
+  // hold the focus that keyboard shortcuts ("/") need: take it once the pointer is up.
+  cyEl.addEventListener("pointerup", () => setTimeout(() => cyEl.focus({ preventScroll: true })));
   // "/" anywhere in the widget goes to the search box, as in Model Explorer and GitHub.
   root.addEventListener("keydown", (e) => {
     if (e.key !== "/" || e.target instanceof HTMLInputElement || e.target instanceof HTMLTextAreaElement) return;

@@ -106,10 +106,10 @@ def test_edit_and_rerun_in_jupyterlab(lab):
         )
         assert "step 2/" in root.locator(".hv-step").inner_text()
 
-        # The module-level view, and back.
+        # The module tree (here only what loss_fn built is a box), and back.
         root.locator(".hv-view-modules").click()
         page.wait_for_function(
-            "() => document.querySelector('.hookviz-widget').cy.getElementById('module:').nonempty()",
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:(loss)').data('collapsed') === true",
             timeout=10_000,
         )
         root.locator(".hv-view-ops").click()
