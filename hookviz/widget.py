@@ -41,7 +41,8 @@ class Widget(anywidget.AnyWidget):
         session: the session to show; it is run once now when it has no run yet.
         visible_budget: about how many elements the first view draws: the module tree opens as
             deep as fits in it (see :func:`hookviz.widget_tree.default_collapsed`).
-        vanishing_threshold: the gradient norm drawn as the "vanishing" line on the chart.
+        vanishing_threshold: a layer's gradient "vanishes" below this fraction of the gradient of
+            the layer nearest the loss: the chart's line and the diagnosis banner use it alike.
 
     Raises:
         HookvizError: when the first run fails (there is nothing to show yet).
@@ -78,7 +79,7 @@ class Widget(anywidget.AnyWidget):
         session,
         *,
         visible_budget: int = widget_tree.VISIBLE_BUDGET,
-        vanishing_threshold: float = widget_data.VANISHING_THRESHOLD,
+        vanishing_threshold: float = widget_data.VANISHING_RATIO,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -150,11 +151,19 @@ class Widget(anywidget.AnyWidget):
             if self.selected:
                 self._inspect(self.selected, quiet=True)
 
-    @staticmethod
-    def _diagnose_run(run) -> dict:
-        """``run.diagnose()`` as the banner's JSON; a failure is shown in the banner, never raised."""
+    def _diagnose_run(self, run) -> dict:
+        """``run.diagnose()`` as the banner's JSON, with the chart's vanishing rule; a finding the
+        baseline run does not have, in a run with edits, is marked as caused by the edits. A
+        failure is shown in the banner, never raised."""
         try:
-            return widget_data.diagnosis_json(run.diagnose(), "run")
+            findings = run.diagnose(vanishing=self.vanishing_threshold)
+            caused = set()
+            if run.edits and self.baseline is not None and self.baseline is not run:
+                before = self.baseline.diagnose(vanishing=self.vanishing_threshold)
+                caused = {(f.kind, f.module) for f in findings} - {
+                    (f.kind, f.module) for f in before
+                }
+            return widget_data.diagnosis_json(findings, "run", caused_by_edits=caused)
         except Exception as error:  # a diagnosis bug must not take the widget down
             return widget_data.diagnosis_json(
                 [], "run", error=f"diagnosis failed: {type(error).__name__}: {error}"

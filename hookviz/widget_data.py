@@ -30,7 +30,9 @@ from hookviz.widget_tree import (
     short_name,
 )
 
-VANISHING_THRESHOLD = 1e-6
+# One rule for the chart's line and the diagnosis banner: a layer's gradient vanishes below this
+# fraction of the gradient of the layer nearest the loss (hookviz.diagnose's default).
+VANISHING_RATIO = 1e-3
 
 
 def json_float(value: float | None) -> float | str | None:
@@ -410,33 +412,46 @@ def leaf_summaries(run: Run) -> dict[str, dict | None]:
     return _summaries({name: run.leaf_grad(name) for name in run.leaf_names})
 
 
-def chart_json(
-    run: Run, baseline: Run | None = None, threshold: float = VANISHING_THRESHOLD
-) -> dict:
-    """Gradient flow: per module (in call order), the norm of the gradient into its inputs in
-    ``run`` and in ``baseline``; modules with no input gradient fall back to their nodes' norms."""
-    current = module_norms(run)
-    before = module_norms(baseline) if baseline is not None else current
-    fallback = _module_node_norms(run)
-    fallback_before = _module_node_norms(baseline) if baseline is not None else fallback
-    ran = [m for m in run.modules if m in current or m in fallback]
-    # One point per layer: the innermost modules (those with no child module that ran).
-    parents = {parent_module(m) for m in ran if m} | ({""} if any(m for m in ran) else set())
-    modules = [m for m in ran if m not in parents] or ran
+def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHING_RATIO) -> dict:
+    """Gradient flow by the diagnosis's own rule: per layer (a module with parameters, input ->
+    output) the norm of its parameters' gradient in ``run`` and in ``baseline``, and the
+    vanishing line at ``vanishing`` x the norm of the layer nearest the loss, where
+    :func:`hookviz.diagnose.diagnose` draws it. Zero norms cannot sit on a log axis: ``floor`` is
+    the height at which the page draws them, marked as zero.
+
+    Returns:
+        ``{"modules", "current", "baseline", "threshold", "rule", "floor"}``; ``threshold`` is
+        None when no layer has a gradient.
+    """
+    from hookviz.diagnose import gradient_stats
+
+    def layer_norms(r: Run) -> dict[str, float]:
+        layers = [s for s in gradient_stats(r) if s.kind == "layer"]
+        return {s.name: s.grad_norm for s in reversed(layers)}  # input -> output
+
+    current = layer_norms(run)
+    before = layer_norms(baseline) if baseline is not None and baseline is not run else current
+    modules = list(current)
+    nearest = modules[-1] if modules else None
+    reference = current.get(nearest) if nearest is not None else None
+    usable = reference is not None and math.isfinite(reference) and reference > 0
+    threshold = vanishing * reference if usable else None
+    positive = [
+        v
+        for v in [*current.values(), *before.values(), threshold]
+        if v is not None and math.isfinite(v) and v > 0
+    ]
+    floor = 10 ** (math.floor(math.log10(min(positive))) - 1) if positive else 1e-12
     return {
         "modules": modules,
-        "current": [json_float(current.get(m, fallback.get(m))) for m in modules],
-        "baseline": [json_float(before.get(m, fallback_before.get(m))) for m in modules],
-        "threshold": threshold,
+        "current": [json_float(current[m]) for m in modules],
+        "baseline": [json_float(before.get(m)) for m in modules],
+        "threshold": json_float(threshold),
+        "rule": f"vanishing below {vanishing:g} x the layer nearest the loss ({nearest})"
+        if usable
+        else "",
+        "floor": floor,
     }
-
-
-def _module_node_norms(run: Run) -> dict[str, float | None]:
-    per_module = defaultdict(list)
-    for _, attrs in run.graph.nodes(data=True):
-        if attrs.get("kind") == "op":
-            per_module[attrs.get("module", "")].append(attrs.get("grad_norm"))
-    return {m: _combine(v) for m, v in per_module.items()}
 
 
 def replay_json(run: Run) -> list[dict]:
@@ -511,8 +526,10 @@ def edit_state_json(edits, shown) -> dict:
 FINDING_KINDS = ("nan", "exploding", "vanishing", "dead", "saturated")
 
 
-def findings_json(findings) -> list[dict]:
-    """:class:`hookviz.Finding` objects as ``[{kind, module, node, message, value, step}]``."""
+def findings_json(findings, caused_by_edits: set | None = None) -> list[dict]:
+    """:class:`hookviz.Finding` objects as ``[{kind, module, node, message, value, step,
+    from_edit}]``; ``from_edit`` for those whose ``(kind, module)`` is in ``caused_by_edits``."""
+    caused_by_edits = caused_by_edits or set()
     return [
         {
             "kind": f.kind,
@@ -521,13 +538,18 @@ def findings_json(findings) -> list[dict]:
             "message": f.message,
             "value": json_float(f.value),
             "step": f.step,
+            "from_edit": (f.kind, f.module) in caused_by_edits,
         }
         for f in findings
     ]
 
 
 def diagnosis_json(
-    findings, source: str = "run", step: int | None = None, error: str | None = None
+    findings,
+    source: str = "run",
+    step: int | None = None,
+    error: str | None = None,
+    caused_by_edits: set | None = None,
 ) -> dict:
     """What the diagnosis banner shows: ``{source, step, findings, counts, error}``.
 
@@ -535,7 +557,7 @@ def diagnosis_json(
     ``counts`` is ``{kind: number of findings}`` in :data:`FINDING_KINDS` order (kinds with none
     left out); ``error`` says why the diagnosis failed (then ``findings`` is empty).
     """
-    items = findings_json(findings)
+    items = findings_json(findings, caused_by_edits)
     kinds = [k for k in FINDING_KINDS if any(f["kind"] == k for f in items)]
     kinds += sorted({f["kind"] for f in items} - set(kinds))
     return {
@@ -582,47 +604,61 @@ def figure_json(figure) -> dict:
 
 def chart_figure(chart: dict):
     """The gradient-flow chart (from :func:`chart_json`) as a ``plotly.graph_objects.Figure``:
-    per-module gradient norm on a log axis, this run vs the baseline, the vanishing line dashed.
-    Zero or missing norms cannot sit on a log axis: they are gaps (None)."""
+    per-layer gradient norm on a log axis, this run vs the baseline, the vanishing line dashed.
+    Zero norms are drawn at the chart's ``floor`` with a marker, missing ones are gaps."""
     import plotly.graph_objects as go
 
-    def positive(values):
+    floor = chart.get("floor") or 1e-12
+
+    def on_log_axis(values):
         out = []
         for v in values:
             v = None if v is None else float(v)
-            out.append(v if v is not None and math.isfinite(v) and v > 0 else None)
+            out.append(None if v is None or not math.isfinite(v) else (floor if v <= 0 else v))
         return out
 
     labels = [m or "(root)" for m in chart.get("modules", [])]
+    zeros = [
+        (label, floor)
+        for label, v in zip(labels, chart.get("current", []))
+        if v is not None and float(v) == 0
+    ]
     figure = go.Figure(
         [
             go.Scatter(
                 x=labels,
-                y=positive(chart.get("baseline", [])),
+                y=on_log_axis(chart.get("baseline", [])),
                 name="baseline",
                 mode="lines+markers",
                 line={"color": "#90a4ae", "dash": "dot"},
             ),
             go.Scatter(
                 x=labels,
-                y=positive(chart.get("current", [])),
+                y=on_log_axis(chart.get("current", [])),
                 name="this run",
                 mode="lines+markers",
                 line={"color": "#1e88e5"},
+            ),
+            go.Scatter(
+                x=[z[0] for z in zeros],
+                y=[z[1] for z in zeros],
+                name="zero (drawn at the floor)",
+                mode="markers",
+                marker={"symbol": "triangle-down", "size": 10, "color": "#e53935"},
             ),
         ]
     )
     threshold = chart.get("threshold")
     if threshold:
         figure.add_hline(
-            y=threshold,
+            y=float(threshold),
             line={"color": "#e53935", "dash": "dash", "width": 1},
-            annotation_text=f"vanishing < {threshold:g}",
+            annotation_text=chart.get("rule") or f"vanishing < {float(threshold):g}",
             annotation_position="bottom left",
         )
     figure.update_layout(
-        title="Gradient flow: norm of the gradient into each module's inputs",
-        xaxis={"title": "module (input → output)", "type": "category"},
+        title="Gradient flow: norm of each layer's parameter gradient",
+        xaxis={"title": "layer (input → output)", "type": "category"},
         yaxis={"type": "log", "title": "‖grad‖ (log)", "exponentformat": "e"},
     )
     return figure

@@ -513,14 +513,29 @@ def test_module_tree_view_opens_every_module_down_to_the_innermost():
     assert widget.set_view("ops") and widget.collapsed == first
 
 
+def _layer_grad_norm(model, inputs, module):
+    """Plain PyTorch: the 2-norm of ``module``'s parameter gradients after backward on a copy."""
+    import copy
+
+    twin = copy.deepcopy(model)
+    twin(*inputs).backward()
+    grads = [p.grad.double() for p in dict(twin.named_modules())[module].parameters()]
+    return float(torch.sqrt(sum(g.pow(2).sum() for g in grads)))
+
+
 def test_chart_compares_module_gradient_norms_with_the_baseline():
     torch.manual_seed(0)
     model = Deep(3)
-    widget = hookviz_widget.show(model, (torch.randn(3, 4),))
+    inputs = (torch.randn(3, 4),)
+    widget = hookviz_widget.show(model, inputs)
     chart = widget.chart
-    assert (
-        "blocks.0.fc" in chart["modules"] and chart["threshold"] == widget_data.VANISHING_THRESHOLD
-    )
+    # One rule with the diagnosis: 0.001 x the gradient norm of the layer nearest the loss, the
+    # norm of that layer's parameters' gradient (plain PyTorch's .grad).
+    assert "blocks.0.fc" in chart["modules"] and chart["modules"][-1] == "head"
+    head = _layer_grad_norm(model, inputs, "head")
+    assert chart["current"][-1] == pytest.approx(head, rel=1e-5)
+    assert chart["threshold"] == pytest.approx(widget_data.VANISHING_RATIO * chart["current"][-1])
+    assert "0.001 x the layer nearest the loss" in chart["rule"]
     assert chart["current"] == chart["baseline"]
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0")
     assert widget.rerun()
@@ -630,7 +645,8 @@ def test_diagnosis_follows_every_rerun(widget):
     assert widget.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad * inf")
     assert widget.rerun()
     findings = widget.diagnosis["findings"]
-    assert findings == findings_as_json(widget.run.diagnose())
+    # The baseline had no finding: each one now is the edit's doing, and says so.
+    assert findings == [{**f, "from_edit": True} for f in findings_as_json(widget.run.diagnose())]
     assert any(f["kind"] == "nan" and f["node"] == "SubBackward0_0" for f in findings)
     assert widget.diagnosis["counts"]["nan"] == sum(f["kind"] == "nan" for f in findings)
     widget.reset_edits()
@@ -663,17 +679,19 @@ def test_chart_figure_is_the_gradient_flow_chart():
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0") and widget.rerun()
     figure = widget.chart_figure()
     assert isinstance(figure, go.Figure)
-    baseline, current = figure.data
+    baseline, current, zeros = figure.data
     assert (baseline.name, current.name) == ("baseline", "this run")
     chart = widget.chart
     assert list(current.x) == [m or "(root)" for m in chart["modules"]]
     assert list(baseline.y) == [v if v and v > 0 else None for v in chart["baseline"]]
-    # Zero norms cannot sit on a log axis: the edited modules' points are gaps.
+    # Zero norms cannot sit on a log axis: they are drawn at the floor, marked as zeros.
     index = chart["modules"].index("blocks.0.fc")
-    assert current.y[index] is None and baseline.y[index] > 0
+    assert chart["current"][index] == 0.0
+    assert current.y[index] == chart["floor"] and baseline.y[index] > chart["floor"]
+    assert "blocks.0.fc" in list(zeros.x)
     assert figure.layout.yaxis.type == "log"
     (line,) = figure.layout.shapes
-    assert line.y0 == line.y1 == widget_data.VANISHING_THRESHOLD
+    assert line.y0 == line.y1 == chart["threshold"]
     figure.to_json()  # it can be saved or shown
 
 

@@ -202,11 +202,12 @@ function viewportFor(box, width, height, maxZoom) {
 }
 
 export class GraphView {
-  constructor(container, { onSelect, onToggleGroup, onPaint, tooltip }) {
+  constructor(container, { onSelect, onToggleGroup, onPaint, onPlaced, tooltip }) {
     this.container = container;
     this.onSelect = onSelect;
     this.onToggleGroup = onToggleGroup;
     this.onPaint = onPaint || (() => {});
+    this.onPlaced = onPlaced || (() => {});
     this.tooltip = tooltip;
     this.layoutKey = null;
     this.layouts = new Map(); // expansion state -> positions ELK computed for it
@@ -285,6 +286,7 @@ export class GraphView {
       this.layouts.set(key, pos);
       const before = new Map(this.cy.nodes().map((n) => [n.id(), { ...n.position() }]));
       const changed = this.place(els, pos, before, representative);
+      this.onPlaced(performance.now() - t0);
       this.representative = representative;
       this.select(this.selectedId);
       return this.settle(changed, first, t0, nodes.length);

@@ -241,20 +241,27 @@ export function replayOnVisible(state, representative) {
 }
 
 /**
- * Chart series from the `chart` traitlet: {modules, current, baseline, threshold}.
- * Zero or missing norms cannot sit on a log axis, so they become null (a gap).
+ * Chart series from the `chart` traitlet: {modules, current, baseline, threshold, rule, floor}.
+ * A zero norm cannot sit on a log axis: it is drawn at `floor` and listed in `zeros` (the labels
+ * of this run's zero points) to be marked; non-finite or missing norms are gaps (null).
  */
 export function chartSeries(chart) {
-  const clean = (xs) =>
+  const floor = parseNumber(chart.floor) || 1e-12;
+  const onLog = (xs) =>
     (xs || []).map((v) => {
       const n = parseNumber(v);
-      return n !== null && Number.isFinite(n) && n > 0 ? n : null;
+      if (n === null || !Number.isFinite(n)) return null;
+      return n > 0 ? n : floor;
     });
+  const labels = (chart.modules || []).map((m) => (m === "" ? "(root)" : m));
   return {
-    labels: (chart.modules || []).map((m) => (m === "" ? "(root)" : m)),
-    current: clean(chart.current),
-    baseline: clean(chart.baseline),
+    labels,
+    current: onLog(chart.current),
+    baseline: onLog(chart.baseline),
+    zeros: labels.filter((_, i) => parseNumber((chart.current || [])[i]) === 0),
     threshold: parseNumber(chart.threshold),
+    rule: chart.rule || "",
+    floor,
   };
 }
 

@@ -325,10 +325,44 @@ export class ReplayBar {
   }
 }
 
+/** Findings grouped by kind, kinds in the order the counts give (most severe first). */
+export function groupFindings(findings, counts) {
+  const order = Object.keys(counts || {});
+  const groups = new Map(order.map((k) => [k, []]));
+  for (const f of findings || []) {
+    if (!groups.has(f.kind)) groups.set(f.kind, []);
+    groups.get(f.kind).push(f);
+  }
+  return [...groups.entries()].filter(([, list]) => list.length);
+}
+
+function findingLine(f, onSelect) {
+  return h(
+    "li",
+    {
+      class: `hv-finding hv-finding-${f.kind}${f.node ? " hv-clickable" : ""}`,
+      "data-node": f.node || undefined,
+      title: f.node ? `select ${f.node}` : undefined,
+      onclick: f.node ? () => onSelect(f.node) : undefined,
+    },
+    h("span", { class: "hv-finding-kind" }, FINDING_LABELS[f.kind] ?? f.kind),
+    f.from_edit
+      ? h(
+          "span",
+          { class: "hv-badge hv-badge-pending", title: "the baseline run does not have it" },
+          "caused by your edits",
+        )
+      : null,
+    " ",
+    f.message,
+  );
+}
+
 /**
- * Diagnosis banner above the graph: counts per kind and each finding's message; clicking a
- * finding selects its node. Nothing is drawn for an empty diagnosis; a failed one shows its error.
- * diagnosis: {source, step, findings: [{kind, module, node, message}], counts, error}.
+ * Diagnosis banner above the graph: one line per kind of finding, most severe first (its first
+ * finding, and the modules of the others behind a toggle); clicking a finding selects its node.
+ * Nothing is drawn for an empty diagnosis; a failed one shows its error.
+ * diagnosis: {source, step, findings: [{kind, module, node, message, from_edit}], counts, error}.
  */
 export function renderBanner(el, diagnosis, onSelect) {
   const d = diagnosis || {};
@@ -337,29 +371,41 @@ export function renderBanner(el, diagnosis, onSelect) {
   el.hidden = !findings.length && !d.error;
   if (el.hidden) return;
   const where = d.source === "watch" ? `Watch step ${d.step}` : "This run";
+  const lines = groupFindings(findings, d.counts).map(([kind, list]) => {
+    const [first, ...rest] = list;
+    if (!rest.length) return findingLine(first, onSelect);
+    const modules = rest.map((f) => f.module || f.node).filter(Boolean);
+    const more = h(
+      "ul",
+      { class: "hv-findings hv-findings-more", hidden: true },
+      rest.map((f) => findingLine(f, onSelect)),
+    );
+    const toggle = h(
+      "button",
+      {
+        class: "hv-finding-toggle",
+        onclick: () => {
+          more.hidden = !more.hidden;
+          toggle.textContent = more.hidden ? `+ ${rest.length} more` : "less";
+        },
+        title: `also: ${modules.join(", ")}`,
+      },
+      `+ ${rest.length} more`,
+    );
+    const span = modules.length > 1 ? ` (${modules[modules.length - 1]} … ${modules[0]})` : ` (${modules[0] ?? ""})`;
+    return h(
+      "li",
+      { class: `hv-finding-group hv-finding-group-${kind}` },
+      h("ul", { class: "hv-findings" }, findingLine(first, onSelect)),
+      h("span", { class: "hv-muted" }, `${list.length} ${FINDING_LABELS[kind] ?? kind} in all${span} `),
+      toggle,
+      more,
+    );
+  });
   add(
     el,
     findings.length ? h("div", { class: "hv-banner-head" }, `⚠ ${where}: ${findingsSummary(d.counts)}`) : null,
-    findings.length
-      ? h(
-          "ul",
-          { class: "hv-findings" },
-          findings.map((f) =>
-            h(
-              "li",
-              {
-                class: `hv-finding hv-finding-${f.kind}${f.node ? " hv-clickable" : ""}`,
-                "data-node": f.node || undefined,
-                title: f.node ? `select ${f.node}` : undefined,
-                onclick: f.node ? () => onSelect(f.node) : undefined,
-              },
-              h("span", { class: "hv-finding-kind" }, FINDING_LABELS[f.kind] ?? f.kind),
-              " ",
-              f.message,
-            ),
-          ),
-        )
-      : null,
+    findings.length ? h("ul", { class: "hv-findings" }, lines) : null,
     d.error ? errorLine(d.error) : null,
   );
 }

@@ -185,11 +185,18 @@ describe("replay", () => {
 });
 
 describe("chart", () => {
-  it("drops zero and non-finite norms from the log axis", () => {
-    const s = chartSeries({ modules: ["", "fc"], current: [0, 2], baseline: ["NaN", 1], threshold: 1e-6 });
+  it("draws zeros at the floor, marked, and leaves non-finite norms as gaps", () => {
+    const s = chartSeries({
+      modules: ["", "fc"],
+      current: [0, 2],
+      baseline: ["NaN", 1],
+      threshold: 1e-6,
+      floor: 1e-9,
+    });
     expect(s.labels).toEqual(["(root)", "fc"]);
-    expect(s.current).toEqual([null, 2]);
+    expect(s.current).toEqual([1e-9, 2]);
     expect(s.baseline).toEqual([null, 1]);
+    expect(s.zeros).toEqual(["(root)"]);
     expect(s.threshold).toBe(1e-6);
   });
 });

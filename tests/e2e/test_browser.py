@@ -149,24 +149,25 @@ def test_diagnosis_banner_and_watch_view(lab):
             timeout=60_000,
         )
 
-        # The watch view: slider, heatmap, graph coloured by step 0's norms (ops grey).
+        # The watch view: slider, heatmap, graph coloured by step 0's norms (ops and what loss_fn
+        # built, which is no module of the model, grey).
         harness.run_cell(page, 1)
         root.locator(".hv-watch").wait_for(state="visible", timeout=30_000)
         root.locator(".hv-heatmap .main-svg").first.wait_for(state="visible", timeout=30_000)
         assert "0 (1/3 kept)" in root.locator(".hv-watch-step").inner_text()
         assert "Watch step 0" in banner.inner_text()
         page.wait_for_function(
-            "() => document.querySelector('.hookviz-widget').cy.getElementById('AddmmBackward0_0').data('color') === '#bdbdbd'",
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:(loss)').data('color') === '#bdbdbd'",
             timeout=10_000,
         )
-        step0 = _color(page, "0.weight")
-        assert step0 != "#bdbdbd"
+        assert _color(page, "group:0") != "#bdbdbd"
+        assert _color(page, "30.weight") != "#bdbdbd"  # opened by the finding's click
         root.locator(".hv-watch-slider").fill("2")
         page.wait_for_function(
             "() => document.querySelector('.hookviz-widget .hv-watch-step').textContent.startsWith('2 (3/3')",
             timeout=10_000,
         )
-        assert _color(page, "0.weight") != "#bdbdbd"
+        assert _color(page, "group:0") != "#bdbdbd"
         page.wait_for_timeout(500)
         root.screenshot(path=str(ARTIFACTS / "watch.png"))
         root.locator(".hv-heatmap").scroll_into_view_if_needed()
