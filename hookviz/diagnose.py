@@ -445,7 +445,10 @@ def diagnose(run: hookviz.run.Run, model: torch.nn.Module | None = None, **thres
     layers = [s for s in gradient_stats(run, model) if s.kind == "layer"]
     if layers:
         parameters = _parameter_names(run, model)
-        node_of = {s.name: next(p for p in parameters if _module_of(p) == s.name) for s in layers}
+        first_parameter: dict[str, str] = {}  # one pass: a search per layer is quadratic
+        for name in parameters:
+            first_parameter.setdefault(_module_of(name), name)
+        node_of = {s.name: first_parameter[s.name] for s in layers}
         found += layer_findings(
             {s.name: s.grad_norm for s in layers}, layers[0].name, limits,
             {s.name: s.zero_fraction for s in layers}, node_of, types,

@@ -246,6 +246,41 @@ def _record_changed(a, b) -> bool:
     return not records_equal((a,), (b,))
 
 
+# Friendlier words for schema arguments whose name hides their role (addmm's "self" is the bias).
+_ARGUMENT_ROLES = {("addmm", "self"): "self/bias", ("addmv", "self"): "self/bias"}
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and not name[i - 1].isupper():
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def grad_input_names(op: str, count: int) -> list[str] | None:
+    """The forward argument each of an autograd Node's ``grad_inputs`` belongs to, from PyTorch's
+    op schema: ``AddmmBackward0`` with 3 -> ``["self/bias", "mat1", "mat2"]``. The overload whose
+    tensor arguments number ``count`` is used; None when no schema matches (custom Functions,
+    AccumulateGrad, ops whose backward is not one aten op)."""
+    import re
+
+    match = re.fullmatch(r"([A-Za-z0-9]+?)Backward\d*", op or "")
+    if not match or count <= 0:
+        return None
+    name = _snake(match.group(1))
+    try:
+        schemas = torch._C._jit_get_schemas_for_operator(f"aten::{name}")
+    except RuntimeError:
+        return None
+    for schema in schemas:
+        tensors = [a.name for a in schema.arguments if str(a.type) in ("Tensor", "Optional[Tensor]")]
+        if len(tensors) == count:
+            return [_ARGUMENT_ROLES.get((name, t), t) for t in tensors]
+    return None
+
+
 def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> dict:
     """What the inspector shows for one node; raises TargetError for an unknown id.
 
@@ -271,6 +306,9 @@ def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> 
         ],
         "hooks": _hooks_json(run, node_id, record),
         "sites": list(record.sites),
+        "grad_input_names": grad_input_names(
+            record.op, len(record.grad_inputs) if record.grad_inputs is not None else 0
+        ),
         "edited": any(edit.target == node_id for edit in run.edits),
         "before": None,
         "changed": None,

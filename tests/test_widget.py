@@ -851,3 +851,16 @@ def test_save_html_writes_one_self_contained_page(widget, tmp_path):
     assert state["graph"] == widget.graph and state["collapsed"] == widget.collapsed
     assert state["static_note"] and set(state["__inspectors"]) >= {"SubBackward0_0", "x", "module:"}
     assert state["__inspectors"]["SubBackward0_0"]["op"] == "SubBackward0"
+
+
+def test_grad_inputs_carry_their_argument_names_from_the_op_schema():
+    torch.manual_seed(0)
+    linear = nn.Linear(3, 2)
+    widget = hookviz_widget.show(linear, (torch.randn(4, 3),), loss_fn=lambda out: out.sum())
+    addmm = next(n["id"] for n in widget.graph["nodes"] if n["op"] == "AddmmBackward0")
+    assert widget.select(addmm)
+    # addmm(self, mat1, mat2): bias, input, weight.T; torch.addmm's documented argument order.
+    assert widget.inspector["grad_input_names"] == ["self/bias", "mat1", "mat2"]
+    assert widget_data.grad_input_names("MulBackward0", 2) == ["self", "other"]
+    assert widget_data.grad_input_names("AccumulateGrad", 0) is None
+    assert widget_data.grad_input_names("NoSuchOpBackward0", 1) is None

@@ -111,7 +111,12 @@ export function tensorView(t) {
 }
 
 /** A list of tensors with before -> after when a "before" list is given and differs. */
-function tensorList(title, after, before, changed) {
+/** Slot label: "[1]", or "[1] mat1" when the op's schema names the argument. */
+function slotLabel(i, names) {
+  return names && names[i] ? `[${i}] ${names[i]}` : `[${i}]`;
+}
+
+function tensorList(title, after, before, changed, names = null) {
   if (!after) return null;
   const rows = after.map((t, i) => {
     const b = before ? before[i] : undefined;
@@ -119,7 +124,7 @@ function tensorList(title, after, before, changed) {
     return h(
       "tr",
       {},
-      h("td", { class: "hv-slot" }, `[${i}]`),
+      h("td", { class: "hv-slot" }, slotLabel(i, names)),
       h(
         "td",
         {},
@@ -200,7 +205,16 @@ export function renderInspector(el, data) {
   } else {
     add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), tensorView(data.output)));
     add(el, tensorList("grad_outputs (pre-hook sees)", data.grad_outputs, before.grad_outputs, changed.grad_outputs));
-    add(el, tensorList("grad_inputs (post-hook sees)", data.grad_inputs, before.grad_inputs, changed.grad_inputs));
+    add(
+      el,
+      tensorList(
+        "grad_inputs (post-hook sees)",
+        data.grad_inputs,
+        before.grad_inputs,
+        changed.grad_inputs,
+        data.grad_input_names,
+      ),
+    );
     if (data.grad_inputs_before_edit)
       add(el, tensorList("grad_inputs before this run's edit", data.grad_inputs_before_edit, null, null));
     if (data.saved && data.saved.length) {

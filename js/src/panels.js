@@ -2,6 +2,12 @@
 import { add, errorLine, fill, h } from "./dom.js";
 import { FINDING_LABELS, findingsSummary, formatValue, formatNumber, nextStep, parseNumber } from "./logic.js";
 
+/** A hook site with its argument's name when PyTorch's schema gives one: "grad_inputs[1] (mat1)". */
+export function siteLabel(site, names) {
+  const m = /^grad_inputs\[(\d+)\]$/.exec(site);
+  return m && names && names[Number(m[1])] ? `${site} (${names[Number(m[1])]})` : site;
+}
+
 /**
  * Edit panel: pick a site of the selected node, type an expression, apply. `typed` ({target,
  * site, expression}) keeps what the user typed across redraws, so a refused expression stays in
@@ -21,7 +27,7 @@ export function renderEditor(el, inspector, error, typed, send, disabledNote = "
   const site = h(
     "select",
     { class: "hv-site", "aria-label": "hook site" },
-    sites.map((s) => h("option", { value: s }, s)),
+    sites.map((s) => h("option", { value: s }, siteLabel(s, inspector.grad_input_names))),
   );
   if (typed.site && sites.includes(typed.site)) site.value = typed.site;
   const expr = h("input", {

@@ -90,8 +90,9 @@ def write_notebook(path: Path, cells: list[str]) -> None:
 
 
 @contextmanager
-def jupyter_lab(root: Path, timeout: float = 90.0):
-    """Start ``jupyter lab`` serving ``root``; yields its base URL; stops it on exit."""
+def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "lab"):
+    """Start ``jupyter lab`` (or ``app="notebook"``: Notebook 7) serving ``root``; yields its base
+    URL; stops it on exit."""
     port = free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -102,15 +103,21 @@ def jupyter_lab(root: Path, timeout: float = 90.0):
             sys.executable,
             "-m",
             "jupyter",
-            "lab",
+            app,
             "--no-browser",
             "--allow-root",
             "--ip=127.0.0.1",
             f"--port={port}",
             f"--IdentityProvider.token={TOKEN}",
             f"--ServerApp.root_dir={root}",
-            "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            *(
+                [
+                    "--LabApp.news_url=None",
+                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                ]
+                if app == "lab"
+                else []
+            ),
         ],
         cwd=root,
         env=env,
