@@ -250,6 +250,8 @@ function render({ model, el }) {
   const drawErrors = () => {
     const e = errors();
     rerunError.textContent = e.rerun || e.device || "";
+    // A refused device does not stay picked: the picker shows the device of the run on screen.
+    if (e.device) device.value = model.get("device");
     searchError.textContent = e.search || "";
     viewError.textContent = e.view || "";
     graphError.textContent = e.group || "";
