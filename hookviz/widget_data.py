@@ -102,7 +102,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
 
     Returns:
         ``{"structure", "nodes", "edges", "groups", "color_range"}``. Node: ``{id, op, module,
-        kind, order, norm, nan, edited, user_hooks}``; edge: ``[source, target, slot]`` in forward
+        kind, order, norm, nan, edited, user_hooks, hint}`` (hint: :func:`operand_hint`); edge: ``[source, target, slot]`` in forward
         direction; group: ``{id, module, parent, label, type, size, norm, nan, edited,
         user_hooks, signature, repeat}`` (see :func:`hookviz.widget_tree.mark_repeats`).
     """
@@ -124,6 +124,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
             "nan": bool(attrs.get("has_nan")) or (norm is not None and not math.isfinite(norm)),
             "edited": bool(attrs.get("edited")) or node_id in edited_targets,
             "user_hooks": int(attrs.get("user_hooks") or 0),
+            "hint": operand_hint(run.nodes.get(node_id)) if kind == "op" else "",
         }
         nodes.append(item)
         by_module[item["module"]].append(item)
@@ -147,6 +148,35 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         "groups": groups,
         "color_range": _color_range(norms),
     }
+
+
+def operand_hint(record) -> str:
+    """A short hint that tells ops of one kind apart, e.g. ``"×2"`` for the ``MulBackward0`` of
+    ``2 * x``: for a product or quotient by a constant (one gradient flows back) backward
+    multiplies by that constant, so that grad_input over ``grad_outputs[0]`` is it, when both values were kept
+    and the ratio is the same everywhere. Empty when it cannot be told."""
+    if record is None or record.op not in ("MulBackward0", "DivBackward0"):
+        return ""
+    # What the op computed, before any edit of this run replaced it.
+    computed = record.grad_inputs_before_edit or record.grad_inputs
+    flowing = [g for g in (computed or ()) if g is not None]
+    if len(flowing) != 1 or not record.grad_outputs:
+        return ""
+    after, before = flowing[0], record.grad_outputs[0]
+    if after is None or before is None or after.value is None or before.value is None:
+        return ""
+    a, b = after.value.double().flatten(), before.value.double().flatten()
+    if a.shape != b.shape or a.numel() == 0 or not bool((b != 0).all()):
+        return ""
+    ratio = a / b
+    if not bool(torch.isfinite(ratio).all()) or float(ratio.max() - ratio.min()) > 1e-6 * float(
+        ratio.abs().max()
+    ):
+        return ""
+    factor = float(ratio[0])
+    if record.op == "DivBackward0":
+        return f"÷{1 / factor:.3g}" if factor else ""
+    return f"×{factor:.3g}"
 
 
 def _combine(norms) -> float | None:

@@ -864,3 +864,13 @@ def test_grad_inputs_carry_their_argument_names_from_the_op_schema():
     assert widget_data.grad_input_names("MulBackward0", 2) == ["self", "other"]
     assert widget_data.grad_input_names("AccumulateGrad", 0) is None
     assert widget_data.grad_input_names("NoSuchOpBackward0", 1) is None
+
+
+def test_ops_of_one_kind_are_told_apart_by_their_constant(widget):
+    hints = {n["id"]: n["hint"] for n in widget.graph["nodes"]}
+    # 2*x + 3*y - 5*z: each Mul's backward multiplies by its constant.
+    assert [hints[f"MulBackward0_{i}"] for i in range(3)] == ["×2", "×3", "×5"]
+    assert hints["SubBackward0_0"] == "" and hints["x"] == ""
+    widget.apply_edit("MulBackward0_0", "grad_inputs[0]", "grad * 10")
+    assert widget.rerun()
+    assert {n["id"]: n["hint"] for n in widget.graph["nodes"]}["MulBackward0_0"] == "×2"

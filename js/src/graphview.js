@@ -37,7 +37,8 @@ function textWidth(text, font = FONT) {
 /** The label of an op node: its op without autograd's "Backward0" suffix (the id is the tooltip). */
 function opLabel(n) {
   if (n.kind === "leaf") return n.id.includes(".") ? n.id.slice(n.id.lastIndexOf(".") + 1) : n.id;
-  return (n.op || n.id).replace(/Backward\d*$/, "") || n.op;
+  const op = (n.op || n.id).replace(/Backward\d*$/, "") || n.op;
+  return n.hint ? `${op} ${n.hint}` : op;
 }
 
 /**
