@@ -17,6 +17,7 @@ import math
 from collections import defaultdict
 
 import networkx as nx
+import torch
 
 from hookviz.errors import TargetError
 from hookviz.run import Run, records_equal
