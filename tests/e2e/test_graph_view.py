@@ -197,8 +197,17 @@ def test_saved_page_opens_from_a_file_without_kernel(tmp_path):
         page.goto(path.as_uri())
         harness.wait_painted(page, 1)
         root = page.locator(".hookviz-widget")
-        # The inspector answers from the file.
-        harness.click_node(page, "input")
+        # A box opens in place and the inspector answers from the file.
+        harness.click_node(page, "group:0")
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget .hv-inspector .hv-title')?.textContent.includes('module 0')",
+            timeout=10_000,
+        )
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:0').isParent()",
+            timeout=10_000,
+        )
+        harness.click_node(page, "0.weight")
         page.wait_for_function(
             "() => document.querySelector('.hookviz-widget .hv-inspector .hv-title')?.textContent.includes('AccumulateGrad')",
             timeout=10_000,
