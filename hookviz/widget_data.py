@@ -138,7 +138,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         module_hooks[call.module] += len(call.user_hooks)
         types.setdefault(call.module, call.type)
     groups = _groups(by_module, boundary, edited_targets, module_hooks, types)
-    mark_repeats(groups, nodes)
+    mark_repeats(groups, nodes, _leaf_shapes(run))
     scale = baseline if baseline is not None else run
     norms = [n.get("grad_norm") for _, n in scale.graph.nodes(data=True)]
     norms += list(module_norms(scale).values()) if scale is not run else list(boundary.values())
@@ -178,6 +178,17 @@ def operand_hint(record) -> str:
     if record.op == "DivBackward0":
         return f"÷{1 / factor:.3g}" if factor else ""
     return f"×{factor:.3g}"
+
+
+def _leaf_shapes(run: Run) -> dict[str, tuple]:
+    """Each leaf's shape, from the gradient its AccumulateGrad saw (leaves without one: left out)."""
+    out = {}
+    for name in run.leaf_names:
+        record = run.nodes.get(name)
+        grads = record.grad_outputs if record is not None else None
+        if grads and grads[0] is not None:
+            out[name] = tuple(grads[0].shape)
+    return out
 
 
 def _combine(norms) -> float | None:

@@ -65,14 +65,23 @@ def _signature(group: dict, member_ops: Counter) -> str:
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
-def mark_repeats(groups: list[dict], nodes: list[dict]) -> None:
+def mark_repeats(groups: list[dict], nodes: list[dict], leaf_shapes: dict | None = None) -> None:
     """Give each group ``signature`` and, when siblings share it, ``repeat = {index, count}``
-    (1-based index among its identical siblings), so the page can show ``h.3`` as block 4 of 6."""
+    (1-based index among its identical siblings), so the page can show ``h.3`` as block 4 of 6.
+
+    Identical: same module type, same ops, and parameters of the same shapes (``leaf_shapes``:
+    leaf id -> shape), so a ``Linear(64, 3)`` head is not one of the ``Linear(64, 64)`` layers.
+    """
+    leaf_shapes = leaf_shapes or {}
     ops: dict[str, Counter] = defaultdict(Counter)
     for item in nodes:
+        if item["kind"] == "op":
+            key = item["op"]
+        else:
+            key = f"{item['kind']}{list(leaf_shapes.get(item['id'], ()))}"
         name = item["module"]
         while name:
-            ops[name][item["op"] if item["kind"] == "op" else item["kind"]] += 1
+            ops[name][key] += 1
             name = parent_module(name)
     by_class: dict[tuple, list[dict]] = defaultdict(list)
     for group in groups:

@@ -391,6 +391,7 @@ def test_large_graph_opens_as_its_module_tree():
     assert {f"blocks.{i}" for i in range(40)} <= set(widget.collapsed) or "blocks" in widget.collapsed
     repeats = {g["module"]: g["repeat"] for g in widget.graph["groups"]}
     assert repeats["blocks.3"] == {"index": 4, "count": 40}
+    assert repeats["head"] is None  # one of a kind
     labels = {g["module"]: g["label"] for g in widget.graph["groups"]}
     assert labels["blocks.3"] == "blocks.3" and labels["blocks.3.fc"] == "blocks.3.fc"
     # A box opens one level at a time, in place.
@@ -429,6 +430,8 @@ def test_small_model_opens_to_its_ops_and_gpt2_to_its_blocks():
     assert groups["transformer.h.3"]["type"] == "GPT2Block"
     assert groups["transformer.h.3"]["repeat"] == {"index": 4, "count": 6}
     assert len({groups[b]["signature"] for b in blocks}) == 1
+    # The embeddings are both Embedding, but of different shapes: not identical.
+    assert groups["transformer.wte"]["signature"] != groups["transformer.wpe"]["signature"]
     # 8 of 1,024 positions are used: wpe's other rows get no gradient by design, not "dead".
     assert not [f for f in widget.diagnosis["findings"] if f["kind"] == "dead"]
 
