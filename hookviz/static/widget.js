@@ -563,6 +563,19 @@ In order to be iterable, non-array objects must have a [Symbol.iterator]() metho
   background: var(--jp-layout-color2, #f5f5f5);
   color: var(--jp-content-font-color1, #222);
 }
+/* Long values (a DynamicCache's repr, long names) wrap inside the side panel instead of overflowing. */
+.hv-side td,
+.hv-side .hv-stats {
+  overflow-wrap: anywhere;
+}
+.hv-side .hv-tensors {
+  table-layout: fixed;
+  width: 100%;
+}
+.hv-side .hv-tensors .hv-slot {
+  width: 34%;
+  white-space: normal;
+}
 `;function wa(t,e,...a){let n=document.createElement(t);for(let[b,v]of Object.entries(e||{}))v==null||v===!1||(b.startsWith("on")&&typeof v=="function"?n.addEventListener(b.slice(2),v):b==="class"?n.className=v:b==="value"?n.value=v:n.setAttribute(b,v===!0?"":v));return Gf(n,a),n}function oi(t,...e){return Gf(t,e),t}function Gf(t,e){for(let a of e)a==null||a===!1||(Array.isArray(a)?Gf(t,a):t.append(a instanceof Node?a:document.createTextNode(String(a))))}function ad(t,...e){return t.replaceChildren(),Gf(t,e),t}function Yc(t){return wa("div",{class:"hv-error",role:"alert"},t||"")}function av(t,e){(e==null||e>t.length)&&(e=t.length);for(var a=0,n=Array(e);a<e;a++)n[a]=t[a];return n}function a7(t){if(Array.isArray(t))return t}function n7(t){if(Array.isArray(t))return av(t)}function Ts(t,e){if(!(t instanceof e))throw new TypeError("Cannot call a class as a function")}function r7(t,e){for(var a=0;a<e.length;a++){var n=e[a];n.enumerable=n.enumerable||!1,n.configurable=!0,"value"in n&&(n.writable=!0),Object.defineProperty(t,mD(n.key),n)}}function Es(t,e,a){return e&&r7(t.prototype,e),Object.defineProperty(t,"prototype",{writable:!1}),t}function Rc(t,e){var a=typeof Symbol<"u"&&t[Symbol.iterator]||t["@@iterator"];if(!a){if(Array.isArray(t)||(a=xv(t))||e){a&&(t=a);var n=0,b=function(){};return{s:b,n:function(){return n>=t.length?{done:!0}:{done:!1,value:t[n++]}},e:function(M){throw M},f:b}}throw new TypeError(`Invalid attempt to iterate non-iterable instance.
 In order to be iterable, non-array objects must have a [Symbol.iterator]() method.`)}var v,x=!0,T=!1;return{s:function(){a=a.call(t)},n:function(){var M=a.next();return x=M.done,M},e:function(M){T=!0,v=M},f:function(){try{x||a.return==null||a.return()}finally{if(T)throw v}}}}function vD(t,e,a){return(e=mD(e))in t?Object.defineProperty(t,e,{value:a,enumerable:!0,configurable:!0,writable:!0}):t[e]=a,t}function i7(t){if(typeof Symbol<"u"&&t[Symbol.iterator]!=null||t["@@iterator"]!=null)return Array.from(t)}function c7(t,e){var a=t==null?null:typeof Symbol<"u"&&t[Symbol.iterator]||t["@@iterator"];if(a!=null){var n,b,v,x,T=[],M=!0,E=!1;try{if(v=(a=a.call(t)).next,e===0){if(Object(a)!==a)return;M=!1}else for(;!(M=(n=v.call(a)).done)&&(T.push(n.value),T.length!==e);M=!0);}catch(Y){E=!0,b=Y}finally{try{if(!M&&a.return!=null&&(x=a.return(),Object(x)!==x))return}finally{if(E)throw b}}return T}}function o7(){throw new TypeError(`Invalid attempt to destructure non-iterable instance.
 In order to be iterable, non-array objects must have a [Symbol.iterator]() method.`)}function s7(){throw new TypeError(`Invalid attempt to spread non-iterable instance.
