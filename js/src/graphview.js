@@ -203,12 +203,13 @@ function viewportFor(box, width, height, maxZoom) {
 }
 
 export class GraphView {
-  constructor(container, { onSelect, onToggleGroup, onPaint, onPlaced, tooltip }) {
+  constructor(container, { onSelect, onToggleGroup, onPaint, onPlaced, onError, tooltip }) {
     this.container = container;
     this.onSelect = onSelect;
     this.onToggleGroup = onToggleGroup;
     this.onPaint = onPaint || (() => {});
     this.onPlaced = onPlaced || (() => {});
+    this.onError = onError || ((message) => console.error(message));
     this.tooltip = tooltip;
     this.layoutKey = null;
     this.layouts = new Map(); // expansion state -> positions ELK computed for it
@@ -291,6 +292,11 @@ export class GraphView {
       this.representative = representative;
       this.select(this.selectedId);
       return this.settle(changed, first, t0, nodes.length);
+    });
+    // A failed layout must not leave a promise that never settles behind every later focus().
+    this.rendering = this.rendering.catch((error) => {
+      this.layoutKey = null;
+      this.onError(`layout failed: ${error?.message || error}`);
     });
     return this.rendering;
   }

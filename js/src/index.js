@@ -200,6 +200,7 @@ function render({ model, el }) {
       },
       // The new layout's elements are in place (its animation starts): read by the benchmark.
       onPlaced: () => mark("placed"),
+      onError: (message) => (graphError.textContent = message),
       onPaint: (p) => {
         paints.push({ ...p, run: (model.get("graph") || {}).run, at: performance.now() });
         root.dataset.painted = String(paints.length);
