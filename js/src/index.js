@@ -144,7 +144,21 @@ function render({ model, el }) {
   const inspectorEl = h("div", { class: "hv-inspector" });
   const editorEl = h("div", { class: "hv-editor" });
   const selectError = errorLine("");
-  const side = h("div", { class: "hv-side", hidden: true }, selectError, editorEl, inspectorEl);
+  // The side panel opens with a selection and can be closed to give the graph the whole width.
+  let sideClosedFor = null;
+  const closeSide = h(
+    "button",
+    {
+      class: "hv-side-close",
+      title: "close the panel (the graph takes the whole width)",
+      onclick: () => {
+        sideClosedFor = (model.get("inspector") || {}).id || null;
+        side.hidden = true;
+      },
+    },
+    "✕",
+  );
+  const side = h("div", { class: "hv-side", hidden: true }, closeSide, selectError, editorEl, inspectorEl);
   const main = h("div", { class: "hv-main" }, h("div", { class: "hv-graph" }, cyEl, tooltip, graphError), side);
   const bannerEl = h("div", { class: "hv-banner", role: "status", hidden: true });
   const watchEl = h("div", { class: "hv-watch", hidden: true });
@@ -191,6 +205,9 @@ function render({ model, el }) {
       tooltip,
       onSelect: (id) => {
         mark("tap");
+        // A click reopens a closed panel, also on the node it was closed on.
+        sideClosedFor = null;
+        if ((model.get("inspector") || {}).id === id) side.hidden = false;
         cyEl.focus({ preventScroll: true });
         send({ type: "select", node: id });
       },
@@ -303,7 +320,8 @@ function render({ model, el }) {
   const typed = {}; // what the user typed in the edit box, kept when the panel is redrawn
   const drawInspector = () => {
     const data = model.get("inspector") || {};
-    side.hidden = !data.id && !errors().select;
+    side.hidden = (!data.id && !errors().select) || (!!data.id && data.id === sideClosedFor);
+    if (data.id !== sideClosedFor) sideClosedFor = null;
     renderInspector(inspectorEl, data);
     renderEditor(
       editorEl,

@@ -146,6 +146,15 @@ def test_gpt2_opens_as_its_fitted_module_tree(lab):
         assert "transformer.h.0.mlp.c_fc.weight" not in selected["outside"]
         assert "c_fc.weight" in root.locator(".hv-inspector").inner_text()
         root.screenshot(path=str(ARTIFACTS / "gpt2_selected.png"))
+
+        # Closing the side panel gives the graph the whole width; a click brings it back.
+        narrow = page.evaluate("() => document.querySelector('.hookviz-widget').cy.width()")
+        root.locator(".hv-side-close").click()
+        page.wait_for_function(
+            "(w) => document.querySelector('.hookviz-widget').cy.width() > w + 200", arg=narrow
+        )
+        harness.click_node(page, "transformer.h.0.mlp.c_fc.weight")
+        root.locator(".hv-side").wait_for(state="visible", timeout=10_000)
         assert not [line for line in console if line.startswith("pageerror")]
 
 
