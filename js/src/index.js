@@ -182,8 +182,9 @@ function render({ model, el }) {
     heatmapEl,
   );
 
-  // A saved page (hookviz.Widget.save_html) has no kernel: edits and re-run are off there.
-  const staticNote = model.get("static_note") || "";
+  // A saved page (hookviz.Widget.save_html) has no kernel, and a run opened from a file
+  // (hookviz.load, the `read_only` traitlet) cannot re-run: edits and re-run are off there.
+  const staticNote = model.get("static_note") || model.get("read_only") || "";
   if (staticNote) {
     rerun.disabled = true;
     device.disabled = true;
