@@ -50,6 +50,9 @@ DEFAULT_THRESHOLDS = {
     "saturation_margin": 0.01,
 }
 
+# Layers whose parameter gradient is mostly zero by design (only the rows looked up get one).
+_SPARSE_BY_DESIGN = {"Embedding", "EmbeddingBag"}
+
 # op -> (what it computes, why its gradient is infinite or undefined there)
 _CAUSES = {
     "LogBackward0": ("log", "the gradient of log(x) is 1/x, infinite at x = 0; log(x) is NaN for x < 0"),
@@ -445,10 +448,15 @@ def diagnose(run: hookviz.run.Run, model: torch.nn.Module | None = None, **thres
     layers = [s for s in gradient_stats(run, model) if s.kind == "layer"]
     if layers:
         parameters = _parameter_names(run, model)
-        node_of = {s.name: next(p for p in parameters if _module_of(p) == s.name) for s in layers}
+        first_parameter: dict[str, str] = {}  # one pass: a search per layer is quadratic
+        for name in parameters:
+            first_parameter.setdefault(_module_of(name), name)
+        node_of = {s.name: first_parameter[s.name] for s in layers}
+        # An embedding's rows of tokens the batch does not use get no gradient by design: their
+        # zeros are not dead updates.
+        zeros = {s.name: s.zero_fraction for s in layers if types.get(s.name) not in _SPARSE_BY_DESIGN}
         found += layer_findings(
-            {s.name: s.grad_norm for s in layers}, layers[0].name, limits,
-            {s.name: s.zero_fraction for s in layers}, node_of, types,
+            {s.name: s.grad_norm for s in layers}, layers[0].name, limits, zeros, node_of, types,
         )
     parents = {m.rsplit(".", 1)[0] if "." in m else "" for m in run.modules if m != ""}
     for call in run.calls:

@@ -24,7 +24,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from hookviz import widget_data
+from hookviz import widget_data, widget_tree
 from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError, WatchError
 from hookviz.graph import LOSS_MODULE
 from hookviz.recorded import READ_ONLY_NOTE, RecordedSession
@@ -39,8 +39,10 @@ class Widget(anywidget.AnyWidget):
 
     Args:
         session: the session to show; it is run once now when it has no run yet.
-        collapse_threshold: graphs with more nodes than this open with module groups collapsed.
-        vanishing_threshold: the gradient norm drawn as the "vanishing" line on the chart.
+        visible_budget: about how many elements the first view draws: the module tree opens as
+            deep as fits in it (see :func:`hookviz.widget_tree.default_collapsed`).
+        vanishing_threshold: a layer's gradient "vanishes" below this fraction of the gradient of
+            the layer nearest the loss: the chart's line and the diagnosis banner use it alike.
 
     Raises:
         HookvizError: when the first run fails (there is nothing to show yet).
@@ -54,6 +56,7 @@ class Widget(anywidget.AnyWidget):
     inspector = traitlets.Dict().tag(sync=True)
     selected = traitlets.Unicode("").tag(sync=True)
     edits = traitlets.List().tag(sync=True)
+    edit_state = traitlets.Dict().tag(sync=True)
     code = traitlets.Unicode("").tag(sync=True)
     devices = traitlets.List(traitlets.Unicode()).tag(sync=True)
     device = traitlets.Unicode("cpu").tag(sync=True)
@@ -75,15 +78,15 @@ class Widget(anywidget.AnyWidget):
         self,
         session,
         *,
-        collapse_threshold: int = widget_data.COLLAPSE_THRESHOLD,
-        vanishing_threshold: float = widget_data.VANISHING_THRESHOLD,
+        visible_budget: int = widget_tree.VISIBLE_BUDGET,
+        vanishing_threshold: float = widget_data.VANISHING_RATIO,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.session = session
-        self.collapse_threshold = collapse_threshold
+        self.visible_budget = visible_budget
         self.vanishing_threshold = vanishing_threshold
-        self._structure: tuple[str, dict] | None = None
+        self._structure: str | None = None
         self._run_count = 0
         self._baseline_leaves: tuple[object, dict] | None = None
         self._run_diagnosis: dict = {}
@@ -114,16 +117,13 @@ class Widget(anywidget.AnyWidget):
         self._run_count += 1
         graph = run.graph
         key = widget_data.structure_key(graph)
-        new_structure = self._structure is None or self._structure[0] != key
-        if new_structure:
-            self._structure = (key, widget_data.layers(graph))
-        data = widget_data.graph_json(run, baseline, self._structure)
+        new_structure = self._structure != key
+        self._structure = key
+        data = widget_data.graph_json(run, baseline, key)
         data["run"] = self._run_count
         with self.hold_sync():
             if new_structure:
-                self.collapsed = widget_data.default_collapsed(
-                    data, threshold=self.collapse_threshold
-                )
+                self.collapsed = widget_tree.default_collapsed(data, self.visible_budget)
             self.graph = data
             self.device = run.device
             self.summary = {
@@ -151,11 +151,19 @@ class Widget(anywidget.AnyWidget):
             if self.selected:
                 self._inspect(self.selected, quiet=True)
 
-    @staticmethod
-    def _diagnose_run(run) -> dict:
-        """``run.diagnose()`` as the banner's JSON; a failure is shown in the banner, never raised."""
+    def _diagnose_run(self, run) -> dict:
+        """``run.diagnose()`` as the banner's JSON, with the chart's vanishing rule; a finding the
+        baseline run does not have, in a run with edits, is marked as caused by the edits. A
+        failure is shown in the banner, never raised."""
         try:
-            return widget_data.diagnosis_json(run.diagnose(), "run")
+            findings = run.diagnose(vanishing=self.vanishing_threshold)
+            caused = set()
+            if run.edits and self.baseline is not None and self.baseline is not run:
+                before = self.baseline.diagnose(vanishing=self.vanishing_threshold)
+                caused = {(f.kind, f.module) for f in findings} - {
+                    (f.kind, f.module) for f in before
+                }
+            return widget_data.diagnosis_json(findings, "run", caused_by_edits=caused)
         except Exception as error:  # a diagnosis bug must not take the widget down
             return widget_data.diagnosis_json(
                 [], "run", error=f"diagnosis failed: {type(error).__name__}: {error}"
@@ -168,7 +176,9 @@ class Widget(anywidget.AnyWidget):
         return self._baseline_leaves[1]
 
     def _sync_edits(self) -> None:
-        self.edits = widget_data.edits_json(self.session.edits)
+        shown = self.run.edits
+        self.edits = widget_data.edits_json(self.session.edits, shown)
+        self.edit_state = widget_data.edit_state_json(self.session.edits, shown)
         self.code = self.session.edits_as_code()
 
     # ----- errors ----------------------------------------------------------------------------
@@ -189,12 +199,59 @@ class Widget(anywidget.AnyWidget):
 
     # ----- what the page (or a test) asks for ---------------------------------------------------
 
-    def select(self, target: str) -> bool:
-        """Show a node (id), a module (``"module:<name>"`` or its qualified name) in the inspector.
+    def select(self, target: str, reveal: bool = True) -> bool:
+        """Show a node (id), a module (``"module:<name>"`` or its qualified name) in the inspector,
+        open the module boxes around it so it is drawn, and let the page zoom to it.
 
-        Returns False (and sets ``errors["select"]``) for an unknown target.
+        A name that is neither is searched for as in :meth:`search` (``"h.3.mlp"``,
+        ``"c_fc.weight"``). Returns False (and sets ``errors["select"]``) when nothing matches.
+        ``reveal=False`` leaves the boxes as they are (the replay steps through nodes that way).
         """
-        return self._inspect(target, quiet=False)
+        return self._select(target, reveal, control="select")
+
+    def search(self, query: str) -> bool:
+        """Select the best match of a substring of a module name, op node id or leaf name (see
+        :func:`hookviz.widget_tree.find`). Returns False and sets ``errors["search"]`` when
+        nothing matches."""
+        return self._select(query, True, control="search")
+
+    def _select(self, target: str, reveal: bool, control: str) -> bool:
+        run = self.run
+        name = target[len(widget_data.MODULE_PREFIX) :] if target.startswith(
+            widget_data.MODULE_PREFIX
+        ) else target
+        known_module = name in run.modules or name == LOSS_MODULE
+        if control == "search" or (target not in run.nodes and not known_module):
+            found = widget_tree.find(target, self.graph)
+            if found is None:
+                self._set_error(
+                    control,
+                    f"nothing is named like {target!r}: search takes part of a module name "
+                    "(h.3.mlp), an op (AddmmBackward0_3) or a leaf (c_fc.weight)",
+                )
+                return False
+            target = found
+        with self.hold_sync():
+            if not self._inspect(target, quiet=False):
+                return False
+            if reveal:
+                self._reveal(target)
+            self._clear_errors("select", "search")
+        return True
+
+    def _reveal(self, target: str) -> None:
+        """Open the module boxes around ``target`` (a node id or module name)."""
+        groups = self.graph.get("groups", [])
+        node = next((n for n in self.graph.get("nodes", []) if n["id"] == target), None)
+        if node is not None:
+            collapsed = widget_tree.reveal(self.collapsed, node["module"], groups, open_itself=True)
+        else:
+            module = target[len(widget_data.MODULE_PREFIX) :] if target.startswith(
+                widget_data.MODULE_PREFIX
+            ) else target
+            collapsed = widget_tree.reveal(self.collapsed, module, groups, open_itself=False)
+        if collapsed != list(self.collapsed):
+            self.collapsed = collapsed
 
     def _inspect(self, target: str, quiet: bool) -> bool:
         run = self.run
@@ -295,36 +352,35 @@ class Widget(anywidget.AnyWidget):
         return True
 
     def set_view(self, view: str) -> bool:
-        """Switch between the op graph (``"ops"``) and the module-level view (``"modules"``)."""
+        """``"modules"``: the module tree, every module open down to the innermost ones, which
+        stay boxes; ``"ops"``: the first view again (the tree opened as deep as fits)."""
         if view not in VIEWS:
             self._set_error("view", f"view {view!r} does not exist; use 'ops' or 'modules'")
             return False
+        groups = self.graph.get("groups", [])
         with self.hold_sync():
             self.view = view
+            if view == "modules":
+                parents = {g["parent"] for g in groups}
+                self.collapsed = sorted(g["module"] for g in groups if g["id"] not in parents)
+            else:
+                self.collapsed = widget_tree.default_collapsed(self.graph, self.visible_budget)
             self._clear_errors("view")
         return True
 
     def toggle_group(self, module: str) -> bool:
-        """Collapse or expand the group of a module in the op graph."""
-        known = {g["module"] for g in self.graph.get("groups", [])}
-        if module not in known:
+        """Open a collapsed module box in place (its child modules as closed boxes), or close an
+        open one."""
+        groups = self.graph.get("groups", [])
+        if module not in {g["module"] for g in groups}:
             self._set_error("group", f"module {module!r} has no group in this graph")
             return False
-        collapsed = set(self.collapsed)
-        if module in collapsed:
-            collapsed.discard(module)
-            # Opening a large group opens one level: its own child groups stay collapsed.
-            size = next(g["size"] for g in self.graph["groups"] if g["module"] == module)
-            if size > self.collapse_threshold:
-                collapsed.update(
-                    g["module"]
-                    for g in self.graph["groups"]
-                    if g["parent"] == widget_data.group_id(module)
-                )
+        if module in self.collapsed:
+            collapsed = widget_tree.open_one_level(self.collapsed, module, groups)
         else:
-            collapsed.add(module)
+            collapsed = sorted({*self.collapsed, module})
         with self.hold_sync():
-            self.collapsed = sorted(collapsed)
+            self.collapsed = collapsed
             self._clear_errors("group")
         return True
 
@@ -337,6 +393,18 @@ class Widget(anywidget.AnyWidget):
     def expand_all(self) -> None:
         """Expand every module group."""
         self.collapsed = []
+
+    def save_html(self, path, title: str = "hookviz"):
+        """Write this view to one self-contained HTML file that opens in a browser with no kernel
+        and no network (graph, inspector, replay, chart and search work; edits and re-run are
+        disabled there). Embed it in a blog post or course page with an ``<iframe>``.
+
+        Returns:
+            the ``pathlib.Path`` written.
+        """
+        from hookviz.widget_export import save_html
+
+        return save_html(self, path, title)
 
     def chart_figure(self):
         """The gradient-flow chart as a ``plotly.graph_objects.Figure``: per-module norm of the
@@ -492,7 +560,11 @@ class Widget(anywidget.AnyWidget):
             return False, f"malformed message: expected an object, got {type(content).__name__}"
         kind = content.get("type")
         handlers = {
-            "select": (("node",), lambda c: self.select(c["node"])),
+            "select": (
+                ("node",),
+                lambda c: self.select(c["node"], reveal=not c.get("replay")),
+            ),
+            "search": (("query",), lambda c: self.search(c["query"])),
             "apply_edit": (
                 ("target", "slot", "expression"),
                 lambda c: self.apply_edit(c["target"], c["slot"], c["expression"]) is not None,
@@ -570,7 +642,7 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
         args: positional inputs (a tuple, or a single tensor).
         kwargs: keyword inputs.
         loss_fn: ``loss_fn(output) -> scalar tensor``; None when the output is already a scalar.
-        **session_options: passed to :class:`hookviz.Session`; ``collapse_threshold`` and
+        **session_options: passed to :class:`hookviz.Session`; ``visible_budget`` and
             ``vanishing_threshold`` go to :class:`Widget`.
 
     Returns:
@@ -582,7 +654,7 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
 
     widget_options = {
         k: session_options.pop(k)
-        for k in ("collapse_threshold", "vanishing_threshold")
+        for k in ("visible_budget", "vanishing_threshold")
         if k in session_options
     }
     if isinstance(model, Run):  # a recorded run, usually opened from a file: read-only
@@ -610,7 +682,7 @@ def show_watch(watch, session, step: int | None = None, **widget_options: Any) -
             parameter and module names are the graph's leaf ids and module names), or a
             :class:`Widget` already showing one.
         step: the step shown first; None = the last kept step.
-        **widget_options: passed to :class:`Widget` (``collapse_threshold``, ...).
+        **widget_options: passed to :class:`Widget` (``visible_budget``, ...).
 
     Returns:
         The :class:`Widget` in its watch view (see :meth:`Widget.show_watch`).

@@ -6,8 +6,8 @@ Inf) become the strings ``"nan"``, ``"inf"``, ``"-inf"``, as :meth:`TensorRecord
 
 Module groups: every op node belongs to the innermost module that created it (its ``module``
 attribute); a module ``"a.b"`` is drawn as a compound node inside ``"a"``. The root module ``""``
-is not a group (it holds everything). A graph larger than :data:`COLLAPSE_THRESHOLD` nodes opens
-with groups collapsed so that about :data:`VISIBLE_BUDGET` elements are drawn.
+is not a group (it holds everything). Which groups are open is :mod:`hookviz.widget_tree`'s job;
+where things sit on screen is the page's (ELK).
 """
 
 from __future__ import annotations
@@ -17,16 +17,23 @@ import math
 from collections import defaultdict
 
 import networkx as nx
+import torch
 
 from hookviz.errors import TargetError
 from hookviz.run import Run, records_equal
 from hookviz.stats import combined_norm
+from hookviz.widget_tree import (
+    MODULE_PREFIX,
+    group_id,
+    mark_repeats,
+    natural_key,
+    parent_module,
+    short_name,
+)
 
-COLLAPSE_THRESHOLD = 300
-VISIBLE_BUDGET = 150
-VANISHING_THRESHOLD = 1e-6
-GROUP_PREFIX = "group:"
-MODULE_PREFIX = "module:"
+# One rule for the chart's line and the diagnosis banner: a layer's gradient vanishes below this
+# fraction of the gradient of the layer nearest the loss (hookviz.diagnose's default).
+VANISHING_RATIO = 1e-3
 
 
 def json_float(value: float | None) -> float | str | None:
@@ -51,18 +58,6 @@ def tensors_json(records) -> list | None:
     return None if records is None else [tensor_json(r) for r in records]
 
 
-def group_id(module: str) -> str:
-    """The id of the compound node drawn for a module."""
-    return GROUP_PREFIX + module
-
-
-def parent_module(module: str) -> str | None:
-    """``"a.b.c"`` -> ``"a.b"``, ``"a"`` -> None (the root is not a group)."""
-    if "." not in module:
-        return None
-    return module.rsplit(".", 1)[0]
-
-
 def structure_key(graph: nx.DiGraph) -> str:
     """A hash of the graph's node ids and edges: equal for re-runs of the same graph."""
     digest = hashlib.blake2b(digest_size=12)
@@ -73,15 +68,6 @@ def structure_key(graph: nx.DiGraph) -> str:
     for u, v in graph.edges:
         digest.update(f"{u}\0{v}\0".encode())
     return digest.hexdigest()
-
-
-def layers(graph: nx.DiGraph) -> dict[str, int]:
-    """Layer of each node, loss last: as late as possible, i.e. the loss's layer minus the longest
-    path from the node to the loss (linear time). A parameter then sits next to the op that uses
-    it, not with every other leaf in the first layer."""
-    generations = list(nx.topological_generations(graph.reverse(copy=False)))
-    last = len(generations) - 1
-    return {node: last - i for i, generation in enumerate(generations) for node in generation}
 
 
 def module_norms(run: Run) -> dict[str, float | None]:
@@ -105,25 +91,24 @@ def _color_range(norms) -> dict:
     return {"lo": lo, "hi": hi}
 
 
-def graph_json(
-    run: Run, baseline: Run | None = None, structure: tuple[str, dict] | None = None
-) -> dict:
-    """The op graph, its module groups and the module-level view, as the page draws them.
+def graph_json(run: Run, baseline: Run | None = None, structure: str | None = None) -> dict:
+    """The op graph and its module groups, as the page draws them (the page lays them out).
 
     Args:
         run: the run to show.
-        baseline: the run to compare with (for the colour range, so both runs share one scale).
-        structure: ``(structure_key, layers)`` from an earlier call on the same graph, to skip
-            recomputing them on a re-run.
+        baseline: the run whose norms fix the colour range, so that one colour means one norm in
+            every run of a session (values outside saturate; the page marks them).
+        structure: the :func:`structure_key` from an earlier call on the same graph, to skip
+            recomputing it on a re-run.
 
     Returns:
-        ``{"structure", "nodes", "edges", "groups", "module_view", "color_range", "layers_count"}``.
-        Node: ``{id, op, module, kind, layer, order, norm, nan, edited, user_hooks}``; edge:
-        ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, label,
-        size, norm, nan, edited, user_hooks}``.
+        ``{"structure", "nodes", "edges", "groups", "color_range"}``. Node: ``{id, op, module,
+        kind, order, norm, nan, edited, user_hooks, hint}`` (hint: :func:`operand_hint`); edge: ``[source, target, slot]`` in forward
+        direction; group: ``{id, module, parent, label, type, size, norm, nan, edited,
+        user_hooks, signature, repeat}`` (see :func:`hookviz.widget_tree.mark_repeats`).
     """
     graph = run.graph
-    key, layer = structure if structure is not None else (structure_key(graph), layers(graph))
+    key = structure if structure is not None else structure_key(graph)
     edited_targets = {edit.target for edit in run.edits}
     nodes = []
     by_module: dict[str, list[dict]] = defaultdict(list)
@@ -135,12 +120,12 @@ def graph_json(
             "op": attrs.get("op", ""),
             "module": attrs.get("module", ""),
             "kind": kind,
-            "layer": layer.get(node_id, 0),
             "order": attrs.get("order"),
             "norm": json_float(norm),
             "nan": bool(attrs.get("has_nan")) or (norm is not None and not math.isfinite(norm)),
             "edited": bool(attrs.get("edited")) or node_id in edited_targets,
             "user_hooks": int(attrs.get("user_hooks") or 0),
+            "hint": operand_hint(run.nodes.get(node_id)) if kind == "op" else "",
         }
         nodes.append(item)
         by_module[item["module"]].append(item)
@@ -148,23 +133,62 @@ def graph_json(
 
     boundary = module_norms(run)
     module_hooks = defaultdict(int)
+    types = {}
     for call in run.calls:
         module_hooks[call.module] += len(call.user_hooks)
-    groups = _groups(by_module, boundary, edited_targets, module_hooks)
-    norms = [n.get("grad_norm") for _, n in graph.nodes(data=True)]
-    if baseline is not None and baseline is not run:
-        norms += [n.get("grad_norm") for _, n in baseline.graph.nodes(data=True)]
+        types.setdefault(call.module, call.type)
+    groups = _groups(by_module, boundary, edited_targets, module_hooks, types)
+    mark_repeats(groups, nodes, _leaf_shapes(run))
+    scale = baseline if baseline is not None else run
+    norms = [n.get("grad_norm") for _, n in scale.graph.nodes(data=True)]
+    norms += list(module_norms(scale).values()) if scale is not run else list(boundary.values())
     return {
         "structure": key,
         "nodes": nodes,
         "edges": edges,
         "groups": groups,
-        "module_view": module_view_json(
-            run, nodes, edges, boundary, layer, edited_targets, module_hooks
-        ),
         "color_range": _color_range(norms),
-        "layers_count": 1 + max(layer.values(), default=0),
     }
+
+
+def operand_hint(record) -> str:
+    """A short hint that tells ops of one kind apart, e.g. ``"×2"`` for the ``MulBackward0`` of
+    ``2 * x``: for a product or quotient by a constant (one gradient flows back) backward
+    multiplies by that constant, so that grad_input over ``grad_outputs[0]`` is it, when both values were kept
+    and the ratio is the same everywhere. Empty when it cannot be told."""
+    if record is None or record.op not in ("MulBackward0", "DivBackward0"):
+        return ""
+    # What the op computed, before any edit of this run replaced it.
+    computed = record.grad_inputs_before_edit or record.grad_inputs
+    flowing = [g for g in (computed or ()) if g is not None]
+    if len(flowing) != 1 or not record.grad_outputs:
+        return ""
+    after, before = flowing[0], record.grad_outputs[0]
+    if after is None or before is None or after.value is None or before.value is None:
+        return ""
+    a, b = after.value.double().flatten(), before.value.double().flatten()
+    if a.shape != b.shape or a.numel() == 0 or not bool((b != 0).all()):
+        return ""
+    ratio = a / b
+    if not bool(torch.isfinite(ratio).all()) or float(ratio.max() - ratio.min()) > 1e-6 * float(
+        ratio.abs().max()
+    ):
+        return ""
+    factor = float(ratio[0])
+    if record.op == "DivBackward0":
+        return f"÷{1 / factor:.3g}" if factor else ""
+    return f"×{factor:.3g}"
+
+
+def _leaf_shapes(run: Run) -> dict[str, tuple]:
+    """Each leaf's shape, from the gradient its AccumulateGrad saw (leaves without one: left out)."""
+    out = {}
+    for name in run.leaf_names:
+        record = run.nodes.get(name)
+        grads = record.grad_outputs if record is not None else None
+        if grads and grads[0] is not None:
+            out[name] = tuple(grads[0].shape)
+    return out
 
 
 def _combine(norms) -> float | None:
@@ -180,7 +204,7 @@ def _as_float(value) -> float | None:
     return float(value)
 
 
-def _groups(by_module, boundary, edited_targets, module_hooks) -> list[dict]:
+def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[dict]:
     """One group per non-root module that created nodes, plus every enclosing module."""
     members: dict[str, list[dict]] = defaultdict(list)
     for module, items in by_module.items():
@@ -189,7 +213,7 @@ def _groups(by_module, boundary, edited_targets, module_hooks) -> list[dict]:
             members[name].extend(items)
             name = parent_module(name)
     groups = []
-    for module in sorted(members, key=lambda m: (m.count("."), m)):
+    for module in sorted(members, key=lambda m: (m.count("."), natural_key(m))):
         items = members[module]
         norm = boundary.get(module)
         if norm is None:
@@ -201,7 +225,8 @@ def _groups(by_module, boundary, edited_targets, module_hooks) -> list[dict]:
                 "parent": None
                 if parent_module(module) is None
                 else group_id(parent_module(module)),
-                "label": module,
+                "label": short_name(module),
+                "type": types.get(module, ""),
                 "size": len(items),
                 "norm": json_float(norm),
                 "nan": any(i["nan"] for i in items),
@@ -210,96 +235,6 @@ def _groups(by_module, boundary, edited_targets, module_hooks) -> list[dict]:
             }
         )
     return groups
-
-
-def module_view_json(run, nodes, edges, boundary, layer, edited_targets, module_hooks) -> dict:
-    """The module-level view: one node per module that created ops (leaves of the root module
-    stay as themselves), edges merged between modules (networkx quotient)."""
-    owner = {}
-    for item in nodes:
-        if item["kind"] == "leaf" and item["module"] == "":
-            owner[item["id"]] = item["id"]
-        else:
-            owner[item["id"]] = MODULE_PREFIX + item["module"]
-    quotient = nx.DiGraph()
-    quotient.add_nodes_from(dict.fromkeys(owner.values()))
-    for u, v, _ in edges:
-        a, b = owner[u], owner[v]
-        if a != b:
-            quotient.add_edge(a, b)
-    members = defaultdict(list)
-    for item in nodes:
-        members[owner[item["id"]]].append(item)
-    # Layers of the quotient: it can have cycles (a module used twice), so fall back to node layers.
-    view_layer = {}
-    for view_id, items in members.items():
-        view_layer[view_id] = min(layer.get(i["id"], 0) for i in items)
-    view_nodes = []
-    for view_id in quotient.nodes:
-        items = members[view_id]
-        if view_id.startswith(MODULE_PREFIX):
-            module = view_id[len(MODULE_PREFIX) :]
-            norm = boundary.get(module)
-            if norm is None:
-                norm = _combine([_as_float(i["norm"]) for i in items if i["kind"] == "op"])
-            view_nodes.append(
-                {
-                    "id": view_id,
-                    "label": f"{module or '(root)'} ({len(items)})",
-                    "target": view_id,
-                    "module": module,
-                    "kind": "module",
-                    "layer": view_layer[view_id],
-                    "norm": json_float(norm),
-                    "nan": any(i["nan"] for i in items),
-                    "edited": module in edited_targets or any(i["edited"] for i in items),
-                    "user_hooks": module_hooks.get(module, 0) + sum(i["user_hooks"] for i in items),
-                    "members": [i["id"] for i in items],
-                }
-            )
-        else:
-            item = items[0]
-            view_nodes.append(
-                {**item, "label": item["id"], "target": item["id"], "members": [item["id"]]}
-            )
-    return {"nodes": view_nodes, "edges": [[u, v] for u, v in quotient.edges]}
-
-
-def default_collapsed(
-    graph_data: dict, threshold: int = COLLAPSE_THRESHOLD, budget: int = VISIBLE_BUDGET
-) -> list[str]:
-    """Modules to collapse when the widget opens: none for a small graph; for a large one, start
-    from every top-level module collapsed and expand the largest while the drawn element count
-    stays within ``budget``."""
-    nodes = graph_data["nodes"]
-    groups = graph_data["groups"]
-    if len(nodes) <= threshold or not groups:
-        return []
-    children = defaultdict(list)
-    size = {}
-    direct = defaultdict(int)  # op nodes whose innermost module is this group
-    for g in groups:
-        size[g["module"]] = g["size"]
-        children[g["parent"]].append(g["module"])
-    for item in nodes:
-        direct[item["module"]] += 1
-    root_nodes = direct.get("", 0)
-    collapsed = set(children[None])
-    count = root_nodes + len(collapsed)
-    # Expanding a collapsed module m draws its direct nodes and its child groups instead of one node,
-    # plus the frame of m itself.
-    frontier = sorted(collapsed, key=lambda m: -size[m])
-    while frontier:
-        module = frontier.pop(0)
-        kids = children[group_id(module)]
-        added = direct.get(module, 0) + len(kids)
-        if count + added > budget:
-            continue
-        collapsed.discard(module)
-        collapsed.update(kids)
-        count += added
-        frontier = sorted(set(frontier) | set(kids), key=lambda m: -size[m])
-    return sorted(collapsed)
 
 
 def _hooks_json(run: Run, node_id: str, record) -> list[dict]:
@@ -353,6 +288,41 @@ def _record_changed(a, b) -> bool:
     return not records_equal((a,), (b,))
 
 
+# Friendlier words for schema arguments whose name hides their role (addmm's "self" is the bias).
+_ARGUMENT_ROLES = {("addmm", "self"): "self/bias", ("addmv", "self"): "self/bias"}
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and not name[i - 1].isupper():
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def grad_input_names(op: str, count: int) -> list[str] | None:
+    """The forward argument each of an autograd Node's ``grad_inputs`` belongs to, from PyTorch's
+    op schema: ``AddmmBackward0`` with 3 -> ``["self/bias", "mat1", "mat2"]``. The overload whose
+    tensor arguments number ``count`` is used; None when no schema matches (custom Functions,
+    AccumulateGrad, ops whose backward is not one aten op)."""
+    import re
+
+    match = re.fullmatch(r"([A-Za-z0-9]+?)Backward\d*", op or "")
+    if not match or count <= 0:
+        return None
+    name = _snake(match.group(1))
+    try:
+        schemas = torch._C._jit_get_schemas_for_operator(f"aten::{name}")
+    except RuntimeError:
+        return None
+    for schema in schemas:
+        tensors = [a.name for a in schema.arguments if str(a.type) in ("Tensor", "Optional[Tensor]")]
+        if len(tensors) == count:
+            return [_ARGUMENT_ROLES.get((name, t), t) for t in tensors]
+    return None
+
+
 def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> dict:
     """What the inspector shows for one node; raises TargetError for an unknown id.
 
@@ -378,6 +348,9 @@ def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> 
         ],
         "hooks": _hooks_json(run, node_id, record),
         "sites": list(record.sites),
+        "grad_input_names": grad_input_names(
+            record.op, len(record.grad_inputs) if record.grad_inputs is not None else 0
+        ),
         "edited": any(edit.target == node_id for edit in run.edits),
         "before": None,
         "changed": None,
@@ -519,33 +492,46 @@ def leaf_summaries(run: Run) -> dict[str, dict | None]:
     return _summaries({name: run.leaf_grad(name) for name in run.leaf_names})
 
 
-def chart_json(
-    run: Run, baseline: Run | None = None, threshold: float = VANISHING_THRESHOLD
-) -> dict:
-    """Gradient flow: per module (in call order), the norm of the gradient into its inputs in
-    ``run`` and in ``baseline``; modules with no input gradient fall back to their nodes' norms."""
-    current = module_norms(run)
-    before = module_norms(baseline) if baseline is not None else current
-    fallback = _module_node_norms(run)
-    fallback_before = _module_node_norms(baseline) if baseline is not None else fallback
-    ran = [m for m in run.modules if m in current or m in fallback]
-    # One point per layer: the innermost modules (those with no child module that ran).
-    parents = {parent_module(m) for m in ran if m} | ({""} if any(m for m in ran) else set())
-    modules = [m for m in ran if m not in parents] or ran
+def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHING_RATIO) -> dict:
+    """Gradient flow by the diagnosis's own rule: per layer (a module with parameters, input ->
+    output) the norm of its parameters' gradient in ``run`` and in ``baseline``, and the
+    vanishing line at ``vanishing`` x the norm of the layer nearest the loss, where
+    :func:`hookviz.diagnose.diagnose` draws it. Zero norms cannot sit on a log axis: ``floor`` is
+    the height at which the page draws them, marked as zero.
+
+    Returns:
+        ``{"modules", "current", "baseline", "threshold", "rule", "floor"}``; ``threshold`` is
+        None when no layer has a gradient.
+    """
+    from hookviz.diagnose import gradient_stats
+
+    def layer_norms(r: Run) -> dict[str, float]:
+        layers = [s for s in gradient_stats(r) if s.kind == "layer"]
+        return {s.name: s.grad_norm for s in reversed(layers)}  # input -> output
+
+    current = layer_norms(run)
+    before = layer_norms(baseline) if baseline is not None and baseline is not run else current
+    modules = list(current)
+    nearest = modules[-1] if modules else None
+    reference = current.get(nearest) if nearest is not None else None
+    usable = reference is not None and math.isfinite(reference) and reference > 0
+    threshold = vanishing * reference if usable else None
+    positive = [
+        v
+        for v in [*current.values(), *before.values(), threshold]
+        if v is not None and math.isfinite(v) and v > 0
+    ]
+    floor = 10 ** (math.floor(math.log10(min(positive))) - 1) if positive else 1e-12
     return {
         "modules": modules,
-        "current": [json_float(current.get(m, fallback.get(m))) for m in modules],
-        "baseline": [json_float(before.get(m, fallback_before.get(m))) for m in modules],
-        "threshold": threshold,
+        "current": [json_float(current[m]) for m in modules],
+        "baseline": [json_float(before.get(m)) for m in modules],
+        "threshold": json_float(threshold),
+        "rule": f"vanishing below {vanishing:g} x the layer nearest the loss ({nearest})"
+        if usable
+        else "",
+        "floor": floor,
     }
-
-
-def _module_node_norms(run: Run) -> dict[str, float | None]:
-    per_module = defaultdict(list)
-    for _, attrs in run.graph.nodes(data=True):
-        if attrs.get("kind") == "op":
-            per_module[attrs.get("module", "")].append(attrs.get("grad_norm"))
-    return {m: _combine(v) for m, v in per_module.items()}
 
 
 def replay_json(run: Run) -> list[dict]:
@@ -581,11 +567,38 @@ def log_json(run: Run) -> list[dict]:
     return [{"hook": e.hook, "where": e.where, "text": e.text} for e in run.log]
 
 
-def edits_json(edits) -> list[dict]:
-    """Active edits: ``[{id, target, slot, source}]``."""
+def _edit_key(edit) -> tuple:
+    return (edit.id, edit.target, str(edit.slot), edit.source)
+
+
+def edits_json(edits, shown=None) -> list[dict]:
+    """Active edits: ``[{id, target, slot, source, pending}]``; ``pending`` when the run on
+    screen (``shown``: its edits) was made without it, i.e. it takes effect at the next re-run."""
+    done = None if shown is None else {_edit_key(e) for e in shown}
     return [
-        {"id": e.id, "target": e.target, "slot": str(e.slot), "source": e.source} for e in edits
+        {
+            "id": e.id,
+            "target": e.target,
+            "slot": str(e.slot),
+            "source": e.source,
+            "pending": done is not None and _edit_key(e) not in done,
+        }
+        for e in edits
     ]
+
+
+def edit_state_json(edits, shown) -> dict:
+    """Whether the run on screen is the one the edits would make: ``{stale, pending_targets,
+    removed_targets}``; ``stale`` when an edit was added, removed or reset since that run."""
+    now = {_edit_key(e): e for e in edits}
+    then = {_edit_key(e): e for e in shown}
+    pending = sorted({e.target for k, e in now.items() if k not in then})
+    removed = sorted({e.target for k, e in then.items() if k not in now})
+    return {
+        "stale": bool(pending or removed),
+        "pending_targets": pending,
+        "removed_targets": removed,
+    }
 
 
 # ----- diagnosis and the watch view -------------------------------------------------------------
@@ -593,8 +606,10 @@ def edits_json(edits) -> list[dict]:
 FINDING_KINDS = ("nan", "exploding", "vanishing", "dead", "saturated")
 
 
-def findings_json(findings) -> list[dict]:
-    """:class:`hookviz.Finding` objects as ``[{kind, module, node, message, value, step}]``."""
+def findings_json(findings, caused_by_edits: set | None = None) -> list[dict]:
+    """:class:`hookviz.Finding` objects as ``[{kind, module, node, message, value, step,
+    from_edit}]``; ``from_edit`` for those whose ``(kind, module)`` is in ``caused_by_edits``."""
+    caused_by_edits = caused_by_edits or set()
     return [
         {
             "kind": f.kind,
@@ -603,13 +618,18 @@ def findings_json(findings) -> list[dict]:
             "message": f.message,
             "value": json_float(f.value),
             "step": f.step,
+            "from_edit": (f.kind, f.module) in caused_by_edits,
         }
         for f in findings
     ]
 
 
 def diagnosis_json(
-    findings, source: str = "run", step: int | None = None, error: str | None = None
+    findings,
+    source: str = "run",
+    step: int | None = None,
+    error: str | None = None,
+    caused_by_edits: set | None = None,
 ) -> dict:
     """What the diagnosis banner shows: ``{source, step, findings, counts, error}``.
 
@@ -617,7 +637,7 @@ def diagnosis_json(
     ``counts`` is ``{kind: number of findings}`` in :data:`FINDING_KINDS` order (kinds with none
     left out); ``error`` says why the diagnosis failed (then ``findings`` is empty).
     """
-    items = findings_json(findings)
+    items = findings_json(findings, caused_by_edits)
     kinds = [k for k in FINDING_KINDS if any(f["kind"] == k for f in items)]
     kinds += sorted({f["kind"] for f in items} - set(kinds))
     return {
@@ -633,9 +653,8 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
     """The watch's norms on the drawn elements: ``{element id: norm}``.
 
     A parameter leaf (its node id is the parameter's qualified name) takes the norm of that
-    parameter's gradient; a module group (``"group:<name>"``) and a node of the module view
-    (``"module:<name>"``) take the norm of the gradient w.r.t. the module's output. Elements left
-    out have no value (drawn grey).
+    parameter's gradient; a module group (``"group:<name>"``) takes the norm of the gradient
+    w.r.t. the module's output. Elements left out have no value (drawn grey).
     """
     out = {}
     for item in graph_data.get("nodes", []):
@@ -644,11 +663,6 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
     for group in graph_data.get("groups", []):
         if group["module"] in output_norms:
             out[group["id"]] = json_float(output_norms[group["module"]])
-    for item in graph_data.get("module_view", {}).get("nodes", []):
-        if item["kind"] == "module" and item["module"] in output_norms:
-            out[item["id"]] = json_float(output_norms[item["module"]])
-        elif item["id"] in parameter_norms:
-            out[item["id"]] = json_float(parameter_norms[item["id"]])
     return out
 
 
@@ -670,47 +684,61 @@ def figure_json(figure) -> dict:
 
 def chart_figure(chart: dict):
     """The gradient-flow chart (from :func:`chart_json`) as a ``plotly.graph_objects.Figure``:
-    per-module gradient norm on a log axis, this run vs the baseline, the vanishing line dashed.
-    Zero or missing norms cannot sit on a log axis: they are gaps (None)."""
+    per-layer gradient norm on a log axis, this run vs the baseline, the vanishing line dashed.
+    Zero norms are drawn at the chart's ``floor`` with a marker, missing ones are gaps."""
     import plotly.graph_objects as go
 
-    def positive(values):
+    floor = chart.get("floor") or 1e-12
+
+    def on_log_axis(values):
         out = []
         for v in values:
             v = None if v is None else float(v)
-            out.append(v if v is not None and math.isfinite(v) and v > 0 else None)
+            out.append(None if v is None or not math.isfinite(v) else (floor if v <= 0 else v))
         return out
 
     labels = [m or "(root)" for m in chart.get("modules", [])]
+    zeros = [
+        (label, floor)
+        for label, v in zip(labels, chart.get("current", []))
+        if v is not None and float(v) == 0
+    ]
     figure = go.Figure(
         [
             go.Scatter(
                 x=labels,
-                y=positive(chart.get("baseline", [])),
+                y=on_log_axis(chart.get("baseline", [])),
                 name="baseline",
                 mode="lines+markers",
                 line={"color": "#90a4ae", "dash": "dot"},
             ),
             go.Scatter(
                 x=labels,
-                y=positive(chart.get("current", [])),
+                y=on_log_axis(chart.get("current", [])),
                 name="this run",
                 mode="lines+markers",
                 line={"color": "#1e88e5"},
+            ),
+            go.Scatter(
+                x=[z[0] for z in zeros],
+                y=[z[1] for z in zeros],
+                name="zero (drawn at the floor)",
+                mode="markers",
+                marker={"symbol": "triangle-down", "size": 10, "color": "#e53935"},
             ),
         ]
     )
     threshold = chart.get("threshold")
     if threshold:
         figure.add_hline(
-            y=threshold,
+            y=float(threshold),
             line={"color": "#e53935", "dash": "dash", "width": 1},
-            annotation_text=f"vanishing < {threshold:g}",
+            annotation_text=chart.get("rule") or f"vanishing < {float(threshold):g}",
             annotation_position="bottom left",
         )
     figure.update_layout(
-        title="Gradient flow: norm of the gradient into each module's inputs",
-        xaxis={"title": "module (input → output)", "type": "category"},
+        title="Gradient flow: norm of each layer's parameter gradient",
+        xaxis={"title": "layer (input → output)", "type": "category"},
         yaxis={"type": "log", "title": "‖grad‖ (log)", "exponentformat": "e"},
     )
     return figure

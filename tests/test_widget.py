@@ -8,6 +8,7 @@ the gradients of the module's last op (SubBackward0) and moves x.grad to [177779
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 
 import hookviz
 import hookviz.widget as hookviz_widget
-from hookviz import widget_data
+from hookviz import widget_data, widget_tree
 from hookviz.examples import ResidualStack, sigmoid_mlp
 
 TRAITS = (
@@ -38,6 +39,7 @@ TRAITS = (
     "diagnosis",
     "watch_view",
     "watch_heatmap",
+    "edit_state",
 )
 
 
@@ -103,8 +105,6 @@ def test_opens_on_the_canonical_graph(widget):
     } <= ids
     edges = {(u, v) for u, v, _ in widget.graph["edges"]}
     assert ("x", "MulBackward0_0") in edges and ("SubBackward0_0", "MseLossBackward0_0") in edges
-    layer = {n["id"]: n["layer"] for n in widget.graph["nodes"]}
-    assert layer["x"] == 0 and layer["MseLossBackward0_0"] == max(layer.values())
     assert widget.summary["loss"] == 50.0
     assert widget.collapsed == []  # small graph: nothing collapsed
     assert widget.devices[0] == "cpu" and widget.device == "cpu"
@@ -171,12 +171,24 @@ def test_remove_and_reset_edits(widget):
     a = widget.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad * 0")
     widget.apply_edit("MulBackward0_2", "grad_inputs[0]", "grad * 2")
     assert len(widget.edits) == 2
+    assert all(e["pending"] for e in widget.edits)
+    assert widget.edit_state["stale"]
+    assert widget.edit_state["pending_targets"] == ["MulBackward0_2", "SubBackward0_0"]
     assert widget.remove_edit(a)
     assert [e["target"] for e in widget.edits] == ["MulBackward0_2"]
     assert not widget.remove_edit("no-such-edit") and "edits" in widget.errors
+    assert widget.rerun()
+    assert not widget.edit_state["stale"] and not widget.edits[0]["pending"]
     widget.reset_edits()
     assert widget.edits == [] and widget.code == widget.session.edits_as_code()
+    # The graph still shows the edited run until the re-run, and says so.
+    assert widget.edit_state == {
+        "stale": True,
+        "pending_targets": [],
+        "removed_targets": ["MulBackward0_2"],
+    }
     assert widget.rerun()
+    assert not widget.edit_state["stale"]
     assert leaf_after(widget, "x")["after"]["value"] == [16.0, -12.0]
 
 
@@ -365,33 +377,104 @@ def Deep(depth: int) -> ResidualStack:  # noqa: N802 (reads as the model it buil
     return ResidualStack(depth, width=4)
 
 
-def test_large_graph_opens_collapsed_by_module():
+def test_large_graph_opens_as_its_module_tree():
     torch.manual_seed(0)
     widget = hookviz_widget.show(Deep(40), (torch.randn(3, 4),))
-    assert len(widget.graph["nodes"]) > widget_data.COLLAPSE_THRESHOLD
     assert widget.collapsed
     drawn = _drawn(widget.graph, widget.collapsed)
-    assert drawn <= widget_data.VISIBLE_BUDGET
+    assert drawn <= widget_tree.VISIBLE_BUDGET
     modules = {g["module"] for g in widget.graph["groups"]}
     assert {"blocks", "blocks.0", "blocks.0.fc", "head"} <= modules
     parents = {g["module"]: g["parent"] for g in widget.graph["groups"]}
     assert parents["blocks.0.fc"] == "group:blocks.0" and parents["blocks"] is None
-    collapsed = list(widget.collapsed)
-    # A large group opens one level at a time.
+    # Forty identical blocks do not fit: they stay boxes, all alike.
+    assert {f"blocks.{i}" for i in range(40)} <= set(widget.collapsed) or "blocks" in widget.collapsed
+    repeats = {g["module"]: g["repeat"] for g in widget.graph["groups"]}
+    assert repeats["blocks.3"] == {"index": 4, "count": 40}
+    assert repeats["head"] is None  # one of a kind
+    labels = {g["module"]: g["label"] for g in widget.graph["groups"]}
+    assert labels["blocks.3"] == "blocks.3" and labels["blocks.3.fc"] == "blocks.3.fc"
+    # A box opens one level at a time, in place.
     widget.collapse_all()
+    assert set(widget.collapsed) == {"blocks", "head"}
     assert widget.toggle_group("blocks")
     assert "blocks" not in widget.collapsed
     assert {f"blocks.{i}" for i in range(40)} <= set(widget.collapsed)
+    assert widget.toggle_group("blocks.7")
+    assert "blocks.7" not in widget.collapsed and "blocks.7.fc" in widget.collapsed
     assert widget.toggle_group("blocks") and "blocks" in widget.collapsed
-    widget.collapsed = collapsed
-    assert widget.toggle_group(collapsed[0])
-    assert collapsed[0] not in widget.collapsed
-    assert widget.toggle_group(collapsed[0]) and collapsed[0] in widget.collapsed
     widget.expand_all()
     assert widget.collapsed == []
-    widget.collapse_all()
-    assert set(widget.collapsed) == {"blocks", "head"}
     assert_json_safe(widget)
+
+
+def test_small_model_opens_to_its_ops_and_gpt2_to_its_blocks():
+    torch.manual_seed(0)
+    small = hookviz_widget.show(Deep(2), (torch.randn(3, 4),))
+    assert small.collapsed == []  # everything fits: every op is drawn
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=6, n_embd=32, n_head=2, vocab_size=100)
+    ids = torch.randint(0, 100, (1, 8))
+    model = transformers.GPT2LMHeadModel(config)
+    widget = hookviz_widget.show(
+        model, (), kwargs={"input_ids": ids, "labels": ids}, loss_fn=lambda out: out.loss
+    )
+    blocks = {f"transformer.h.{i}" for i in range(6)}
+    # embeddings -> h (six block boxes) -> ln_f -> lm_head -> loss
+    assert blocks <= set(widget.collapsed)
+    assert "transformer" not in widget.collapsed and "transformer.h" not in widget.collapsed
+    assert {"transformer.wte", "transformer.ln_f", "lm_head"} <= set(widget.collapsed)
+    groups = {g["module"]: g for g in widget.graph["groups"]}
+    assert groups["transformer.h.3"]["label"] == "h.3"
+    assert groups["transformer.h.3.attn"]["label"] == "h.3.attn"
+    assert groups["transformer.h.3"]["type"] == "GPT2Block"
+    assert groups["transformer.h.3"]["repeat"] == {"index": 4, "count": 6}
+    assert len({groups[b]["signature"] for b in blocks}) == 1
+    # The embeddings are both Embedding, but of different shapes: not identical.
+    assert groups["transformer.wte"]["signature"] != groups["transformer.wpe"]["signature"]
+    # 8 of 1,024 positions are used: wpe's other rows get no gradient by design, not "dead".
+    assert not [f for f in widget.diagnosis["findings"] if f["kind"] == "dead"]
+
+
+def test_search_and_select_open_the_boxes_around_a_match():
+    torch.manual_seed(0)
+    widget = hookviz_widget.show(Deep(40), (torch.randn(3, 4),))
+    widget.collapse_all()
+    assert widget.search("blocks.7.fc")
+    assert widget.selected == "blocks.7.fc" and widget.inspector["kind"] == "module"
+    assert "blocks" not in widget.collapsed and "blocks.7" not in widget.collapsed
+    assert "blocks.7.fc" in widget.collapsed  # the match itself is drawn as its box
+    assert _drawn(widget.graph, widget.collapsed) < 60
+    # A parameter by the end of its name: the boxes around it open, down to its module.
+    assert widget.select("12.fc.weight")
+    assert widget.selected == "blocks.12.fc.weight"
+    assert not {"blocks.12", "blocks.12.fc"} & set(widget.collapsed)
+    # An exact node id needs no search; replay steps do not open boxes.
+    widget.collapse_all()
+    assert widget.select("head.weight", reveal=False)
+    assert set(widget.collapsed) == {"blocks", "head"}
+    assert not widget.search("no such thing") and "search" in widget.errors
+    assert widget.handle_message({"type": "search", "query": "head"})["ok"]
+    assert widget.selected == "head" and "search" not in widget.errors
+
+
+def test_find_ranks_exact_then_suffix_then_shortest():
+    graph = {
+        "groups": [{"module": m} for m in ("transformer.h.3", "transformer.h.3.mlp", "mlp")],
+        "nodes": [{"id": "transformer.h.3.mlp.c_fc.weight"}, {"id": "MulBackward0_13"}],
+    }
+    assert widget_tree.find("mlp", graph) == "mlp"
+    assert widget_tree.find("h.3.mlp", graph) == "transformer.h.3.mlp"
+    assert widget_tree.find("C_FC.weight", graph) == "transformer.h.3.mlp.c_fc.weight"
+    assert widget_tree.find("mul", graph) == "MulBackward0_13"
+    assert widget_tree.find("  ", graph) is None and widget_tree.find("zzz", graph) is None
+
+
+def test_short_names_keep_the_list_they_index():
+    assert widget_tree.short_name("transformer.h.3") == "h.3"
+    assert widget_tree.short_name("transformer.h.3.attn") == "h.3.attn"
+    assert widget_tree.short_name("transformer.h.3.attn.c_attn") == "c_attn"
+    assert widget_tree.short_name("0") == "0" and widget_tree.short_name("fc1") == "fc1"
 
 
 def _drawn(graph, collapsed):
@@ -402,7 +485,7 @@ def _drawn(graph, collapsed):
         chain, name = [], module
         while name:
             chain.append(name)
-            name = widget_data.parent_module(name)
+            name = widget_tree.parent_module(name)
         for name in reversed(chain):
             if name in collapsed:
                 return name
@@ -412,35 +495,53 @@ def _drawn(graph, collapsed):
     drawn_groups = sum(
         1
         for g in graph["groups"]
-        if widget_data.parent_module(g["module"]) is None
-        or hidden_by(widget_data.parent_module(g["module"])) is None
+        if widget_tree.parent_module(g["module"]) is None
+        or hidden_by(widget_tree.parent_module(g["module"])) is None
     )
     return drawn_nodes + drawn_groups
 
 
-def test_module_view_merges_nodes_by_module():
+def test_module_tree_view_opens_every_module_down_to_the_innermost():
     torch.manual_seed(0)
     widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),), input_grads=True)
     assert widget.set_view("modules") and widget.view == "modules"
-    view = widget.graph["module_view"]
-    ids = {n["id"] for n in view["nodes"]}
-    assert {"module:blocks.0.fc", "module:head", "x"} <= ids, ids
-    members = [m for n in view["nodes"] for m in n["members"]]
-    assert sorted(members) == sorted(n["id"] for n in widget.graph["nodes"])
+    innermost = {
+        g["module"]
+        for g in widget.graph["groups"]
+        if not any(c["parent"] == g["id"] for c in widget.graph["groups"])
+    }
+    assert set(widget.collapsed) == innermost and "blocks.0.fc" in innermost
     assert widget.select("module:blocks.0.fc")
     data = widget.inspector
     assert data["kind"] == "module" and data["grad_input"]
     assert any(site.startswith("grad_input") for site in data["sites"])
+    first = widget_tree.default_collapsed(widget.graph)
+    assert widget.set_view("ops") and widget.collapsed == first
+
+
+def _layer_grad_norm(model, inputs, module):
+    """Plain PyTorch: the 2-norm of ``module``'s parameter gradients after backward on a copy."""
+    import copy
+
+    twin = copy.deepcopy(model)
+    twin(*inputs).backward()
+    grads = [p.grad.double() for p in dict(twin.named_modules())[module].parameters()]
+    return float(torch.sqrt(sum(g.pow(2).sum() for g in grads)))
 
 
 def test_chart_compares_module_gradient_norms_with_the_baseline():
     torch.manual_seed(0)
     model = Deep(3)
-    widget = hookviz_widget.show(model, (torch.randn(3, 4),))
+    inputs = (torch.randn(3, 4),)
+    widget = hookviz_widget.show(model, inputs)
     chart = widget.chart
-    assert (
-        "blocks.0.fc" in chart["modules"] and chart["threshold"] == widget_data.VANISHING_THRESHOLD
-    )
+    # One rule with the diagnosis: 0.001 x the gradient norm of the layer nearest the loss, the
+    # norm of that layer's parameters' gradient (plain PyTorch's .grad).
+    assert "blocks.0.fc" in chart["modules"] and chart["modules"][-1] == "head"
+    head = _layer_grad_norm(model, inputs, "head")
+    assert chart["current"][-1] == pytest.approx(head, rel=1e-5)
+    assert chart["threshold"] == pytest.approx(widget_data.VANISHING_RATIO * chart["current"][-1])
+    assert "0.001 x the layer nearest the loss" in chart["rule"]
     assert chart["current"] == chart["baseline"]
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0")
     assert widget.rerun()
@@ -550,7 +651,8 @@ def test_diagnosis_follows_every_rerun(widget):
     assert widget.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad * inf")
     assert widget.rerun()
     findings = widget.diagnosis["findings"]
-    assert findings == findings_as_json(widget.run.diagnose())
+    # The baseline had no finding: each one now is the edit's doing, and says so.
+    assert findings == [{**f, "from_edit": True} for f in findings_as_json(widget.run.diagnose())]
     assert any(f["kind"] == "nan" and f["node"] == "SubBackward0_0" for f in findings)
     assert widget.diagnosis["counts"]["nan"] == sum(f["kind"] == "nan" for f in findings)
     widget.reset_edits()
@@ -583,17 +685,19 @@ def test_chart_figure_is_the_gradient_flow_chart():
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0") and widget.rerun()
     figure = widget.chart_figure()
     assert isinstance(figure, go.Figure)
-    baseline, current = figure.data
+    baseline, current, zeros = figure.data
     assert (baseline.name, current.name) == ("baseline", "this run")
     chart = widget.chart
     assert list(current.x) == [m or "(root)" for m in chart["modules"]]
     assert list(baseline.y) == [v if v and v > 0 else None for v in chart["baseline"]]
-    # Zero norms cannot sit on a log axis: the edited modules' points are gaps.
+    # Zero norms cannot sit on a log axis: they are drawn at the floor, marked as zeros.
     index = chart["modules"].index("blocks.0.fc")
-    assert current.y[index] is None and baseline.y[index] > 0
+    assert chart["current"][index] == 0.0
+    assert current.y[index] == chart["floor"] and baseline.y[index] > chart["floor"]
+    assert "blocks.0.fc" in list(zeros.x)
     assert figure.layout.yaxis.type == "log"
     (line,) = figure.layout.shapes
-    assert line.y0 == line.y1 == widget_data.VANISHING_THRESHOLD
+    assert line.y0 == line.y1 == chart["threshold"]
     figure.to_json()  # it can be saved or shown
 
 
@@ -644,9 +748,6 @@ def test_watch_view_colours_the_graph_by_each_steps_norms():
                 assert node_norms[group["id"]] == norms[group["module"]]
             else:  # what loss_fn built is no module of the model
                 assert group["id"] not in node_norms
-        for item in graph["module_view"]["nodes"]:
-            if item["kind"] == "module" and item["module"] in modules:
-                assert node_norms[item["id"]] == norms[item["module"]]
         # The numbers are plain PyTorch's: the parameter's gradient norm at that step.
         assert norms["0.weight"] == watch.history.column("0.weight")[watch.steps.index(step)]
         assert widget.diagnosis["source"] == "watch" and widget.diagnosis["step"] == step
@@ -726,3 +827,56 @@ def test_selecting_what_got_no_gradient_shows_why():
     assert "ran under torch.no_grad()" in widget.inspector["explanation"]
     assert widget.select("x") and widget.inspector.get("asked_grad") is True
     assert widget.select("module:fc") and "explanation" not in widget.inspector
+
+
+def test_colour_scale_is_fixed_by_the_baseline_run(widget):
+    scale = widget.graph["color_range"]
+    widget.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
+    assert widget.rerun()
+    # An unchanged leaf keeps its colour: the range is the baseline's, the edited norms saturate.
+    assert widget.graph["color_range"] == scale
+    norms = [float(n["norm"]) for n in widget.graph["nodes"] if n["norm"] is not None]
+    assert max(norms) > 10 ** scale["hi"]
+
+
+def test_save_html_writes_one_self_contained_page(widget, tmp_path):
+    import base64
+    import re
+
+    widget.select("SubBackward0_0")
+    path = widget.save_html(tmp_path / "canonical.html", title="2x + 3y - 5z")
+    page = path.read_text()
+    # Nothing is loaded from elsewhere: no script or style by URL, the bundle is inside.
+    assert not re.search(r"<(script|link)[^>]+(src|href)=", page)
+    bundle = re.search(r'<script type="text/plain" id="hookviz-esm">([^<]*)</script>', page)
+    static = (Path(widget_data.__file__).parent / "static" / "widget.js").read_bytes()
+    assert base64.b64decode(bundle.group(1)) == static
+    state = json.loads(
+        re.search(r'id="hookviz-state">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</")
+    )
+    assert state["graph"] == widget.graph and state["collapsed"] == widget.collapsed
+    assert state["static_note"] and set(state["__inspectors"]) >= {"SubBackward0_0", "x", "module:"}
+    assert state["__inspectors"]["SubBackward0_0"]["op"] == "SubBackward0"
+
+
+def test_grad_inputs_carry_their_argument_names_from_the_op_schema():
+    torch.manual_seed(0)
+    linear = nn.Linear(3, 2)
+    widget = hookviz_widget.show(linear, (torch.randn(4, 3),), loss_fn=lambda out: out.sum())
+    addmm = next(n["id"] for n in widget.graph["nodes"] if n["op"] == "AddmmBackward0")
+    assert widget.select(addmm)
+    # addmm(self, mat1, mat2): bias, input, weight.T; torch.addmm's documented argument order.
+    assert widget.inspector["grad_input_names"] == ["self/bias", "mat1", "mat2"]
+    assert widget_data.grad_input_names("MulBackward0", 2) == ["self", "other"]
+    assert widget_data.grad_input_names("AccumulateGrad", 0) is None
+    assert widget_data.grad_input_names("NoSuchOpBackward0", 1) is None
+
+
+def test_ops_of_one_kind_are_told_apart_by_their_constant(widget):
+    hints = {n["id"]: n["hint"] for n in widget.graph["nodes"]}
+    # 2*x + 3*y - 5*z: each Mul's backward multiplies by its constant.
+    assert [hints[f"MulBackward0_{i}"] for i in range(3)] == ["×2", "×3", "×5"]
+    assert hints["SubBackward0_0"] == "" and hints["x"] == ""
+    widget.apply_edit("MulBackward0_0", "grad_inputs[0]", "grad * 10")
+    assert widget.rerun()
+    assert {n["id"]: n["hint"] for n in widget.graph["nodes"]}["MulBackward0_0"] == "×2"

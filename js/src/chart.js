@@ -14,12 +14,27 @@ export function renderChart(el, chart) {
   const traces = [
     { x: s.labels, y: s.baseline, name: "baseline", type: "scatter", mode, line: { color: "#90a4ae", dash: "dot" } },
     { x: s.labels, y: s.current, name: "this run", type: "scatter", mode, line: { color: "#1e88e5" } },
+    {
+      x: s.zeros,
+      y: s.zeros.map(() => s.floor),
+      name: "zero (at the floor)",
+      type: "scatter",
+      mode: "markers",
+      marker: { symbol: "triangle-down", size: 10, color: "#e53935" },
+    },
   ];
+  // The page's theme (JupyterLab light or dark) for text and grid.
+  const css = getComputedStyle(el);
+  const text = css.getPropertyValue("--jp-ui-font-color1").trim() || "#212121";
+  const grid = css.getPropertyValue("--jp-border-color2").trim() || "#e0e0e0";
   const layout = {
-    title: { text: "Gradient flow: norm of the gradient into each module's inputs", font: { size: 13 } },
+    title: { text: "Gradient flow: norm of each layer's parameter gradient", font: { size: 13 } },
     height: 280,
+    paper_bgcolor: "rgba(0,0,0,0)",
+    plot_bgcolor: "rgba(0,0,0,0)",
+    font: { color: text },
     margin: { l: 60, r: 20, t: 36, b: 70 },
-    yaxis: { type: "log", title: { text: "‖grad‖ (log)" }, exponentformat: "e" },
+    yaxis: { type: "log", title: { text: "‖grad‖ (log)" }, exponentformat: "e", gridcolor: grid },
     // Many modules: no tick labels (hover shows each module's name).
     // Module names such as "0" and "2" (an nn.Sequential's) are names, not numbers.
     xaxis: {
@@ -49,7 +64,7 @@ export function renderChart(el, chart) {
             xref: "paper",
             x: 0,
             y: Math.log10(s.threshold),
-            text: `vanishing < ${s.threshold}`,
+            text: s.rule || `vanishing < ${s.threshold}`,
             showarrow: false,
             font: { color: "#e53935", size: 10 },
             xanchor: "left",

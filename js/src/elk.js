@@ -1,10 +1,9 @@
-// ELK in a web worker. cytoscape-elk imports "elkjs/lib/elk.bundled.js", which runs ELK on the
-// page's main thread; the build (build.mjs) points that import here instead, so layouts of large
-// graphs do not freeze the notebook. One shared worker serves every layout (cytoscape-elk makes a
-// new ELK per layout run), and it starts warming up as soon as this module loads.
+// ELK in a web worker: layouts of any size never freeze the notebook. One shared worker serves
+// every layout, and it starts warming up (compiling ELK's layered algorithm) as soon as this
+// module loads. The worker's source is bundled as text (build.mjs) and started from a blob URL,
+// so the widget needs no file besides its own bundle.
 import ELKApi from "elkjs/lib/elk-api.js";
 import workerSource from "elkjs/lib/elk-worker.min.js";
-import { copyLayout } from "./logic.js";
 
 let shared = null;
 let url = null;
@@ -14,44 +13,28 @@ function makeWorker() {
   return new Worker(url);
 }
 
-// cytoscape-elk reads the positions from the objects it passed to layout() (elk.bundled.js lays
-// them out in place); a worker gets a copy, so the result is copied back. Its graph also holds
-// cytoscape elements under "_cyEle", which cannot be sent to a worker.
-class WorkerELK {
-  constructor() {
-    this.api = new ELKApi({ workerFactory: makeWorker });
-  }
-
-  layout(graph, options) {
-    const plain = JSON.parse(JSON.stringify(graph, (key, value) => (key === "_cyEle" ? undefined : value)));
-    return this.api.layout(plain, options).then((result) => {
-      copyLayout(graph, result);
-      return graph;
-    });
-  }
+function elk() {
+  shared ??= new ELKApi({ workerFactory: makeWorker });
+  return shared;
 }
 
-export default class ELK {
-  constructor() {
-    shared ??= new WorkerELK();
-    return shared;
-  }
+/** Lay out an ELK JSON graph in the worker; resolves to the graph with x, y (relative to parents). */
+export function elkLayout(graph) {
+  return elk().layout(graph);
 }
 
 /** Start the worker and compile ELK's layered algorithm before the first real layout. */
 export function warmUp() {
   try {
-    return new ELK()
-      .layout({
-        id: "warm",
-        layoutOptions: { algorithm: "layered" },
-        children: [
-          { id: "a", width: 1, height: 1 },
-          { id: "b", width: 1, height: 1 },
-        ],
-        edges: [{ id: "e", sources: ["a"], targets: ["b"] }],
-      })
-      .catch(() => {});
+    return elkLayout({
+      id: "warm",
+      layoutOptions: { "elk.algorithm": "layered" },
+      children: [
+        { id: "a", width: 1, height: 1 },
+        { id: "b", width: 1, height: 1 },
+      ],
+      edges: [{ id: "e", sources: ["a"], targets: ["b"] }],
+    }).catch(() => {});
   } catch {
     return Promise.resolve();
   }

@@ -1,151 +1,187 @@
-// The graph view: cytoscape + ELK layered layout of the visible part of the graph.
+// The graph view: the module tree as nested boxes (cytoscape compound nodes), laid out by ELK in
+// a web worker, fitted to the box, labels drawn only where they are readable.
 import cytoscape from "cytoscape";
-import elk from "cytoscape-elk";
-import { warmUp } from "./elk.js";
+import { elkLayout, warmUp } from "./elk.js";
+import { BOX_PADDING, elkGraph, fitZoom, positionsOf } from "./layout.js";
 import {
   EDIT_COLOR,
   HOOK_COLOR,
   normColor,
   overlayColor,
-  presetPositions,
   replayOnVisible,
+  textColorOn,
+  beyondRange,
   visibleGraph,
 } from "./logic.js";
 
-cytoscape.use(elk);
 warmUp();
 
-// Above this many drawn elements ELK is skipped: the preset layout from the layers Python computed
-// stays (ELK takes seconds there, and cannot wrap a long chain inside a compound node).
-const ELK_LIMIT = 250;
+const FONT_SIZE = 12;
+const FONT = `${FONT_SIZE}px -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif`;
+// A label drawn smaller than this many pixels on screen is hidden (shown on hover or zoom).
+export const MIN_LABEL_PX = 8;
+// A first view whose labels would be smaller than this is laid out again, wrapped into rows.
+const READABLE_PX = 10;
+// A fit never zooms in further than this: a small graph is drawn at its natural size.
+const MAX_FIT_ZOOM = 1.4;
+const ANIMATION_MS = 300;
+const FIT_PADDING = 16;
 
-const STYLE = [
-  {
-    selector: "node",
-    style: {
-      "background-color": "data(color)",
-      label: "data(label)",
-      "font-size": 10,
-      color: "#212121",
-      "text-valign": "bottom",
-      "text-margin-y": 3,
-      "text-wrap": "ellipsis",
-      "text-max-width": 110,
-      width: 26,
-      height: 26,
-      "border-width": 1,
-      "border-color": "#616161",
-    },
-  },
-  { selector: 'node[kind = "leaf"]', style: { shape: "round-rectangle", width: 34, height: 20 } },
-  { selector: 'node[kind = "boundary"]', style: { shape: "diamond" } },
-  { selector: "node[?hooks]", style: { "border-width": 4, "border-color": HOOK_COLOR, "border-style": "dashed" } },
-  { selector: "node[?edited]", style: { "border-width": 5, "border-color": EDIT_COLOR, "border-style": "solid" } },
-  {
-    selector: "node[?isGroup]",
-    style: {
-      shape: "round-rectangle",
-      "background-opacity": 0.12,
-      "background-color": "data(color)",
-      "border-color": "#90a4ae",
-      "border-width": 1,
-      "text-valign": "top",
-      "text-halign": "center",
-      "font-size": 11,
-      "font-weight": "bold",
-      padding: 12,
-    },
-  },
-  {
-    selector: "node[?collapsed]",
-    style: {
-      shape: "round-rectangle",
-      "background-opacity": 1,
-      width: 60,
-      height: 30,
-      "border-width": 2,
-      "border-style": "double",
-      "border-color": "#455a64",
-      "text-valign": "bottom",
-    },
-  },
-  { selector: "node[?isGroup][?edited]", style: { "border-color": EDIT_COLOR, "border-width": 4 } },
-  {
-    selector: "edge",
-    style: {
-      width: 1.5,
-      "line-color": "#9e9e9e",
-      "target-arrow-color": "#9e9e9e",
-      "target-arrow-shape": "triangle",
-      "curve-style": "bezier",
-      "arrow-scale": 0.8,
-    },
-  },
-  { selector: "node:selected", style: { "overlay-color": "#1e88e5", "overlay-opacity": 0.25, "overlay-padding": 6 } },
-  { selector: ".dim", style: { opacity: 0.2 } },
-  { selector: ".running", style: { "underlay-color": "#00e5ff", "underlay-opacity": 0.9, "underlay-padding": 9 } },
-];
+let measureContext = null;
+function textWidth(text, font = FONT) {
+  measureContext ??= document.createElement("canvas").getContext("2d");
+  measureContext.font = font;
+  return measureContext.measureText(text).width;
+}
 
+/** The label of an op node: its op without autograd's "Backward0" suffix (the id is the tooltip). */
 function opLabel(n) {
-  if (n.kind === "leaf") return n.id;
-  return n.op;
+  if (n.kind === "leaf") return n.id.includes(".") ? n.id.slice(n.id.lastIndexOf(".") + 1) : n.id;
+  const op = (n.op || n.id).replace(/Backward\d*$/, "") || n.op;
+  return n.hint ? `${op} ${n.hint}` : op;
 }
 
 /**
- * Build cytoscape element definitions for the visible graph (ops view) or the module view.
- * overlay: the watch view ({node_norms, color_range}) colours by a training step's norms instead.
+ * The label of a module box: its short name, one line (the full path and type are in the
+ * tooltip). A block with identical siblings (the six blocks of a GPT-2) carries "≡".
  */
-function elementsFor(graph, collapsed, view, range, overlay) {
+function boxLabel(group) {
+  return group.repeat && group.repeat.count > 2 ? `${group.label} ≡` : group.label;
+}
+
+function boxTitle(group) {
+  const kind = group.type ? ` (${group.type})` : "";
+  const same =
+    group.repeat && group.repeat.count > 2 ? `, ${group.repeat.index} of ${group.repeat.count} identical blocks` : "";
+  return `${group.module}${kind}${same}`;
+}
+
+function theme(container) {
+  const css = getComputedStyle(container);
+  const v = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+  return {
+    text: v("--jp-ui-font-color1", "#212121"),
+    muted: v("--jp-ui-font-color2", "#616161"),
+    edge: v("--jp-border-color1", "#9e9e9e"),
+    box: v("--jp-layout-color2", "#eceff1"),
+    boxBorder: v("--jp-border-color1", "#90a4ae"),
+    select: v("--jp-brand-color1", "#1e88e5"),
+  };
+}
+
+function styleFor(t) {
+  return [
+    {
+      selector: "node",
+      style: {
+        "background-color": "data(color)",
+        label: "data(label)",
+        "font-size": FONT_SIZE,
+        "min-zoomed-font-size": MIN_LABEL_PX,
+        color: "data(textColor)",
+        "text-valign": "center",
+        "text-halign": "center",
+        "text-wrap": "wrap",
+        shape: "round-rectangle",
+        width: "data(width)",
+        height: "data(height)",
+        "border-width": 1,
+        "border-color": t.boxBorder,
+      },
+    },
+    { selector: 'node[kind = "leaf"]', style: { shape: "rectangle" } },
+    { selector: "node[?beyond]", style: { "border-width": 3, "border-style": "dotted", "border-color": t.text } },
+    { selector: "node[?hooks]", style: { "border-width": 3, "border-color": HOOK_COLOR, "border-style": "dashed" } },
+    { selector: "node[?edited]", style: { "border-width": 4, "border-color": EDIT_COLOR, "border-style": "solid" } },
+    { selector: "node[?pending]", style: { "border-width": 4, "border-color": EDIT_COLOR, "border-style": "dashed" } },
+    {
+      selector: "node[?collapsed]",
+      style: { "border-width": 3, "border-style": "double", "border-color": t.boxBorder },
+    },
+    {
+      selector: "node[?isGroup][!collapsed]",
+      style: {
+        "background-color": "data(color)",
+        "background-opacity": 0.1,
+        "border-color": "data(color)",
+        "border-width": 2,
+        color: t.text,
+        "text-valign": "top",
+        "text-halign": "center",
+        "text-wrap": "none",
+        "font-weight": "bold",
+        padding: BOX_PADDING.side,
+      },
+    },
+    { selector: "node[?isGroup][?edited]", style: { "border-color": EDIT_COLOR, "border-width": 3 } },
+    { selector: "node[?isGroup][?pending]", style: { "border-color": EDIT_COLOR, "border-style": "dashed" } },
+    {
+      selector: "edge",
+      style: {
+        width: 1.2,
+        "line-color": t.edge,
+        "target-arrow-color": t.edge,
+        "target-arrow-shape": "triangle",
+        "curve-style": "bezier",
+        "arrow-scale": 0.7,
+      },
+    },
+    {
+      selector: "node:selected",
+      style: { "overlay-color": t.select, "overlay-opacity": 0.3, "overlay-padding": 5 },
+    },
+    { selector: ".dim", style: { opacity: 0.2 } },
+    { selector: ".running", style: { "underlay-color": "#00e5ff", "underlay-opacity": 0.9, "underlay-padding": 8 } },
+  ];
+}
+
+/** Cytoscape element definitions (with their sizes) of what a collapse state draws. */
+function elementsFor(graph, collapsed, range, overlay, editState) {
   const els = [];
-  const colorOf = (id, norm, nan) => (overlay ? overlayColor(id, overlay) : normColor(norm, range, nan));
-  if (view === "modules") {
-    const mv = graph.module_view || { nodes: [], edges: [] };
-    for (const n of mv.nodes) {
-      els.push({
-        group: "nodes",
-        data: {
-          id: n.id,
-          label: n.label,
-          color: colorOf(n.id, n.norm, n.nan),
-          kind: n.kind,
-          edited: !!n.edited,
-          hooks: n.user_hooks > 0,
-          target: n.target,
-        },
-      });
-    }
-    for (const [u, v] of mv.edges) els.push({ group: "edges", data: { id: `e:${u}->${v}`, source: u, target: v } });
-    return { els, representative: new Map(mv.nodes.flatMap((n) => (n.members || []).map((m) => [m, n.id]))) };
-  }
+  const pending = new Set([...(editState?.pending_targets || []), ...(editState?.removed_targets || [])]);
+  const paint = (id, norm, nan) => {
+    const color = overlay ? overlayColor(id, overlay) : normColor(norm, range, nan);
+    return { color, textColor: textColorOn(color), beyond: !overlay && beyondRange(norm, range) };
+  };
   const vis = visibleGraph(graph, collapsed);
   for (const { group, collapsed: isCollapsed, parent } of vis.groups) {
+    const label = boxLabel(group);
     els.push({
       group: "nodes",
       data: {
         id: group.id,
-        label: isCollapsed ? `${group.label} (${group.size})` : group.label,
-        color: colorOf(group.id, group.norm, group.nan),
+        label,
+        title: boxTitle(group),
+        ...paint(group.id, group.norm, group.nan),
         isGroup: true,
         collapsed: isCollapsed,
         module: group.module,
         edited: !!group.edited,
+        pending: pending.has(group.module),
         hooks: group.user_hooks > 0,
         parent: parent || undefined,
+        width: Math.ceil(textWidth(label)) + 16,
+        height: 28,
       },
     });
   }
   for (const { node: n, parent } of vis.nodes) {
+    const label = opLabel(n);
     els.push({
       group: "nodes",
       data: {
         id: n.id,
-        label: opLabel(n),
-        color: colorOf(n.id, n.norm, n.nan),
+        label,
+        title: n.kind === "leaf" ? n.id : `${n.id} in ${n.module || "(root)"}`,
+        ...paint(n.id, n.norm, n.nan),
         kind: n.kind,
         edited: !!n.edited,
+        pending: pending.has(n.id),
         hooks: n.user_hooks > 0,
         parent: parent || undefined,
         target: n.id,
+        width: Math.ceil(textWidth(label)) + 14,
+        height: 24,
       },
     });
   }
@@ -153,25 +189,45 @@ function elementsFor(graph, collapsed, view, range, overlay) {
   return { els, representative: vis.representative };
 }
 
+/** The zoom and pan that fit a model-space box into the view, never above maxZoom. */
+function viewportFor(box, width, height, maxZoom) {
+  const zoom = Math.min(
+    maxZoom,
+    (width - 2 * FIT_PADDING) / Math.max(1, box.w),
+    (height - 2 * FIT_PADDING) / Math.max(1, box.h),
+  );
+  return {
+    zoom,
+    pan: { x: width / 2 - zoom * (box.x1 + box.w / 2), y: height / 2 - zoom * (box.y1 + box.h / 2) },
+  };
+}
+
 export class GraphView {
-  constructor(container, { onSelect, onToggleGroup, onPaint }) {
+  constructor(container, { onSelect, onToggleGroup, onPaint, onPlaced, onError, tooltip }) {
     this.container = container;
     this.onSelect = onSelect;
     this.onToggleGroup = onToggleGroup;
     this.onPaint = onPaint || (() => {});
+    this.onPlaced = onPlaced || (() => {});
+    this.onError = onError || ((message) => console.error(message));
+    this.tooltip = tooltip;
     this.layoutKey = null;
+    this.layouts = new Map(); // expansion state -> positions ELK computed for it
     this.representative = new Map();
+    this.rendering = Promise.resolve();
     this.cy = cytoscape({
       container,
-      style: STYLE,
+      style: styleFor(theme(container)),
       minZoom: 0.02,
       maxZoom: 4,
       boxSelectionEnabled: false,
+      autoungrabify: true,
     });
     this.cy.on("tap", "node", (evt) => {
       const d = evt.target.data();
       if (d.isGroup) {
         if (d.collapsed) this.onToggleGroup(d.module);
+        this.onSelect(`module:${d.module}`);
         return;
       }
       this.onSelect(d.target ?? d.id);
@@ -180,19 +236,36 @@ export class GraphView {
       const d = evt.target.data();
       if (d.isGroup && !d.collapsed) this.onToggleGroup(d.module);
     });
+    this.cy.on("mouseover", "node", (evt) => this.showTooltip(evt.target));
+    this.cy.on("mouseout", "node", () => this.hideTooltip());
+    this.cy.on("viewport", () => this.hideTooltip());
+  }
+
+  showTooltip(node) {
+    if (!this.tooltip) return;
+    const d = node.data();
+    const p = node.renderedBoundingBox({ includeLabels: false });
+    this.tooltip.textContent = d.isGroup ? d.title : `${d.label} — ${d.title}`;
+    this.tooltip.style.left = `${Math.max(0, p.x1)}px`;
+    this.tooltip.style.top = `${Math.max(0, p.y2 + 4)}px`;
+    this.tooltip.hidden = false;
+  }
+
+  hideTooltip() {
+    if (this.tooltip) this.tooltip.hidden = true;
   }
 
   /**
-   * Show a graph. Re-lays out only when what is visible changed (structure, view or collapse state);
-   * a re-run of the same graph only recolours.
+   * Show a graph. Lays out only when what is drawn changed (structure or collapse state), from
+   * the cache when that state was laid out before; a re-run of the same graph only recolours.
    */
-  render(graph, { collapsed, view, selected, overlay }) {
+  render(graph, { collapsed, selected, overlay, editState }) {
     if (!graph || !graph.nodes) return Promise.resolve();
-    const range = graph.color_range;
-    const key = JSON.stringify([graph.structure, view, [...(collapsed || [])].sort()]);
+    if (selected !== undefined) this.selectedId = selected;
+    const key = JSON.stringify([graph.structure, [...(collapsed || [])].sort()]);
     const t0 = performance.now();
+    const { els, representative } = elementsFor(graph, collapsed, graph.color_range, overlay, editState);
     if (key === this.layoutKey) {
-      const { els, representative } = elementsFor(graph, collapsed, view, range, overlay);
       this.representative = representative;
       this.cy.batch(() => {
         for (const el of els) {
@@ -201,68 +274,199 @@ export class GraphView {
           if (n.nonempty()) n.data(el.data);
         }
       });
-      this.select(selected);
-      this.cy.one("render", () => this.onPaint({ kind: "recolour", ms: performance.now() - t0 }));
-      this.cy.style().update();
-      return Promise.resolve();
+      this.select(this.selectedId);
+      return this.painted({ kind: "recolour", t0 });
     }
+    const first = this.layoutKey === null;
     this.layoutKey = key;
     const generation = (this.generation = (this.generation || 0) + 1);
-    const { els, representative } = elementsFor(graph, collapsed, view, range, overlay);
-    this.representative = representative;
-    const visibleCount = els.filter((e) => e.group === "nodes").length;
-    const useElk = visibleCount <= ELK_LIMIT;
-    // First frame at once from Python's layering; ELK (in a worker) then refines it.
-    const preset = presetPositions(els, graph, view, representative, this.cy.width() / Math.max(1, this.cy.height()));
-    for (const el of els) if (el.group === "nodes" && preset[el.data.id]) el.position = preset[el.data.id];
-    this.cy.batch(() => {
-      this.cy.elements().remove();
-      this.cy.add(els);
+    const nodes = els.filter((e) => e.group === "nodes");
+    const cached = this.layouts.get(key);
+    const positions = cached ? Promise.resolve(cached) : this.layOut(els, nodes);
+    this.rendering = positions.then((pos) => {
+      if (generation !== this.generation) return null; // a newer state is being drawn
+      this.layouts.set(key, pos);
+      const before = new Map(this.cy.nodes().map((n) => [n.id(), { ...n.position() }]));
+      const changed = this.place(els, pos, before, representative);
+      this.onPlaced(performance.now() - t0);
+      this.representative = representative;
+      this.select(this.selectedId);
+      return this.settle(changed, first, t0, nodes.length);
     });
-    this.select(selected);
-    const painted = (kind) =>
-      new Promise((resolve) => {
-        this.fitReadable();
-        this.cy.one("render", () => {
-          this.onPaint({ kind, ms: performance.now() - t0, count: visibleCount, elk: kind === "layout" });
-          resolve();
-        });
-        this.cy.style().update();
-      });
-    const first = painted("preset");
-    if (!useElk) return first;
-    return first.then(
-      () =>
-        new Promise((resolve) => {
-          const layout = this.cy.layout({
-            name: "elk",
-            fit: false,
-            animate: false,
-            nodeDimensionsIncludeLabels: false,
-            elk: {
-              algorithm: "layered",
-              "elk.direction": "RIGHT",
-              "elk.hierarchyHandling": "INCLUDE_CHILDREN",
-              "elk.layered.spacing.nodeNodeBetweenLayers": 50,
-              "elk.spacing.nodeNode": 28,
-              "elk.padding": "[top=28,left=12,bottom=12,right=12]",
-            },
-          });
-          layout.one("layoutstop", () => {
-            if (generation !== this.generation) resolve();
-            else painted("layout").then(resolve);
-          });
-          layout.run();
-        }),
-    );
+    // A failed layout must not leave a promise that never settles behind every later focus().
+    this.rendering = this.rendering.catch((error) => {
+      this.layoutKey = null;
+      this.onError(`layout failed: ${error?.message || error}`);
+    });
+    return this.rendering;
   }
 
+  /**
+   * ELK positions of the drawn elements. Left to right first; when that is too long to read in
+   * this view (a deep chain), again with the chain wrapped into rows, and the larger of the two.
+   */
+  layOut(els, nodes) {
+    const compound = new Set(nodes.map((e) => e.data.parent).filter(Boolean));
+    const items = nodes.map((e) => ({
+      id: e.data.id,
+      parent: e.data.parent,
+      width: e.data.width,
+      height: e.data.height,
+      compound: compound.has(e.data.id),
+    }));
+    const edges = els.filter((e) => e.group === "edges").map((e) => e.data);
+    const width = this.cy.width();
+    const height = this.cy.height();
+    const aspect = width / Math.max(1, height);
+    return elkLayout(elkGraph(items, edges, aspect)).then((result) => {
+      const straight = positionsOf(result);
+      if (fitZoom(straight, width, height) * FONT_SIZE >= READABLE_PX) return straight;
+      return elkLayout(elkGraph(items, edges, aspect, true)).then((wrapped) => {
+        const rows = positionsOf(wrapped);
+        return fitZoom(rows, width, height) > fitZoom(straight, width, height) ? rows : straight;
+      });
+    });
+  }
+
+  /** Swap in the new elements; those that existed keep their old place for the animation. */
+  place(els, pos, before, representative) {
+    const prior = this.representative;
+    this.cy.batch(() => {
+      this.cy.elements().remove();
+      for (const el of els) {
+        if (el.group !== "nodes" || !pos[el.data.id]) continue;
+        const { x, y } = pos[el.data.id];
+        // A node that was inside a closed box grows out of where that box was.
+        const from =
+          before.get(el.data.id) ?? before.get(prior.get(el.data.id)) ?? before.get(`group:${el.data.module}`);
+        el.position = from ? { ...from } : { x, y };
+      }
+      this.cy.add(els);
+    });
+    const changed = this.cy.nodes().filter((n) => !before.has(n.id()));
+    const leaves = this.cy.nodes().filter((n) => !n.isParent());
+    const moving = leaves.filter((n) => {
+      const p = pos[n.id()];
+      const q = n.position();
+      return p && (p.x !== q.x || p.y !== q.y);
+    });
+    this.target = Object.fromEntries(leaves.map((n) => [n.id(), pos[n.id()]]));
+    this.moving = before.size ? moving : this.cy.collection();
+    if (!before.size) leaves.forEach((n) => n.position(pos[n.id()]));
+    return changed;
+  }
+
+  /** Animate nodes to their places and the viewport to the fit, then report the paint. */
+  settle(changed, first, t0, count) {
+    const final = this.boxOf(this.target);
+    const all = viewportFor(final, this.cy.width(), this.cy.height(), MAX_FIT_ZOOM);
+    // After an expand, when the whole graph would be too small to read, frame the part that changed.
+    let view = all;
+    if (!first && all.zoom * FONT_SIZE < MIN_LABEL_PX && changed.nonempty()) {
+      const ids = new Set(changed.map((n) => n.id()));
+      const part = Object.fromEntries(
+        Object.entries(this.target).filter(([id]) => ids.has(id) || this.isInside(id, ids)),
+      );
+      if (Object.keys(part).length)
+        view = viewportFor(this.boxOf(part), this.cy.width(), this.cy.height(), MAX_FIT_ZOOM);
+    }
+    if (first) {
+      this.cy.viewport(view);
+      return this.painted({ kind: "layout", t0, count });
+    }
+    const moves = this.moving.map((n) =>
+      n
+        .animation({ position: this.target[n.id()], duration: ANIMATION_MS, easing: "ease-in-out-cubic" })
+        .play()
+        .promise(),
+    );
+    const viewport = this.cy
+      .animation({ ...view, duration: ANIMATION_MS, easing: "ease-in-out-cubic" })
+      .play()
+      .promise();
+    return Promise.all([...moves, viewport]).then(() => this.painted({ kind: "layout", t0, count }));
+  }
+
+  isInside(id, ids) {
+    let n = this.cy.getElementById(id).parent();
+    while (n.nonempty()) {
+      if (ids.has(n.id())) return true;
+      n = n.parent();
+    }
+    return false;
+  }
+
+  /** Model-space box of node centres with their sizes (and room for open boxes' titles). */
+  boxOf(positions) {
+    let x1 = Infinity;
+    let y1 = Infinity;
+    let x2 = -Infinity;
+    let y2 = -Infinity;
+    for (const [id, p] of Object.entries(positions)) {
+      if (!p) continue;
+      const depth = this.cy.getElementById(id).parents().length;
+      const margin = depth * (BOX_PADDING.side + 2);
+      x1 = Math.min(x1, p.x - p.width / 2 - margin);
+      x2 = Math.max(x2, p.x + p.width / 2 + margin);
+      y1 = Math.min(y1, p.y - p.height / 2 - depth * (BOX_PADDING.top + 2));
+      y2 = Math.max(y2, p.y + p.height / 2 + margin);
+    }
+    if (!Number.isFinite(x1)) return { x1: 0, y1: 0, w: 1, h: 1 };
+    return { x1, y1, w: x2 - x1, h: y2 - y1 };
+  }
+
+  painted({ kind, t0, count }) {
+    return new Promise((resolve) => {
+      this.cy.one("render", () => {
+        this.onPaint({ kind, ms: performance.now() - t0, count, zoom: this.cy.zoom() });
+        resolve();
+      });
+      this.cy.style().update();
+    });
+  }
+
+  /** The drawn element that stands for a node id or "module:<name>". */
+  elementFor(id) {
+    if (!id) return this.cy.collection();
+    const own = id.startsWith("module:") ? `group:${id.slice(7)}` : id;
+    const direct = this.cy.getElementById(own);
+    if (direct.nonempty()) return direct;
+    return this.cy.getElementById(this.representative.get(id) ?? id);
+  }
+
+  /** Mark the element that stands for a node id or "module:<name>" as selected (kept across layouts). */
   select(id) {
+    this.selectedId = id;
     this.cy.nodes(":selected").unselect();
-    if (!id) return;
-    const rep = this.representative.get(id) ?? id;
-    const n = this.cy.getElementById(rep);
+    const n = this.elementFor(id);
     if (n.nonempty()) n.select();
+  }
+
+  /**
+   * Bring a selected element into view once the drawing in progress is done: centre it, zoomed
+   * so its labels can be read, unless it is already in view and readable.
+   */
+  focus(id) {
+    return this.rendering.then(() => {
+      const n = this.elementFor(id);
+      if (n.empty()) return;
+      const box = n.renderedBoundingBox({ includeLabels: true });
+      const readable = this.cy.zoom() * FONT_SIZE >= MIN_LABEL_PX;
+      const inView = box.x1 >= 0 && box.y1 >= 0 && box.x2 <= this.cy.width() && box.y2 <= this.cy.height();
+      if (inView && readable) return;
+      const model = n.boundingBox({ includeLabels: true });
+      const view = viewportFor(
+        { x1: model.x1, y1: model.y1, w: model.w, h: model.h },
+        this.cy.width(),
+        this.cy.height(),
+        Math.max(1, this.cy.zoom()),
+      );
+      this.cy.stop();
+      return this.cy
+        .animation({ ...view, duration: ANIMATION_MS, easing: "ease-in-out-cubic" })
+        .play()
+        .promise();
+    });
   }
 
   /** Dim what has not run yet, highlight the node running now. state: from replayState(). */
@@ -280,17 +484,17 @@ export class GraphView {
     });
   }
 
+  /** Fit the whole drawing into the box (animated). */
   fit() {
-    this.cy.fit(undefined, 30);
+    const view = viewportFor(this.boxOf(this.target || {}), this.cy.width(), this.cy.height(), MAX_FIT_ZOOM);
+    this.cy.animation({ ...view, duration: ANIMATION_MS }).play();
   }
 
-  /** Fit the graph, but never below a zoom where labels can be read: then show the loss end. */
-  fitReadable() {
-    this.cy.fit(undefined, 30);
-    if (this.cy.zoom() >= 0.3) return;
-    const sinks = this.cy.nodes().filter((n) => !n.isParent() && n.outdegree(false) === 0);
-    this.cy.zoom(0.6);
-    this.cy.center(sinks.nonempty() ? sinks : undefined);
+  /** The container changed size (resize handle, full screen): redraw and fit again. */
+  resize() {
+    this.cy.resize();
+    if (this.target)
+      this.cy.viewport(viewportFor(this.boxOf(this.target), this.cy.width(), this.cy.height(), MAX_FIT_ZOOM));
   }
 
   destroy() {

@@ -40,6 +40,11 @@ function legend(range, title = "log10 ‖grad‖") {
       sw(NO_GRAD_COLOR, "no grad"),
       sw("#fff", "edited", `border:3px solid ${EDIT_COLOR}`),
       sw("#fff", "user hook", `border:3px dashed ${HOOK_COLOR}`),
+      h(
+        "span",
+        { class: "hv-sw" },
+        "▭ closed module box (click opens) · ≡ identical blocks · dotted border: beyond the scale",
+      ),
     ),
   ];
 }
@@ -52,13 +57,51 @@ function render({ model, el }) {
   // Toolbar: view toggle, collapse, device, re-run.
   const viewOps = h(
     "button",
-    { class: "hv-view-ops", onclick: () => send({ type: "set_view", view: "ops" }) },
-    "Op graph",
+    {
+      class: "hv-view-ops",
+      title: "the module tree opened as deep as fits",
+      onclick: () => send({ type: "set_view", view: "ops" }),
+    },
+    "Overview",
   );
   const viewModules = h(
     "button",
-    { class: "hv-view-modules", onclick: () => send({ type: "set_view", view: "modules" }) },
-    "Modules",
+    {
+      class: "hv-view-modules",
+      title: "every module open down to the innermost ones",
+      onclick: () => send({ type: "set_view", view: "modules" }),
+    },
+    "Module tree",
+  );
+  const search = h("input", {
+    class: "hv-search",
+    type: "search",
+    placeholder: "search  /",
+    "aria-label": "search a module, op or leaf",
+    spellcheck: "false",
+  });
+  const searchError = errorLine("");
+  search.addEventListener("keydown", (e) => {
+    // Keep JupyterLab's notebook shortcuts (Esc, Enter, letters) out of the search box.
+    e.stopPropagation();
+    if (e.key === "Enter" && search.value.trim()) {
+      mark("search");
+      send({ type: "search", query: search.value });
+    } else if (e.key === "Escape") {
+      search.value = "";
+      searchError.textContent = "";
+      search.blur();
+    }
+  });
+  search.addEventListener("keyup", (e) => e.stopPropagation());
+  const fullscreen = h(
+    "button",
+    {
+      class: "hv-fullscreen",
+      title: "full screen (Esc leaves)",
+      onclick: () => (document.fullscreenElement ? document.exitFullscreen() : root.requestFullscreen?.()),
+    },
+    "Full screen",
   );
   const collapseAll = h(
     "button",
@@ -67,6 +110,7 @@ function render({ model, el }) {
   );
   const expandAll = h("button", { class: "hv-expand-all", onclick: () => send({ type: "expand_all" }) }, "Expand all");
   const fitBtn = h("button", { class: "hv-fit", onclick: () => graphView?.fit() }, "Fit");
+  const staleNote = h("span", { class: "hv-stale", hidden: true });
   const device = h("select", { class: "hv-device", "aria-label": "device" });
   const rerun = h(
     "button",
@@ -86,24 +130,36 @@ function render({ model, el }) {
     "div",
     { class: "hv-toolbar" },
     h("span", { class: "hv-brand" }, "hookviz"),
+    h("span", { class: "hv-group" }, search, searchError),
     h("span", { class: "hv-group" }, viewOps, viewModules, viewError),
-    h("span", { class: "hv-group" }, collapseAll, expandAll, fitBtn),
-    h("span", { class: "hv-group" }, h("label", {}, "device ", device), rerun, rerunError),
+    h("span", { class: "hv-group" }, collapseAll, expandAll, fitBtn, fullscreen),
+    h("span", { class: "hv-group" }, h("label", {}, "device ", device), rerun, staleNote, rerunError),
     summary,
   );
 
-  const cyEl = h("div", { class: "hv-cy" });
+  const cyEl = h("div", { class: "hv-cy", tabindex: "0" });
+  const tooltip = h("div", { class: "hv-tooltip", hidden: true });
   const legendEl = h("div", { class: "hv-legend" });
   const graphError = errorLine("");
   const inspectorEl = h("div", { class: "hv-inspector" });
   const editorEl = h("div", { class: "hv-editor" });
   const selectError = errorLine("");
-  const main = h(
-    "div",
-    { class: "hv-main" },
-    h("div", { class: "hv-graph" }, cyEl, legendEl, graphError),
-    h("div", { class: "hv-side" }, selectError, inspectorEl, editorEl),
+  // The side panel opens with a selection and can be closed to give the graph the whole width.
+  let sideClosedFor = null;
+  const closeSide = h(
+    "button",
+    {
+      class: "hv-side-close",
+      title: "close the panel (the graph takes the whole width)",
+      onclick: () => {
+        sideClosedFor = (model.get("inspector") || {}).id || null;
+        side.hidden = true;
+      },
+    },
+    "✕",
   );
+  const side = h("div", { class: "hv-side", hidden: true }, closeSide, selectError, editorEl, inspectorEl);
+  const main = h("div", { class: "hv-main" }, h("div", { class: "hv-graph" }, cyEl, tooltip, graphError), side);
   const bannerEl = h("div", { class: "hv-banner", role: "status", hidden: true });
   const watchEl = h("div", { class: "hv-watch", hidden: true });
   const heatmapEl = h("div", { class: "hv-heatmap" });
@@ -119,12 +175,22 @@ function render({ model, el }) {
     bannerEl,
     watchEl,
     main,
+    legendEl,
     replayEl,
     h("div", { class: "hv-bottom" }, leavesEl, editsEl, logEl),
     chartEl,
     heatmapEl,
   );
 
+  // A saved page (hookviz.Widget.save_html) has no kernel, and a run opened from a file
+  // (hookviz.load, the `read_only` traitlet) cannot re-run: edits and re-run are off there.
+  const staticNote = model.get("static_note") || model.get("read_only") || "";
+  if (staticNote) {
+    rerun.disabled = true;
+    device.disabled = true;
+    messageError.textContent = staticNote;
+    messageError.classList.add("hv-static-note");
+  }
   const paints = [];
   // Timestamps (performance.now()) of user actions and their answers, read by the benchmark.
   const marks = { render: performance.now() };
@@ -137,11 +203,22 @@ function render({ model, el }) {
   let graphView = null;
   const makeGraphView = () => {
     graphView = new GraphView(cyEl, {
+      tooltip,
       onSelect: (id) => {
         mark("tap");
+        // A click reopens a closed panel, also on the node it was closed on.
+        sideClosedFor = null;
+        if ((model.get("inspector") || {}).id === id) side.hidden = false;
+        cyEl.focus({ preventScroll: true });
         send({ type: "select", node: id });
       },
-      onToggleGroup: (module) => send({ type: "toggle_group", module }),
+      onToggleGroup: (module) => {
+        mark("toggle");
+        send({ type: "toggle_group", module });
+      },
+      // The new layout's elements are in place (its animation starts): read by the benchmark.
+      onPlaced: () => mark("placed"),
+      onError: (message) => (graphError.textContent = message),
       onPaint: (p) => {
         paints.push({ ...p, run: (model.get("graph") || {}).run, at: performance.now() });
         root.dataset.painted = String(paints.length);
@@ -150,16 +227,36 @@ function render({ model, el }) {
     // For tests and benchmarks: the cytoscape instance and paint timings on the root element.
     root.cy = graphView.cy;
     root.hookviz.cy = graphView.cy;
+    root.hookviz.graphView = graphView;
+    // The box can be resized (its corner) and go full screen: cytoscape must learn its new size.
+    resizeObserver = new ResizeObserver(() => graphView?.resize());
+    resizeObserver.observe(cyEl);
   };
+  let resizeObserver = null;
+  // Cytoscape blurs the focused element when the pointer goes down on it, so the graph would never
+  // hold the focus that keyboard shortcuts ("/") need: take it once the pointer is up.
+  cyEl.addEventListener("pointerup", () => setTimeout(() => cyEl.focus({ preventScroll: true })));
+  // "/" anywhere in the widget goes to the search box, as in Model Explorer and GitHub.
+  root.addEventListener("keydown", (e) => {
+    if (e.key !== "/" || e.target instanceof HTMLInputElement || e.target instanceof HTMLTextAreaElement) return;
+    e.preventDefault();
+    e.stopPropagation();
+    search.focus();
+  });
 
   let replayK = -1;
+  let replayTimer = 0;
   const replay = new ReplayBar(replayEl, {
+    // Each step is drawn here at once; the inspector is asked for once the slider rests.
     onStep: (k) => {
       replayK = k;
       const steps = model.get("replay") || [];
       const state = replayState(steps, k);
       graphView?.showReplay(state);
-      if (state.current) send({ type: "select", node: state.current, replay: true });
+      if (state.current) graphView?.focus(state.current);
+      clearTimeout(replayTimer);
+      if (state.current)
+        replayTimer = setTimeout(() => send({ type: "select", node: state.current, replay: true }), 250);
     },
   });
 
@@ -172,10 +269,13 @@ function render({ model, el }) {
   const drawErrors = () => {
     const e = errors();
     rerunError.textContent = e.rerun || e.device || "";
+    // A refused device does not stay picked: the picker shows the device of the run on screen.
+    if (e.device) device.value = model.get("device");
+    searchError.textContent = e.search || "";
     viewError.textContent = e.view || "";
     graphError.textContent = e.group || "";
     selectError.textContent = e.select || "";
-    messageError.textContent = e.message || "";
+    messageError.textContent = e.message || staticNote;
     watchBar.set(model.get("watch_view"), e.watch);
   };
   const drawGraph = () => {
@@ -184,16 +284,18 @@ function render({ model, el }) {
     const overlay = watchView.steps ? watchView : null;
     fill(
       legendEl,
-      overlay ? legend(overlay.color_range, `log10 ‖grad‖ at step ${overlay.step}`) : legend(g.color_range),
+      overlay
+        ? legend(overlay.color_range, `log10 ‖grad‖ at step ${overlay.step}`)
+        : legend(g.color_range, "log10 ‖grad‖ (scale fixed by the baseline run)"),
     );
     if (!graphView) return Promise.resolve();
     const inspector = model.get("inspector") || {};
     return graphView
       .render(g, {
         collapsed: model.get("collapsed") || [],
-        view: model.get("view") || "ops",
         selected: inspector.id,
         overlay,
+        editState: model.get("edit_state") || {},
       })
       .then(() => graphView.showReplay(replayState(model.get("replay") || [], replayK)));
   };
@@ -215,18 +317,51 @@ function render({ model, el }) {
     );
     device.value = current;
   };
+  let focused = null;
+  const typed = {}; // what the user typed in the edit box, kept when the panel is redrawn
   const drawInspector = () => {
     const data = model.get("inspector") || {};
+    side.hidden = (!data.id && !errors().select) || (!!data.id && data.id === sideClosedFor);
+    if (data.id !== sideClosedFor) sideClosedFor = null;
     renderInspector(inspectorEl, data);
-    renderEditor(editorEl, data, errors().edit, (msg) => {
-      mark("apply");
-      send(msg);
-    });
+    renderEditor(
+      editorEl,
+      data,
+      errors().edit,
+      typed,
+      (msg) => {
+        mark("apply");
+        send(msg);
+      },
+      staticNote,
+    );
     mark("inspector");
     graphView?.select(data.id);
+    // A new selection (click, search, finding, w.select) is brought into view once.
+    if (data.id && data.id !== focused) graphView?.focus(data.id);
+    focused = data.id || null;
+  };
+  const drawEditState = () => {
+    const state = model.get("edit_state") || {};
+    rerun.classList.toggle("hv-pending", !!state.stale);
+    rerun.textContent = state.stale ? "Re-run backward •" : "Re-run backward";
+    staleNote.hidden = !state.stale;
+    staleNote.textContent = state.stale
+      ? "edits changed since this run: the graph shows the old run, press Re-run"
+      : "";
+    drawEdits();
+    drawGraph();
   };
   const drawEdits = () =>
-    mark("edits") || renderEdits(editsEl, model.get("edits") || [], model.get("code") || "", errors().edits, send);
+    mark("edits") ||
+    renderEdits(
+      editsEl,
+      model.get("edits") || [],
+      model.get("code") || "",
+      errors().edits,
+      send,
+      model.get("edit_state") || {},
+    );
   const drawChart = () => renderChart(chartEl, model.get("chart"));
   const selectNode = (id) => {
     mark("tap");
@@ -263,6 +398,7 @@ function render({ model, el }) {
       drawEdits();
     },
     "change:edits": drawEdits,
+    "change:edit_state": drawEditState,
     "change:code": drawEdits,
     "change:leaf_summary": () => renderLeaves(leavesEl, model.get("leaf_summary")),
     "change:log": () => renderLog(logEl, model.get("log")),
@@ -280,6 +416,7 @@ function render({ model, el }) {
   drawInspector();
   drawEdits();
   drawBanner();
+  drawEditState();
   renderLog(logEl, model.get("log"));
   replay.setSteps(model.get("replay"));
   // Draw once the element is in the page, so cytoscape knows its size.
@@ -303,6 +440,8 @@ function render({ model, el }) {
     for (const [ev, fn] of Object.entries(handlers)) model.off(ev, fn);
     cancelAnimationFrame(frame);
     replay.destroy();
+    clearTimeout(replayTimer);
+    resizeObserver?.disconnect();
     graphView?.destroy();
     destroyChart(chartEl);
     destroyChart(heatmapEl);

@@ -34,13 +34,62 @@ export function histogram(hist) {
   );
 }
 
-/** One tensor summary: header line, then the value when small, statistics and histogram when large. */
+// A tensor with more elements than this shows as statistics + histogram, never as numbers.
+export const SHOWN_ELEMENTS = 16;
+
+/** A small heatmap of a 2-D value (rows x columns), one cell per element, diverging around 0. */
+export function heatmap(value) {
+  if (!Array.isArray(value) || !Array.isArray(value[0])) return null;
+  const rows = value.length;
+  const cols = value[0].length;
+  const cell = Math.max(1, Math.min(8, Math.floor(200 / Math.max(rows, cols))));
+  const canvas = h("canvas", { class: "hv-heat", width: cols * cell, height: rows * cell });
+  const ctx = canvas.getContext?.("2d");
+  if (!ctx) return null;
+  let top = 0;
+  for (const row of value) for (const v of row) top = Math.max(top, Math.abs(parseNumber(v) || 0));
+  value.forEach((row, i) =>
+    row.forEach((v, j) => {
+      const n = parseNumber(v);
+      const t = top > 0 && Number.isFinite(n) ? n / top : 0;
+      // Blue below zero, red above, white at zero; NaN/Inf black.
+      ctx.fillStyle = Number.isFinite(n)
+        ? t >= 0
+          ? `rgb(255,${Math.round(255 * (1 - t))},${Math.round(255 * (1 - t))})`
+          : `rgb(${Math.round(255 * (1 + t))},${Math.round(255 * (1 + t))},255)`
+        : "#000";
+      ctx.fillRect(j * cell, i * cell, cell, cell);
+    }),
+  );
+  return h(
+    "div",
+    { class: "hv-heatwrap" },
+    canvas,
+    h("div", { class: "hv-muted hv-small" }, `${rows}×${cols}: blue < 0 < red, |max| ${formatNumber(top)}`),
+  );
+}
+
+/** The raw values behind a toggle, formatted only when opened. */
+function rawValues(value) {
+  const text = h("code", { class: "hv-value" });
+  const details = h("details", { class: "hv-raw" }, h("summary", {}, "raw values"), text);
+  details.addEventListener("toggle", () => {
+    if (details.open && !text.textContent) text.textContent = formatValue(value);
+  });
+  return details;
+}
+
+/**
+ * One tensor summary: header line, then the value when it has at most SHOWN_ELEMENTS elements;
+ * else statistics, a histogram, a heatmap for 2-D values, and the raw values behind a toggle.
+ */
 export function tensorView(t) {
   if (!t) return h("span", { class: "hv-muted" }, "None");
   const head = `${t.dtype}[${(t.shape || []).join(", ")}] ${t.device || ""}`;
   const bad = (t.nan_count || 0) + (t.inf_count || 0) > 0;
   const parts = [h("span", { class: "hv-shape" }, head)];
-  if (t.value !== null && t.value !== undefined) {
+  const hasValue = t.value !== null && t.value !== undefined;
+  if (hasValue && (t.numel ?? 0) <= SHOWN_ELEMENTS) {
     parts.push(h("code", { class: bad ? "hv-value hv-bad" : "hv-value" }, formatValue(t.value)));
   } else {
     parts.push(
@@ -53,12 +102,21 @@ export function tensorView(t) {
       ),
     );
     parts.push(histogram(t.histogram));
+    if (hasValue) {
+      parts.push(heatmap(t.value));
+      parts.push(rawValues(t.value));
+    }
   }
   return h("div", { class: "hv-tensor" }, parts);
 }
 
 /** A list of tensors with before -> after when a "before" list is given and differs. */
-function tensorList(title, after, before, changed) {
+/** Slot label: "[1]", or "[1] mat1" when the op's schema names the argument. */
+function slotLabel(i, names) {
+  return names && names[i] ? `[${i}] ${names[i]}` : `[${i}]`;
+}
+
+function tensorList(title, after, before, changed, names = null) {
   if (!after) return null;
   const rows = after.map((t, i) => {
     const b = before ? before[i] : undefined;
@@ -66,7 +124,7 @@ function tensorList(title, after, before, changed) {
     return h(
       "tr",
       {},
-      h("td", { class: "hv-slot" }, `[${i}]`),
+      h("td", { class: "hv-slot" }, slotLabel(i, names)),
       h(
         "td",
         {},
@@ -147,7 +205,16 @@ export function renderInspector(el, data) {
   } else {
     add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), tensorView(data.output)));
     add(el, tensorList("grad_outputs (pre-hook sees)", data.grad_outputs, before.grad_outputs, changed.grad_outputs));
-    add(el, tensorList("grad_inputs (post-hook sees)", data.grad_inputs, before.grad_inputs, changed.grad_inputs));
+    add(
+      el,
+      tensorList(
+        "grad_inputs (post-hook sees)",
+        data.grad_inputs,
+        before.grad_inputs,
+        changed.grad_inputs,
+        data.grad_input_names,
+      ),
+    );
     if (data.grad_inputs_before_edit)
       add(el, tensorList("grad_inputs before this run's edit", data.grad_inputs_before_edit, null, null));
     if (data.saved && data.saved.length) {

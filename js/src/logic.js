@@ -65,6 +65,29 @@ export function normColor(norm, range, nan = false) {
   return viridis((Math.log10(Math.abs(n)) - lo) / span);
 }
 
+/** Black or white, whichever reads better on a background colour "#rrggbb" (WCAG luminance). */
+export function textColorOn(background) {
+  const m = /^#([0-9a-f]{2})([0-9a-f]{2})([0-9a-f]{2})$/i.exec(background || "");
+  if (!m) return "#212121";
+  const [r, g, b] = m.slice(1).map((x) => {
+    const c = parseInt(x, 16) / 255;
+    return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+  });
+  const luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  return luminance > 0.2 ? "#111111" : "#ffffff";
+}
+
+/**
+ * Whether a norm lies outside the colour range (fixed by the baseline run): its colour saturates
+ * at the end of the scale, and the page marks it.
+ */
+export function beyondRange(norm, range) {
+  const n = parseNumber(norm);
+  if (n === null || !Number.isFinite(n) || n === 0 || !range) return false;
+  const log = Math.log10(Math.abs(n));
+  return log < range.lo || log > range.hi;
+}
+
 /** Legend stops: [{log10, color}] from lo to hi, `count` stops. */
 export function legendStops(range, count = 5) {
   const lo = range?.lo ?? -8;
@@ -218,75 +241,28 @@ export function replayOnVisible(state, representative) {
 }
 
 /**
- * Chart series from the `chart` traitlet: {modules, current, baseline, threshold}.
- * Zero or missing norms cannot sit on a log axis, so they become null (a gap).
+ * Chart series from the `chart` traitlet: {modules, current, baseline, threshold, rule, floor}.
+ * A zero norm cannot sit on a log axis: it is drawn at `floor` and listed in `zeros` (the labels
+ * of this run's zero points) to be marked; non-finite or missing norms are gaps (null).
  */
 export function chartSeries(chart) {
-  const clean = (xs) =>
+  const floor = parseNumber(chart.floor) || 1e-12;
+  const onLog = (xs) =>
     (xs || []).map((v) => {
       const n = parseNumber(v);
-      return n !== null && Number.isFinite(n) && n > 0 ? n : null;
+      if (n === null || !Number.isFinite(n)) return null;
+      return n > 0 ? n : floor;
     });
+  const labels = (chart.modules || []).map((m) => (m === "" ? "(root)" : m));
   return {
-    labels: (chart.modules || []).map((m) => (m === "" ? "(root)" : m)),
-    current: clean(chart.current),
-    baseline: clean(chart.baseline),
+    labels,
+    current: onLog(chart.current),
+    baseline: onLog(chart.baseline),
+    zeros: labels.filter((_, i) => parseNumber((chart.current || [])[i]) === 0),
     threshold: parseNumber(chart.threshold),
+    rule: chart.rule || "",
+    floor,
   };
-}
-
-/**
- * Preset positions of the drawn nodes from the layers Python computed (topological generations):
- * x by layer, y by order within the layer. A collapsed group sits at its earliest member's layer.
- * Linear time; used for the first frame and for views too large for ELK.
- */
-export function presetPositions(els, graph, view, representative, aspect = 1.6) {
-  const layerOf = new Map();
-  if (view === "modules") {
-    for (const n of graph.module_view.nodes) layerOf.set(n.id, n.layer ?? 0);
-  } else {
-    for (const n of graph.nodes) {
-      const rep = representative.get(n.id) ?? n.id;
-      const layer = n.layer ?? 0;
-      if (!layerOf.has(rep) || layer < layerOf.get(rep)) layerOf.set(rep, layer);
-    }
-  }
-  const drawn = els.filter((el) => el.group === "nodes" && !(el.data.isGroup && !el.data.collapsed));
-  // Compress the layers that hold drawn nodes to consecutive columns.
-  const ranks = new Map(
-    [...new Set(drawn.map((el) => layerOf.get(el.data.id) ?? 0))].sort((a, b) => a - b).map((l, i) => [l, i]),
-  );
-  const perLayer = new Map();
-  for (const el of drawn) {
-    const r = ranks.get(layerOf.get(el.data.id) ?? 0);
-    perLayer.set(r, (perLayer.get(r) || 0) + 1);
-  }
-  // A deep graph is a long chain: wrap the columns into rows ("snake") to fill the view's shape.
-  const columns = ranks.size;
-  const widest = Math.max(1, ...perLayer.values());
-  const rowHeight = widest * 60 + 100;
-  const perRow = Math.max(1, Math.min(columns, Math.ceil(Math.sqrt((aspect * columns * rowHeight) / 120))));
-  const used = new Map();
-  const pos = {};
-  for (const el of drawn) {
-    const r = ranks.get(layerOf.get(el.data.id) ?? 0);
-    const i = used.get(r) || 0;
-    used.set(r, i + 1);
-    const row = Math.floor(r / perRow);
-    const column = row % 2 === 0 ? r % perRow : perRow - 1 - (r % perRow);
-    pos[el.data.id] = { x: column * 120, y: row * rowHeight + (i - (perLayer.get(r) - 1) / 2) * 60 };
-  }
-  return pos;
-}
-
-/** Copy the layout ELK computed (x, y, size) back onto the graph cytoscape-elk passed in. */
-export function copyLayout(target, result) {
-  if (!result) return;
-  for (const key of ["x", "y", "width", "height"]) if (result[key] !== undefined) target[key] = result[key];
-  if (target.children && result.children) {
-    const byId = new Map(result.children.map((c) => [c.id, c]));
-    for (const child of target.children) copyLayout(child, byId.get(child.id));
-  }
 }
 
 // ----- diagnosis banner and watch view -------------------------------------------------------

@@ -1,11 +1,23 @@
 // Side and bottom panels: edit panel, active edits + copy as code, leaf summary, hook log, replay bar.
 import { add, errorLine, fill, h } from "./dom.js";
-import { FINDING_LABELS, findingsSummary, formatValue, formatNumber, nextStep } from "./logic.js";
+import { FINDING_LABELS, findingsSummary, formatValue, formatNumber, nextStep, parseNumber } from "./logic.js";
 
-/** Edit panel: pick a site of the selected node, type an expression, apply. */
-export function renderEditor(el, inspector, error, send) {
+/** A hook site with its argument's name when PyTorch's schema gives one: "grad_inputs[1] (mat1)". */
+export function siteLabel(site, names) {
+  const m = /^grad_inputs\[(\d+)\]$/.exec(site);
+  return m && names && names[Number(m[1])] ? `${site} (${names[Number(m[1])]})` : site;
+}
+
+/**
+ * Edit panel: pick a site of the selected node, type an expression, apply. `typed` ({target,
+ * site, expression}) keeps what the user typed across redraws, so a refused expression stays in
+ * the box to be fixed.
+ */
+export function renderEditor(el, inspector, error, typed, send, disabledNote = "") {
   el.replaceChildren();
   if (!inspector || !inspector.id) return;
+  const target = inspector.target ?? inspector.id;
+  if (typed.target !== target) Object.assign(typed, { target, site: null, expression: "grad" });
   const sites = inspector.sites || [];
   if (!sites.length) {
     add(el, h("div", { class: "hv-muted" }, "No editable hook site here."));
@@ -15,37 +27,50 @@ export function renderEditor(el, inspector, error, send) {
   const site = h(
     "select",
     { class: "hv-site", "aria-label": "hook site" },
-    sites.map((s) => h("option", { value: s }, s)),
+    sites.map((s) => h("option", { value: s }, siteLabel(s, inspector.grad_input_names))),
   );
+  if (typed.site && sites.includes(typed.site)) site.value = typed.site;
   const expr = h("input", {
     class: "hv-expr",
     type: "text",
-    value: "grad",
+    value: typed.expression,
     "aria-label": "expression",
     spellcheck: "false",
   });
-  const apply = () =>
-    send({ type: "apply_edit", target: inspector.target ?? inspector.id, slot: site.value, expression: expr.value });
+  site.addEventListener("change", () => (typed.site = site.value));
+  expr.addEventListener("input", () => (typed.expression = expr.value));
+  const apply = () => send({ type: "apply_edit", target, slot: site.value, expression: expr.value });
   expr.addEventListener("keydown", (e) => {
+    // Keep JupyterLab's notebook shortcuts out of the text box.
+    e.stopPropagation();
     if (e.key === "Enter") {
       e.preventDefault();
-      e.stopPropagation();
       apply();
     }
   });
-  // Keep JupyterLab's notebook shortcuts out of the text box.
   expr.addEventListener("keyup", (e) => e.stopPropagation());
   add(
     el,
-    h("h4", {}, "Edit the gradient a hook returns"),
-    h("div", { class: "hv-row" }, site, expr, h("button", { class: "hv-apply", onclick: apply }, "Apply")),
+    h("h4", {}, `Edit the gradient a hook returns at ${target}`),
+    h(
+      "div",
+      { class: "hv-row" },
+      site,
+      expr,
+      h(
+        "button",
+        { class: "hv-apply", onclick: apply, disabled: !!disabledNote, title: disabledNote || undefined },
+        "Apply",
+      ),
+    ),
+    disabledNote ? h("div", { class: "hv-muted hv-small" }, disabledNote) : null,
     h("div", { class: "hv-muted hv-small" }, "Expression over grad, e.g. grad * 0, grad + 1, clamp(grad, -1, 1)"),
     errorLine(error),
   );
 }
 
-/** Active edits with remove, reset and copy as code. */
-export function renderEdits(el, edits, code, error, send) {
+/** Active edits with remove, reset and copy as code; `state` is the edit_state traitlet. */
+export function renderEdits(el, edits, code, error, send, state = {}) {
   el.replaceChildren();
   const codeBox = h("pre", { class: "hv-code", hidden: true }, code || "");
   const copy = () => {
@@ -68,6 +93,9 @@ export function renderEdits(el, edits, code, error, send) {
               "li",
               { "data-edit-id": e.id },
               h("code", {}, `${e.target} · ${e.slot} ← ${e.source}`),
+              e.pending
+                ? h("span", { class: "hv-badge hv-badge-pending", title: "applied at the next re-run" }, "pending")
+                : null,
               " ",
               h(
                 "button",
@@ -81,7 +109,16 @@ export function renderEdits(el, edits, code, error, send) {
             ),
           ),
         )
-      : h("div", { class: "hv-muted" }, "No edits: gradients are what PyTorch computes."),
+      : h(
+          "div",
+          { class: "hv-muted" },
+          state.stale
+            ? "No edits now, but the run shown is an edited run: press Re-run."
+            : "No edits: gradients are what PyTorch computes.",
+        ),
+    state.stale && edits.length
+      ? h("div", { class: "hv-stale-line" }, "The run shown was made with other edits: press Re-run.")
+      : null,
     h(
       "div",
       { class: "hv-row" },
@@ -99,45 +136,93 @@ export function renderEdits(el, edits, code, error, send) {
 
 const MAX_LEAF_ROWS = 100;
 
-/** Every leaf's grad, baseline -> current run. */
-export function renderLeaves(el, leaves) {
+// The leaf table's sortable columns: header, value of a row for sorting and for the cell.
+const LEAF_COLUMNS = [
+  { key: "name", title: "leaf", value: (l) => l.name },
+  { key: "norm", title: "‖grad‖", value: (l) => parseNumber(l.after?.norm) },
+  { key: "min", title: "min", value: (l) => parseNumber(l.after?.min) },
+  { key: "max", title: "max", value: (l) => parseNumber(l.after?.max) },
+  { key: "ratio", title: "× baseline", value: (l) => leafRatio(l) },
+];
+
+/** ‖grad‖ in this run over ‖grad‖ in the baseline (null when either is missing or zero). */
+export function leafRatio(leaf) {
+  const now = parseNumber(leaf.after?.norm);
+  const then = parseNumber(leaf.before?.norm);
+  if (now === null || then === null || then === 0) return null;
+  return now / then;
+}
+
+/** Every leaf's grad, baseline -> current run, in sortable columns (click a header). */
+export function renderLeaves(el, leaves, sort = { key: null, descending: true }) {
   el.replaceChildren();
-  add(el, h("h4", {}, "Leaf gradients (baseline → this run)"));
+  add(el, h("h4", {}, "Leaf gradients (this run, against the baseline)"));
   if (!leaves || !leaves.length) {
     add(el, h("div", { class: "hv-muted" }, "No leaves."));
     return;
   }
-  // Changed leaves first; a large model's thousands of parameters are cut to the first rows.
-  const shown = [...leaves.filter((l) => l.changed), ...leaves.filter((l) => !l.changed)].slice(0, MAX_LEAF_ROWS);
+  let rows = [...leaves.filter((l) => l.changed), ...leaves.filter((l) => !l.changed)];
+  const column = LEAF_COLUMNS.find((c) => c.key === sort.key);
+  if (column) {
+    const sign = sort.descending ? -1 : 1;
+    rows.sort((a, b) => {
+      const x = column.value(a);
+      const y = column.value(b);
+      if (x === null || x === undefined) return 1;
+      if (y === null || y === undefined) return -1;
+      return x < y ? -sign : x > y ? sign : 0;
+    });
+  }
+  // A large model's thousands of parameters are cut to the first rows.
+  const shown = rows.slice(0, MAX_LEAF_ROWS);
+  const header = LEAF_COLUMNS.map((c) =>
+    h(
+      "th",
+      {
+        class: "hv-sortable",
+        "data-sort": c.key,
+        title: "sort",
+        onclick: () =>
+          renderLeaves(el, leaves, { key: c.key, descending: sort.key === c.key ? !sort.descending : true }),
+      },
+      c.title + (sort.key === c.key ? (sort.descending ? " ▼" : " ▲") : ""),
+    ),
+  );
   add(
     el,
     h(
       "table",
       { class: "hv-leaves-table" },
-      h("tr", {}, h("th", {}, "leaf"), h("th", {}, "baseline"), h("th", {}, "this run")),
+      h("tr", {}, header, h("th", {}, "value (baseline → this run)")),
       shown.map((l) =>
         h(
           "tr",
           { class: l.changed ? "hv-changed" : "", "data-leaf": l.name },
-          h("td", { class: "hv-slot" }, l.name),
-          h("td", {}, leafCell(l.before)),
-          h("td", { class: "hv-leaf-after" }, leafCell(l.after)),
+          h("td", { class: "hv-slot", title: l.name }, l.name),
+          h("td", { class: "hv-num" }, formatNumber(l.after?.norm)),
+          h("td", { class: "hv-num" }, formatNumber(l.after?.min)),
+          h("td", { class: "hv-num" }, formatNumber(l.after?.max)),
+          h("td", { class: "hv-num" }, leafRatio(l) === null ? "–" : `${formatNumber(leafRatio(l))}×`),
+          h("td", { class: "hv-leaf-after" }, leafCell(l.before, l.after, l.changed)),
         ),
       ),
     ),
   );
-  if (leaves.length > shown.length) {
-    add(el, h("div", { class: "hv-muted" }, `… and ${leaves.length - shown.length} more unchanged leaves`));
+  if (rows.length > shown.length) {
+    add(el, h("div", { class: "hv-muted" }, `… and ${rows.length - shown.length} more leaves`));
   }
 }
 
-function leafCell(t) {
-  if (!t) return h("span", { class: "hv-muted" }, "None");
-  if (t.value !== null && t.value !== undefined) return h("code", {}, formatValue(t.value));
+function leafCell(before, after, changed) {
+  if (!after) return h("span", { class: "hv-muted" }, "None");
+  const small = (t) => t && t.value !== null && t.value !== undefined;
+  if (!small(after)) return h("span", { class: "hv-shape" }, `[${(after.shape || []).join("×")}]`);
   return h(
     "span",
     {},
-    `[${(t.shape || []).join("×")}] norm ${formatNumber(t.norm)} · min ${formatNumber(t.min)} · max ${formatNumber(t.max)}`,
+    changed && small(before) ? h("code", { class: "hv-before" }, formatValue(before.value)) : null,
+    changed && small(before) ? " → " : null,
+    h("code", {}, formatValue(after.value)),
   );
 }
 
@@ -246,10 +331,44 @@ export class ReplayBar {
   }
 }
 
+/** Findings grouped by kind, kinds in the order the counts give (most severe first). */
+export function groupFindings(findings, counts) {
+  const order = Object.keys(counts || {});
+  const groups = new Map(order.map((k) => [k, []]));
+  for (const f of findings || []) {
+    if (!groups.has(f.kind)) groups.set(f.kind, []);
+    groups.get(f.kind).push(f);
+  }
+  return [...groups.entries()].filter(([, list]) => list.length);
+}
+
+function findingLine(f, onSelect) {
+  return h(
+    "li",
+    {
+      class: `hv-finding hv-finding-${f.kind}${f.node ? " hv-clickable" : ""}`,
+      "data-node": f.node || undefined,
+      title: f.node ? `select ${f.node}` : undefined,
+      onclick: f.node ? () => onSelect(f.node) : undefined,
+    },
+    h("span", { class: "hv-finding-kind" }, FINDING_LABELS[f.kind] ?? f.kind),
+    f.from_edit
+      ? h(
+          "span",
+          { class: "hv-badge hv-badge-pending", title: "the baseline run does not have it" },
+          "caused by your edits",
+        )
+      : null,
+    " ",
+    f.message,
+  );
+}
+
 /**
- * Diagnosis banner above the graph: counts per kind and each finding's message; clicking a
- * finding selects its node. Nothing is drawn for an empty diagnosis; a failed one shows its error.
- * diagnosis: {source, step, findings: [{kind, module, node, message}], counts, error}.
+ * Diagnosis banner above the graph: one line per kind of finding, most severe first (its first
+ * finding, and the modules of the others behind a toggle); clicking a finding selects its node.
+ * Nothing is drawn for an empty diagnosis; a failed one shows its error.
+ * diagnosis: {source, step, findings: [{kind, module, node, message, from_edit}], counts, error}.
  */
 export function renderBanner(el, diagnosis, onSelect) {
   const d = diagnosis || {};
@@ -258,29 +377,41 @@ export function renderBanner(el, diagnosis, onSelect) {
   el.hidden = !findings.length && !d.error;
   if (el.hidden) return;
   const where = d.source === "watch" ? `Watch step ${d.step}` : "This run";
+  const lines = groupFindings(findings, d.counts).map(([kind, list]) => {
+    const [first, ...rest] = list;
+    if (!rest.length) return findingLine(first, onSelect);
+    const modules = rest.map((f) => f.module || f.node).filter(Boolean);
+    const more = h(
+      "ul",
+      { class: "hv-findings hv-findings-more", hidden: true },
+      rest.map((f) => findingLine(f, onSelect)),
+    );
+    const toggle = h(
+      "button",
+      {
+        class: "hv-finding-toggle",
+        onclick: () => {
+          more.hidden = !more.hidden;
+          toggle.textContent = more.hidden ? `+ ${rest.length} more` : "less";
+        },
+        title: `also: ${modules.join(", ")}`,
+      },
+      `+ ${rest.length} more`,
+    );
+    const span = modules.length > 1 ? ` (${modules[modules.length - 1]} … ${modules[0]})` : ` (${modules[0] ?? ""})`;
+    return h(
+      "li",
+      { class: `hv-finding-group hv-finding-group-${kind}` },
+      h("ul", { class: "hv-findings" }, findingLine(first, onSelect)),
+      h("span", { class: "hv-muted" }, `${list.length} ${FINDING_LABELS[kind] ?? kind} in all${span} `),
+      toggle,
+      more,
+    );
+  });
   add(
     el,
     findings.length ? h("div", { class: "hv-banner-head" }, `⚠ ${where}: ${findingsSummary(d.counts)}`) : null,
-    findings.length
-      ? h(
-          "ul",
-          { class: "hv-findings" },
-          findings.map((f) =>
-            h(
-              "li",
-              {
-                class: `hv-finding hv-finding-${f.kind}${f.node ? " hv-clickable" : ""}`,
-                "data-node": f.node || undefined,
-                title: f.node ? `select ${f.node}` : undefined,
-                onclick: f.node ? () => onSelect(f.node) : undefined,
-              },
-              h("span", { class: "hv-finding-kind" }, FINDING_LABELS[f.kind] ?? f.kind),
-              " ",
-              f.message,
-            ),
-          ),
-        )
-      : null,
+    findings.length ? h("ul", { class: "hv-findings" }, lines) : null,
     d.error ? errorLine(d.error) : null,
   );
 }

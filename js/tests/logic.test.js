@@ -5,7 +5,6 @@ import {
   ZERO_GRAD_COLOR,
   FINDING_LABELS,
   chartSeries,
-  copyLayout,
   findingsSummary,
   heatmapWithStep,
   overlayColor,
@@ -15,9 +14,10 @@ import {
   nextStep,
   normColor,
   parseNumber,
-  presetPositions,
   replayOnVisible,
   replayState,
+  textColorOn,
+  beyondRange,
   toggleCollapsed,
   viridis,
   visibleCount,
@@ -185,86 +185,35 @@ describe("replay", () => {
 });
 
 describe("chart", () => {
-  it("drops zero and non-finite norms from the log axis", () => {
-    const s = chartSeries({ modules: ["", "fc"], current: [0, 2], baseline: ["NaN", 1], threshold: 1e-6 });
+  it("draws zeros at the floor, marked, and leaves non-finite norms as gaps", () => {
+    const s = chartSeries({
+      modules: ["", "fc"],
+      current: [0, 2],
+      baseline: ["NaN", 1],
+      threshold: 1e-6,
+      floor: 1e-9,
+    });
     expect(s.labels).toEqual(["(root)", "fc"]);
-    expect(s.current).toEqual([null, 2]);
+    expect(s.current).toEqual([1e-9, 2]);
     expect(s.baseline).toEqual([null, 1]);
+    expect(s.zeros).toEqual(["(root)"]);
     expect(s.threshold).toBe(1e-6);
   });
 });
 
-describe("preset layout", () => {
-  const node = (id, extra = {}) => ({ group: "nodes", data: { id, ...extra } });
-  const graph = {
-    nodes: [
-      { id: "x", layer: 0 },
-      { id: "a", layer: 1 },
-      { id: "b", layer: 1 },
-      { id: "c", layer: 5 },
-      { id: "loss", layer: 6 },
-    ],
-  };
-
-  it("puts layers left to right and spreads a layer's nodes vertically", () => {
-    const els = ["x", "a", "b", "c", "loss"].map((id) => node(id));
-    const pos = presetPositions(els, graph, "ops", new Map(), 100);
-    expect(pos.x.x).toBeLessThan(pos.a.x);
-    expect(pos.a.x).toBe(pos.b.x);
-    expect(pos.a.y).not.toBe(pos.b.y);
-    // Empty layers (2 to 4) take no room: c is the next column after a.
-    expect(pos.c.x - pos.a.x).toBe(pos.a.x - pos.x.x);
-    expect(pos.loss.x).toBeGreaterThan(pos.c.x);
+describe("text and range marks", () => {
+  it("writes dark text on light colours and light text on dark ones", () => {
+    expect(textColorOn(viridis(1))).toBe("#111111");
+    expect(textColorOn(viridis(0))).toBe("#ffffff");
   });
 
-  it("places a collapsed group at its earliest member and skips expanded groups", () => {
-    const els = [
-      node("x"),
-      node("group:m", { isGroup: true, collapsed: true }),
-      node("group:o", { isGroup: true, collapsed: false }),
-      node("loss"),
-    ];
-    const rep = new Map([
-      ["a", "group:m"],
-      ["b", "group:m"],
-      ["c", "group:m"],
-    ]);
-    const pos = presetPositions(els, graph, "ops", rep, 100);
-    expect(Object.keys(pos).sort()).toEqual(["group:m", "loss", "x"]);
-    expect(pos["group:m"].x).toBeGreaterThan(pos.x.x);
-  });
-
-  it("wraps a long chain into rows for a tall view", () => {
-    const chain = { nodes: Array.from({ length: 40 }, (_, i) => ({ id: `n${i}`, layer: i })) };
-    const els = chain.nodes.map((n) => node(n.id));
-    const pos = presetPositions(els, chain, "ops", new Map(), 1);
-    const rows = new Set(Object.values(pos).map((p) => p.y));
-    expect(rows.size).toBeGreaterThan(1);
-  });
-});
-
-describe("layout from the ELK worker", () => {
-  it("copies positions back onto the graph cytoscape-elk holds, by id", () => {
-    const target = {
-      id: "root",
-      children: [
-        { id: "a", _cyEle: {} },
-        { id: "g", children: [{ id: "b" }] },
-      ],
-    };
-    const result = {
-      id: "root",
-      x: 0,
-      y: 0,
-      children: [
-        { id: "g", x: 5, y: 6, width: 50, height: 40, children: [{ id: "b", x: 1, y: 2 }] },
-        { id: "a", x: 3, y: 4 },
-      ],
-    };
-    copyLayout(target, result);
-    expect(target.children[0]).toMatchObject({ x: 3, y: 4 });
-    expect(target.children[1]).toMatchObject({ x: 5, y: 6, width: 50, height: 40 });
-    expect(target.children[1].children[0]).toMatchObject({ x: 1, y: 2 });
+  it("marks norms outside the baseline's colour range", () => {
+    const range = { lo: -2, hi: 1 };
+    expect(beyondRange(1e3, range)).toBe(true);
+    expect(beyondRange(1e-5, range)).toBe(true);
+    expect(beyondRange(1, range)).toBe(false);
+    expect(beyondRange(0, range)).toBe(false);
+    expect(beyondRange(null, range)).toBe(false);
   });
 });
 

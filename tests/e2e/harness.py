@@ -90,8 +90,9 @@ def write_notebook(path: Path, cells: list[str]) -> None:
 
 
 @contextmanager
-def jupyter_lab(root: Path, timeout: float = 90.0):
-    """Start ``jupyter lab`` serving ``root``; yields its base URL; stops it on exit."""
+def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "lab"):
+    """Start ``jupyter lab`` (or ``app="notebook"``: Notebook 7) serving ``root``; yields its base
+    URL; stops it on exit."""
     port = free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -102,15 +103,21 @@ def jupyter_lab(root: Path, timeout: float = 90.0):
             sys.executable,
             "-m",
             "jupyter",
-            "lab",
+            app,
             "--no-browser",
             "--allow-root",
             "--ip=127.0.0.1",
             f"--port={port}",
             f"--IdentityProvider.token={TOKEN}",
             f"--ServerApp.root_dir={root}",
-            "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            *(
+                [
+                    "--LabApp.news_url=None",
+                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                ]
+                if app == "lab"
+                else []
+            ),
         ],
         cwd=root,
         env=env,
@@ -227,3 +234,76 @@ def diagnostics(page, picture: Path):
         raise AssertionError(
             f"{error}\n--- browser console ---\n" + "\n".join(console[-40:])
         ) from error
+
+
+# What a person sees of the graph, measured from cytoscape's rendered bounding boxes (pixels in
+# the graph's box): which drawn elements lie outside the box, the smallest label drawn, and every
+# pair of overlapping node bodies, labels or sibling boxes.
+_VIEW_REPORT = """(index) => {
+    const root = document.querySelectorAll('.hookviz-widget')[index];
+    const cy = root.cy;
+    const width = cy.width(), height = cy.height(), zoom = cy.zoom();
+    const box = (b) => ({x1: b.x1, y1: b.y1, x2: b.x2, y2: b.y2});
+    const overlap = (a, b) => Math.min(a.x2, b.x2) - Math.max(a.x1, b.x1) > 0.5 &&
+        Math.min(a.y2, b.y2) - Math.max(a.y1, b.y1) > 0.5;
+    const nodes = cy.nodes().filter((n) => n.visible());
+    const outside = nodes.filter((n) => {
+        const b = n.renderedBoundingBox({includeLabels: true, includeOverlays: false});
+        return b.x1 < -0.5 || b.y1 < -0.5 || b.x2 > width + 0.5 || b.y2 > height + 0.5;
+    }).map((n) => n.id());
+    // A label is drawn when its size on screen reaches the style's min-zoomed-font-size.
+    const labels = [];
+    let smallest = Infinity, hidden = 0;
+    nodes.forEach((n) => {
+        if (!n.data('label')) return;
+        const px = parseFloat(n.style('font-size')) * zoom;
+        if (px < parseFloat(n.style('min-zoomed-font-size'))) { hidden++; return; }
+        smallest = Math.min(smallest, px);
+        labels.push([n, box(n.renderedBoundingBox({includeNodes: false, includeEdges: false,
+            includeLabels: true, includeOverlays: false}))]);
+    });
+    const bodies = nodes.filter((n) => !n.isParent()).map((n) =>
+        [n, box(n.renderedBoundingBox({includeLabels: false, includeOverlays: false}))]);
+    const boxes = nodes.filter((n) => n.isParent()).map((n) =>
+        [n, box(n.renderedBoundingBox({includeLabels: false, includeOverlays: false}))]);
+    const overlaps = [];
+    const pairs = (list, kind, skip) => {
+        for (let i = 0; i < list.length; i++) for (let j = i + 1; j < list.length; j++) {
+            const [a, ba] = list[i], [b, bb] = list[j];
+            if (skip && skip(a, b)) continue;
+            if (overlap(ba, bb)) overlaps.push(`${kind}: ${a.id()} / ${b.id()}`);
+        }
+    };
+    pairs(bodies, 'bodies');
+    // Labels inside their own node are not a collision; a box's title against what is inside it is.
+    pairs(labels, 'labels', (a, b) => a.same(b));
+    pairs(boxes, 'sibling boxes', (a, b) => a.parent().id() !== b.parent().id());
+    for (const [a, la] of labels) for (const [b, bb] of bodies)
+        if (!a.same(b) && a.isParent() && overlap(la, bb)) overlaps.push(`box title / body: ${a.id()} / ${b.id()}`);
+    for (const [a, la] of labels) for (const [b, bb] of boxes)
+        if (!a.same(b) && !b.ancestors().contains(a) && !a.ancestors().contains(b) && a.isParent() && overlap(la, bb))
+            overlaps.push(`box title / box: ${a.id()} / ${b.id()}`);
+    return {width, height, zoom, drawn: nodes.length, outside, smallest_label_px: smallest,
+            hidden_labels: hidden, overlaps};
+}"""
+
+
+def view_report(page, index: int = 0) -> dict:
+    """Fit, label sizes and overlaps of the graph as drawn now (see ``_VIEW_REPORT``)."""
+    return page.evaluate(_VIEW_REPORT, index)
+
+
+def wait_painted(page, count: int = 1, index: int = 0, timeout: float = 60_000) -> None:
+    """Wait until the graph has been painted ``count`` times (its layouts and recolours)."""
+    page.wait_for_function(
+        "([i, n]) => { const r = document.querySelectorAll('.hookviz-widget')[i];"
+        " return r && Number(r.dataset.painted || 0) >= n; }",
+        arg=[index, count],
+        timeout=timeout,
+    )
+
+
+def paint_count(page, index: int = 0) -> int:
+    return page.evaluate(
+        "(i) => Number(document.querySelectorAll('.hookviz-widget')[i].dataset.painted || 0)", index
+    )

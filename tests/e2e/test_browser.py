@@ -65,6 +65,15 @@ def test_edit_and_rerun_in_jupyterlab(lab):
             "() => document.querySelector('.hookviz-widget .hv-inspector .hv-title')?.textContent.includes('SubBackward0')",
             timeout=30_000,
         )
+        # A refused expression stays in the box, and the error names the column.
+        root.locator(".hv-site").select_option("grad_inputs[0]")
+        root.locator(".hv-expr").fill("grad +* 2")
+        root.locator(".hv-apply").click()
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget .hv-editor .hv-error')?.textContent.includes('column')",
+            timeout=30_000,
+        )
+        assert root.locator(".hv-expr").input_value() == "grad +* 2"
         for slot, expression, count in (
             ("grad_inputs[0]", "grad + 888888", 1),
             ("grad_inputs[1]", "grad - 777777", 2),
@@ -76,12 +85,16 @@ def test_edit_and_rerun_in_jupyterlab(lab):
                 f"() => document.querySelectorAll('.hookviz-widget .hv-edits-list li').length === {count}",
                 timeout=30_000,
             )
+        # Applied, not yet run: the edits and the Re-run button say so.
+        assert root.locator(".hv-rerun.hv-pending").count() == 1
+        assert root.locator(".hv-edits-list .hv-badge-pending").count() == 2
         root.locator(".hv-rerun").click()
         page.wait_for_function(
             "() => document.querySelector('.hookviz-widget tr[data-leaf=\"x\"] .hv-leaf-after')?.textContent.includes('1777792, 1777764')",
             timeout=30_000,
         )
         assert "[1777792, 1777764]" in _leaf_text(page, "x")
+        assert root.locator(".hv-rerun.hv-pending").count() == 0
         assert "[2666688, 2666646]" in _leaf_text(page, "y")
         assert "[-3888925, -3888855]" in _leaf_text(page, "z")
         # The inspector shows before -> after for the selected node.
@@ -106,10 +119,10 @@ def test_edit_and_rerun_in_jupyterlab(lab):
         )
         assert "step 2/" in root.locator(".hv-step").inner_text()
 
-        # The module-level view, and back.
+        # The module tree (here only what loss_fn built is a box), and back.
         root.locator(".hv-view-modules").click()
         page.wait_for_function(
-            "() => document.querySelector('.hookviz-widget').cy.getElementById('module:').nonempty()",
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:(loss)').data('collapsed') === true",
             timeout=10_000,
         )
         root.locator(".hv-view-ops").click()
@@ -117,6 +130,18 @@ def test_edit_and_rerun_in_jupyterlab(lab):
             "() => document.querySelector('.hookviz-widget').cy.getElementById('SubBackward0_0').nonempty()",
             timeout=10_000,
         )
+
+        # Reset: the graph and the leaf table still show the edited run until Re-run, and say so.
+        root.locator(".hv-reset").click()
+        root.locator(".hv-rerun.hv-pending").wait_for(timeout=30_000)
+        assert "edited run: press Re-run" in root.locator(".hv-edits").inner_text()
+        assert "[1777792, 1777764]" in _leaf_text(page, "x")
+        root.locator(".hv-rerun").click()
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget tr[data-leaf=\"x\"] .hv-leaf-after')?.textContent === '[16, -12]'",
+            timeout=30_000,
+        )
+        assert root.locator(".hv-rerun.hv-pending").count() == 0
 
 
 def _color(page, node_id: str) -> str:
@@ -149,24 +174,25 @@ def test_diagnosis_banner_and_watch_view(lab):
             timeout=60_000,
         )
 
-        # The watch view: slider, heatmap, graph coloured by step 0's norms (ops grey).
+        # The watch view: slider, heatmap, graph coloured by step 0's norms (ops and what loss_fn
+        # built, which is no module of the model, grey).
         harness.run_cell(page, 1)
         root.locator(".hv-watch").wait_for(state="visible", timeout=30_000)
         root.locator(".hv-heatmap .main-svg").first.wait_for(state="visible", timeout=30_000)
         assert "0 (1/3 kept)" in root.locator(".hv-watch-step").inner_text()
         assert "Watch step 0" in banner.inner_text()
         page.wait_for_function(
-            "() => document.querySelector('.hookviz-widget').cy.getElementById('AddmmBackward0_0').data('color') === '#bdbdbd'",
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:(loss)').data('color') === '#bdbdbd'",
             timeout=10_000,
         )
-        step0 = _color(page, "0.weight")
-        assert step0 != "#bdbdbd"
+        assert _color(page, "group:0") != "#bdbdbd"
+        assert _color(page, "30.weight") != "#bdbdbd"  # opened by the finding's click
         root.locator(".hv-watch-slider").fill("2")
         page.wait_for_function(
             "() => document.querySelector('.hookviz-widget .hv-watch-step').textContent.startsWith('2 (3/3')",
             timeout=10_000,
         )
-        assert _color(page, "0.weight") != "#bdbdbd"
+        assert _color(page, "group:0") != "#bdbdbd"
         page.wait_for_timeout(500)
         root.screenshot(path=str(ARTIFACTS / "watch.png"))
         root.locator(".hv-heatmap").scroll_into_view_if_needed()

@@ -1,0 +1,308 @@
+"""The graph a person reads on real models, in a real JupyterLab and headless Chromium.
+
+A Hugging Face GPT-2 built from its config (6 layers x 128, 2 x 32 tokens) and a 20-layer sigmoid
+MLP (width 64). From cytoscape's rendered bounding boxes: the first view is fitted into the
+graph's box, every label drawn is at least 8 px on screen (none is hidden at the first view), and
+no two node bodies, labels or sibling boxes overlap; the same after a block is opened in place.
+Search, ``/``, Esc and ``w.select`` open the boxes around a match and bring it into view. Then
+JupyterLab's dark theme, and the page ``w.save_html`` writes, opened from ``file://``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import harness  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+GPT2 = """\
+import torch, hookviz
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.utils import logging; logging.set_verbosity_error()
+torch.manual_seed(0)
+config = GPT2Config(n_layer=6, n_embd=128, n_head=4, vocab_size=1000)
+ids = torch.randint(0, 1000, (2, 32))
+w = hookviz.show(GPT2LMHeadModel(config), (), kwargs={"input_ids": ids, "labels": ids},
+                 loss_fn=lambda out: out.loss)
+w"""
+
+MLP = """\
+import torch, torch.nn.functional as F, hookviz
+from hookviz.examples import sigmoid_mlp
+torch.manual_seed(0)
+model = sigmoid_mlp(depth=20, width=64, inputs=8, classes=3)
+x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
+w = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
+w"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    harness.require_browser()
+    pytest.importorskip("transformers")
+    root = tmp_path_factory.mktemp("lab")
+    harness.write_notebook(root / "gpt2.ipynb", [GPT2, 'w.select("c_fc.weight")'])
+    harness.write_notebook(root / "mlp.ipynb", [MLP])
+    with harness.jupyter_lab(root) as base:
+        yield base
+
+
+def assert_readable(report: dict, what: str) -> None:
+    assert report["overlaps"] == [], f"{what}: {report['overlaps'][:10]}"
+    assert report["smallest_label_px"] >= 8, f"{what}: a label is drawn at {report['smallest_label_px']:.1f} px"
+
+
+def wait_settled(page, painted_before: int) -> dict:
+    """Wait for the next paint (layouts animate for 300 ms) and report the view."""
+    harness.wait_painted(page, painted_before + 1)
+    page.wait_for_timeout(150)
+    return harness.view_report(page)
+
+
+def open_model(page, lab, name: str):
+    harness.open_notebook(page, lab, name)
+    harness.run_cell(page, 0)
+    root = harness.widget_root(page)
+    root.scroll_into_view_if_needed()
+    harness.wait_painted(page, 1, timeout=120_000)
+    page.wait_for_timeout(150)
+    return root
+
+
+def test_gpt2_opens_as_its_fitted_module_tree(lab):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with harness.chromium_page(width=1280, height=1100) as page, harness.diagnostics(
+        page, ARTIFACTS / "gpt2_failure.png"
+    ) as console:
+        root = open_model(page, lab, "gpt2.ipynb")
+        first = harness.view_report(page)
+        root.screenshot(path=str(ARTIFACTS / "gpt2_first_view.png"))
+        assert first["outside"] == [], f"not fitted: {first['outside']}"
+        assert first["hidden_labels"] == 0
+        assert_readable(first, "first view")
+        # embeddings -> h (six block boxes) -> ln_f -> lm_head
+        drawn = page.evaluate(
+            "() => document.querySelector('.hookviz-widget').cy.nodes().map(n => [n.id(), !!n.data('collapsed'), n.data('label')])"
+        )
+        boxes = {node: (closed, label) for node, closed, label in drawn}
+        for i in range(6):
+            closed, label = boxes[f"group:transformer.h.{i}"]
+            assert closed and label == f"h.{i} ≡"  # six identical blocks, marked alike
+        assert {"group:transformer.wte", "group:transformer.ln_f", "group:lm_head"} <= set(boxes)
+
+        # Open a block in place: it and what it holds are in view, readable, and nothing overlaps.
+        painted = harness.paint_count(page)
+        harness.click_node(page, "group:transformer.h.3")
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:transformer.h.3').isParent()",
+            timeout=30_000,
+        )
+        opened = wait_settled(page, painted)
+        root.screenshot(path=str(ARTIFACTS / "gpt2_h3_open.png"))
+        assert_readable(opened, "after opening h.3")
+        inside = page.evaluate(
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:transformer.h.3')"
+            ".descendants().map(n => n.id())"
+        )
+        assert "group:transformer.h.3.attn" in inside and "group:transformer.h.3.mlp" in inside
+        assert not set(opened["outside"]) & {"group:transformer.h.3", *inside}
+
+        # Search: "/" focuses the box, Enter finds h.3.mlp's c_fc, Esc clears.
+        page.locator(".hookviz-widget .hv-cy").click(position={"x": 5, "y": 5})
+        page.wait_for_function("() => document.activeElement.classList.contains('hv-cy')")
+        page.keyboard.press("/")
+        assert page.evaluate("() => document.activeElement.classList.contains('hv-search')")
+        painted = harness.paint_count(page)
+        page.keyboard.type("h.3.mlp.c_fc")
+        page.keyboard.press("Enter")
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget').cy.$(':selected').map(n => n.id())[0] === 'group:transformer.h.3.mlp.c_fc'",
+            timeout=30_000,
+        )
+        found = wait_settled(page, painted)
+        assert "group:transformer.h.3.mlp.c_fc" not in found["outside"]
+        assert_readable(found, "after the search")
+        page.keyboard.press("Escape")
+        assert root.locator(".hv-search").input_value() == ""
+
+        # w.select from Python: a parameter by the end of its name, in a block that was closed.
+        painted = harness.paint_count(page)
+        harness.run_cell(page, 1)
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget').cy.$(':selected').map(n => n.id())[0] === 'transformer.h.0.mlp.c_fc.weight'",
+            timeout=60_000,
+        )
+        selected = wait_settled(page, painted)
+        page.wait_for_timeout(400)
+        selected = harness.view_report(page)
+        assert "transformer.h.0.mlp.c_fc.weight" not in selected["outside"]
+        assert "c_fc.weight" in root.locator(".hv-inspector").inner_text()
+        root.screenshot(path=str(ARTIFACTS / "gpt2_selected.png"))
+
+        # Closing the side panel gives the graph the whole width; a click brings it back.
+        narrow = page.evaluate("() => document.querySelector('.hookviz-widget').cy.width()")
+        root.locator(".hv-side-close").click()
+        page.wait_for_function(
+            "(w) => document.querySelector('.hookviz-widget').cy.width() > w + 200", arg=narrow
+        )
+        harness.click_node(page, "transformer.h.0.mlp.c_fc.weight")
+        root.locator(".hv-side").wait_for(state="visible", timeout=10_000)
+        assert not [line for line in console if line.startswith("pageerror")]
+
+
+def test_deep_mlp_first_view_is_fitted_and_readable(lab):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with harness.chromium_page(width=1280, height=1100) as page, harness.diagnostics(
+        page, ARTIFACTS / "mlp_failure.png"
+    ):
+        root = open_model(page, lab, "mlp.ipynb")
+        report = harness.view_report(page)
+        root.screenshot(path=str(ARTIFACTS / "mlp_first_view.png"))
+        assert report["outside"] == [], f"not fitted: {report['outside']}"
+        assert report["hidden_labels"] == 0
+        assert_readable(report, "first view")
+        ids = page.evaluate("() => document.querySelector('.hookviz-widget').cy.nodes().map(n => n.id())")
+        assert {"group:0", "group:38", "group:(loss)"} <= set(ids)
+
+        # Open the last Linear in place: its ops and parameters are drawn, nothing overlaps.
+        painted = harness.paint_count(page)
+        harness.click_node(page, "group:38")
+        opened = wait_settled(page, painted)
+        assert_readable(opened, "after opening 38")
+        assert "38.weight" in page.evaluate(
+            "() => document.querySelector('.hookviz-widget').cy.nodes().map(n => n.id())"
+        )
+        assert "38.weight" not in opened["outside"]
+        root.screenshot(path=str(ARTIFACTS / "mlp_38_open.png"))
+
+
+def test_saved_page_opens_from_a_file_without_kernel(tmp_path):
+    harness.require_browser()
+    import torch
+    import torch.nn.functional as F
+
+    import hookviz
+    from hookviz.examples import sigmoid_mlp
+
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=6, width=16, inputs=8, classes=3)
+    x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    widget = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
+    path = widget.save_html(tmp_path / "mlp.html")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with harness.chromium_page(width=1280, height=1000) as page, harness.diagnostics(
+        page, ARTIFACTS / "saved_failure.png"
+    ) as console:
+        requests = []
+        page.on("request", lambda request: requests.append(request.url))
+        page.goto(path.as_uri())
+        harness.wait_painted(page, 1)
+        root = page.locator(".hookviz-widget")
+        # A box opens in place and the inspector answers from the file.
+        harness.click_node(page, "group:0")
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget .hv-inspector .hv-title')?.textContent.includes('module 0')",
+            timeout=10_000,
+        )
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:0').isParent()",
+            timeout=10_000,
+        )
+        harness.click_node(page, "0.weight")
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget .hv-inspector .hv-title')?.textContent.includes('AccumulateGrad')",
+            timeout=10_000,
+        )
+        # Boxes open; search finds; replay steps; the chart is drawn.
+        painted = harness.paint_count(page)
+        root.locator(".hv-search").fill("4.weight")
+        root.locator(".hv-search").press("Enter")
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget').cy.$(':selected').map(n => n.id())[0] === '4.weight'",
+            timeout=10_000,
+        )
+        harness.wait_painted(page, painted + 1)
+        root.locator(".hv-slider").fill("3")
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget').cy.nodes('.running').length === 1",
+            timeout=10_000,
+        )
+        root.locator(".hv-chart .main-svg").first.wait_for(state="visible", timeout=10_000)
+        # Edits and re-run need Python: off, and the page says why.
+        assert root.locator(".hv-rerun").is_disabled()
+        assert root.locator(".hv-apply").is_disabled()
+        assert "no Python kernel" in root.inner_text()
+        assert all(url.startswith(("file:", "blob:", "data:")) for url in requests), requests
+        assert not [line for line in console if line.startswith("pageerror")]
+        root.screenshot(path=str(ARTIFACTS / "saved_page.png"))
+
+
+@pytest.fixture(scope="module")
+def dark_lab(tmp_path_factory):
+    harness.require_browser()
+    root = tmp_path_factory.mktemp("dark-lab")
+    harness.write_notebook(root / "canonical.ipynb", [harness.CANONICAL])
+    settings = tmp_path_factory.mktemp("dark-settings")
+    themes = settings / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings"
+    themes.parent.mkdir(parents=True)
+    themes.write_text(json.dumps({"theme": "JupyterLab Dark"}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JUPYTERLAB_SETTINGS_DIR", str(settings))
+        with harness.jupyter_lab(root) as base:
+            yield base
+
+
+# WCAG contrast ratio of an element's text colour against the background it is drawn on.
+_CONTRAST = """(selector) => {
+    const parse = (c) => (c.match(/[\\d.]+/g) || []).slice(0, 4).map(Number);
+    const luminance = ([r, g, b]) => {
+        const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+        return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    const background = (el) => {
+        for (; el; el = el.parentElement) {
+            const c = parse(getComputedStyle(el).backgroundColor);
+            if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) return c;
+        }
+        return [255, 255, 255];
+    };
+    return [...document.querySelectorAll(selector)].map((el) => {
+        const a = luminance(parse(getComputedStyle(el).color)), b = luminance(background(el));
+        return [el.className || el.tagName, (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)];
+    });
+}"""
+
+
+def test_dark_theme_is_readable(dark_lab):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with harness.chromium_page() as page, harness.diagnostics(page, ARTIFACTS / "dark_failure.png"):
+        harness.open_notebook(page, dark_lab, "canonical.ipynb")
+        assert page.evaluate("() => document.body.dataset.jpThemeLight") == "false"
+        harness.run_cell(page, 0)
+        root = harness.widget_root(page)
+        harness.wait_painted(page, 1)
+        harness.click_node(page, "SubBackward0_0")
+        page.wait_for_selector(".hookviz-widget .hv-apply", timeout=30_000)
+        ratios = page.evaluate(
+            _CONTRAST,
+            ".hookviz-widget button, .hookviz-widget h4, .hookviz-widget .hv-leaves-table td,"
+            " .hookviz-widget .hv-summary, .hookviz-widget .hv-inspector td",
+        )
+        assert ratios
+        low = [(name, round(ratio, 2)) for name, ratio in ratios if ratio < 4.5]
+        assert not low, f"text below WCAG AA contrast in the dark theme: {low}"
+        # Box titles and edges on the canvas take the theme's text colour.
+        text = page.evaluate(
+            "() => getComputedStyle(document.querySelector('.hookviz-widget')).getPropertyValue('--jp-ui-font-color1').trim()"
+        )
+        assert text
+        page.wait_for_timeout(300)
+        root.screenshot(path=str(ARTIFACTS / "dark_theme.png"))
