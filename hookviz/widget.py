@@ -25,6 +25,7 @@ import anywidget
 import traitlets
 
 from hookviz import widget_data, widget_tree
+from hookviz.devices import devices
 from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError, WatchError
 from hookviz.graph import LOSS_MODULE
 from hookviz.recorded import READ_ONLY_NOTE, RecordedSession
@@ -50,29 +51,48 @@ class Widget(anywidget.AnyWidget):
 
     _esm = _STATIC / "widget.js"
 
-    graph = traitlets.Dict().tag(sync=True)
+    graph = traitlets.Dict(value_trait=traitlets.Any(), key_trait=traitlets.Unicode()).tag(sync=True)
+    """The run's graph for the page: nodes, edges, module groups, colour range (``widget_data.graph_json``)."""
     collapsed = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    view = traitlets.Unicode("ops").tag(sync=True)
-    inspector = traitlets.Dict().tag(sync=True)
+    """Names of the module boxes drawn closed."""
+    view = traitlets.Enum(VIEWS, default_value="ops").tag(sync=True)
+    """``"ops"`` (the module tree, opened as far as fits) or ``"modules"`` (every module box)."""
+    inspector = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
+    """What the inspector shows for the selected node or module (``widget_data.*_inspector_json``)."""
     selected = traitlets.Unicode("").tag(sync=True)
-    edits = traitlets.List().tag(sync=True)
-    edit_state = traitlets.Dict().tag(sync=True)
+    """Id of the selected node (``"module:<name>"`` for a module box); "" for none."""
+    edits = traitlets.List(traitlets.Dict()).tag(sync=True)
+    """The session's edits: id, target, slot, source, one dict each."""
+    edit_state = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
+    """Whether edits wait for a re-run (``pending``) and what the run on screen is (``shown``)."""
     code = traitlets.Unicode("").tag(sync=True)
+    """``session.edits_as_code()``: the plain PyTorch hooks that make the edits."""
     devices = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    """Devices a re-run may pick (``hookviz.devices()``)."""
     device = traitlets.Unicode("cpu").tag(sync=True)
-    errors = traitlets.Dict().tag(sync=True)
-    leaf_summary = traitlets.List().tag(sync=True)
-    log = traitlets.List().tag(sync=True)
-    replay = traitlets.List().tag(sync=True)
-    chart = traitlets.Dict().tag(sync=True)
-    summary = traitlets.Dict().tag(sync=True)
-    diagnosis = traitlets.Dict().tag(sync=True)
-    watch_view = traitlets.Dict().tag(sync=True)
-    watch_heatmap = traitlets.Dict().tag(sync=True)
-    # A run opened from a file (hookviz.load): why edit and re-run are off, else "". The ranks of a
-    # gathered watch history on screen, for the rank selector (hookviz.watch_gather).
+    """Device of the run on screen."""
+    errors = traitlets.Dict(value_trait=traitlets.Unicode(), key_trait=traitlets.Unicode()).tag(sync=True)
+    """Control name -> the error shown beside that control."""
+    leaf_summary = traitlets.List(traitlets.Dict()).tag(sync=True)
+    """The leaf table: one row per leaf, its gradient now and in the baseline run."""
+    log = traitlets.List(traitlets.Dict()).tag(sync=True)
+    """What the user's hooks printed during the run on screen."""
+    replay = traitlets.List(traitlets.Dict()).tag(sync=True)
+    """Backward step by step, in execution order, for the replay slider."""
+    chart = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
+    """The gradient-flow chart's data: per-layer norms now and in the baseline."""
+    summary = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
+    """Loss, baseline loss, device, run number and size of the run on screen."""
+    diagnosis = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
+    """The diagnosis banner: ``run.diagnose()`` findings grouped by kind."""
+    watch_view = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
+    """The watch view (``show_watch``): step slider, the step's norms per node; {} when hidden."""
+    watch_heatmap = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
+    """The watch's layers x steps heatmap as a plotly figure dict; {} when hidden."""
     read_only = traitlets.Unicode("").tag(sync=True)
-    watch_ranks = traitlets.List().tag(sync=True)
+    """Why edit and re-run are off (a run opened from a file, ``hookviz.load``), else ""."""
+    watch_ranks = traitlets.List(traitlets.Int()).tag(sync=True)
+    """The ranks of a gathered watch history on screen (``hookviz.watch_gather``), for the rank selector."""
 
     def __init__(
         self,
@@ -92,9 +112,7 @@ class Widget(anywidget.AnyWidget):
         self._run_diagnosis: dict = {}
         self.watch = None  # the hookviz.Watch on screen (show_watch), or None
         self._watch_range: dict = {}
-        import hookviz
-
-        self.devices = list(hookviz.devices())
+        self.devices = list(devices())
         self.read_only = READ_ONLY_NOTE if getattr(session, "read_only", False) else ""
         run = session.last_run if session.last_run is not None else session.run()
         self._show_run(run)

@@ -20,7 +20,7 @@ import networkx as nx
 import torch
 
 from hookviz.errors import TargetError
-from hookviz.run import Run, records_equal
+from hookviz.run import Run, diff, records_equal
 from hookviz.stats import combined_norm
 from hookviz.widget_tree import (
     MODULE_PREFIX,
@@ -454,10 +454,8 @@ def leaf_summary_json(
     ``baseline_summaries`` (from :func:`leaf_summaries`) skips summarising the baseline again;
     a leaf whose gradient did not change reuses the baseline's summary.
     """
-    import hookviz
-
     base = baseline if baseline is not None else run
-    difference = hookviz.diff(base, run)
+    difference = diff(base, run)
     before = baseline_summaries if baseline_summaries is not None else leaf_summaries(base)
     after = _summaries(
         {name: leaf.after for name, leaf in difference.leaves.items() if leaf.changed}
