@@ -21,7 +21,7 @@ import torch
 
 from hookviz.errors import TargetError
 from hookviz.run import Run, diff, records_equal
-from hookviz.stats import combined_norm
+from hookviz.stats import StatsBatch, combined_norm
 from hookviz.widget_tree import (
     MODULE_PREFIX,
     group_id,
@@ -359,9 +359,6 @@ def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> 
         out["explanation"] = run.explain(node_id)  # why no hook fires here
     if node_id in run.asked_grads:
         out["asked_grad"] = True  # exists only because input_grads=True asked for it
-    if record.kind == "leaf":
-        grad = run.leaf_grad(node_id)
-        out["leaf_grad"] = None if grad is None else _leaf_tensor_json(grad)
     before = baseline.nodes.get(node_id) if baseline is not None and baseline is not run else None
     if before is not None:
         out["before"], out["changed"] = _against(record, before, ("grad_inputs", "grad_outputs"))
@@ -398,7 +395,6 @@ def module_inspector_json(
         "grad_output": tensors_json(call.grad_output),
         "legacy_grad_input": tensors_json(call.legacy_grad_input),
         "legacy_grad_output": tensors_json(call.legacy_grad_output),
-        "output_node": call.output_node,
         "hooks": [
             {"owner": "user", "kind": h.kind, "name": h.name, "where": h.where}
             for h in call.user_hooks
@@ -430,16 +426,8 @@ def module_inspector_json(
     return out
 
 
-def _leaf_tensor_json(tensor) -> dict:
-    from hookviz.stats import summarise
-
-    return summarise(tensor.detach()).to_dict()
-
-
 def _summaries(tensors: dict) -> dict[str, dict | None]:
     """Summaries of many tensors by name, reduced in one batch."""
-    from hookviz.stats import StatsBatch
-
     batch = StatsBatch()
     keys = {name: batch.add(t.detach()) for name, t in tensors.items() if t is not None}
     records = batch.compute()

@@ -202,6 +202,7 @@ export function renderInspector(el, data) {
     add(el, tensorList("grad_output (full backward hook)", data.grad_output, before.grad_output, changed.grad_output));
     add(el, tensorList("grad_input (full backward hook)", data.grad_input, before.grad_input, changed.grad_input));
     add(el, tensorList("legacy grad_input (register_backward_hook)", data.legacy_grad_input, null, null));
+    add(el, tensorList("legacy grad_output (register_backward_hook)", data.legacy_grad_output, null, null));
   } else {
     add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), tensorView(data.output)));
     add(el, tensorList("grad_outputs (pre-hook sees)", data.grad_outputs, before.grad_outputs, changed.grad_outputs));
