@@ -38,7 +38,10 @@ def worker(rank: int, port: int, depth: int, width: int, steps: list[int], repea
             with hookviz.watch(model, capacity=max(kept, 2)) as w:
                 for step in range(kept):
                     generator = torch.Generator().manual_seed(100 * step + rank)
-                    x, y = torch.randn(8, 8, generator=generator), torch.randint(0, 4, (8,), generator=generator)
+                    x, y = (
+                        torch.randn(8, 8, generator=generator),
+                        torch.randint(0, 4, (8,), generator=generator),
+                    )
                     F.cross_entropy(model(x), y).backward()
             if kept == steps[0]:
                 watched_step_cost(rank, depth, width)
@@ -52,10 +55,12 @@ def worker(rank: int, port: int, depth: int, width: int, steps: list[int], repea
                 median = statistics.median(times)
                 names = len(w.names)
                 sent = (kept * (1 + 8 * names) + 2 * names) * 8
-                print(f"{names} names x {kept} kept steps x {WORLD} ranks: gather {median * 1e3:.1f} ms "
-                      f"(median of {repeats}); {sent / 1e6:.2f} MB sent per rank; "
-                      f"{median / kept * 1e6:.0f} us per gathered step; "
-                      f"{median / (kept * names * WORLD) * 1e9:.0f} ns per step x name x rank")
+                print(
+                    f"{names} names x {kept} kept steps x {WORLD} ranks: gather {median * 1e3:.1f} ms "
+                    f"(median of {repeats}); {sent / 1e6:.2f} MB sent per rank; "
+                    f"{median / kept * 1e6:.0f} us per gathered step; "
+                    f"{median / (kept * names * WORLD) * 1e9:.0f} ns per step x name x rank"
+                )
             del model, w
         dist.barrier()
     finally:
@@ -84,8 +89,11 @@ def watched_step_cost(rank: int, depth: int, width: int, steps: int = 60) -> Non
                 times[i].append(time.perf_counter() - start)
     if rank == 0:
         base, cost = (statistics.median(t[5:]) for t in times)
-        print(f"DDP step, {depth} Linear layers of width {width}: {base * 1e3:.2f} ms plain, {cost * 1e3:.2f} ms watched "
-              f"({cost / base:.2f}x; median of {steps - 5})")
+        print(
+            f"DDP step, {depth} Linear layers of width {width}: {base * 1e3:.2f} ms plain, "
+            f"{cost * 1e3:.2f} ms watched "
+            f"({cost / base:.2f}x; median of {steps - 5})"
+        )
 
 
 def main() -> None:
@@ -99,7 +107,12 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(worker, args=(port, options.depth, options.width, options.steps, options.repeats), nprocs=WORLD, join=True)
+    mp.spawn(
+        worker,
+        args=(port, options.depth, options.width, options.steps, options.repeats),
+        nprocs=WORLD,
+        join=True,
+    )
 
 
 if __name__ == "__main__":

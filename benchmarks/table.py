@@ -53,8 +53,13 @@ def _peak_bytes(model_name: str, variant: str, device: str) -> int:
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - before
     environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-    found = subprocess.run([sys.executable, __file__, "--peak", model_name, variant], env=environment,
-                           capture_output=True, text=True, check=True)
+    found = subprocess.run(
+        [sys.executable, __file__, "--peak", model_name, variant],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(found.stdout.split()[-1])
 
 
@@ -103,6 +108,7 @@ def _peers(model, args, loss_fn, device):
     except ImportError:
         rows["wandb.watch gradients, offline"] = "wandb is not installed"
     else:
+
         def wandb_watch():
             directory = tempfile.mkdtemp()
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -117,6 +123,7 @@ def _peers(model, args, loss_fn, device):
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                     run.unwatch(twin)
                     run.finish()
+
             return step, close
 
         rows["wandb.watch gradients, offline"] = wandb_watch
@@ -162,7 +169,12 @@ def _model(model_name: str, device: str):
     if model_name == "mlp":
         mlp = sigmoid_mlp(depth=20, width=256, inputs=64, classes=10).to(device)
         data, labels = torch.randn(64, 64, device=device), torch.randint(0, 10, (64,), device=device)
-        return "20-layer sigmoid MLP, width 256, batch 64", mlp, (data,), lambda out: F.cross_entropy(out, labels)
+        return (
+            "20-layer sigmoid MLP, width 256, batch 64",
+            mlp,
+            (data,),
+            lambda out: F.cross_entropy(out, labels),
+        )
     from transformers import GPT2Config, GPT2LMHeadModel
 
     gpt = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=384, n_head=6, attn_implementation="eager")).to(device)
@@ -209,12 +221,16 @@ def measure(model_name: str, repeats: int, device: str) -> None:
             if close is not None:
                 close()
         ratio = statistics.median(measured) / statistics.median(plain)
-        print(f"  {label:<40} {ratio:6.2f}x   ({statistics.median(measured) * 1e3:9.1f} ms vs plain step "
-              f"{statistics.median(plain) * 1e3:8.1f} ms)")
+        print(
+            f"  {label:<40} {ratio:6.2f}x   ({statistics.median(measured) * 1e3:9.1f} ms vs plain step "
+            f"{statistics.median(plain) * 1e3:8.1f} ms)"
+        )
     plain_peak = statistics.median(_peak_bytes(model_name, "plain", device) for _ in range(3))
     recorded_peak = statistics.median(_peak_bytes(model_name, "hookviz", device) for _ in range(3))
-    print(f"  {'peak memory, hookviz fresh run':<40} {recorded_peak / plain_peak:6.2f}x   "
-          f"({recorded_peak / 2**20:9.1f} MiB vs plain step {plain_peak / 2**20:8.1f} MiB)")
+    print(
+        f"  {'peak memory, hookviz fresh run':<40} {recorded_peak / plain_peak:6.2f}x   "
+        f"({recorded_peak / 2**20:9.1f} MiB vs plain step {plain_peak / 2**20:8.1f} MiB)"
+    )
 
 
 def main() -> None:
@@ -228,13 +244,18 @@ def main() -> None:
         print(_peak_here(*options.peak))
         return
     os.environ.setdefault("WANDB_SILENT", "true")
-    print(f"torch {torch.__version__}, device {options.device}, threads {torch.get_num_threads()}, "
-          f"medians of {options.repeats} (GPT: of {max(3, options.repeats // 2)}); "
-          "ratio = median time over a plain step's")
+    print(
+        f"torch {torch.__version__}, device {options.device}, threads {torch.get_num_threads()}, "
+        f"medians of {options.repeats} (GPT: of {max(3, options.repeats // 2)}); "
+        "ratio = median time over a plain step's"
+    )
     for model_name in ("mlp", "gpt"):
         if options.only in (None, model_name):
-            measure(model_name, options.repeats if model_name == "mlp" else max(3, options.repeats // 2),
-                    options.device)
+            measure(
+                model_name,
+                options.repeats if model_name == "mlp" else max(3, options.repeats // 2),
+                options.device,
+            )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
     plain_model = model.to(device)
     watched_model = copy.deepcopy(plain_model)
     args = tuple(a.to(device) for a in args)
-    optimizers = {id(m): torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9)
-                  for m in (plain_model, watched_model)}
+    optimizers = {
+        id(m): torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9) for m in (plain_model, watched_model)
+    }
 
     def step(m) -> float:
         sync(device)
@@ -88,20 +89,33 @@ def main() -> None:
     parser.add_argument("--gpt-layers", type=int, default=12)
     options = parser.parse_args()
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, device {options.device}, threads {torch.get_num_threads()}, "
-          f"medians of {options.repeats} (GPT: of {max(5, options.repeats // 4)})")
+    print(
+        f"torch {torch.__version__}, device {options.device}, threads {torch.get_num_threads()}, "
+        f"medians of {options.repeats} (GPT: of {max(5, options.repeats // 4)})"
+    )
     if options.only in (None, "mlp"):
         mlp = sigmoid_mlp(depth=20, width=256, inputs=64, classes=10)
         data, labels = torch.randn(128, 64), torch.randint(0, 10, (128,))
-        measure("20-layer sigmoid MLP, width 256, b128", mlp, (data,),
-                lambda out: F.cross_entropy(out, labels.to(out.device)), options.repeats, options.device)
+        measure(
+            "20-layer sigmoid MLP, width 256, b128",
+            mlp,
+            (data,),
+            lambda out: F.cross_entropy(out, labels.to(out.device)),
+            options.repeats,
+            options.device,
+        )
     if options.only in (None, "gpt"):
         layers = options.gpt_layers
         gpt = TinyGPT(vocab=50257, context=1024, layers=layers, width=768, heads=12, dropout=0.0)
         tokens = torch.randint(0, 50257, (1, 128))
-        measure(f"GPT-2-small-like, {layers}x768, 128 tok", gpt, (tokens,),
-                lambda out: next_token_loss(out, tokens.to(out.device)), max(5, options.repeats // 4),
-                options.device)
+        measure(
+            f"GPT-2-small-like, {layers}x768, 128 tok",
+            gpt,
+            (tokens,),
+            lambda out: next_token_loss(out, tokens.to(out.device)),
+            max(5, options.repeats // 4),
+            options.device,
+        )
 
 
 if __name__ == "__main__":

@@ -60,7 +60,9 @@ def marks(page, index: int = 0) -> dict:
 
 def summary(name: str, values: list[float], unit: str = "ms", target: float | None = None) -> str:
     median = statistics.median(values)
-    goal = "" if target is None else f"  (target < {target:g} {unit}: {'ok' if median < target else 'MISSED'})"
+    goal = (
+        "" if target is None else f"  (target < {target:g} {unit}: {'ok' if median < target else 'MISSED'})"
+    )
     return (
         f"{name}: median {median:.{0 if unit == 'ms' else 2}f} {unit}, min {min(values):.{0 if unit == 'ms' else 2}f}, "
         f"max {max(values):.{0 if unit == 'ms' else 2}f} over {len(values)}{goal}"
@@ -100,7 +102,9 @@ def canonical(page, base: str, repeat: int) -> None:
     harness.widget_root(page)
     harness.wait_painted(page, 1)
     data = marks(page)
-    print(f"canonical example: first paint {data['paints'][0]['at'] - data['marks']['render']:.0f} ms after render()")
+    print(
+        f"canonical example: first paint {data['paints'][0]['at'] - data['marks']['render']:.0f} ms after render()"
+    )
     times = []
     for k in range(repeat):
         node = ["SubBackward0_0", "x", "AddBackward0_0"][k % 3]
@@ -123,7 +127,9 @@ def canonical(page, base: str, repeat: int) -> None:
         root.locator(".hv-site").select_option("grad_inputs[0]")
         root.locator(".hv-expr").fill(f"grad + {k + 1}")
         root.locator(".hv-apply").click()
-        page.wait_for_function("(t) => document.querySelector('.hookviz-widget').hookviz.marks.edits > t", arg=before)
+        page.wait_for_function(
+            "(t) => document.querySelector('.hookviz-widget').hookviz.marks.edits > t", arg=before
+        )
         applied = marks(page)["marks"]
         painted = harness.paint_count(page)
         root.locator(".hv-rerun").click()
@@ -131,7 +137,9 @@ def canonical(page, base: str, repeat: int) -> None:
         data = marks(page)
         rounds.append(applied["edits"] - applied["apply"] + data["paints"][-1]["at"] - data["marks"]["rerun"])
         root.locator(".hv-reset").click()
-        page.wait_for_function("() => document.querySelectorAll('.hookviz-widget .hv-edits-list li').length === 0")
+        page.wait_for_function(
+            "() => document.querySelectorAll('.hookviz-widget .hv-edits-list li').length === 0"
+        )
     print(summary("apply edit -> re-run -> repainted graph (canonical)", rounds, target=300))
 
 
@@ -176,7 +184,9 @@ def replay_step_times(page, steps: int = 100) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--nodes", type=int, default=20_000, help="about how many nodes the large graph has")
     parser.add_argument("--skip-gpt2", action="store_true", help="leave out GPT-2 small (needs transformers)")
@@ -205,7 +215,11 @@ def main() -> None:
                     print(f"GPT-2 small, run {k + 1}: {line}; fitted first paint {wall:.2f} s after show()")
                 print(summary("GPT-2 small: show() -> fitted first paint", walls, unit="s", target=5))
                 first, again = toggle_times(page, "transformer.h.5", options.repeat)
-                print(summary("GPT-2 small: open/close a block, first layout (ELK in the worker)", first, target=300))
+                print(
+                    summary(
+                        "GPT-2 small: open/close a block, first layout (ELK in the worker)", first, target=300
+                    )
+                )
                 if again:
                     print(summary("GPT-2 small: open/close a block again (cached layout)", again, target=300))
                 print(summary("GPT-2 small: one replay step drawn in the page", replay_step_times(page)))
@@ -217,7 +231,14 @@ def main() -> None:
                 wall, line = show_to_first_paint(page, base, "large.ipynb")
                 walls.append(wall)
                 print(f"large graph, run {k + 1}: {line}; first paint {wall:.2f} s after show()")
-            print(summary(f"~{options.nodes} nodes: show() -> first paint (opens collapsed)", walls, unit="s", target=3))
+            print(
+                summary(
+                    f"~{options.nodes} nodes: show() -> first paint (opens collapsed)",
+                    walls,
+                    unit="s",
+                    target=3,
+                )
+            )
 
 
 if __name__ == "__main__":

@@ -67,8 +67,10 @@ def train(options: argparse.Namespace) -> None:
         path = run.save(options.out.with_name(f"{options.out.stem}_rank{rank}_run"))
         local = run.leaf_grad("0.weight", local=True).norm().item()
         reduced = run.leaf_grad("0.weight").norm().item()
-        print(f"rank {rank} saved its run of step {options.bad_step} to {path}: "
-              f"0.weight grad norm {local:.4g} here, {reduced:.4g} after the all-reduce")
+        print(
+            f"rank {rank} saved its run of step {options.bad_step} to {path}: "
+            f"0.weight grad norm {local:.4g} here, {reduced:.4g} after the all-reduce"
+        )
 
 
 def main() -> None:

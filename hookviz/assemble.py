@@ -37,8 +37,14 @@ class RunContext:
     input_names: tuple[str, ...]
 
 
-def build_run(forward, recorder: BackwardRecorder, leaf_grads: dict, batch: StatsBatch, context: RunContext,
-              reused: bool) -> Run:
+def build_run(
+    forward,
+    recorder: BackwardRecorder,
+    leaf_grads: dict,
+    batch: StatsBatch,
+    context: RunContext,
+    reused: bool,
+) -> Run:
     """The :class:`Run` of one backward on a :class:`~hookviz.forward.RetainedForward`.
 
     Args:
@@ -52,8 +58,15 @@ def build_run(forward, recorder: BackwardRecorder, leaf_grads: dict, batch: Stat
 class _Assembler:
     """The steps of :func:`build_run`, sharing the batch of statistics they fill."""
 
-    def __init__(self, graph, recorder: BackwardRecorder, leaf_grads, batch: StatsBatch, context: RunContext,
-                 reused: bool):
+    def __init__(
+        self,
+        graph,
+        recorder: BackwardRecorder,
+        leaf_grads,
+        batch: StatsBatch,
+        context: RunContext,
+        reused: bool,
+    ):
         self.graph, self.recorder, self.context = graph, recorder, context
         self.leaf_grads, self.reused, self.batch = leaf_grads, reused, batch
 
@@ -104,7 +117,9 @@ class _Assembler:
         before_out_keys = {n: self._keys(g) for n, g in recorder.grad_outputs_before_edit.items()}
         leaf_keys = {n: None if g is None else self.batch.add(g) for n, g in self.leaf_grads.items()}
         # Only hooks that ran in this run: a backward-only re-run ran no forward hooks.
-        hook_keys = [(call, self._keys(before), self._keys(after)) for call, before, after in recorder.hook_calls]
+        hook_keys = [
+            (call, self._keys(before), self._keys(after)) for call, before, after in recorder.hook_calls
+        ]
         full_views = self._full_hook_views()
         hidden_keys = {i: (self._keys(gi), self._keys(go)) for i, (gi, go) in recorder.hidden_seen.items()}
         self.batch.compute()
@@ -128,10 +143,14 @@ class _Assembler:
             call_index = node.call
             call = forward_calls[call_index] if call_index is not None else None
             record = NodeRecord(
-                id=node.id, op=node.op, kind=node.kind,
+                id=node.id,
+                op=node.op,
+                kind=node.kind,
                 module=call.module if call is not None else _leaf_module(node.id, node.kind, parameters, ran),
                 module_call=call.call if call is not None else 0,
-                order=order.get(node.id), output=node.output, saved=list(node.saved),
+                order=order.get(node.id),
+                output=node.output,
+                saved=list(node.saved),
             )
             if node.kind == "op":
                 record.grad_outputs = self._records(out_grad_keys.get(node.id, ()))
@@ -141,9 +160,11 @@ class _Assembler:
                 if node.id in before_out_keys:
                     record.grad_outputs_before_edit = self._records(before_out_keys[node.id])
                 outputs = len(node.fn._input_metadata)
-                record.sites = [f"grad_inputs[{slot}]" for slot, _, _ in node.inputs] + [
-                    f"grad_outputs[{i}]" for i in range(outputs)
-                ] + ["grad"]
+                record.sites = (
+                    [f"grad_inputs[{slot}]" for slot, _, _ in node.inputs]
+                    + [f"grad_outputs[{i}]" for i in range(outputs)]
+                    + ["grad"]
+                )
             else:
                 key = leaf_keys.get(node.id)
                 record.grad_outputs = (records[key],) if key is not None else ()
@@ -162,8 +183,10 @@ class _Assembler:
         for hook_call in hook_calls:
             if hook_call.kind == "full backward pre-hook":
                 user_pre_hooks.setdefault(hook_call.where, []).append(hook_call)
-        pre_hooks_per_call = {name: sum(h.kind == "full backward pre-hook" for h in hooks)
-                              for name, hooks in user_modules.items()}
+        pre_hooks_per_call = {
+            name: sum(h.kind == "full backward pre-hook" for h in hooks)
+            for name, hooks in user_modules.items()
+        }
         calls = []
         for i, state in enumerate(forward_calls):
             output_node = None
@@ -174,9 +197,13 @@ class _Assembler:
             if i in hidden_keys:  # the legacy hook hangs on a full hook's identity Node
                 legacy_in, legacy_out = self._records(hidden_keys[i][0]), self._records(hidden_keys[i][1])
             elif output_node is not None and nodes[output_node].kind == "op":
-                first_legacy = next((h for h in hook_calls if h.kind == "legacy backward hook"
-                                     and h.node == output_node), None)
-                legacy_in = first_legacy.before if first_legacy else self._records(received_keys.get(output_node, ()))
+                first_legacy = next(
+                    (h for h in hook_calls if h.kind == "legacy backward hook" and h.node == output_node),
+                    None,
+                )
+                legacy_in = (
+                    first_legacy.before if first_legacy else self._records(received_keys.get(output_node, ()))
+                )
                 legacy_out = nodes[output_node].grad_outputs
             module_hooks = list(user_modules.get(state.module, []))
             fires, input_keys, output_keys = full_views[i]
@@ -185,25 +212,42 @@ class _Assembler:
             if fires and user_pre_hooks.get(state.module):
                 fired = user_pre_hooks[state.module]
                 grad_output = fired[-1].after  # the last pre-hook of the last call still recorded
-                del fired[-pre_hooks_per_call.get(state.module, 1):]
+                del fired[-pre_hooks_per_call.get(state.module, 1) :]
             if module_edits.get((state.module, "grad_output")):
                 grad_output_before_edit = grad_output
                 grad_output = module_edits[(state.module, "grad_output")].pop().after
             if module_edits.get((state.module, "grad_input")):
-                grad_input_before_edit, grad_input = grad_input, module_edits[(state.module, "grad_input")].pop().after
-            calls.append(ModuleCall(
-                module=state.module, call=state.call, type=state.type,
-                inputs=graph.call_inputs[i], output=graph.call_outputs[i],
-                output_replaced=graph.call_outputs_replaced[i],
-                full_hook_fires=fires, grad_input=grad_input, grad_input_before_edit=grad_input_before_edit,
-                grad_output=grad_output, grad_output_before_edit=grad_output_before_edit,
-                legacy_grad_input=legacy_in, legacy_grad_output=legacy_out,
-                output_node=output_node, user_hooks=module_hooks, in_place=state.in_place,
-                output_changed_later=state.output_changed_later,
-                output_requires_grad=any(e.requires_grad for e in state.returned + (state.replaced or [])),
-                grad_enabled=state.grad_enabled, output_kind_hookable=state.full_hook_fires,
-                shared_inputs=graph.plans[i].shared_inputs,
-            ))
+                grad_input_before_edit, grad_input = (
+                    grad_input,
+                    module_edits[(state.module, "grad_input")].pop().after,
+                )
+            calls.append(
+                ModuleCall(
+                    module=state.module,
+                    call=state.call,
+                    type=state.type,
+                    inputs=graph.call_inputs[i],
+                    output=graph.call_outputs[i],
+                    output_replaced=graph.call_outputs_replaced[i],
+                    full_hook_fires=fires,
+                    grad_input=grad_input,
+                    grad_input_before_edit=grad_input_before_edit,
+                    grad_output=grad_output,
+                    grad_output_before_edit=grad_output_before_edit,
+                    legacy_grad_input=legacy_in,
+                    legacy_grad_output=legacy_out,
+                    output_node=output_node,
+                    user_hooks=module_hooks,
+                    in_place=state.in_place,
+                    output_changed_later=state.output_changed_later,
+                    output_requires_grad=any(
+                        e.requires_grad for e in state.returned + (state.replaced or [])
+                    ),
+                    grad_enabled=state.grad_enabled,
+                    output_kind_hookable=state.full_hook_fires,
+                    shared_inputs=graph.plans[i].shared_inputs,
+                )
+            )
             if output_node in nodes and state.call == 0:
                 nodes[output_node].user_hooks.extend(
                     h for h in module_hooks if h.kind == "legacy backward hook"
@@ -218,11 +262,19 @@ class _Assembler:
             loss=graph.loss.detach().cpu().reshape(()),
             device=graph.device,
             graph=_networkx_graph(walk, nodes, edited),
-            nodes=nodes, root=walk.root, leaf_grads=_ordered_leaves(leaf_grads, self.context, graph),
-            calls=calls, events=events, hook_calls=hook_calls, log=list(recorder.log),
-            edits=tuple(self.context.edits), forward_reused=self.reused,
-            model_ref=weakref.ref(self.context.user_model), asked_grads=list(self.context.asked_grads),
-            notes=list(self.context.notes), module_aliases=_aliases(graph.model.named_modules),
+            nodes=nodes,
+            root=walk.root,
+            leaf_grads=_ordered_leaves(leaf_grads, self.context, graph),
+            calls=calls,
+            events=events,
+            hook_calls=hook_calls,
+            log=list(recorder.log),
+            edits=tuple(self.context.edits),
+            forward_reused=self.reused,
+            model_ref=weakref.ref(self.context.user_model),
+            asked_grads=list(self.context.asked_grads),
+            notes=list(self.context.notes),
+            module_aliases=_aliases(graph.model.named_modules),
             parameter_aliases=_aliases(graph.model.named_parameters),
         )
 
@@ -300,10 +352,15 @@ def _networkx_graph(walk: Walk, nodes: dict[str, NodeRecord], edited: set[str]) 
     for node_id, record in nodes.items():
         records = [*record.grad_outputs, *record.grad_inputs]
         g.add_node(
-            node_id, op=record.op, module=record.module, kind=record.kind, order=record.order,
+            node_id,
+            op=record.op,
+            module=record.module,
+            kind=record.kind,
+            order=record.order,
             grad_norm=_norm_of(record.grad_outputs),
             has_nan=any(r is not None and not r.finite for r in records),
-            edited=node_id in edited, user_hooks=len(record.user_hooks),
+            edited=node_id in edited,
+            user_hooks=len(record.user_hooks),
         )
     for node in walk.nodes.values():
         for slot, producer, _ in node.inputs:

@@ -112,8 +112,16 @@ def _tensors_in(value) -> list[torch.Tensor]:
 
 def _edge_of(tensor: torch.Tensor) -> Edge:
     fn = tensor.grad_fn
-    return Edge(tensor, fn, tensor.output_nr if fn is not None else 0, tensor._version, tensor.requires_grad,
-                tuple(tensor.shape), tensor.dtype, tensor.device)
+    return Edge(
+        tensor,
+        fn,
+        tensor.output_nr if fn is not None else 0,
+        tensor._version,
+        tensor.requires_grad,
+        tuple(tensor.shape),
+        tensor.dtype,
+        tensor.device,
+    )
 
 
 def _top_level_outputs(output) -> tuple[list[Edge | None], bool]:
@@ -147,13 +155,20 @@ def forget_tensors(recorder: ForwardRecorder) -> None:
     have without hookviz (leaves, alive anyway, are kept)."""
     recorder.outputs.clear()
     recorder.snapshots.clear()
+
     def forget(edges):
         return [e if e is None or e.grad_fn is None else e._replace(tensor=None) for e in edges]
 
     for call in recorder.calls:
-        call.output_changed_later = any(e is not None and e.tensor._version != e.version for e in call.outputs)
+        call.output_changed_later = any(
+            e is not None and e.tensor._version != e.version for e in call.outputs
+        )
         call.args, call.kwargs = (), {}
-        call.inputs, call.outputs, call.returned = forget(call.inputs), forget(call.outputs), forget(call.returned)
+        call.inputs, call.outputs, call.returned = (
+            forget(call.inputs),
+            forget(call.outputs),
+            forget(call.returned),
+        )
         call.replaced = None if call.replaced is None else forget(call.replaced)
         call.legacy = None if call.legacy is None else forget([call.legacy])[0]
 
@@ -262,9 +277,16 @@ class ForwardRecorder(TorchFunctionMode):
         count = self.call_counts.get(name, 0)
         self.call_counts[name] = count + 1
         state = CallState(
-            len(self.calls), name, count, type(module).__name__, module.forward, args, kwargs,
+            len(self.calls),
+            name,
+            count,
+            type(module).__name__,
+            module.forward,
+            args,
+            kwargs,
             parent=self.stack[-1].index if self.stack else None,
-            sequence_start=torch._C._autograd._get_sequence_nr(), grad_enabled=torch.is_grad_enabled(),
+            sequence_start=torch._C._autograd._get_sequence_nr(),
+            grad_enabled=torch.is_grad_enabled(),
         )
         state.inputs = [self._snapshot(t) if isinstance(t, torch.Tensor) else None for t in args]
         grad_ids = [id(t) for t in args if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -283,15 +305,20 @@ class ForwardRecorder(TorchFunctionMode):
             state.replaced = [_edge_of(t) for t in final]
         legacy = legacy_hook_tensor(output)
         state.legacy = None if legacy is None else _edge_of(legacy)
-        state.in_place = any(e is not None and e.tensor is t and t._version != e.version
-                             for t in final for e in state.inputs)
+        state.in_place = any(
+            e is not None and e.tensor is t and t._version != e.version for t in final for e in state.inputs
+        )
         # Ops the mode does not see (a custom autograd.Function's apply) still have a forward value.
         for tensor in final:
             self._note(tensor)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is torch.Tensor.register_hook and self.state is not None and args[0].grad_fn is not None \
-                and not is_framework_hook(args[1]):  # FSDP2's pre-backward all-gather is not the user's
+        if (
+            func is torch.Tensor.register_hook
+            and self.state is not None
+            and args[0].grad_fn is not None
+            and not is_framework_hook(args[1])
+        ):  # FSDP2's pre-backward all-gather is not the user's
             # Wrapped like the user's other hooks, so the run shows what it saw and returned.
             wrapper = _UserHookWrapper(self.state, args[1], "tensor hook", self.current_module or "", None)
             self.intermediate_hooks.append((args[0].grad_fn, args[0].output_nr, wrapper))
@@ -342,7 +369,9 @@ class SavedTensorsRecorder:
         # it its own grad_fn, in a cycle through C++ that Python's gc cannot see or free.
         inner = tensor.detach() if self.outer_pack is None else self.outer_pack(tensor)
         stored = next((t.device for t in _tensors_in(inner)), "elsewhere")
-        self.packs.append((tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(stored)))
+        self.packs.append(
+            (tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(stored))
+        )
         return _Packed(len(self.packs) - 1, inner)
 
     def unpack(self, packed: _Packed) -> torch.Tensor:
@@ -365,8 +394,11 @@ class SavedTensorsRecorder:
         if found:
             return found
         values = value if isinstance(value, (tuple, list)) else (value,)
-        return [(tuple(t.shape), t.dtype, t.numel() * t.element_size(), str(t.device))
-                for t in values if isinstance(t, torch.Tensor)]
+        return [
+            (tuple(t.shape), t.dtype, t.numel() * t.element_size(), str(t.device))
+            for t in values
+            if isinstance(t, torch.Tensor)
+        ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -397,7 +429,9 @@ class BackwardRecorder:
         self.module_output_edits: dict[str, list[Edit]] = {}
         for edit in self.edits:
             if edit.slot.on_module:
-                table = self.module_input_edits if edit.slot.name == "grad_input" else self.module_output_edits
+                table = (
+                    self.module_input_edits if edit.slot.name == "grad_input" else self.module_output_edits
+                )
                 table.setdefault(edit.target, []).append(edit)
         self.post_edits: dict[str, list[Edit]] = {}  # node id -> edits of its grad_inputs
         self.pre_edits: dict[str, list[Edit]] = {}  # node id -> edits of its grad_outputs
@@ -499,7 +533,9 @@ class BackwardRecorder:
 
     def user_hook_called(self, call: HookCall, before: tuple, after: tuple, printed: str) -> None:
         """Record a call of a user's hook (made by :func:`wrap_user_hook`)."""
-        self.events.append(Event(call.step, "user_hook", call.node, f"{call.kind} {call.name} @ {call.where}"))
+        self.events.append(
+            Event(call.step, "user_hook", call.node, f"{call.kind} {call.name} @ {call.where}")
+        )
         self.hook_calls.append((call, before, after))
         if printed:
             self.log.append(LogEntry(call.name, call.where, printed))
@@ -591,7 +627,9 @@ def user_module_hooks(model: torch.nn.Module) -> dict[str, list[HookInfo]]:
             for fn in getattr(module, attribute).values():
                 if is_framework_hook(fn):  # FSDP2's all-gather / reduce-scatter set-up, not the user's
                     continue
-                found.setdefault(name, []).append(HookInfo(module_hook_kind(module, attribute), _hook_name(fn), name))
+                found.setdefault(name, []).append(
+                    HookInfo(module_hook_kind(module, attribute), _hook_name(fn), name)
+                )
     return found
 
 
@@ -599,8 +637,10 @@ def user_tensor_hooks(tensors: dict[str, torch.Tensor]) -> dict[str, list[HookIn
     """Tensor hooks (``register_hook``, ``register_post_accumulate_grad_hook``) by leaf name."""
     found: dict[str, list[HookInfo]] = {}
     for name, tensor in tensors.items():
-        for attribute, kind in (("_backward_hooks", "tensor hook"),
-                                ("_post_accumulate_grad_hooks", "post-accumulate-grad hook")):
+        for attribute, kind in (
+            ("_backward_hooks", "tensor hook"),
+            ("_post_accumulate_grad_hooks", "post-accumulate-grad hook"),
+        ):
             for fn in (getattr(tensor, attribute, None) or {}).values():
                 found.setdefault(name, []).append(HookInfo(kind, _hook_name(fn), name))
     return found
@@ -632,8 +672,14 @@ class _UserHookWrapper:
         with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
             result = self.original(*args, **kwargs)
         after = () if grads is None else (_as_tuple(result) if result is not None else tuple(grads))
-        call = HookCall(next(recorder.steps), self.kind, self.name, self.where,
-                        returned=result is not None, node=self.node)
+        call = HookCall(
+            next(recorder.steps),
+            self.kind,
+            self.name,
+            self.where,
+            returned=result is not None,
+            node=self.node,
+        )
         recorder.user_hook_called(call, before, tuple(after), buffer.getvalue())
         return result
 
@@ -697,8 +743,11 @@ def full_backward_hooks(
             module = model.get_submodule(name)
             marks.append((module, module._is_full_backward_hook))
             hook = ModuleEditHook(state, name, kind)
-            register = module.register_full_backward_hook if kind == "grad_input" else \
-                module.register_full_backward_pre_hook
+            register = (
+                module.register_full_backward_hook
+                if kind == "grad_input"
+                else module.register_full_backward_pre_hook
+            )
             handles.append(register(hook))
         yield
     finally:

@@ -86,8 +86,14 @@ def edits_as_code(run: Run | None, edits=None) -> str:
     edits = list(run.edits if edits is None and run is not None else edits or [])
     if not edits:
         return "# no edits: nothing to install\n"
-    header = ['"""Gradient edits made in hookviz, as plain PyTorch hooks."""', "import math", "import torch", "",
-              *_NODE_HELPER, ""]
+    header = [
+        '"""Gradient edits made in hookviz, as plain PyTorch hooks."""',
+        "import math",
+        "import torch",
+        "",
+        *_NODE_HELPER,
+        "",
+    ]
     helpers: list[str] = []
     body: list[str] = []
     loss_body: list[str] = []
@@ -105,17 +111,24 @@ def edits_as_code(run: Run | None, edits=None) -> str:
         if kind in ("grad_input", "grad_output"):
             module = _module_expression(target)
             if kind == "grad_input":
-                helpers += _slot_function(fn, site_edits, "grad_input", "module, grad_input, grad_output", "tuple(grad_input)")
+                helpers += _slot_function(
+                    fn, site_edits, "grad_input", "module, grad_input, grad_output", "tuple(grad_input)"
+                )
                 body.append(f"handles.append({module}.register_full_backward_hook({fn}))")
             else:
-                helpers += _slot_function(fn, site_edits, "grad_output", "module, grad_output", "tuple(grad_output)")
+                helpers += _slot_function(
+                    fn, site_edits, "grad_output", "module, grad_output", "tuple(grad_output)"
+                )
                 body.append(f"handles.append({module}.register_full_backward_pre_hook({fn}))")
             helpers.append("")
             continue
         node = run.nodes[target]
         if node.kind != "op":
             helpers += [f"def {fn}(grad):"]
-            helpers += [f"    grad = {e.code()}  # {e.id}: {e.source}" for e in site_edits] + ["    return grad", ""]
+            helpers += [f"    grad = {e.code()}  # {e.id}: {e.source}" for e in site_edits] + [
+                "    return grad",
+                "",
+            ]
             if target not in run.asked_grads and target not in _input_leaves(run):
                 body.append(f"handles.append(model.get_parameter({target!r}).register_hook({fn}))")
             else:
@@ -125,7 +138,9 @@ def edits_as_code(run: Run | None, edits=None) -> str:
         if kind == "grad":
             kind, site_edits = "grad_outputs", [e.on_grad_outputs(e.target, 0) for e in site_edits]
         if kind == "grad_inputs":
-            helpers += _slot_function(fn, site_edits, "grad_inputs", "grad_inputs, grad_outputs", "tuple(grad_inputs)")
+            helpers += _slot_function(
+                fn, site_edits, "grad_inputs", "grad_inputs, grad_outputs", "tuple(grad_inputs)"
+            )
             register = f"register_hook({fn})"
         else:
             helpers += _slot_function(fn, site_edits, "grad_outputs", "grad_outputs", "tuple(grad_outputs)")

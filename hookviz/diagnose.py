@@ -184,8 +184,10 @@ def gradient_stats(run: hookviz.run.Run, model: torch.nn.Module | None = None) -
     values = {}
     if model is not None:
         with torch.no_grad():
-            values = {n: torch.linalg.vector_norm(p.detach().abs(), dtype=torch.float64).item()
-                      for n, p in model.named_parameters()}
+            values = {
+                n: torch.linalg.vector_norm(p.detach().abs(), dtype=torch.float64).item()
+                for n, p in model.named_parameters()
+            }
     layers: dict[str, list] = {}
     for name, record, order in parameters:
         layers.setdefault(_module_of(name), []).append((name, record, order))
@@ -200,19 +202,39 @@ def gradient_stats(run: hookviz.run.Run, model: torch.nn.Module | None = None) -
     for name, record, order in parameters:
         norm, zeros, nonfinite = _combine([record])
         parameter_norm = values.get(name)
-        stats.append(GradientStats(
-            name, "parameter", _module_of(name), norm, parameter_norm, _ratio(norm, parameter_norm),
-            _ratio(norm, nearest_norm), zeros, nonfinite, order,
-        ))
+        stats.append(
+            GradientStats(
+                name,
+                "parameter",
+                _module_of(name),
+                norm,
+                parameter_norm,
+                _ratio(norm, parameter_norm),
+                _ratio(norm, nearest_norm),
+                zeros,
+                nonfinite,
+                order,
+            )
+        )
     for module in ranked:
         members = layers[module]
         norm, zeros, nonfinite = _combine([r for _, r, _ in members])
         parameter_norm = combined_norm(values[n] for n, _, _ in members) if model is not None else None
         order = first_order(members)
-        stats.append(GradientStats(
-            module, "layer", module, norm, parameter_norm, _ratio(norm, parameter_norm),
-            _ratio(norm, nearest_norm), zeros, nonfinite, None if order == math.inf else int(order),
-        ))
+        stats.append(
+            GradientStats(
+                module,
+                "layer",
+                module,
+                norm,
+                parameter_norm,
+                _ratio(norm, parameter_norm),
+                _ratio(norm, nearest_norm),
+                zeros,
+                nonfinite,
+                None if order == math.inf else int(order),
+            )
+        )
     return stats
 
 
@@ -232,11 +254,15 @@ def check_thresholds(thresholds: dict) -> dict:
     merged = {**DEFAULT_THRESHOLDS, **thresholds}
     for name, value in merged.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise HookvizError(f"threshold {name}={value!r} must be a positive number, e.g. "
-                               f"{name}={DEFAULT_THRESHOLDS[name]:g}")
+            raise HookvizError(
+                f"threshold {name}={value!r} must be a positive number, e.g. "
+                f"{name}={DEFAULT_THRESHOLDS[name]:g}"
+            )
         if name in ("dead", "saturated") and value > 1:
-            raise HookvizError(f"threshold {name}={value!r} is a fraction of elements: give a "
-                               f"number in (0, 1], e.g. {name}={DEFAULT_THRESHOLDS[name]:g}")
+            raise HookvizError(
+                f"threshold {name}={value!r} is a fraction of elements: give a "
+                f"number in (0, 1], e.g. {name}={DEFAULT_THRESHOLDS[name]:g}"
+            )
     return merged
 
 
@@ -248,9 +274,15 @@ def _label(module: str, types: dict[str, str] | None = None) -> str:
     return f"{name} ({kind})" if kind else name
 
 
-def layer_findings(norms: dict[str, float], nearest: str, thresholds: dict,
-                   zero_fractions: dict[str, float] | None = None, node_of: dict[str, str] | None = None,
-                   types: dict[str, str] | None = None, step: int | None = None) -> list[Finding]:
+def layer_findings(
+    norms: dict[str, float],
+    nearest: str,
+    thresholds: dict,
+    zero_fractions: dict[str, float] | None = None,
+    node_of: dict[str, str] | None = None,
+    types: dict[str, str] | None = None,
+    step: int | None = None,
+) -> list[Finding]:
     """Vanishing, exploding and dead-update findings from layer gradient norms.
 
     Args:
@@ -272,29 +304,61 @@ def layer_findings(norms: dict[str, float], nearest: str, thresholds: dict,
         if math.isnan(norm):
             continue  # NaN is reported by its origin, not as a size
         if zeros >= thresholds["dead"]:
-            found.append(Finding("dead", module, node, (
-                f"{zeros:.0%} of the parameter gradient of {label} is exactly zero: its updates are "
-                f"dead (no gradient reaches it, e.g. the units it feeds or is fed by never fire)"
-            ), zeros, step))
+            found.append(
+                Finding(
+                    "dead",
+                    module,
+                    node,
+                    (
+                        f"{zeros:.0%} of the parameter gradient of {label} is exactly zero: its updates are "
+                        f"dead (no gradient reaches it, e.g. the units it feeds or is fed by never fire)"
+                    ),
+                    zeros,
+                    step,
+                )
+            )
             continue
         ratio = _ratio(norm, reference) if usable else None
         if norm > thresholds["exploding_norm"] or (
             module != nearest and ratio is not None and ratio > thresholds["exploding"]
         ):
-            found.append(Finding("exploding", module, node, (
-                f"the gradient explodes at {label}: its norm is {norm:.3g}"
-                + (" (the layer nearest the loss)" if module == nearest else
-                   f", {ratio:.3g} x that of {_label(nearest, types)}, the layer nearest the loss"
-                   if ratio is not None else "")
-                + f" (thresholds: norm above "
-                f"{thresholds['exploding_norm']:g} or above {thresholds['exploding']:g} x)"
-            ), norm, step))
+            found.append(
+                Finding(
+                    "exploding",
+                    module,
+                    node,
+                    (
+                        f"the gradient explodes at {label}: its norm is {norm:.3g}"
+                        + (
+                            " (the layer nearest the loss)"
+                            if module == nearest
+                            else f", {ratio:.3g} x that of {_label(nearest, types)}, the layer "
+                            f"nearest the loss"
+                            if ratio is not None
+                            else ""
+                        )
+                        + f" (thresholds: norm above "
+                        f"{thresholds['exploding_norm']:g} or above {thresholds['exploding']:g} x)"
+                    ),
+                    norm,
+                    step,
+                )
+            )
         elif module != nearest and ratio is not None and ratio < thresholds["vanishing"]:
-            found.append(Finding("vanishing", module, node, (
-                f"the gradient vanishes at {label}: its norm is {norm:.3g}, {ratio:.3g} x that of "
-                f"{_label(nearest, types)}, the layer nearest the loss (threshold: below "
-                f"{thresholds['vanishing']:g} x)"
-            ), ratio, step))
+            found.append(
+                Finding(
+                    "vanishing",
+                    module,
+                    node,
+                    (
+                        f"the gradient vanishes at {label}: its norm is {norm:.3g}, {ratio:.3g} x that of "
+                        f"{_label(nearest, types)}, the layer nearest the loss (threshold: below "
+                        f"{thresholds['vanishing']:g} x)"
+                    ),
+                    ratio,
+                    step,
+                )
+            )
     return found
 
 
@@ -363,11 +427,19 @@ def _introduced_by_hooks(run: hookviz.run.Run, types: dict[str, str]) -> list[Fi
         who = f"your edit {call.name!r}" if edit else f"your {call.kind} {call.name!r}"
         where = call.node or call.where
         module = run.nodes[call.node].module if call.node in run.nodes else call.where
-        found.append(Finding("nan", module, call.node, (
-            f"NaN/Inf enters backward at {where or '<root module>'}: {who} returned "
-            + ", ".join(_describe(r) for r in call.after if r is not None and not r.finite)
-            + " from finite gradients; the edit or hook caused it, not the model"
-        ), float(_nonfinite(call.after))))
+        found.append(
+            Finding(
+                "nan",
+                module,
+                call.node,
+                (
+                    f"NaN/Inf enters backward at {where or '<root module>'}: {who} returned "
+                    + ", ".join(_describe(r) for r in call.after if r is not None and not r.finite)
+                    + " from finite gradients; the edit or hook caused it, not the model"
+                ),
+                float(_nonfinite(call.after)),
+            )
+        )
     return found
 
 
@@ -378,10 +450,18 @@ def nan_findings(run: hookviz.run.Run) -> list[Finding]:
     root_inputs = run.calls[0].inputs if run.calls else {}
     bad_inputs = [(n, r) for n, r in root_inputs.items() if isinstance(r, TensorRecord) and not r.finite]
     for name, record in bad_inputs:
-        found.append(Finding("nan", "", name if name in run.nodes else None, (
-            f"the model input {name!r} already holds NaN/Inf ({_describe(record)}): clean the data "
-            "before it reaches the model"
-        ), float(record.nan_count + record.inf_count)))
+        found.append(
+            Finding(
+                "nan",
+                "",
+                name if name in run.nodes else None,
+                (
+                    f"the model input {name!r} already holds NaN/Inf ({_describe(record)}): clean the data "
+                    "before it reaches the model"
+                ),
+                float(record.nan_count + record.inf_count),
+            )
+        )
     ops = [r for r in run.nodes.values() if r.kind == "op" and r.order is not None]
     if not bad_inputs:
         # The engine runs a node only after all its consumers, so reversed backward order is a
@@ -393,12 +473,23 @@ def nan_findings(run: hookviz.run.Run) -> list[Finding]:
             if any(r is not None and not r.finite for _, _, r in inputs):
                 continue
             what, why = _CAUSES.get(record.op, (record.op, ""))
-            evidence = "; ".join(f"input {slot} (from {producer}): {_describe(r)}" for slot, producer, r in inputs)
-            found.append(Finding("nan", record.module, record.id, (
-                f"NaN/Inf first appears in forward at {record.id} ({what}) in "
-                f"{_label(record.module, types)}: its output has {_describe(record.output)}"
-                + (f"; {evidence}" if evidence else "") + (f". {why}" if why else "")
-            ), float(record.output.nan_count + record.output.inf_count)))
+            evidence = "; ".join(
+                f"input {slot} (from {producer}): {_describe(r)}" for slot, producer, r in inputs
+            )
+            found.append(
+                Finding(
+                    "nan",
+                    record.module,
+                    record.id,
+                    (
+                        f"NaN/Inf first appears in forward at {record.id} ({what}) in "
+                        f"{_label(record.module, types)}: its output has {_describe(record.output)}"
+                        + (f"; {evidence}" if evidence else "")
+                        + (f". {why}" if why else "")
+                    ),
+                    float(record.output.nan_count + record.output.inf_count),
+                )
+            )
             break
     introduced = _introduced_by_hooks(run, types)
     found += introduced
@@ -410,21 +501,33 @@ def nan_findings(run: hookviz.run.Run) -> list[Finding]:
         what, why = _CAUSES.get(record.op, (record.op, ""))
         slots = [i for i, r in enumerate(record.grad_inputs) if r is not None and not r.finite]
         inputs = [(s, p, r) for s, p, r in _forward_inputs(run, record.id) if s in slots]
-        evidence = "; ".join(f"forward input {slot} (from {producer}): {_describe(r)}"
-                             for slot, producer, r in inputs)
+        evidence = "; ".join(
+            f"forward input {slot} (from {producer}): {_describe(r)}" for slot, producer, r in inputs
+        )
         if any(r is not None and not r.finite for _, _, r in inputs):
             why = "its forward input already held NaN/Inf: the cause is where they first appear in forward"
-        found.append(Finding("nan", record.module, record.id, (
-            f"NaN/Inf first appears in backward at {record.id} ({what}) in "
-            f"{_label(record.module, types)}: its grad_outputs are finite but "
-            + ", ".join(f"grad_inputs[{i}] has {_describe(record.grad_inputs[i])}" for i in slots)
-            + (f"; {evidence}" if evidence else "") + (f". {why}" if why else "")
-        ), float(bad)))
+        found.append(
+            Finding(
+                "nan",
+                record.module,
+                record.id,
+                (
+                    f"NaN/Inf first appears in backward at {record.id} ({what}) in "
+                    f"{_label(record.module, types)}: its grad_outputs are finite but "
+                    + ", ".join(f"grad_inputs[{i}] has {_describe(record.grad_inputs[i])}" for i in slots)
+                    + (f"; {evidence}" if evidence else "")
+                    + (f". {why}" if why else "")
+                ),
+                float(bad),
+            )
+        )
         break
     return found
 
 
-def diagnose(run: hookviz.run.Run, model: torch.nn.Module | None = None, **thresholds: float) -> list[Finding]:
+def diagnose(
+    run: hookviz.run.Run, model: torch.nn.Module | None = None, **thresholds: float
+) -> list[Finding]:
     """Findings about one run in plain words; an empty list for a healthy run.
 
     Args:
@@ -456,7 +559,12 @@ def diagnose(run: hookviz.run.Run, model: torch.nn.Module | None = None, **thres
         # zeros are not dead updates.
         zeros = {s.name: s.zero_fraction for s in layers if types.get(s.name) not in _SPARSE_BY_DESIGN}
         found += layer_findings(
-            {s.name: s.grad_norm for s in layers}, layers[0].name, limits, zeros, node_of, types,
+            {s.name: s.grad_norm for s in layers},
+            layers[0].name,
+            limits,
+            zeros,
+            node_of,
+            types,
         )
     parents = {m.rsplit(".", 1)[0] if "." in m else "" for m in run.modules if m != ""}
     for call in run.calls:
@@ -464,22 +572,40 @@ def diagnose(run: hookviz.run.Run, model: torch.nn.Module | None = None, **thres
             continue
         record = call.output[0]
         if record.numel and record.zero_fraction >= limits["dead"]:
-            found.append(Finding("dead", call.module, call.output_node, (
-                f"{record.zero_fraction:.0%} of the outputs of {_label(call.module, types)} are exactly "
-                "zero: dead units, which pass no gradient back (e.g. ReLUs whose input is always "
-                "negative: check the bias and the initialisation, or use LeakyReLU)"
-            ), record.zero_fraction))
+            found.append(
+                Finding(
+                    "dead",
+                    call.module,
+                    call.output_node,
+                    (
+                        f"{record.zero_fraction:.0%} of the outputs of {_label(call.module, types)} "
+                        f"are exactly "
+                        "zero: dead units, which pass no gradient back (e.g. ReLUs whose input is always "
+                        "negative: check the bias and the initialisation, or use LeakyReLU)"
+                    ),
+                    record.zero_fraction,
+                )
+            )
     saturating = [r for r in run.nodes.values() if r.op in _SATURATING and r.output is not None]
     for record in sorted(saturating, key=lambda r: -(r.order if r.order is not None else -1)):
         low, high, name = _SATURATING[record.op]
         fraction = _near_limit_fraction(record.output, low, high, limits["saturation_margin"])
         if fraction is not None and fraction >= limits["saturated"]:
-            found.append(Finding("saturated", record.module, record.id, (
-                f"{fraction:.0%} of the {name} outputs of {_label(record.module, types)} ({record.id}) "
-                f"are within {limits['saturation_margin']:g} of {low:g} or {high:g}, where its "
-                "gradient is nearly zero: the pre-activations are too large (scale the "
-                "initialisation down or normalise the layer's input)"
-            ), fraction))
+            found.append(
+                Finding(
+                    "saturated",
+                    record.module,
+                    record.id,
+                    (
+                        f"{fraction:.0%} of the {name} outputs of {_label(record.module, types)} "
+                        f"({record.id}) "
+                        f"are within {limits['saturation_margin']:g} of {low:g} or {high:g}, where its "
+                        "gradient is nearly zero: the pre-activations are too large (scale the "
+                        "initialisation down or normalise the layer's input)"
+                    ),
+                    fraction,
+                )
+            )
     return found
 
 

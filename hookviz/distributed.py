@@ -94,8 +94,10 @@ def reduces_gradients(model: torch.nn.Module) -> bool:
     if kind == DDP:
         return bool(model.require_backward_grad_sync)
     if kind == FSDP:
-        return all(_state(m)._fsdp_param_group is None or _state(m)._fsdp_param_group.reduce_grads
-                   for _, m in _fsdp_modules(model))
+        return all(
+            _state(m)._fsdp_param_group is None or _state(m)._fsdp_param_group.reduce_grads
+            for _, m in _fsdp_modules(model)
+        )
     return False
 
 
@@ -123,7 +125,9 @@ def forward_parameter_names(model: torch.nn.Module) -> dict[int, str]:
     made lazily by the first all-gather). Empty for any other model."""
     if strategy(model) != FSDP:
         return {}
-    return {id(p._unsharded_param): name for name, p in fsdp_parameters(model) if hasattr(p, "_unsharded_param")}
+    return {
+        id(p._unsharded_param): name for name, p in fsdp_parameters(model) if hasattr(p, "_unsharded_param")
+    }
 
 
 def user_forward(model: torch.nn.Module):
@@ -154,7 +158,9 @@ def _process_group(model: torch.nn.Module):
     return meshes[0].get_group()
 
 
-def reduce_parameter_grads(model: torch.nn.Module, grads: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
+def reduce_parameter_grads(
+    model: torch.nn.Module, grads: dict[str, torch.Tensor | None]
+) -> dict[str, torch.Tensor | None]:
     """What ``.grad`` holds after a plain backward through DDP / FSDP2, from each rank's own gradients.
 
     A collective over the model's process group: every rank must call it, with the same model.
@@ -195,8 +201,11 @@ def reduce_parameter_grads(model: torch.nn.Module, grads: dict[str, torch.Tensor
             grad = torch.zeros_like(parameter) if grad is None else grad
         else:  # FSDP2 reduces in its mixed-precision policy's reduce_dtype, into the parameter's dtype
             dtype = parameter.reduce_dtype or parameter.param_dtype or parameter.orig_dtype
-            grad = torch.zeros(parameter._orig_size, dtype=dtype, device=parameter.device) if grad is None \
+            grad = (
+                torch.zeros(parameter._orig_size, dtype=dtype, device=parameter.device)
+                if grad is None
                 else grad.to(dtype)
+            )
             final[name] = parameter.orig_dtype
         buckets.setdefault((grad.device, grad.dtype), []).append((name, grad))
     device = next(iter(buckets))[0] if buckets else torch.device("cpu")
@@ -207,7 +216,11 @@ def reduce_parameter_grads(model: torch.nn.Module, grads: dict[str, torch.Tensor
         torch.distributed.all_reduce(flat, group=group)
         offset = 0
         for name, grad in members:
-            result[name] = flat[offset:offset + grad.numel()].view(grad.shape).to(final.get(name, grad.dtype), copy=True)
+            result[name] = (
+                flat[offset : offset + grad.numel()]
+                .view(grad.shape)
+                .to(final.get(name, grad.dtype), copy=True)
+            )
             offset += grad.numel()
     ordered = {}
     for (name, _), count in zip(shapes, counts.tolist()):

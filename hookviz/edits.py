@@ -125,12 +125,19 @@ class Edit:
         except ExpressionError as error:
             raise ExpressionError(f"edit {self.source!r} at {self.where}: {error}") from None
         except Exception as error:  # a user callable may raise anything; name the site
-            raise EditError(f"edit {self.source!r} at {self.where} raised {type(error).__name__}: {error}") from error
+            raise EditError(
+                f"edit {self.source!r} at {self.where} raised {type(error).__name__}: {error}"
+            ) from error
         if isinstance(result, (int, float)) and not isinstance(result, bool):
             result = torch.full_like(grad, result)
-        expected = f"shape {list(grad.shape)}, dtype {str(grad.dtype).removeprefix('torch.')}, device {grad.device}"
+        expected = (
+            f"shape {list(grad.shape)}, dtype {str(grad.dtype).removeprefix('torch.')}, device {grad.device}"
+        )
         if not isinstance(result, torch.Tensor):
-            raise EditError(f"edit {self.source!r} at {self.where} returned {type(result).__name__}; expected a tensor of {expected}")
+            raise EditError(
+                f"edit {self.source!r} at {self.where} returned {type(result).__name__}; expected a "
+                f"tensor of {expected}"
+            )
         if result.shape != grad.shape:
             raise EditError(
                 f"edit {self.source!r} at {self.where} returned shape {list(result.shape)}; expected "
@@ -140,7 +147,11 @@ class Edit:
             got = f"dtype {str(result.dtype).removeprefix('torch.')}, device {result.device}"
             raise EditError(
                 f"edit {self.source!r} at {self.where} returned {got}; expected {expected}"
-                + ("; a comparison gives booleans: use where(cond, a, b)" if result.dtype == torch.bool else "")
+                + (
+                    "; a comparison gives booleans: use where(cond, a, b)"
+                    if result.dtype == torch.bool
+                    else ""
+                )
             )
         return result
 
@@ -160,7 +171,11 @@ class Edit:
         except (OSError, TypeError):
             return f"{name} = ...  # your callable {self.source!r}: define it here (grad -> Tensor)"
         if getattr(self.transform, "__name__", "") == "<lambda>":
-            lambdas = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Lambda)] if _parses(source) else []
+            lambdas = (
+                [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Lambda)]
+                if _parses(source)
+                else []
+            )
             if len(lambdas) == 1:
                 return f"{name} = {ast.get_source_segment(source, lambdas[0])}"
             return f"{name} = ...  # your lambda: {source.strip()}"

@@ -28,8 +28,13 @@ def canonical_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.
     return x, y, z, torch.tensor([9.0, -1.0])
 
 
-def sigmoid_mlp(depth: int = 20, width: int = 256, inputs: int = 64, classes: int = 10,
-                activation: type[nn.Module] = nn.Sigmoid) -> nn.Sequential:
+def sigmoid_mlp(
+    depth: int = 20,
+    width: int = 256,
+    inputs: int = 64,
+    classes: int = 10,
+    activation: type[nn.Module] = nn.Sigmoid,
+) -> nn.Sequential:
     """A deep MLP of ``depth`` Linear layers (``width`` wide) with ``activation`` between them."""
     layers: list[nn.Module] = [nn.Linear(inputs, width), activation()]
     for _ in range(depth - 2):
@@ -101,8 +106,15 @@ class Block(nn.Module):
 class TinyGPT(nn.Module):
     """A GPT-2-like decoder: token + position embeddings, ``layers`` blocks, tied output head."""
 
-    def __init__(self, vocab: int = 1000, context: int = 128, layers: int = 6, width: int = 384,
-                 heads: int = 6, dropout: float = 0.1):
+    def __init__(
+        self,
+        vocab: int = 1000,
+        context: int = 128,
+        layers: int = 6,
+        width: int = 384,
+        heads: int = 6,
+        dropout: float = 0.1,
+    ):
         super().__init__()
         self.wte = nn.Embedding(vocab, width)
         self.wpe = nn.Embedding(context, width)

@@ -39,23 +39,63 @@ MAX_LITERAL_ELEMENTS = 4096
 FUNCTIONS = {
     name: getattr(torch, name)
     for name in (
-        "zeros_like", "ones_like", "full_like", "randn_like", "rand_like", "clamp", "where", "abs",
-        "sign", "sqrt", "exp", "log", "log10", "mean", "sum", "norm", "tanh", "sigmoid", "relu",
-        "maximum", "minimum", "isnan", "isinf", "isfinite", "nan_to_num", "flip", "roll",
-        "std", "amax", "amin", "round", "floor", "ceil", "square",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "randn_like",
+        "rand_like",
+        "clamp",
+        "where",
+        "abs",
+        "sign",
+        "sqrt",
+        "exp",
+        "log",
+        "log10",
+        "mean",
+        "sum",
+        "norm",
+        "tanh",
+        "sigmoid",
+        "relu",
+        "maximum",
+        "minimum",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "nan_to_num",
+        "flip",
+        "roll",
+        "std",
+        "amax",
+        "amin",
+        "round",
+        "floor",
+        "ceil",
+        "square",
     )
 }
 CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 KEYWORDS = {"min", "max", "dim", "keepdim", "p", "nan", "posinf", "neginf", "shifts", "dims"}
 
 _BINARY = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-    ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
 }
 _COMPARE = {
-    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-    ast.Eq: operator.eq, ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
 }
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
 
@@ -219,11 +259,13 @@ class _Interpreter:
         elements = sum(v.numel() if isinstance(v, torch.Tensor) else 1 for v in values)
         if elements > MAX_LITERAL_ELEMENTS:
             raise ExpressionError(
-                f"a list literal may hold at most {MAX_LITERAL_ELEMENTS} numbers; this one holds {elements}")
+                f"a list literal may hold at most {MAX_LITERAL_ELEMENTS} numbers; this one holds {elements}"
+            )
         try:
             return torch.tensor(
                 [v.tolist() if isinstance(v, torch.Tensor) else v for v in values],
-                dtype=self.grad.dtype, device=self.grad.device,
+                dtype=self.grad.dtype,
+                device=self.grad.device,
             )
         except (TypeError, ValueError, RuntimeError) as error:
             raise ExpressionError(f"list literal is not a rectangular list of numbers: {error}") from None

@@ -76,8 +76,10 @@ class RetainedForward:
         def producer_of(edge) -> tuple[str | None, int]:
             return self.producer(edge.tensor, edge.grad_fn, edge.output_nr)
 
-        self.plans = [plan_call(call, producer_of, self.consumers, sequence, self.walk.looked_through)
-                      for call in self.recorder.calls]
+        self.plans = [
+            plan_call(call, producer_of, self.consumers, sequence, self.walk.looked_through)
+            for call in self.recorder.calls
+        ]
         # Gradients that a full-hook view adds up are kept whole through backward.
         self.summed_later = frozenset(use for plan in self.plans for use in plan.summed_uses())
 
@@ -94,8 +96,9 @@ class RetainedForward:
             handle.remove()
         self.handles.clear()
 
-    def backward(self, recorder: BackwardRecorder, batch: StatsBatch, context: RunContext,
-                 reused: bool) -> Run:
+    def backward(
+        self, recorder: BackwardRecorder, batch: StatsBatch, context: RunContext, reused: bool
+    ) -> Run:
         """Run one recorded backward (``torch.autograd.grad(loss, leaves, retain_graph=True)``)
         with the recorder's edits, and assemble the :class:`~hookviz.run.Run`.
 
@@ -127,10 +130,20 @@ class RetainedForward:
         return build_run(self, recorder, leaf_grads, batch, context, reused)
 
 
-def record_forward(model: torch.nn.Module, args: tuple, kwargs: dict, inputs: dict[str, torch.Tensor],
-                   loss_fn: Callable | None, recorder: BackwardRecorder, *, device: str,
-                   user_model: torch.nn.Module, asked_grads: list[str], full_tensor_limit: int,
-                   histogram_bins: int) -> RetainedForward:
+def record_forward(
+    model: torch.nn.Module,
+    args: tuple,
+    kwargs: dict,
+    inputs: dict[str, torch.Tensor],
+    loss_fn: Callable | None,
+    recorder: BackwardRecorder,
+    *,
+    device: str,
+    user_model: torch.nn.Module,
+    asked_grads: list[str],
+    full_tensor_limit: int,
+    histogram_bins: int,
+) -> RetainedForward:
     """Run one forward under hookviz's recording hooks and keep its graph.
 
     Args:
@@ -155,15 +168,24 @@ def record_forward(model: torch.nn.Module, args: tuple, kwargs: dict, inputs: di
     named_leaves = {n: t for n, t in inputs.items() if t.requires_grad} | {
         n: p for n, p in model.named_parameters() if p.requires_grad
     }
-    edit_sites = tuple(sorted({(name, "grad_input") for name in recorder.module_input_edits}
-                              | {(name, "grad_output") for name in recorder.module_output_edits}))
+    edit_sites = tuple(
+        sorted(
+            {(name, "grad_input") for name in recorder.module_input_edits}
+            | {(name, "grad_output") for name in recorder.module_output_edits}
+        )
+    )
     state = RecordingState()
     forward_recorder = ForwardRecorder(model, state, snapshot_limit=full_tensor_limit)
     saved_recorder = SavedTensorsRecorder()
     state.active = recorder
     try:
-        with torch.enable_grad(), wrapped_user_hooks(state, model, named_leaves), \
-                full_backward_hooks(state, model, list(edit_sites)), buffers_kept(model), _eager(model):
+        with (
+            torch.enable_grad(),
+            wrapped_user_hooks(state, model, named_leaves),
+            full_backward_hooks(state, model, list(edit_sites)),
+            buffers_kept(model),
+            _eager(model),
+        ):
             forward_start = torch._C._autograd._get_sequence_nr()
             with forward_recorder, saved_recorder.hooks(), distributed.quiet_reducer(model):
                 output = _call_model(model, args, kwargs, forward_recorder, bool(edit_sites), asked_grads)
@@ -181,11 +203,15 @@ def record_forward(model: torch.nn.Module, args: tuple, kwargs: dict, inputs: di
             leaves[node.id] = inputs[node.id]
     handles = [
         node.fn.register_hook(NodePostHook(state, node.id, node.op))
-        for node in walk.nodes.values() if node.kind == "op"
+        for node in walk.nodes.values()
+        if node.kind == "op"
     ]
     for call in forward_recorder.calls:
-        if call.legacy is not None and call.legacy.grad_fn is not None \
-                and resolve_hidden(call.legacy.grad_fn, 0)[0] is not call.legacy.grad_fn:
+        if (
+            call.legacy is not None
+            and call.legacy.grad_fn is not None
+            and resolve_hidden(call.legacy.grad_fn, 0)[0] is not call.legacy.grad_fn
+        ):
             handles.append(call.legacy.grad_fn.register_hook(HiddenNodeProbe(state, call.index)))
     for grad_fn, output_nr, wrapper in forward_recorder.intermediate_hooks:
         wrapper.node = walk.node_id(resolve_hidden(grad_fn, output_nr)[0])
@@ -198,10 +224,21 @@ def record_forward(model: torch.nn.Module, args: tuple, kwargs: dict, inputs: di
             node.saved = _saved_tensors(node.fn, saved_recorder)
             node.output = summary[0].get(node.id)
     return RetainedForward(
-        device=device, model=model, loss=loss, walk=walk, state=state, recorder=forward_recorder,
-        leaves=leaves, consumers=_consumers(walk), hook_signature=hook_signature(user_model, leaves),
-        versions=[(t, t._version) for t in leaves.values()], edit_sites=edit_sites, handles=handles,
-        call_inputs=summary[1], call_outputs=summary[2], call_outputs_replaced=summary[3],
+        device=device,
+        model=model,
+        loss=loss,
+        walk=walk,
+        state=state,
+        recorder=forward_recorder,
+        leaves=leaves,
+        consumers=_consumers(walk),
+        hook_signature=hook_signature(user_model, leaves),
+        versions=[(t, t._version) for t in leaves.values()],
+        edit_sites=edit_sites,
+        handles=handles,
+        call_inputs=summary[1],
+        call_outputs=summary[2],
+        call_outputs_replaced=summary[3],
     )
 
 
@@ -252,8 +289,10 @@ def loss_of(output, loss_fn: Callable | None) -> torch.Tensor:
             "a scalar tensor, e.g. loss_fn=lambda out: out.sum()"
         )
     if loss.numel() != 1:
-        fix = "return a scalar, e.g. add .mean()" if loss_fn else (
-            "pass loss_fn=... that reduces it to a scalar, e.g. loss_fn=lambda out: out.sum()"
+        fix = (
+            "return a scalar, e.g. add .mean()"
+            if loss_fn
+            else ("pass loss_fn=... that reduces it to a scalar, e.g. loss_fn=lambda out: out.sum()")
         )
         raise LossError(f"{source} has shape {list(loss.shape)}, not a scalar; {fix}")
     if not loss.requires_grad or loss.grad_fn is None:
@@ -276,7 +315,11 @@ def _call_model(model, args, kwargs, recorder: ForwardRecorder, edit_hooks: bool
         module = model.get_submodule(where) if where is not None else model
         text = str(error)
         if "BackwardHookFunction" in text and "inplace" in text.lower():
-            whose = "hookviz's full backward hook for your module edit" if edit_hooks else "a full backward hook of yours"
+            whose = (
+                "hookviz's full backward hook for your module edit"
+                if edit_hooks
+                else "a full backward hook of yours"
+            )
             raise BackwardError(
                 f"{label} ({type(module).__name__}) modifies in place a tensor that {whose} wraps "
                 f"({text}); PyTorch's full backward hooks cannot handle in-place ops such as "
@@ -303,13 +346,17 @@ def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch)
     (so the activations need not be held through backward)."""
     output_keys = {
         walk.id_of[fn_id]: batch.add(tensor, version)
-        for fn_id, (tensor, version) in recorder.outputs.items() if fn_id in walk.id_of
+        for fn_id, (tensor, version) in recorder.outputs.items()
+        if fn_id in walk.id_of
     }
     input_keys = [_call_input_keys(batch, call, recorder) for call in recorder.calls]
-    returned_keys = [[batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned]
-                     for call in recorder.calls]
-    replaced_keys = [None if call.replaced is None else [batch.add(e.tensor, e.version) for e in call.replaced]
-                     for call in recorder.calls]
+    returned_keys = [
+        [batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned] for call in recorder.calls
+    ]
+    replaced_keys = [
+        None if call.replaced is None else [batch.add(e.tensor, e.version) for e in call.replaced]
+        for call in recorder.calls
+    ]
     records = batch.compute()
     return (
         {n: records[k] for n, k in output_keys.items()},
@@ -395,7 +442,9 @@ def _call_input_keys(batch: StatsBatch, call: CallState, recorder: ForwardRecord
             label = name + pytree.keystr(path)
             if isinstance(leaf, torch.Tensor):
                 version = seen.get(id(leaf))
-                keys[label] = batch.add(*recorder.seen(leaf, version)) if version is not None else batch.add(leaf)
+                keys[label] = (
+                    batch.add(*recorder.seen(leaf, version)) if version is not None else batch.add(leaf)
+                )
             else:
                 keys[label] = repr(leaf)[:80]
     return keys

@@ -60,8 +60,15 @@ class Watch:
     :meth:`diagnose`; plots: :meth:`heatmap`, :meth:`lines`, :meth:`diagnosis_over_time`.
     """
 
-    def __init__(self, model: torch.nn.Module, every: int = 1, *, parameters: bool = True,
-                 outputs: bool = True, capacity: int = 1024):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        every: int = 1,
+        *,
+        parameters: bool = True,
+        outputs: bool = True,
+        capacity: int = 1024,
+    ):
         if not isinstance(model, torch.nn.Module):
             raise WatchError(f"watch() needs a torch.nn.Module, got {type(model).__name__}")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -107,14 +114,26 @@ class Watch:
         try:
             if parameters:
                 for column, (_, parameter) in enumerate(trainable):
-                    self._handles.append(parameter.register_post_accumulate_grad_hook(
-                        partial(_on_parameter, weakref.ref(self), column)))
+                    self._handles.append(
+                        parameter.register_post_accumulate_grad_hook(
+                            partial(_on_parameter, weakref.ref(self), column)
+                        )
+                    )
             for offset, (_, module) in enumerate(modules):
-                self._handles.append(module.register_forward_hook(
-                    partial(_on_forward, weakref.ref(self), len(self.parameter_names) + offset)))
+                self._handles.append(
+                    module.register_forward_hook(
+                        partial(_on_forward, weakref.ref(self), len(self.parameter_names) + offset)
+                    )
+                )
             # DDP / FSDP2: local statistics before the all-reduce, reduced ones after (watch_gather)
-            self._ranks = watch_gather.attach(self, model, trainable if parameters else [],
-                                              partial(_parameter_hook, weakref.ref(self)), self._handles, _reduce)
+            self._ranks = watch_gather.attach(
+                self,
+                model,
+                trainable if parameters else [],
+                partial(_parameter_hook, weakref.ref(self)),
+                self._handles,
+                _reduce,
+            )
         except BaseException:
             self.close()
             raise
@@ -164,8 +183,10 @@ class Watch:
         if self.recording and not self.closed:
             # A parameter's statistics are those of .grad now, after the whole backward; on DDP /
             # FSDP2 they were taken in its hook, before the all-reduce (is_parameter is None).
-            tensors = [(c, t if is_parameter is None else t.grad if is_parameter else t, is_parameter is None)
-                       for c, t, is_parameter in pending]
+            tensors = [
+                (c, t if is_parameter is None else t.grad if is_parameter else t, is_parameter is None)
+                for c, t, is_parameter in pending
+            ]
             tensors = [entry for entry in tensors if entry[1] is not None]
             row = _reduce([(c, t) for c, t, measured in tensors if not measured], len(self.names))
             measured = [(c, t) for c, t, was_measured in tensors if was_measured]
@@ -182,7 +203,7 @@ class Watch:
         if len(self._steps) == self.capacity:
             keep = [i for i, s in enumerate(self._steps) if s % (self.every * self._stride * 2) == 0]
             self._rows[: len(keep)] = self._rows[keep].clone()
-            self._rows[len(keep):] = math.nan
+            self._rows[len(keep) :] = math.nan
             self._steps = [self._steps[i] for i in keep]
             self._stride *= 2
             if step % (self.every * self._stride):
@@ -207,8 +228,12 @@ class Watch:
     def history(self) -> History:
         """The kept steps as a :class:`History` (``.to_pandas()`` when pandas is installed)."""
         rows = self._rows[: len(self._steps)].clone()
-        return History(list(self._steps), list(self.names), list(self.kinds),
-                       *(rows[:, :, i] for i in range(len(STATISTICS))))
+        return History(
+            list(self._steps),
+            list(self.names),
+            list(self.kinds),
+            *(rows[:, :, i] for i in range(len(STATISTICS))),
+        )
 
     def _row(self, step: int | None) -> tuple[int, torch.Tensor]:
         if not self._steps:
@@ -220,8 +245,10 @@ class Watch:
             return self._steps[-1], self._rows[len(self._steps) - 1]
         if step not in self._steps:
             near = sorted(self._steps, key=lambda s: abs(s - step))[:3]
-            raise WatchError(f"step {step} is not kept (kept: {len(self._steps)} steps from "
-                             f"{self._steps[0]} to {self._steps[-1]}); nearest kept: {sorted(near)}")
+            raise WatchError(
+                f"step {step} is not kept (kept: {len(self._steps)} steps from "
+                f"{self._steps[0]} to {self._steps[-1]}); nearest kept: {sorted(near)}"
+            )
         return step, self._rows[self._steps.index(step)]
 
     def norms(self, step: int | None = None, kind: str | None = None) -> dict[str, float]:
@@ -235,8 +262,11 @@ class Watch:
         if kind not in (None, "parameter", "output"):
             raise WatchError(f"kind={kind!r} must be None, 'parameter' or 'output'")
         _, row = self._row(step)
-        return {n: norm for n, k, (norm, _, nonfinite, _) in zip(self.names, self.kinds, row.tolist())
-                if kind in (None, k) and (not math.isnan(norm) or nonfinite > 0)}
+        return {
+            n: norm
+            for n, k, (norm, _, nonfinite, _) in zip(self.names, self.kinds, row.tolist())
+            if kind in (None, k) and (not math.isnan(norm) or nonfinite > 0)
+        }
 
     def layer_norms(self, step: int | None = None) -> dict[str, float]:
         """``{module name: 2-norm of its parameters' gradients}`` at ``step``, nearest the loss first."""
@@ -267,32 +297,58 @@ class Watch:
         if bad:
             first = min(bad, key=lambda c: self._order.get(c, math.inf))
             name, kind = self.names[first], self.kinds[first]
-            module = name.rsplit(".", 1)[0] if kind == "parameter" and "." in name else (
-                "" if kind == "parameter" else name)
+            module = (
+                name.rsplit(".", 1)[0]
+                if kind == "parameter" and "." in name
+                else ("" if kind == "parameter" else name)
+            )
             what = f"parameter {name!r}" if kind == "parameter" else f"the output of module {name!r}"
-            found.append(Finding("nan", module, name, (
-                f"step {step}: the gradient of {what} is the first to hold NaN/Inf "
-                f"({int(row[first, 2].item())} elements; {len(bad)} names have some); record one "
-                "run of this step with hookviz.Session(...).run().diagnose() to find the op"
-            ), row[first, 2].item(), step))
+            found.append(
+                Finding(
+                    "nan",
+                    module,
+                    name,
+                    (
+                        f"step {step}: the gradient of {what} is the first to hold NaN/Inf "
+                        f"({int(row[first, 2].item())} elements; {len(bad)} names have some); record one "
+                        "run of this step with hookviz.Session(...).run().diagnose() to find the op"
+                    ),
+                    row[first, 2].item(),
+                    step,
+                )
+            )
         norms = self.layer_norms(step)
         if norms:
             zero = {}
             for module in norms:
-                columns = [c for c, n in enumerate(self.parameter_names)
-                           if (n.rsplit(".", 1)[0] if "." in n else "") == module]
+                columns = [
+                    c
+                    for c, n in enumerate(self.parameter_names)
+                    if (n.rsplit(".", 1)[0] if "." in n else "") == module
+                ]
                 zero[module] = min(row[c, 3].item() for c in columns)
-            node_of = {m: next(n for n in self.parameter_names if (n.rsplit(".", 1)[0] if "." in n else "") == m)
-                       for m in norms}
+            node_of = {
+                m: next(n for n in self.parameter_names if (n.rsplit(".", 1)[0] if "." in n else "") == m)
+                for m in norms
+            }
             found += layer_findings(norms, next(iter(norms)), limits, zero, node_of, self.module_types, step)
         for offset, name in enumerate(self.module_names):
             column = len(self.parameter_names) + offset
             zeros = row[column, 3].item()
             if name and not math.isnan(zeros) and zeros >= limits["dead"] and not self._has_children(name):
-                found.append(Finding("dead", name, name, (
-                    f"step {step}: {zeros:.0%} of the gradient w.r.t. the output of module {name!r} "
-                    f"({self.module_types.get(name)}) is exactly zero: the units after it are dead"
-                ), zeros, step))
+                found.append(
+                    Finding(
+                        "dead",
+                        name,
+                        name,
+                        (
+                            f"step {step}: {zeros:.0%} of the gradient w.r.t. the output of module {name!r} "
+                            f"({self.module_types.get(name)}) is exactly zero: the units after it are dead"
+                        ),
+                        zeros,
+                        step,
+                    )
+                )
         return found
 
     def _has_children(self, name: str) -> bool:
@@ -317,13 +373,21 @@ class Watch:
             values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
         z = [[None if math.isnan(v) or math.isinf(v) else v for v in row] for row in values.tolist()]
         names = [history.names[i] or "(root)" for i in columns]
-        figure = go.Figure(go.Heatmap(
-            z=z, x=history.steps, y=names, colorscale="Viridis",
-            colorbar={"title": f"log10 {statistic}" if logarithmic else statistic},
-            hovertemplate="step %{x}<br>%{y}<br>%{z:.3g}<extra></extra>",
-        ))
-        figure.update_layout(title=f"gradient {statistic} per {kind}", xaxis_title="step",
-                             yaxis={"autorange": "reversed", "type": "category"})
+        figure = go.Figure(
+            go.Heatmap(
+                z=z,
+                x=history.steps,
+                y=names,
+                colorscale="Viridis",
+                colorbar={"title": f"log10 {statistic}" if logarithmic else statistic},
+                hovertemplate="step %{x}<br>%{y}<br>%{z:.3g}<extra></extra>",
+            )
+        )
+        figure.update_layout(
+            title=f"gradient {statistic} per {kind}",
+            xaxis_title="step",
+            yaxis={"autorange": "reversed", "type": "category"},
+        )
         return figure
 
     def lines(self, names: Sequence[str] | None = None, statistic: str = "norm"):
@@ -346,7 +410,9 @@ class Watch:
             values = [None if math.isnan(v) else v for v in history.column(name, statistic)]
             figure.add_trace(go.Scatter(x=history.steps, y=values, mode="lines", name=name or "(root)"))
         figure.update_layout(
-            title=f"gradient {statistic} over steps", xaxis_title="step", yaxis_title=statistic,
+            title=f"gradient {statistic} over steps",
+            xaxis_title="step",
+            yaxis_title=statistic,
             yaxis_type="log" if statistic in ("norm", "max_abs") else "linear",
         )
         return figure
@@ -361,13 +427,21 @@ class Watch:
         for kind in ("nan", "exploding", "vanishing", "dead"):
             chosen = [f for f in findings if f.kind == kind]
             if chosen:
-                figure.add_trace(go.Scatter(
-                    x=[f.step for f in chosen], y=[f.module or "(root)" for f in chosen],
-                    mode="markers", name=kind, text=[f.message for f in chosen],
-                    hovertemplate="%{text}<extra></extra>",
-                ))
-        figure.update_layout(title="diagnosis over steps" + ("" if findings else ": no findings"),
-                             xaxis_title="step", yaxis={"type": "category"})
+                figure.add_trace(
+                    go.Scatter(
+                        x=[f.step for f in chosen],
+                        y=[f.module or "(root)" for f in chosen],
+                        mode="markers",
+                        name=kind,
+                        text=[f.message for f in chosen],
+                        hovertemplate="%{text}<extra></extra>",
+                    )
+                )
+        figure.update_layout(
+            title="diagnosis over steps" + ("" if findings else ": no findings"),
+            xaxis_title="step",
+            yaxis={"type": "category"},
+        )
         return figure
 
     def gather(self, dst: int = 0, group=None) -> watch_gather.RankHistory | None:
@@ -400,13 +474,21 @@ class Watch:
         return self.history
 
     def __repr__(self) -> str:
-        return (f"Watch({type(self.model).__name__}, every={self.every}, steps={self.step}, "
-                f"kept={len(self._steps)}, names={len(self.names)}, "
-                f"{'closed' if self.closed else 'open'})")
+        return (
+            f"Watch({type(self.model).__name__}, every={self.every}, steps={self.step}, "
+            f"kept={len(self._steps)}, names={len(self.names)}, "
+            f"{'closed' if self.closed else 'open'})"
+        )
 
 
-def watch(model: torch.nn.Module, every: int = 1, *, parameters: bool = True, outputs: bool = True,
-          capacity: int = 1024) -> Watch:
+def watch(
+    model: torch.nn.Module,
+    every: int = 1,
+    *,
+    parameters: bool = True,
+    outputs: bool = True,
+    capacity: int = 1024,
+) -> Watch:
     """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.gradient_watch`).
 
     Args:
@@ -518,14 +600,20 @@ def _reduce(tensors: list[tuple[int, torch.Tensor]], width: int) -> torch.Tensor
                 low, high = rows.amin(1), rows.amax(1)
                 # |sign| summed counts the nonzeros exactly (rows are short) and runs several
                 # times faster on CPU than count_nonzero along a dim
-                statistics = [torch.linalg.vector_norm(rows, dim=1), torch.maximum(high, -low),
-                              rows.sign().abs_().sum(1)]
+                statistics = [
+                    torch.linalg.vector_norm(rows, dim=1),
+                    torch.maximum(high, -low),
+                    rows.sign().abs_().sum(1),
+                ]
             else:
                 grad = tensors[members[0]][1]
                 # On CPU amin/amax is several times faster than an inf-norm (which takes abs).
                 low, high = torch.aminmax(grad)
-                statistics = [torch.linalg.vector_norm(grad), torch.maximum(high, -low),
-                              torch.count_nonzero(grad)]
+                statistics = [
+                    torch.linalg.vector_norm(grad),
+                    torch.maximum(high, -low),
+                    torch.count_nonzero(grad),
+                ]
             pieces.append(torch.stack([s.reshape(-1).double() for s in statistics], dim=1).to("cpu"))
             order += members
         values = torch.cat(pieces).tolist() if pieces else []  # the one host transfer of the step

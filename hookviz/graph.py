@@ -19,7 +19,9 @@ import torch
 
 # hookviz's full-backward-hook identity nodes; FSDP2's and DDP's pass-through nodes (their reduce-scatter /
 # static-graph hooks, see hookviz.distributed), which are the framework's, not the model's.
-HIDDEN_OPS = frozenset({"BackwardHookFunctionBackward", "RegisterPostBackwardFunctionBackward", "_DDPSinkBackward"})
+HIDDEN_OPS = frozenset(
+    {"BackwardHookFunctionBackward", "RegisterPostBackwardFunctionBackward", "_DDPSinkBackward"}
+)
 LOSS_MODULE = "(loss)"  # the "module" of Nodes made outside the model, by loss_fn
 
 

@@ -47,8 +47,12 @@ class History:
         """Long form: one dict per (step, name) with ``step, name, kind`` and the statistics."""
         tables = [getattr(self, s).tolist() for s in STATISTICS]
         return [
-            {"step": step, "name": name, "kind": kind,
-             **{s: table[row][column] for s, table in zip(STATISTICS, tables)}}
+            {
+                "step": step,
+                "name": name,
+                "kind": kind,
+                **{s: table[row][column] for s, table in zip(STATISTICS, tables)},
+            }
             for row, step in enumerate(self.steps)
             for column, (name, kind) in enumerate(zip(self.names, self.kinds))
         ]
@@ -58,8 +62,10 @@ class History:
         try:
             import pandas
         except ImportError:
-            raise WatchError("to_pandas() needs pandas, which is not installed: pip install pandas, "
-                             "or use to_records() / the tensors of this History") from None
+            raise WatchError(
+                "to_pandas() needs pandas, which is not installed: pip install pandas, "
+                "or use to_records() / the tensors of this History"
+            ) from None
         return pandas.DataFrame.from_records(self.to_records())
 
 

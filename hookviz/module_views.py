@@ -78,7 +78,9 @@ class CallPlan:
         return found
 
 
-def plan_call(call, producer_of, consumers: dict, sequence_nr: dict[str, int], hooks_between: bool) -> CallPlan:
+def plan_call(
+    call, producer_of, consumers: dict, sequence_nr: dict[str, int], hooks_between: bool
+) -> CallPlan:
     """The :class:`CallPlan` of one :class:`~hookviz.capture.CallState`.
 
     Args:
@@ -199,10 +201,18 @@ def split_shared_inputs(model: torch.nn.Module, call, grad_output: tuple, grad_i
         for buffer, value in before:
             buffer.data.copy_(value)
         outputs = [output] if isinstance(output, torch.Tensor) else list(output)
-        pairs = [(o, g) for o, g in zip(outputs, grad_output)
-                 if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
-        grads = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in wanted],
-                                    [g.to(o.dtype) for o, g in pairs], allow_unused=True, materialize_grads=True)
+        pairs = [
+            (o, g)
+            for o, g in zip(outputs, grad_output)
+            if isinstance(o, torch.Tensor) and o.requires_grad and g is not None
+        ]
+        grads = torch.autograd.grad(
+            [o for o, _ in pairs],
+            [leaves[i] for i in wanted],
+            [g.to(o.dtype) for o, g in pairs],
+            allow_unused=True,
+            materialize_grads=True,
+        )
     result = list(grad_input)
     for i, grad in zip(wanted, grads):
         result[i] = grad

@@ -319,7 +319,8 @@ class Run:
         record = self.module_io(name, call)
         if legacy:
             fires = bool(record.legacy_grad_input) or (
-                record.output_node is not None and self.nodes[record.output_node].order is not None)
+                record.output_node is not None and self.nodes[record.output_node].order is not None
+            )
             return ModuleGrads(record.legacy_grad_input, record.legacy_grad_output, legacy=True, fires=fires)
         return ModuleGrads(record.grad_input, record.grad_output, legacy=False, fires=record.full_hook_fires)
 
@@ -408,8 +409,18 @@ def records_equal(a: tuple, b: tuple) -> bool:
 
 def _summary(record: TensorRecord) -> tuple:
     """What two records kept without values are compared by (NaN statistics compare equal)."""
-    return tuple("nan" if isinstance(v, float) and v != v else v for v in (
-        record.shape, record.norm, record.mean, record.min, record.max, record.nan_count, record.inf_count))
+    return tuple(
+        "nan" if isinstance(v, float) and v != v else v
+        for v in (
+            record.shape,
+            record.norm,
+            record.mean,
+            record.min,
+            record.max,
+            record.nan_count,
+            record.inf_count,
+        )
+    )
 
 
 def diff(before: Run, after: Run) -> Diff:
@@ -424,8 +435,12 @@ def diff(before: Run, after: Run) -> Diff:
     nodes = {}
     for node_id in dict.fromkeys([*before.nodes, *after.nodes]):
         a, b = before.nodes.get(node_id), after.nodes.get(node_id)
-        changed = a is None or b is None or not (
-            records_equal(a.grad_inputs, b.grad_inputs) and records_equal(a.grad_outputs, b.grad_outputs)
+        changed = (
+            a is None
+            or b is None
+            or not (
+                records_equal(a.grad_inputs, b.grad_inputs) and records_equal(a.grad_outputs, b.grad_outputs)
+            )
         )
         nodes[node_id] = NodeDiff(a, b, changed)
     leaves = {}
@@ -439,6 +454,17 @@ def diff(before: Run, after: Run) -> Diff:
     return Diff(nodes, leaves)
 
 
-record_types(SavedTensor, HookCall, HookInfo, Event, LogEntry, NodeRecord, ModuleCall, ModuleGrads,
-             NodeDiff, LeafDiff, Diff)
+record_types(
+    SavedTensor,
+    HookCall,
+    HookInfo,
+    Event,
+    LogEntry,
+    NodeRecord,
+    ModuleCall,
+    ModuleGrads,
+    NodeDiff,
+    LeafDiff,
+    Diff,
+)
 record_types(Run, kind="run")

@@ -96,7 +96,9 @@ class _Encoder:
             entry["layout"] = "sparse_coo"
             tensor = tensor.to_dense()
         elif tensor.layout != torch.strided:
-            raise HookvizError(f"cannot save a tensor with layout {tensor.layout}: only dense and sparse COO tensors")
+            raise HookvizError(
+                f"cannot save a tensor with layout {tensor.layout}: only dense and sparse COO tensors"
+            )
         # safetensors wants contiguous CPU tensors that share no memory with each other
         self.tensors[key] = tensor.to("cpu").contiguous().clone()
         return entry
@@ -117,18 +119,27 @@ class _Encoder:
                 return {"__dict__": {k: self(v, f"{where}[{k!r}]") for k, v in value.items()}}
             return {"__items__": [[self(k, where), self(v, where)] for k, v in value.items()]}
         if isinstance(value, nx.DiGraph):
-            return {"__graph__": {
-                "attributes": self(dict(value.graph), where),
-                "nodes": [[self(n, where), self(dict(a), where)] for n, a in value.nodes(data=True)],
-                "edges": [[self(u, where), self(v, where), self(dict(a), where)] for u, v, a in value.edges(data=True)],
-            }}
+            return {
+                "__graph__": {
+                    "attributes": self(dict(value.graph), where),
+                    "nodes": [[self(n, where), self(dict(a), where)] for n, a in value.nodes(data=True)],
+                    "edges": [
+                        [self(u, where), self(v, where), self(dict(a), where)]
+                        for u, v, a in value.edges(data=True)
+                    ],
+                }
+            }
         name = type(value).__name__
         if dataclasses.is_dataclass(value) and self.types.get(name) is type(value):
             skipped = _SKIPPED.get(name, set())
-            return {"__type__": name, "fields": {
-                f.name: self(getattr(value, f.name), f"{where}.{f.name}")
-                for f in dataclasses.fields(value) if f.name not in skipped
-            }}
+            return {
+                "__type__": name,
+                "fields": {
+                    f.name: self(getattr(value, f.name), f"{where}.{f.name}")
+                    for f in dataclasses.fields(value)
+                    if f.name not in skipped
+                },
+            }
         raise HookvizError(
             f"cannot save {where}: it holds a {type(value).__module__}.{name}, which is not a tensor, "
             "a plain value or a hookviz record"
@@ -154,7 +165,8 @@ def save(obj, path: str | Path) -> Path:
     kind = _FILE_KINDS.get(type(obj))
     if kind is None:
         raise HookvizError(
-            f"save() takes a hookviz.Run or a watch history (Watch.save / Watch.gather), got {type(obj).__name__}"
+            "save() takes a hookviz.Run or a watch history (Watch.save / Watch.gather), got "
+            f"{type(obj).__name__}"
         )
     import safetensors.torch
 
@@ -185,28 +197,40 @@ def _looks_pickled(data: bytes) -> bool:
     header then starts at byte 8)."""
     if data[8:10] == b'{"':
         return False
-    return (data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")) or data[:4] == b"PK\x03\x04"
+    return (data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")) or data[
+        :4
+    ] == b"PK\x03\x04"
 
 
 def _header(path: Path, data: bytes) -> dict:
     """The safetensors header of ``data``, checked; raises FileFormatError naming the problem."""
     if _looks_pickled(data):
-        raise _refuse(path, (
-            "it is a pickle (torch.save / pickle.dump) file, not a hookviz file. hookviz never "
-            "unpickles, because unpickling a file can run any code in it; save runs and watch "
-            "histories with run.save(path) / watch.save(path) and open those"
-        ))
+        raise _refuse(
+            path,
+            (
+                "it is a pickle (torch.save / pickle.dump) file, not a hookviz file. hookviz never "
+                "unpickles, because unpickling a file can run any code in it; save runs and watch "
+                "histories with run.save(path) / watch.save(path) and open those"
+            ),
+        )
     if len(data) < 8:
-        raise _refuse(path, f"the file is truncated ({len(data)} bytes; a hookviz file starts with an 8-byte header length)")
+        raise _refuse(
+            path,
+            f"the file is truncated ({len(data)} bytes; a hookviz file starts with an 8-byte header length)",
+        )
     (length,) = struct.unpack("<Q", data[:8])
     if length > _MAX_HEADER or data[8:9] not in (b"{", b""):
         raise _refuse(path, "it is not a hookviz file (it does not start with a safetensors header)")
     if 8 + length > len(data):
-        raise _refuse(path, f"the file is truncated: its header says {length} bytes follow, but only {len(data) - 8} do")
+        raise _refuse(
+            path, f"the file is truncated: its header says {length} bytes follow, but only {len(data) - 8} do"
+        )
     try:
-        header = json.loads(data[8:8 + length].decode("utf-8"))
+        header = json.loads(data[8 : 8 + length].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise _refuse(path, f"it is not a hookviz file, or it is corrupt: its header is not JSON ({error})") from None
+        raise _refuse(
+            path, f"it is not a hookviz file, or it is corrupt: its header is not JSON ({error})"
+        ) from None
     metadata = header.get("__metadata__") if isinstance(header, dict) else None
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise _refuse(path, "it is a safetensors file but not one hookviz wrote (no hookviz metadata)")
@@ -239,10 +263,13 @@ def load(path: str | Path):
     metadata = header["__metadata__"]
     version = metadata.get("version")
     if version != str(VERSION):
-        raise _refuse(path, (
-            f"it has format version {version!r}, and this hookviz reads version {VERSION}; "
-            "open it with the hookviz version that wrote it, or upgrade hookviz (pip install -U hookviz)"
-        ))
+        raise _refuse(
+            path,
+            (
+                f"it has format version {version!r}, and this hookviz reads version {VERSION}; "
+                "open it with the hookviz version that wrote it, or upgrade hookviz (pip install -U hookviz)"
+            ),
+        )
     kind = metadata.get("kind")
     if kind not in ("run", "watch"):
         raise _refuse(path, f"unknown kind {kind!r} (expected 'run' or 'watch'); the file is corrupt")
@@ -254,7 +281,9 @@ def load(path: str | Path):
         structure = json.loads(bytes(tensors.pop(_STRUCTURE).numpy()).decode("utf-8"))
         obj = _Decoder(tensors, _record_types())(structure)
     except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError) as error:
-        raise _refuse(path, f"the file is corrupt: its structure does not decode ({type(error).__name__}: {error})") from None
+        raise _refuse(
+            path, f"the file is corrupt: its structure does not decode ({type(error).__name__}: {error})"
+        ) from None
     if _FILE_KINDS.get(type(obj)) != kind:
         raise _refuse(path, f"the file is corrupt: it says {kind!r} but holds a {type(obj).__name__}")
     return obj

@@ -139,8 +139,11 @@ class Session:
         """Inputs whose gradients exist only because ``input_grads=True`` asked for them."""
         if not self.input_grads:
             return []
-        return [n for n, t in self._input_names.items()
-                if not t.requires_grad and (t.is_floating_point() or t.is_complex())]
+        return [
+            n
+            for n, t in self._input_names.items()
+            if not t.requires_grad and (t.is_floating_point() or t.is_complex())
+        ]
 
     def _model_on(self, device: str) -> torch.nn.Module:
         """The user's model on its own device; a private copy on any other (the user's stays put)."""
@@ -237,14 +240,27 @@ class Session:
         args, kwargs, inputs = self._prepare_inputs(device)
         self._restore_rng(device)
         return record_forward(
-            model, args, kwargs, inputs, self.loss_fn, recorder, device=device, user_model=self.model,
-            asked_grads=self.asked_grads, full_tensor_limit=self.full_tensor_limit,
+            model,
+            args,
+            kwargs,
+            inputs,
+            self.loss_fn,
+            recorder,
+            device=device,
+            user_model=self.model,
+            asked_grads=self.asked_grads,
+            full_tensor_limit=self.full_tensor_limit,
             histogram_bins=self.histogram_bins,
         )
 
     def _do_backward(self, graph: RetainedForward, recorder: BackwardRecorder, reused: bool) -> Run:
-        context = RunContext(self.model, tuple(self.edits), tuple(self.asked_grads), tuple(self.notes),
-                             tuple(self._input_names))
+        context = RunContext(
+            self.model,
+            tuple(self.edits),
+            tuple(self.asked_grads),
+            tuple(self.notes),
+            tuple(self._input_names),
+        )
         batch = StatsBatch(self.full_tensor_limit, self.histogram_bins)
         return graph.backward(recorder, batch, context, reused)
 
@@ -285,9 +301,11 @@ class Session:
         else:
             node = run.node(edit.target)
             if str(slot) not in node.sites:
-                raise TargetError(_slot_error(
-                    edit, f"{node.id} ({node.op}) has the sites {', '.join(node.sites) or 'none'}"
-                ))
+                raise TargetError(
+                    _slot_error(
+                        edit, f"{node.id} ({node.op}) has the sites {', '.join(node.sites) or 'none'}"
+                    )
+                )
             if slot.name == "grad_inputs":
                 record = node.grad_inputs[slot.index] if slot.index < len(node.grad_inputs) else None
             elif slot.name == "grad_outputs" or node.kind == "op":
@@ -298,8 +316,10 @@ class Session:
         # shape or dtype fails here, beside the edit, and not in the middle of the next backward.
         # fork_rng: a trial of randn_like(grad) must not move the user's random numbers.
         if record is not None and record.numel <= 1_000_000:
-            sample = record.value.clone() if record.value is not None else torch.zeros(
-                record.shape, dtype=getattr(torch, record.dtype)
+            sample = (
+                record.value.clone()
+                if record.value is not None
+                else torch.zeros(record.shape, dtype=getattr(torch, record.dtype))
             )
             with torch.random.fork_rng(devices=[]):
                 edit.apply(sample)
@@ -319,10 +339,13 @@ class Session:
             raise TargetError(_slot_error(edit, f"module {target!r} has {len(records)} {slot.name} entries"))
         if records[slot.index] is None:
             what = "input" if slot.name == "grad_input" else "output"
-            raise TargetError(_slot_error(
-                edit, f"{what} {slot.index} of module {target!r} gets no gradient (not a tensor that "
-                "requires grad)"
-            ))
+            raise TargetError(
+                _slot_error(
+                    edit,
+                    f"{what} {slot.index} of module {target!r} gets no gradient (not a tensor that "
+                    "requires grad)",
+                )
+            )
         module = self.model.get_submodule(target)
         if module._is_full_backward_hook is False:
             raise EditError(
@@ -334,7 +357,7 @@ class Session:
             raise EditError(
                 f"an in-place op changes the output of module {target!r} after it returns, and PyTorch "
                 f"refuses that on the output of a full backward hook, which a {slot.name} edit needs "
-                "(\"Output 0 of BackwardHookFunction is a view and is being modified inplace\"); edit the "
+                '("Output 0 of BackwardHookFunction is a view and is being modified inplace"); edit the '
                 f"grad_outputs of node {call.output_node!r} instead"
             )
         if call.in_place:
@@ -371,7 +394,9 @@ class Session:
 
     def edits_as_code(self) -> str:
         """Plain PyTorch hook code that makes the session's edits (see :mod:`hookviz.codegen`)."""
-        return edits_as_code(self.last_run, self.edits) if self.last_run is not None else edits_as_code(None, [])
+        return (
+            edits_as_code(self.last_run, self.edits) if self.last_run is not None else edits_as_code(None, [])
+        )
 
     def __repr__(self) -> str:
         return (
@@ -382,5 +407,3 @@ class Session:
 
 def _slot_error(edit: Edit, detail: str) -> str:
     return f"slot {str(edit.slot)!r} does not exist on {edit.target or '<root module>'!r}: {detail}"
-
-

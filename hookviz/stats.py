@@ -1,10 +1,11 @@
 """Tensor summaries, computed for many tensors at once.
 
 A run may see thousands of gradients. Summarising them one at a time with a host sync each would cost
-more than the backward itself; tensors of equal size are stacked and reduced together (a deep net has few distinct sizes), every
-reduction is queued without a sync, and one host transfer per (device, dtype) brings them back. NaN/Inf are counted only where
-the norm is not finite (a finite norm proves there are none); a norm that overflows float32 is
-recomputed in double. Views holding the same elements (a gradient and its transpose) are reduced once.
+more than the backward itself; tensors of equal size are stacked and reduced together (a deep net has
+few distinct sizes), every reduction is queued without a sync, and one host transfer per (device,
+dtype) brings them back. NaN/Inf are counted only where the norm is not finite (a finite norm proves
+there are none); a norm that overflows float32 is recomputed in double. Views holding the same
+elements (a gradient and its transpose) are reduced once.
 """
 
 from __future__ import annotations
@@ -102,7 +103,9 @@ class TensorRecord:
             "dtype": self.dtype,
             "device": self.device,
             "numel": self.numel,
-            "value": None if self.value is None else _json_values(self.value.tolist())
+            "value": None
+            if self.value is None
+            else _json_values(self.value.tolist())
             if self.value.dim() > 0
             else _json_number(self.value.item()),
             "norm": _json_float(self.norm),
@@ -231,9 +234,18 @@ class StatsBatch:
                 self.tensors[key] = _stand_in(tensor)
                 if self.tensors[key].numel() == 0:  # a sparse tensor that stores nothing: all zeros
                     records[key] = TensorRecord(
-                        tuple(tensor.shape), dtype_name(tensor.dtype), str(tensor.device), tensor.numel(),
-                        value=self._small_value(tensor), norm=0.0, mean=0.0, min=0.0, max=0.0,
-                        zero_fraction=1.0, nnz=0, note=_STAND_IN_NOTE["sparse"],
+                        tuple(tensor.shape),
+                        dtype_name(tensor.dtype),
+                        str(tensor.device),
+                        tensor.numel(),
+                        value=self._small_value(tensor),
+                        norm=0.0,
+                        mean=0.0,
+                        min=0.0,
+                        max=0.0,
+                        zero_fraction=1.0,
+                        nnz=0,
+                        note=_STAND_IN_NOTE["sparse"],
                     )
                     continue
                 views.setdefault(_elements_key(self.tensors[key]), []).append(key)
@@ -274,21 +286,33 @@ class StatsBatch:
             stored = record.numel
             nonzero = stored * (1.0 - record.zero_fraction)
             return replace(
-                record, shape=tuple(tensor.shape), dtype=dtype_name(tensor.dtype), numel=numel,
-                value=self._small_value(tensor), mean=record.mean * stored / numel,
+                record,
+                shape=tuple(tensor.shape),
+                dtype=dtype_name(tensor.dtype),
+                numel=numel,
+                value=self._small_value(tensor),
+                mean=record.mean * stored / numel,
                 min=min(record.min, 0.0) if stored < numel else record.min,
                 max=max(record.max, 0.0) if stored < numel else record.max,
-                zero_fraction=(numel - nonzero) / numel, nnz=tensor.coalesce()._nnz(), histogram=None,
+                zero_fraction=(numel - nonzero) / numel,
+                nnz=tensor.coalesce()._nnz(),
+                histogram=None,
                 note=_STAND_IN_NOTE["sparse"],
             )
-        return replace(record, dtype=dtype_name(tensor.dtype), value=self._small_value(tensor),
-                       note=_STAND_IN_NOTE["complex"])
+        return replace(
+            record,
+            dtype=dtype_name(tensor.dtype),
+            value=self._small_value(tensor),
+            note=_STAND_IN_NOTE["complex"],
+        )
 
     def _summarise(self, originals: list[torch.Tensor]) -> list[TensorRecord]:
         with torch.no_grad():
             # float16/bfloat16 sums and counts overflow: reduce those in float32
-            tensors = [t.detach() if t.dtype in (torch.float32, torch.float64) else t.detach().float()
-                       for t in originals]
+            tensors = [
+                t.detach() if t.dtype in (torch.float32, torch.float64) else t.detach().float()
+                for t in originals
+            ]
             # Tensors with the same element count are stacked into one [k, n] matrix, so each
             # statistic is one kernel per size (a deep net has few sizes), not one per tensor.
             by_size: dict[int, list[int]] = {}
@@ -316,9 +340,17 @@ class StatsBatch:
                 rows = torch.stack([tensors[i].reshape(-1) for i in members])
                 # (amin and amax separately: aminmax along a dim is far slower on CPU; the L0
                 # "norm" is the fastest nonzero count, exact up to 2**24 elements per row)
-                columns.append(torch.stack([
-                    torch.linalg.vector_norm(rows, dim=1), rows.sum(1), rows.amin(1), rows.amax(1),
-                ], dim=1))
+                columns.append(
+                    torch.stack(
+                        [
+                            torch.linalg.vector_norm(rows, dim=1),
+                            rows.sum(1),
+                            rows.amin(1),
+                            rows.amax(1),
+                        ],
+                        dim=1,
+                    )
+                )
                 counts.append(torch.linalg.vector_norm(rows, ord=0, dim=1).long())
                 self._sample(rows, members, samples)
                 order += members
@@ -345,13 +377,23 @@ class StatsBatch:
                     if not nan_count and not inf_count:
                         # float32 squares overflow past ~1e19; exploding gradients get there
                         norm = tensor.double().norm().item()
-                records.append(TensorRecord(
-                    shape=tuple(tensor.shape), dtype=dtype_name(originals[i].dtype),
-                    device=str(tensor.device), numel=numel, value=values.get(i), norm=norm,
-                    mean=total / numel, min=low, max=high, nan_count=nan_count,
-                    inf_count=inf_count, zero_fraction=(numel - nonzero_counts[i]) / numel,
-                    histogram=histograms.get(i),
-                ))
+                records.append(
+                    TensorRecord(
+                        shape=tuple(tensor.shape),
+                        dtype=dtype_name(originals[i].dtype),
+                        device=str(tensor.device),
+                        numel=numel,
+                        value=values.get(i),
+                        norm=norm,
+                        mean=total / numel,
+                        min=low,
+                        max=high,
+                        nan_count=nan_count,
+                        inf_count=inf_count,
+                        zero_fraction=(numel - nonzero_counts[i]) / numel,
+                        histogram=histograms.get(i),
+                    )
+                )
             return records
 
     def _sample(self, rows: torch.Tensor, members: list[int], samples: dict) -> None:
@@ -388,7 +430,8 @@ class StatsBatch:
 
 
 _STAND_IN_NOTE = {
-    "sparse": "sparse: statistics over the stored values; the zeros it does not store count in mean and zero_fraction",
+    "sparse": "sparse: statistics over the stored values; the zeros it does not store count in mean "
+    "and zero_fraction",
     "complex": "complex: statistics of the magnitude |z|",
 }
 
@@ -428,8 +471,12 @@ def _sample_indices(numel: int, device) -> torch.Tensor:
 
 def _elements_key(tensor: torch.Tensor) -> tuple:
     """Equal for two views of exactly the same elements (e.g. a matrix and its transpose)."""
-    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.dtype,
-            tuple(sorted(zip(tensor.shape, tensor.stride()))))
+    return (
+        tensor.untyped_storage().data_ptr(),
+        tensor.storage_offset(),
+        tensor.dtype,
+        tuple(sorted(zip(tensor.shape, tensor.stride()))),
+    )
 
 
 def combined_norm(norms) -> float | None:

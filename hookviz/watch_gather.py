@@ -65,12 +65,14 @@ def local_statistics(grad: torch.Tensor) -> torch.Tensor:
     # gradients overflow past about 1e19
     low, high = torch.aminmax(grad)
     numel = grad.numel()
-    return torch.stack([
-        torch.linalg.vector_norm(grad, dtype=torch.float64),
-        torch.maximum(high, -low).double(),
-        (numel - torch.isfinite(grad).sum()).double(),
-        (numel - torch.count_nonzero(grad)).double() / numel,
-    ])
+    return torch.stack(
+        [
+            torch.linalg.vector_norm(grad, dtype=torch.float64),
+            torch.maximum(high, -low).double(),
+            (numel - torch.isfinite(grad).sum()).double(),
+            (numel - torch.count_nonzero(grad)).double() / numel,
+        ]
+    )
 
 
 def is_shard(tensor: torch.Tensor) -> bool:
@@ -89,11 +91,23 @@ class RankRecorder:
             the shard), used to combine shards; 0 for module outputs.
     """
 
-    def __init__(self, watch, model: torch.nn.Module, strategy: str, parameters: list[tuple[str, torch.Tensor]],
-                 handles: list, reduce):
+    def __init__(
+        self,
+        watch,
+        model: torch.nn.Module,
+        strategy: str,
+        parameters: list[tuple[str, torch.Tensor]],
+        handles: list,
+        reduce,
+    ):
         from hookviz import distributed
 
-        self._watch, self.strategy, self._handles, self._reduce = weakref.ref(watch), strategy, handles, reduce
+        self._watch, self.strategy, self._handles, self._reduce = (
+            weakref.ref(watch),
+            strategy,
+            handles,
+            reduce,
+        )
         self.columns = {name: column for column, (name, _) in enumerate(parameters)}
         self.parameters = [p for _, p in parameters]
         self.reduced: dict[int, torch.Tensor] = {}
@@ -133,8 +147,14 @@ class RankRecorder:
             del self.reduced[old]
 
 
-def attach(watch, model: torch.nn.Module, parameters: list[tuple[str, torch.Tensor]], hook_for_column,
-           handles: list, reduce) -> RankRecorder | None:
+def attach(
+    watch,
+    model: torch.nn.Module,
+    parameters: list[tuple[str, torch.Tensor]],
+    hook_for_column,
+    handles: list,
+    reduce,
+) -> RankRecorder | None:
     """A :class:`RankRecorder` for ``watch`` when ``model`` is DDP or FSDP2, else None.
 
     ``hook_for_column(column)`` makes the watch's parameter hook for one column; on FSDP2 it is put
@@ -148,7 +168,9 @@ def attach(watch, model: torch.nn.Module, parameters: list[tuple[str, torch.Tens
         return None
     recorder = RankRecorder(watch, model, kind, parameters, handles, reduce)
     if kind == distributed.FSDP:
-        handles.append(model.register_forward_hook(partial(_after_forward, weakref.ref(recorder), hook_for_column)))
+        handles.append(
+            model.register_forward_hook(partial(_after_forward, weakref.ref(recorder), hook_for_column))
+        )
     return recorder
 
 
@@ -203,12 +225,16 @@ class RankHistory:
 
     def _step(self, step: int | None) -> int:
         if not self.steps:
-            raise WatchError("the history holds no step: no rank recorded a backward while its watch was open")
+            raise WatchError(
+                "the history holds no step: no rank recorded a backward while its watch was open"
+            )
         if step is None:
             return len(self.steps) - 1
         if step not in self.steps:
-            raise WatchError(f"step {step} is not kept (kept: {len(self.steps)} steps from {self.steps[0]} to "
-                             f"{self.steps[-1]}); pick one of .steps")
+            raise WatchError(
+                f"step {step} is not kept (kept: {len(self.steps)} steps from {self.steps[0]} to "
+                f"{self.steps[-1]}); pick one of .steps"
+            )
         return self.steps.index(step)
 
     def _rank(self, rank: int) -> int:
@@ -216,7 +242,9 @@ class RankHistory:
             raise WatchError(f"rank {rank!r} is not in this history; its ranks are {self.ranks}")
         return self.ranks.index(rank)
 
-    def norms(self, step: int | None = None, rank: int | None = None, kind: str | None = None) -> dict[str, float]:
+    def norms(
+        self, step: int | None = None, rank: int | None = None, kind: str | None = None
+    ) -> dict[str, float]:
         """``{name: gradient norm}`` at ``step`` (None = the last kept).
 
         Args:
@@ -233,21 +261,28 @@ class RankHistory:
         index = self._step(step)
         if rank is None:
             if kind == "output":
-                raise WatchError("module outputs are not all-reduced, so they have no reduced norm; "
-                                 "pass rank=r for that rank's own")
+                raise WatchError(
+                    "module outputs are not all-reduced, so they have no reduced norm; "
+                    "pass rank=r for that rank's own"
+                )
             if not self.strategy:
                 raise WatchError("this history is from one process, with no all-reduce; pass rank=0")
             row = self.reduced[index]
         else:
             row = self.local[self._rank(rank), index]
-        return {n: values[0] for n, k, values in zip(self.names, self.kinds, row.tolist())
-                if kind in (None, k) and (not math.isnan(values[0]) or values[2] > 0)}
+        return {
+            n: values[0]
+            for n, k, values in zip(self.names, self.kinds, row.tolist())
+            if kind in (None, k) and (not math.isnan(values[0]) or values[2] > 0)
+        }
 
     def history(self, rank: int | None = None):
         """One rank's local statistics (or, with None, the reduced ones) as a
         :class:`hookviz.gradient_watch.History`."""
         table = self.reduced if rank is None else self.local[self._rank(rank)]
-        return History(list(self.steps), list(self.names), list(self.kinds), *(table[:, :, i].clone() for i in range(4)))
+        return History(
+            list(self.steps), list(self.names), list(self.kinds), *(table[:, :, i].clone() for i in range(4))
+        )
 
     def total_norms(self) -> torch.Tensor:
         """float64 ``[len(ranks), len(steps)]``: each rank's local norm of all parameter gradients
@@ -291,44 +326,72 @@ class RankHistory:
         count = int(self.local[rank_index, step_index, first, 2].item())
         step = self.steps[step_index]
         clean = [r for r in self.ranks if r not in ranks]
-        spread = (f"; ranks {clean} had finite local gradients, so the all-reduce spread it to every rank"
-                  if clean and self.strategy else "")
-        message = (f"rank {ranks[0]} is the first to produce NaN/Inf: at step {step} its local gradient of "
-                   f"{self._name_label(first)} held {count} NaN/Inf elements (the first of its gradients to, in backward order; "
-                   f"ranks with NaN/Inf at step {step}: {ranks}){spread}. Record that rank's batch with "
-                   "hookviz.Session(...).run().diagnose() to find the op")
-        return [Finding("nan", self._module(first), self.names[first], message, float(count), step, rank=ranks[0])]
+        spread = (
+            f"; ranks {clean} had finite local gradients, so the all-reduce spread it to every rank"
+            if clean and self.strategy
+            else ""
+        )
+        message = (
+            f"rank {ranks[0]} is the first to produce NaN/Inf: at step {step} its local gradient of "
+            f"{self._name_label(first)} held {count} NaN/Inf elements (the first of its gradients "
+            f"to, in backward order; "
+            f"ranks with NaN/Inf at step {step}: {ranks}){spread}. Record that rank's batch with "
+            "hookviz.Session(...).run().diagnose() to find the op"
+        )
+        return [
+            Finding("nan", self._module(first), self.names[first], message, float(count), step, rank=ranks[0])
+        ]
 
     def _diverging_findings(self, diverge: float) -> list[Finding]:
         if len(self.ranks) < 2:
             return []
         totals = self.total_norms().tolist()
-        worst: dict[tuple[int, str], tuple[int, float, int]] = {}  # (rank, direction) -> first step, worst ratio, steps
+        worst: dict[
+            tuple[int, str], tuple[int, float, int]
+        ] = {}  # (rank, direction) -> first step, worst ratio, steps
         for s in range(len(self.steps)):
             for i, rank in enumerate(self.ranks):
-                others = [totals[j][s] for j in range(len(self.ranks)) if j != i and math.isfinite(totals[j][s])]
+                others = [
+                    totals[j][s] for j in range(len(self.ranks)) if j != i and math.isfinite(totals[j][s])
+                ]
                 mine = totals[i][s]
                 if not others or not math.isfinite(mine):
                     continue
                 median = statistics.median(others)
                 ratio = mine / median if median > 0 else (math.inf if mine > 0 else 1.0)
-                direction = "above" if ratio > diverge else (
-                    "below" if len(self.ranks) >= 3 and ratio < 1 / diverge else None)
+                direction = (
+                    "above"
+                    if ratio > diverge
+                    else ("below" if len(self.ranks) >= 3 and ratio < 1 / diverge else None)
+                )
                 if direction is None:
                     continue
                 first, extreme, count = worst.get((rank, direction), (s, ratio, 0))
                 extreme = max(extreme, ratio) if direction == "above" else min(extreme, ratio)
                 worst[(rank, direction)] = (first, extreme, count + 1)
         found = []
-        for (rank, direction), (first, extreme, count) in sorted(worst.items(), key=lambda kv: (kv[1][0], kv[0])):
+        for (rank, direction), (first, extreme, count) in sorted(
+            worst.items(), key=lambda kv: (kv[1][0], kv[0])
+        ):
             step = self.steps[first]
             word = "more" if direction == "above" else "less"
-            found.append(Finding("diverging", "", None, (
-                f"rank {rank} diverges from the others: from step {step} its local gradient norm (all "
-                f"parameters) is {word} than {diverge:g}x away from the median of the other ranks' "
-                f"({count} of {len(self.steps)} kept steps; at worst {extreme:.3g}x). Its batches "
-                "differ from the others' (data, or a bad shard), or its replica differs"
-            ), extreme, step, rank=rank))
+            found.append(
+                Finding(
+                    "diverging",
+                    "",
+                    None,
+                    (
+                        f"rank {rank} diverges from the others: from step {step} its local gradient "
+                        f"norm (all "
+                        f"parameters) is {word} than {diverge:g}x away from the median of the other ranks' "
+                        f"({count} of {len(self.steps)} kept steps; at worst {extreme:.3g}x). Its batches "
+                        "differ from the others' (data, or a bad shard), or its replica differs"
+                    ),
+                    extreme,
+                    step,
+                    rank=rank,
+                )
+            )
         return found
 
     def _unused_findings(self) -> list[Finding]:
@@ -344,13 +407,25 @@ class RankHistory:
                 continue
             s = int(mixed.nonzero()[0])
             without = [r for i, r in enumerate(self.ranks) if not has[i, s, column]]
-            found.append(Finding("unused", self._module(column), self.names[column], (
-                f"{self._name_label(column)} got no gradient on ranks {without} but did on the others "
-                f"from step {self.steps[s]} ({int(mixed.sum())} of {len(self.steps)} kept steps): "
-                "DistributedDataParallel then stops with 'Expected to have finished reduction in the "
-                "prior iteration' unless it was built with find_unused_parameters=True (which costs a "
-                "graph walk per step); or make every rank use it"
-            ), float(len(without)), self.steps[s], rank=without[0]))
+            found.append(
+                Finding(
+                    "unused",
+                    self._module(column),
+                    self.names[column],
+                    (
+                        f"{self._name_label(column)} got no gradient on ranks {without} but did on "
+                        f"the others "
+                        f"from step {self.steps[s]} ({int(mixed.sum())} of {len(self.steps)} kept steps): "
+                        "DistributedDataParallel then stops with 'Expected to have finished reduction in the "
+                        "prior iteration' unless it was built with find_unused_parameters=True "
+                        "(which costs a "
+                        "graph walk per step); or make every rank use it"
+                    ),
+                    float(len(without)),
+                    self.steps[s],
+                    rank=without[0],
+                )
+            )
         return found
 
     def heatmap(self, rank: int | None = None, kind: str = "parameter"):
@@ -364,10 +439,20 @@ class RankHistory:
         values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
         z = [[None if not math.isfinite(v) else v for v in row] for row in values.tolist()]
         title = "reduced gradient norm" if rank is None else f"rank {rank}: local gradient norm"
-        figure = go.Figure(go.Heatmap(z=z, x=history.steps, y=[history.names[i] or "(root)" for i in columns],
-                                      colorscale="Viridis", colorbar={"title": "log10 norm"}))
-        figure.update_layout(title=f"{title} per {kind}", xaxis_title="step",
-                             yaxis={"autorange": "reversed", "type": "category"})
+        figure = go.Figure(
+            go.Heatmap(
+                z=z,
+                x=history.steps,
+                y=[history.names[i] or "(root)" for i in columns],
+                colorscale="Viridis",
+                colorbar={"title": "log10 norm"},
+            )
+        )
+        figure.update_layout(
+            title=f"{title} per {kind}",
+            xaxis_title="step",
+            yaxis={"autorange": "reversed", "type": "category"},
+        )
         return figure
 
     def save(self, path) -> Path:
@@ -375,8 +460,10 @@ class RankHistory:
         return save(self, path)
 
     def __repr__(self) -> str:
-        return (f"RankHistory(ranks={self.ranks}, steps={len(self.steps)}, names={len(self.names)}, "
-                f"strategy={self.strategy or 'one process'!r})")
+        return (
+            f"RankHistory(ranks={self.ranks}, steps={len(self.steps)}, names={len(self.names)}, "
+            f"strategy={self.strategy or 'one process'!r})"
+        )
 
 
 def from_watch(watch) -> RankHistory:
@@ -384,8 +471,18 @@ def from_watch(watch) -> RankHistory:
     history = watch.history
     local = torch.stack([getattr(history, s) for s in STATISTICS], dim=-1).unsqueeze(0)
     reduced = torch.full(local.shape[1:], math.nan, dtype=torch.float64)
-    return RankHistory([0], list(history.steps), list(history.names), list(history.kinds), local, reduced,
-                       _order_row(watch).unsqueeze(0), dict(watch.module_types), "", watch.every)
+    return RankHistory(
+        [0],
+        list(history.steps),
+        list(history.names),
+        list(history.kinds),
+        local,
+        reduced,
+        _order_row(watch).unsqueeze(0),
+        dict(watch.module_types),
+        "",
+        watch.every,
+    )
 
 
 def _order_row(watch) -> torch.Tensor:
@@ -416,8 +513,10 @@ def gather(watch, dst: int = 0, group=None) -> RankHistory | None:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        raise WatchError("gather() needs torch.distributed initialised (torch.distributed.init_process_group, "
-                         "as torchrun scripts do); in one process use watch.history or watch.save()")
+        raise WatchError(
+            "gather() needs torch.distributed initialised (torch.distributed.init_process_group, "
+            "as torchrun scripts do); in one process use watch.history or watch.save()"
+        )
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
     if dst not in ranks:
         raise WatchError(f"dst={dst} is not a rank of the group (ranks {ranks})")
@@ -432,8 +531,10 @@ def gather(watch, dst: int = 0, group=None) -> RankHistory | None:
     dist.all_gather(headers, header, group=group)
     headers = [h.tolist() for h in headers]
     if any(h[1:] != headers[0][1:] for h in headers):
-        raise WatchError("the ranks' watches record different names: watch the same model on every rank "
-                         f"(names per rank: {[h[1] for h in headers]})")
+        raise WatchError(
+            "the ranks' watches record different names: watch the same model on every rank "
+            f"(names per rank: {[h[1] for h in headers]})"
+        )
     most = max(h[0] for h in headers)
     payload = torch.full((most * (1 + 8 * names) + 2 * names,), math.nan, dtype=torch.float64)
     local = torch.stack([getattr(history, s) for s in STATISTICS], dim=-1)  # [steps, names, 4]
@@ -467,10 +568,10 @@ class _Payload:
     def __post_init__(self):
         s, n = self.most, self.names
         self.steps = self.flat[:s]
-        self.local = self.flat[s:s + 4 * s * n].view(s, n, 4)
-        self.reduced = self.flat[s + 4 * s * n:s + 8 * s * n].view(s, n, 4)
-        self.numel = self.flat[s + 8 * s * n:s + 8 * s * n + n]
-        self.order = self.flat[s + 8 * s * n + n:]
+        self.local = self.flat[s : s + 4 * s * n].view(s, n, 4)
+        self.reduced = self.flat[s + 4 * s * n : s + 8 * s * n].view(s, n, 4)
+        self.numel = self.flat[s + 8 * s * n : s + 8 * s * n + n]
+        self.order = self.flat[s + 8 * s * n + n :]
 
 
 def _combine(views: list[_Payload], ranks: list[int], history, watch, strategy: str) -> RankHistory:
@@ -481,8 +582,8 @@ def _combine(views: list[_Payload], ranks: list[int], history, watch, strategy: 
     parts = torch.full((len(ranks), len(steps), names, 4), math.nan, dtype=torch.float64)
     for i, (view, kept) in enumerate(zip(views, rows)):
         at = [steps.index(s) for s in kept]
-        local[i, at] = view.local[:len(kept)]
-        parts[i, at] = view.reduced[:len(kept)]
+        local[i, at] = view.local[: len(kept)]
+        parts[i, at] = view.reduced[: len(kept)]
     numel = torch.stack([v.numel for v in views])  # [ranks, names]
     if strategy == "fsdp":
         reduced = _combine_shards(parts, numel)
@@ -491,8 +592,18 @@ def _combine(views: list[_Payload], ranks: list[int], history, watch, strategy: 
         for i in reversed(range(len(ranks))):
             present = ~parts[i, :, :, 0].isnan() | (parts[i, :, :, 2] > 0)
             reduced[present] = parts[i][present]
-    return RankHistory(list(ranks), steps, list(history.names), list(history.kinds), local, reduced,
-                       torch.stack([v.order for v in views]), dict(watch.module_types), strategy, watch.every)
+    return RankHistory(
+        list(ranks),
+        steps,
+        list(history.names),
+        list(history.kinds),
+        local,
+        reduced,
+        torch.stack([v.order for v in views]),
+        dict(watch.module_types),
+        strategy,
+        watch.every,
+    )
 
 
 def _combine_shards(parts: torch.Tensor, numel: torch.Tensor) -> torch.Tensor:
@@ -505,7 +616,9 @@ def _combine_shards(parts: torch.Tensor, numel: torch.Tensor) -> torch.Tensor:
     norm = parts[..., 0].where(present, 0.0).square().sum(0).sqrt()
     max_abs = parts[..., 1].where(present, -math.inf).amax(0)
     nonfinite = parts[..., 2].where(present, 0.0).sum(0)
-    zeros = (parts[..., 3] * weights).where(present, 0.0).sum(0) / weights.where(present, 0.0).sum(0).clamp_min(1)
+    zeros = (parts[..., 3] * weights).where(present, 0.0).sum(0) / weights.where(present, 0.0).sum(
+        0
+    ).clamp_min(1)
     combined = torch.stack([norm, max_abs, nonfinite, zeros], dim=-1)
     combined[nothing] = math.nan
     return combined

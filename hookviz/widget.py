@@ -52,7 +52,7 @@ class Widget(anywidget.AnyWidget):
     _esm = _STATIC / "widget.js"
 
     graph = traitlets.Dict(value_trait=traitlets.Any(), key_trait=traitlets.Unicode()).tag(sync=True)
-    """The run's graph for the page: nodes, edges, module groups, colour range (``widget_data.graph_json``)."""
+    """The run's graph for the page: nodes, edges, module groups, colour range (``graph_json``)."""
     collapsed = traitlets.List(traitlets.Unicode()).tag(sync=True)
     """Names of the module boxes drawn closed."""
     view = traitlets.Enum(VIEWS, default_value="ops").tag(sync=True)
@@ -178,9 +178,7 @@ class Widget(anywidget.AnyWidget):
             caused = set()
             if run.edits and self.baseline is not None and self.baseline is not run:
                 before = self.baseline.diagnose(vanishing=self.vanishing_threshold)
-                caused = {(f.kind, f.module) for f in findings} - {
-                    (f.kind, f.module) for f in before
-                }
+                caused = {(f.kind, f.module) for f in findings} - {(f.kind, f.module) for f in before}
             return widget_data.diagnosis_json(findings, "run", caused_by_edits=caused)
         except Exception as error:  # a diagnosis bug must not take the widget down
             return widget_data.diagnosis_json(
@@ -235,9 +233,11 @@ class Widget(anywidget.AnyWidget):
 
     def _select(self, target: str, reveal: bool, control: str) -> bool:
         run = self.run
-        name = target[len(widget_data.MODULE_PREFIX) :] if target.startswith(
-            widget_data.MODULE_PREFIX
-        ) else target
+        name = (
+            target[len(widget_data.MODULE_PREFIX) :]
+            if target.startswith(widget_data.MODULE_PREFIX)
+            else target
+        )
         known_module = name in run.modules or name == LOSS_MODULE
         if control == "search" or (target not in run.nodes and not known_module):
             found = widget_tree.find(target, self.graph)
@@ -264,9 +264,11 @@ class Widget(anywidget.AnyWidget):
         if node is not None:
             collapsed = widget_tree.reveal(self.collapsed, node["module"], groups, open_itself=True)
         else:
-            module = target[len(widget_data.MODULE_PREFIX) :] if target.startswith(
-                widget_data.MODULE_PREFIX
-            ) else target
+            module = (
+                target[len(widget_data.MODULE_PREFIX) :]
+                if target.startswith(widget_data.MODULE_PREFIX)
+                else target
+            )
             collapsed = widget_tree.reveal(self.collapsed, module, groups, open_itself=False)
         if collapsed != list(self.collapsed):
             self.collapsed = collapsed
@@ -285,9 +287,7 @@ class Widget(anywidget.AnyWidget):
                 if module == LOSS_MODULE:  # not a module: what loss_fn built; show its root op
                     return self._inspect(run.root, quiet)
                 run.module_io(module)  # raises TargetError for an unknown name
-                data = widget_data.module_inspector_json(
-                    run, module, self._sites(module), self.baseline
-                )
+                data = widget_data.module_inspector_json(run, module, self._sites(module), self.baseline)
         except HookvizError as error:
             if not quiet:
                 self._set_error("select", str(error))
@@ -349,9 +349,7 @@ class Widget(anywidget.AnyWidget):
         device = device or self.device
         try:
             if device not in self.devices:
-                raise DeviceError(
-                    f"device {device!r} is not available here; choose one of {self.devices}"
-                )
+                raise DeviceError(f"device {device!r} is not available here; choose one of {self.devices}")
             run = self.session.run(device=device, forward=forward)
         except DeviceError as error:
             self._set_error("device", str(error))
@@ -404,9 +402,7 @@ class Widget(anywidget.AnyWidget):
 
     def collapse_all(self) -> None:
         """Collapse every top-level module group."""
-        self.collapsed = sorted(
-            g["module"] for g in self.graph.get("groups", []) if g["parent"] is None
-        )
+        self.collapsed = sorted(g["module"] for g in self.graph.get("groups", []) if g["parent"] is None)
 
     def expand_all(self) -> None:
         """Expand every module group."""
@@ -534,9 +530,7 @@ class Widget(anywidget.AnyWidget):
             "steps": steps,
             "step": step,
             "index": steps.index(step),
-            "norms": {
-                name: widget_data.json_float(norm) for name, norm in watch.norms(step).items()
-            },
+            "norms": {name: widget_data.json_float(norm) for name, norm in watch.norms(step).items()},
             "node_norms": widget_data.watch_node_norms(self.graph, parameters, outputs),
             "color_range": self._watch_range,
             "model": getattr(watch, "model_name", None) or type(watch.model).__name__,
@@ -609,7 +603,8 @@ class Widget(anywidget.AnyWidget):
             if not isinstance(value, str):
                 return (
                     False,
-                    f"malformed {kind!r} message: field {field!r} must be a string, got {type(value).__name__}",
+                    f"malformed {kind!r} message: field {field!r} must be a string, got "
+                    f"{type(value).__name__}",
                 )
             if len(value) > _MAX_TEXT:
                 return (
@@ -671,12 +666,12 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
     from hookviz.watch_gather import RankHistory
 
     widget_options = {
-        k: session_options.pop(k)
-        for k in ("visible_budget", "vanishing_threshold")
-        if k in session_options
+        k: session_options.pop(k) for k in ("visible_budget", "vanishing_threshold") if k in session_options
     }
     if isinstance(model, Run):  # a recorded run, usually opened from a file: read-only
-        return Widget(RecordedSession(model, baseline=args if isinstance(args, Run) else None), **widget_options)
+        return Widget(
+            RecordedSession(model, baseline=args if isinstance(args, Run) else None), **widget_options
+        )
     if isinstance(model, RankHistory):
         run = args if isinstance(args, Run) else model.run
         if run is None:

@@ -103,9 +103,10 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
 
     Returns:
         ``{"structure", "nodes", "edges", "groups", "color_range"}``. Node: ``{id, op, module,
-        kind, order, norm, nan, edited, user_hooks, hint}`` (hint: :func:`operand_hint`); edge: ``[source, target, slot]`` in forward
-        direction; group: ``{id, module, parent, label, type, size, norm, nan, edited,
-        user_hooks, signature, repeat}`` (see :func:`hookviz.widget_tree.mark_repeats`).
+        kind, order, norm, nan, edited, user_hooks, hint}`` (hint: :func:`operand_hint`); edge:
+        ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, label, type,
+        size, norm, nan, edited, user_hooks, signature, repeat}``
+        (see :func:`hookviz.widget_tree.mark_repeats`).
     """
     graph = run.graph
     key = structure if structure is not None else structure_key(graph)
@@ -222,9 +223,7 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
             {
                 "id": group_id(module),
                 "module": module,
-                "parent": None
-                if parent_module(module) is None
-                else group_id(parent_module(module)),
+                "parent": None if parent_module(module) is None else group_id(parent_module(module)),
                 "label": short_name(module),
                 "type": types.get(module, ""),
                 "size": len(items),
@@ -239,10 +238,7 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
 
 def _hooks_json(run: Run, node_id: str, record) -> list[dict]:
     """The hooks at a node: the user's own, hookviz's recording hook, and the edits installed there."""
-    hooks = [
-        {"owner": "user", "kind": h.kind, "name": h.name, "where": h.where}
-        for h in record.user_hooks
-    ]
+    hooks = [{"owner": "user", "kind": h.kind, "name": h.name, "where": h.where} for h in record.user_hooks]
     hooks.append(
         {
             "owner": "hookviz",
@@ -373,9 +369,7 @@ def _against(now, before, fields: tuple[str, ...]) -> tuple[dict, dict]:
     )
 
 
-def module_inspector_json(
-    run: Run, module: str, sites: list[str], baseline: Run | None = None
-) -> dict:
+def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run | None = None) -> dict:
     """What the inspector shows for a module: forward inputs/output, full and legacy backward
     hook views (first call). Raises TargetError for a module that did not run."""
     call = run.module_io(module)
@@ -387,17 +381,14 @@ def module_inspector_json(
         "module": module,
         "node_kind": "module",
         "order": None,
-        "inputs": {
-            k: (v if isinstance(v, str) else tensor_json(v)) for k, v in call.inputs.items()
-        },
+        "inputs": {k: (v if isinstance(v, str) else tensor_json(v)) for k, v in call.inputs.items()},
         "output_list": tensors_json(call.output),
         "grad_input": tensors_json(call.grad_input),
         "grad_output": tensors_json(call.grad_output),
         "legacy_grad_input": tensors_json(call.legacy_grad_input),
         "legacy_grad_output": tensors_json(call.legacy_grad_output),
         "hooks": [
-            {"owner": "user", "kind": h.kind, "name": h.name, "where": h.where}
-            for h in call.user_hooks
+            {"owner": "user", "kind": h.kind, "name": h.name, "where": h.where} for h in call.user_hooks
         ]
         + [
             {
@@ -445,9 +436,7 @@ def leaf_summary_json(
     base = baseline if baseline is not None else run
     difference = diff(base, run)
     before = baseline_summaries if baseline_summaries is not None else leaf_summaries(base)
-    after = _summaries(
-        {name: leaf.after for name, leaf in difference.leaves.items() if leaf.changed}
-    )
+    after = _summaries({name: leaf.after for name, leaf in difference.leaves.items() if leaf.changed})
     return [
         {
             "name": name,
@@ -513,9 +502,7 @@ def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHI
         "current": [json_float(current[m]) for m in modules],
         "baseline": [json_float(before.get(m)) for m in modules],
         "threshold": json_float(threshold),
-        "rule": f"vanishing below {vanishing:g} x the layer nearest the loss ({nearest})"
-        if usable
-        else "",
+        "rule": f"vanishing below {vanishing:g} x the layer nearest the loss ({nearest})" if usable else "",
         "floor": floor,
     }
 

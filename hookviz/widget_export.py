@@ -130,9 +130,7 @@ def inspectors_json(widget) -> dict:
     for call in run.calls:
         key = widget_data.MODULE_PREFIX + call.module
         if key not in out:
-            data = widget_data.module_inspector_json(
-                run, call.module, widget._sites(call.module), baseline
-            )
+            data = widget_data.module_inspector_json(run, call.module, widget._sites(call.module), baseline)
             out[key] = _trim_values(data)
     return out
 
@@ -152,9 +150,7 @@ def save_html(widget, path, title: str = "hookviz") -> Path:
     state["__inspectors"] = inspectors_json(widget)
     text = json.dumps(state, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
     esm = base64.b64encode((Path(widget_data.__file__).parent / "static" / "widget.js").read_bytes())
-    page = _PAGE.format(
-        title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=_SHIM
-    )
+    page = _PAGE.format(title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=_SHIM)
     target = Path(path)
     target.write_text(page, encoding="utf-8")
     return target

@@ -90,9 +90,7 @@ def mark_repeats(groups: list[dict], nodes: list[dict], leaf_shapes: dict | None
     for members in by_class.values():
         members.sort(key=lambda g: natural_key(g["module"]))
         for index, group in enumerate(members):
-            group["repeat"] = (
-                {"index": index + 1, "count": len(members)} if len(members) > 1 else None
-            )
+            group["repeat"] = {"index": index + 1, "count": len(members)} if len(members) > 1 else None
 
 
 def _children(groups: list[dict]) -> dict[str | None, list[str]]:

@@ -24,20 +24,40 @@ def model_state(model: torch.nn.Module, tensors=()) -> list:
     state = []
     for name, module in model.named_modules():
         state.append((name, module.training, module._is_full_backward_hook))
-        for attribute in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks",
-                          "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs",
-                          "_forward_hooks_always_called"):
+        for attribute in (
+            "_forward_pre_hooks",
+            "_forward_hooks",
+            "_backward_pre_hooks",
+            "_backward_hooks",
+            "_forward_hooks_with_kwargs",
+            "_forward_pre_hooks_with_kwargs",
+            "_forward_hooks_always_called",
+        ):
             hooks = getattr(module, attribute)
             state.append((name, attribute, list(hooks.items())))
     for name, parameter in model.named_parameters():
-        state.append((name, parameter.requires_grad, parameter.device, parameter.detach().clone(),
-                      None if parameter.grad is None else parameter.grad.clone(),
-                      dict(parameter._backward_hooks or {})))
+        state.append(
+            (
+                name,
+                parameter.requires_grad,
+                parameter.device,
+                parameter.detach().clone(),
+                None if parameter.grad is None else parameter.grad.clone(),
+                dict(parameter._backward_hooks or {}),
+            )
+        )
     for name, buffer in model.named_buffers():
         state.append((name, buffer.dtype, buffer.device, buffer.detach().clone()))
     for i, tensor in enumerate(tensors):
-        state.append((i, tensor.requires_grad, tensor.detach().clone(), None if tensor.grad is None else tensor.grad.clone(),
-                      dict(tensor._backward_hooks or {})))
+        state.append(
+            (
+                i,
+                tensor.requires_grad,
+                tensor.detach().clone(),
+                None if tensor.grad is None else tensor.grad.clone(),
+                dict(tensor._backward_hooks or {}),
+            )
+        )
     return state
 
 

@@ -16,7 +16,9 @@ SEED = 1234
 
 def _sites(run: hookviz.Run) -> list[tuple[str, str, str]]:
     """One site of each kind that got a gradient in ``run``, with an expression for it."""
-    ran = sorted((r for r in run.nodes.values() if r.kind == "op" and r.order is not None), key=lambda r: r.order)
+    ran = sorted(
+        (r for r in run.nodes.values() if r.kind == "op" and r.order is not None), key=lambda r: r.order
+    )
     sites = []
     with_input = next((r for r in ran[1:] if any(g is not None for g in r.grad_inputs)), None)
     if with_input is not None:

@@ -119,8 +119,11 @@ def test_leaf_node_and_tensor_hooks_equal_pytorch(name):
         handles = []
         for parameter_name, parameter in twin_model.named_parameters():
             if parameter.requires_grad:
-                handles.append(parameter.register_hook(
-                    lambda grad, n=parameter_name: _keep(seen_tensor, n, grad.clone())))
+                handles.append(
+                    parameter.register_hook(
+                        lambda grad, n=parameter_name: _keep(seen_tensor, n, grad.clone())
+                    )
+                )
         return handles
 
     twin, twin_args, twin_kwargs, _, _ = _plain(model, args, kwargs, loss_fn, setup)
@@ -176,7 +179,9 @@ def test_module_views_equal_pytorch_hooks(name):
         # Non-reentrant checkpointing runs the forward again in backward; the run shows forward's calls.
         assert len(returned) == len(calls) or "checkpoint" in name and len(returned) > len(calls)
         for call, real in zip(calls, returned):
-            _assert_views_equal(call.output, real, f"{module_name!r} call {call.call} forward output", exact=True)
+            _assert_views_equal(
+                call.output, real, f"{module_name!r} call {call.call} forward output", exact=True
+            )
 
         # Full backward hook: fired per call (last call first), with grad_input / grad_output.
         fired = []
@@ -201,7 +206,8 @@ def test_module_views_equal_pytorch_hooks(name):
             fired.reverse()
             got = [c for c in calls if c.full_hook_fires]
             assert len(got) == len(fired), (
-                f"{module_name!r}: PyTorch's full hook fired {len(fired)} time(s), hookviz says {len(got)}")
+                f"{module_name!r}: PyTorch's full hook fired {len(fired)} time(s), hookviz says {len(got)}"
+            )
             for call, (grad_input, grad_output) in zip(got, fired):
                 what = f"{module_name!r} call {call.call}"
                 _assert_views_equal(call.grad_input, grad_input, f"{what} grad_input")
@@ -229,10 +235,14 @@ def test_module_views_equal_pytorch_hooks(name):
         legacy.reverse()
         got = [run.module_grads(module_name, legacy=True, call=c.call) for c in calls]
         got = [g for g in got if g.fires]
-        assert len(got) == len(legacy), f"{module_name!r}: legacy hook fired {len(legacy)}, hookviz {len(got)}"
+        assert len(got) == len(legacy), (
+            f"{module_name!r}: legacy hook fired {len(legacy)}, hookviz {len(got)}"
+        )
         for view, (grad_input, grad_output) in zip(got, legacy):
             _assert_views_equal(view.grad_input, grad_input, f"{module_name!r} legacy grad_input", exact=True)
-            _assert_views_equal(view.grad_output, grad_output, f"{module_name!r} legacy grad_output", exact=True)
+            _assert_views_equal(
+                view.grad_output, grad_output, f"{module_name!r} legacy grad_output", exact=True
+            )
 
     assert_same_state(before_model, model_state(model))
     for before, after in zip(before_inputs, _tensors((args, kwargs))):

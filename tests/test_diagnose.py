@@ -29,8 +29,13 @@ def plain_grads(model, x, loss_fn):
 
 
 def layer_norm(grads, module):
-    return math.sqrt(sum(torch.linalg.vector_norm(g, dtype=torch.float64).item() ** 2
-                         for n, g in grads.items() if n.rsplit(".", 1)[0] == module))
+    return math.sqrt(
+        sum(
+            torch.linalg.vector_norm(g, dtype=torch.float64).item() ** 2
+            for n, g in grads.items()
+            if n.rsplit(".", 1)[0] == module
+        )
+    )
 
 
 def test_deep_sigmoid_mlp_vanishes():
@@ -113,7 +118,10 @@ def test_relu_with_large_negative_bias_is_dead():
     assert (relu_out == 0).double().mean().item() == 1.0
     assert dead["1"].value == 1.0 and dead["1"].node == "ReluBackward0_0"
     assert "module '1' (ReLU)" in dead["1"].message
-    assert dead["0"].value == (torch.cat([grads["0.weight"].flatten(), grads["0.bias"]]) == 0).double().mean().item()
+    assert (
+        dead["0"].value
+        == (torch.cat([grads["0.weight"].flatten(), grads["0.bias"]]) == 0).double().mean().item()
+    )
     zeros_2 = (torch.cat([grads["2.weight"].flatten(), grads["2.bias"]]) == 0).double().mean().item()
     assert zeros_2 >= 0.9 and dead["2"].value == pytest.approx(zeros_2)
     assert {f.kind for f in findings} == {"dead"}
@@ -145,8 +153,9 @@ def test_large_weights_saturate_sigmoids(full_tensor_limit):
 def test_healthy_models_have_no_findings(canonical):
     x, y = data()
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.LayerNorm(64), nn.ReLU(),
-                          nn.Linear(64, 10))
+    model = nn.Sequential(
+        nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.LayerNorm(64), nn.ReLU(), nn.Linear(64, 10)
+    )
     run = hookviz.Session(model, (x,), loss_fn=lambda out: F.cross_entropy(out, y)).run()
     assert run.diagnose() == [] and run.diagnose(model=model) == []
     session = canonical[0]

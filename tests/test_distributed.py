@@ -154,8 +154,10 @@ def _ddp_reducer_ready(rank, device, options):
 
 
 @pytest.mark.parametrize(
-    "options", [{}, {"find_unused_parameters": True, "bucket_cap_mb": 1e-4}, {"static_graph": True}],
-    ids=["default", "find_unused_parameters_small_buckets", "static_graph"])
+    "options",
+    [{}, {"find_unused_parameters": True, "bucket_cap_mb": 1e-4}, {"static_graph": True}],
+    ids=["default", "find_unused_parameters_small_buckets", "static_graph"],
+)
 def test_ddp_reducer_is_ready_for_training_after_a_run(options):
     spawn(_ddp_reducer_ready, options)
 
@@ -196,7 +198,6 @@ def _fsdp(rank, device):
         assert run.leaf_grad(name).shape == full.shape == mine[name].shape
         assert torch.equal(run.leaf_grad(name), full), name
         torch.testing.assert_close(run.leaf_grad(name, local=True), mine[name], rtol=1e-6, atol=1e-7)
-
 
     # a mixed-precision policy: FSDP2 computes in bfloat16, reduces in float32 into float32 .grad
     from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -239,8 +240,10 @@ def _watch_gather(rank, device, directory, use_fsdp):
             expected_local.append({n: torch.linalg.vector_norm(g).item() for n, g in mine.items()})
             optimizer.zero_grad()
             F.cross_entropy(wrapped(x), y).backward()
-            grads = {n.removeprefix("module."): p.grad.full_tensor() if use_fsdp else p.grad
-                     for n, p in wrapped.named_parameters()}
+            grads = {
+                n.removeprefix("module."): p.grad.full_tensor() if use_fsdp else p.grad
+                for n, p in wrapped.named_parameters()
+            }
             expected_reduced.append({n: torch.linalg.vector_norm(g).item() for n, g in grads.items()})
             optimizer.step()
             with torch.no_grad():  # keep the plain copy in step with the trained one
@@ -421,4 +424,3 @@ def test_fsdp2_on_nccl():
 @two_gpus
 def test_watch_gather_on_nccl(tmp_path):
     spawn(_watch_gather, str(tmp_path), False, backend="nccl")
-

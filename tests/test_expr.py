@@ -72,8 +72,13 @@ def test_work_is_bounded_at_run_time():
 
 def test_as_torch_code_is_plain_pytorch():
     code = Expression("clamp(grad * [1, 2], min=0) + pi").as_torch_code()
-    assert code == "torch.clamp(grad * torch.tensor([1, 2], dtype=grad.dtype, device=grad.device), min=0) + math.pi"
+    assert (
+        code
+        == "torch.clamp(grad * torch.tensor([1, 2], dtype=grad.dtype, device=grad.device), min=0) + math.pi"
+    )
     import math
 
-    assert torch.equal(eval(code, {"torch": torch, "math": math, "grad": GRAD}),
-                       Expression("clamp(grad * [1, 2], min=0) + pi")(GRAD))
+    assert torch.equal(
+        eval(code, {"torch": torch, "math": math, "grad": GRAD}),
+        Expression("clamp(grad * [1, 2], min=0) + pi")(GRAD),
+    )

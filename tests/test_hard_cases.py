@@ -50,7 +50,9 @@ def test_in_place_ops_on_data_never_change_the_users_tensor():
     assert torch.equal(first.loss, again.loss)
     plain = copy.deepcopy(model)
     assert torch.equal(first.loss, plain(original.clone()).sum().detach())
-    with pytest.raises(hookviz.ForwardError, match=r"input_grads=True asked for gradients of 'x'.*input_grads=False"):
+    with pytest.raises(
+        hookviz.ForwardError, match=r"input_grads=True asked for gradients of 'x'.*input_grads=False"
+    ):
         hookviz.Session(model, (x,), loss_fn=_sum, input_grads=True).run()
 
 
@@ -66,7 +68,9 @@ def test_an_edit_that_cannot_apply_is_refused_at_edit():
             return self.head(h)
 
     session = hookviz.Session(Frozen(), (torch.randn(2, 3),), loss_fn=_sum)
-    with pytest.raises(hookviz.EditError, match=r"never call a full backward hook of module 'stats'.*no_grad"):
+    with pytest.raises(
+        hookviz.EditError, match=r"never call a full backward hook of module 'stats'.*no_grad"
+    ):
         session.edit("stats", "grad_output[0]", "grad * 2")
     wrapper = nn.Sequential(DictOutput())
     session = hookviz.Session(wrapper, (torch.randn(2, 3),), loss_fn=lambda out: out["h"].sum())
@@ -139,7 +143,10 @@ def test_sparse_and_complex_gradients_have_statistics_in_diff_diagnose_and_watch
     assert grad.norm == pytest.approx(torch.linalg.vector_norm(crun.leaf_grad("weight")).item(), rel=1e-5)
     assert "magnitude" in grad.note
     assert isinstance(crun.diagnose(), list)
-    for model, inputs, loss_fn in ((sparse, (tokens,), _sum), (complex_model, (data,), lambda o: o.abs().sum())):
+    for model, inputs, loss_fn in (
+        (sparse, (tokens,), _sum),
+        (complex_model, (data,), lambda o: o.abs().sum()),
+    ):
         with hookviz.watch(model) as watch:
             loss_fn(model(*inputs)).backward()
         assert all(v > 0 for v in watch.norms(kind="parameter").values())
@@ -329,7 +336,8 @@ def test_explain_says_why_a_hook_did_not_fire():
     assert "No path carries gradient" in blocked and "the path stops at HalfGradientBackward_0" in blocked
     assert "got no gradient" in run.explain("AddmmBackward0_2")  # blocked's Linear
     assert "HalfGradientBackward_0 (HalfGradientBackward) sends no gradient to it from grad_inputs[1]" in (
-        run.explain("AddmmBackward0_2"))
+        run.explain("AddmmBackward0_2")
+    )
     assert "in-place op replaced the output of module 'changed'" in run.explain("changed")
     assert run.explain("AddmmBackward0_0").endswith("ran in backward, so its Node hooks fire.")
     with pytest.raises(hookviz.TargetError, match="unknown target"):
@@ -386,8 +394,11 @@ def test_show_works_on_sparse_complex_and_inference_mode_runs():
     torch.manual_seed(0)
     widgets = [
         hookviz.show(Embedded(True), (torch.tensor([[1, 2, 4]]),), loss_fn=_sum),
-        hookviz.show(nn.Linear(3, 2).to(torch.complex64), (torch.randn(2, 3, dtype=torch.complex64),),
-                     loss_fn=lambda out: out.abs().sum()),
+        hookviz.show(
+            nn.Linear(3, 2).to(torch.complex64),
+            (torch.randn(2, 3, dtype=torch.complex64),),
+            loss_fn=lambda out: out.abs().sum(),
+        ),
     ]
     model = TanhMLP()
     with torch.inference_mode():

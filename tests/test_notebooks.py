@@ -34,11 +34,16 @@ def test_the_course_is_complete():
 def test_notebook_runs(path: Path):
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        notebook, kernel_name="python3", timeout=300, allow_errors=False,
+        notebook,
+        kernel_name="python3",
+        timeout=300,
+        allow_errors=False,
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
     client.execute()  # raises CellExecutionError, naming the cell, on any error
-    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    errors = [
+        o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
+    ]
     assert not errors
 
 

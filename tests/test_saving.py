@@ -1,4 +1,4 @@
-"""Runs and watch histories saved to a file and opened again: exact round trips, and every bad file refused."""
+"""Runs and watch histories saved to a file and opened again: exact round trips, every bad file refused."""
 
 from __future__ import annotations
 
@@ -28,8 +28,11 @@ def assert_same(a, b, where="obj"):
     assert type(a) is type(b), (where, type(a), type(b))
     if isinstance(a, torch.Tensor):
         assert a.dtype == b.dtype and a.shape == b.shape, where
-        assert torch.equal(a.cpu(), b.cpu()) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
-                                                 and torch.equal(a.nan_to_num(), b.nan_to_num())), where
+        assert torch.equal(a.cpu(), b.cpu()) or (
+            a.is_floating_point()
+            and torch.equal(a.isnan(), b.isnan())
+            and torch.equal(a.nan_to_num(), b.nan_to_num())
+        ), where
     elif isinstance(a, float):
         assert a == b or (math.isnan(a) and math.isnan(b)), where
     elif isinstance(a, (list, tuple)):
@@ -82,7 +85,9 @@ def test_large_run_with_histograms_nan_and_dtypes_round_trips(tmp_path):
     torch.manual_seed(0)
     model = TinyGPT(vocab=50, context=16, layers=2, width=32, heads=2, dropout=0.1)
     tokens = torch.randint(0, 50, (2, 16))
-    run = hookviz.Session(model, (tokens,), loss_fn=lambda out: next_token_loss(out, tokens), full_tensor_limit=64).run()
+    run = hookviz.Session(
+        model, (tokens,), loss_fn=lambda out: next_token_loss(out, tokens), full_tensor_limit=64
+    ).run()
     loaded = load(run.save(tmp_path / "gpt.hookviz"))
     assert_same(run, loaded, "run")
     assert any(r.histogram is not None for n in loaded.nodes.values() for r in n.grad_inputs if r is not None)
@@ -93,7 +98,9 @@ def test_large_run_with_histograms_nan_and_dtypes_round_trips(tmp_path):
     assert math.isnan(nan_run.leaf_grad("0.weight")[0, 0])
     assert_same(nan_run, load(nan_run.save(tmp_path / "nan")), "nan run")
     half = nn.Linear(3, 2).to(torch.bfloat16)
-    half_run = hookviz.Session(half, (torch.ones(1, 3, dtype=torch.bfloat16),), loss_fn=lambda o: o.float().sum()).run()
+    half_run = hookviz.Session(
+        half, (torch.ones(1, 3, dtype=torch.bfloat16),), loss_fn=lambda o: o.float().sum()
+    ).run()
     loaded_half = load(half_run.save(tmp_path / "half"))
     assert loaded_half.leaf_grad("weight").dtype == torch.bfloat16
     assert_same(half_run, loaded_half, "bfloat16 run")
@@ -113,7 +120,9 @@ def test_watch_history_round_trip_is_exact(tmp_path):
     assert isinstance(loaded, RankHistory) and loaded.ranks == [0] and loaded.steps == [0, 1, 2, 3]
     history = w.history
     for i, statistic in enumerate(("norm", "max_abs", "nonfinite", "zero_fraction")):
-        assert torch.equal(loaded.local[0, :, :, i].nan_to_num(-1), getattr(history, statistic).nan_to_num(-1))
+        assert torch.equal(
+            loaded.local[0, :, :, i].nan_to_num(-1), getattr(history, statistic).nan_to_num(-1)
+        )
     assert loaded.norms(1, rank=0) == w.norms(1)
     assert loaded.diagnose() and loaded.diagnose()[0].kind == "nan" and loaded.diagnose()[0].step == 2
     assert_same(loaded, load(save(loaded, tmp_path / "again")), "history")
@@ -151,11 +160,17 @@ def test_truncated_corrupt_and_foreign_files_get_clear_errors(tmp_path, canonica
         "text": (b"hello, this is not a hookviz file at all" * 3, "not a hookviz file"),
     }
     (length,) = struct.unpack("<Q", good[:8])
-    header = json.loads(good[8:8 + length])
+    header = json.loads(good[8 : 8 + length])
     tensors = safetensors.torch.load(good)
-    for name, text in (("bad_json", b'{"__type__": "Run", "fields": '), ("bad_type", b'{"__type__": "os.system"}')):
+    for name, text in (
+        ("bad_json", b'{"__type__": "Run", "fields": '),
+        ("bad_type", b'{"__type__": "os.system"}'),
+    ):
         broken = dict(tensors, **{"hookviz.json": torch.frombuffer(bytearray(text), dtype=torch.uint8)})
-        cases[name] = (safetensors.torch.save(broken, metadata=header["__metadata__"]), "structure does not decode")
+        cases[name] = (
+            safetensors.torch.save(broken, metadata=header["__metadata__"]),
+            "structure does not decode",
+        )
     newer = dict(header, __metadata__=dict(header["__metadata__"], version="99"))
     cases["newer"] = (_with_header(newer, good, length), "version '99'.*reads version 1")
     cases["foreign"] = (safetensors.torch.save({"w": torch.ones(2)}), "not one hookviz wrote")
@@ -170,7 +185,7 @@ def test_truncated_corrupt_and_foreign_files_get_clear_errors(tmp_path, canonica
     text = json.dumps(header).encode()
     text += b" " * ((0x80 - len(text)) % 256)
     lookalike = tmp_path / "lookalike.hookviz"
-    lookalike.write_bytes(struct.pack("<Q", len(text)) + text + good[8 + length:])
+    lookalike.write_bytes(struct.pack("<Q", len(text)) + text + good[8 + length :])
     assert lookalike.read_bytes()[:1] == b"\x80"
     assert torch.equal(load(lookalike).leaf_grad("x"), load(tmp_path / "good.hookviz").leaf_grad("x"))
     lookalike.write_bytes(lookalike.read_bytes()[:300])
@@ -181,7 +196,7 @@ def test_truncated_corrupt_and_foreign_files_get_clear_errors(tmp_path, canonica
 def _with_header(header: dict, data: bytes, length: int) -> bytes:
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)  # safetensors pads its header to 8 bytes
-    return struct.pack("<Q", len(text)) + text + data[8 + length:]
+    return struct.pack("<Q", len(text)) + text + data[8 + length :]
 
 
 def test_saving_something_else_is_a_clear_error(tmp_path):
@@ -205,7 +220,8 @@ def test_a_loaded_run_opens_read_only_in_the_widget(tmp_path, canonical):
     for target in ("SubBackward0_0", "x", "module:"):
         assert live.select(target) and loaded.select(target)
         assert {k: v for k, v in loaded.inspector.items() if k != "sites"} == {
-            k: v for k, v in live.inspector.items() if k != "sites"}, target
+            k: v for k, v in live.inspector.items() if k != "sites"
+        }, target
     assert not loaded.rerun() and "read-only" in loaded.errors["rerun"]
     assert loaded.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad * 3") is None
     assert "read-only" in loaded.errors["edit"]

@@ -40,8 +40,15 @@ def test_canonical_graph_ids_ops_and_modules(canonical):
     session, _, _, _ = canonical
     run = session.run()
     assert set(run.graph.nodes) == {
-        "x", "y", "z", "MulBackward0_0", "MulBackward0_1", "AddBackward0_0", "MulBackward0_2",
-        "SubBackward0_0", "MseLossBackward0_0",
+        "x",
+        "y",
+        "z",
+        "MulBackward0_0",
+        "MulBackward0_1",
+        "AddBackward0_0",
+        "MulBackward0_2",
+        "SubBackward0_0",
+        "MseLossBackward0_0",
     }
     assert run.graph.nodes["x"]["op"] == "AccumulateGrad"
     assert run.graph.nodes["SubBackward0_0"]["module"] == ""
@@ -123,7 +130,9 @@ def test_users_legacy_backward_hook_is_shown_run_and_recorded():
     before = model_state(model, (x, y, z))
     run = session.run()
     assert run.leaf_grad("x").tolist() == [1777792, 1777764]
-    assert [(h.kind, h.name) for h in run.module_io("").user_hooks] == [("legacy backward hook", "BlogModule.hook")]
+    assert [(h.kind, h.name) for h in run.module_io("").user_hooks] == [
+        ("legacy backward hook", "BlogModule.hook")
+    ]
     assert [h.kind for h in run.node("SubBackward0_0").user_hooks] == ["legacy backward hook"]
     (call,) = [h for h in run.hook_calls if h.kind == "legacy backward hook"]
     assert call.node == "SubBackward0_0" and call.returned
@@ -283,8 +292,9 @@ def test_node_ids_are_stable_across_reruns():
 
 def test_statistics_for_large_tensors():
     model = nn.Linear(100, 100)
-    session = hookviz.Session(model, (torch.randn(64, 100),), loss_fn=lambda out: out.pow(2).mean(),
-                              full_tensor_limit=1000)
+    session = hookviz.Session(
+        model, (torch.randn(64, 100),), loss_fn=lambda out: out.pow(2).mean(), full_tensor_limit=1000
+    )
     run = session.run()
     record = run.node("0.weight" if "0.weight" in run.nodes else "weight").grad_outputs[0]
     grad = run.leaf_grad("weight")
@@ -332,7 +342,9 @@ def test_forward_exception_names_module_and_loses_nothing():
     model = Exploding()
     data = torch.randn(3, 2)
     before = model_state(model, (data,))
-    with pytest.raises(hookviz.ForwardError, match=r"module 'inner.1' \(Faulty\) raised ValueError: bad shape"):
+    with pytest.raises(
+        hookviz.ForwardError, match=r"module 'inner.1' \(Faulty\) raised ValueError: bad shape"
+    ):
         hookviz.Session(model, (data,), loss_fn=lambda out: out.sum()).run()
     assert_same_state(before, model_state(model, (data,)))
 
@@ -353,8 +365,11 @@ def test_a_module_edit_on_an_inplace_module_is_refused_at_edit():
     good = session.run()
     before = model_state(model, (data,))
     for slot in ("grad_input[0]", "grad_output[0]"):  # PyTorch refuses full (pre-)hooks there
-        with pytest.raises(hookviz.EditError, match=r"module '1' \(ReLU\) modifies its input in place.*"
-                           r"ReluBackward0_0.*inplace=False"):
+        with pytest.raises(
+            hookviz.EditError,
+            match=r"module '1' \(ReLU\) modifies its input in place.*"
+            r"ReluBackward0_0.*inplace=False",
+        ):
             session.edit("1", slot, "grad * 2")
     assert session.edits == [] and session.last_run is good
     assert_same_state(before, model_state(model, (data,)))
@@ -370,7 +385,13 @@ def test_bad_edits_are_refused_and_the_session_is_unchanged(canonical):
         ("SubBackward0_0", "grad_inputs[0]", "__import__('os')", hookviz.ExpressionError, "not allowed"),
         ("SubBackward0_0", "grad_inputs[0]", "grad.__class__", hookviz.ExpressionError, "attribute access"),
         ("SubBackward0_0", "grad_inputs[0]", "grad ** 99999", hookviz.ExpressionError, "exponent"),
-        ("SubBackward0_0", "grad_inputs[0]", "[1, 2, 3]", hookviz.EditError, r"shape \[3\]; expected shape \[2\]"),
+        (
+            "SubBackward0_0",
+            "grad_inputs[0]",
+            "[1, 2, 3]",
+            hookviz.EditError,
+            r"shape \[3\]; expected shape \[2\]",
+        ),
         ("SubBackward0_0", "grad_inputs[2]", "grad", hookviz.TargetError, "has the sites grad_inputs"),
         ("SubBackward0_1", "grad", "grad", hookviz.TargetError, "did you mean 'SubBackward0_0'"),
         ("SubBackward0_0", "grads", "grad", hookviz.EditError, "is not a hook site"),
@@ -454,7 +475,9 @@ def test_inputs_with_history_are_boundaries():
     model = Affine()
     run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
     assert run.graph.nodes["x"]["kind"] == "boundary"
-    assert "base" not in run.graph and [n for n in run.graph if run.graph.nodes[n]["kind"] == "leaf"] == ["weight"]
+    assert "base" not in run.graph and [n for n in run.graph if run.graph.nodes[n]["kind"] == "leaf"] == [
+        "weight"
+    ]
     assert torch.equal(run.leaf_grad("x"), model.weight.detach()[0])
     assert base.grad is None
 
@@ -481,15 +504,21 @@ def test_rerun_on_cuda_matches_plain_backward_there(canonical):
 def test_huggingface_bert_from_config_matches_plain_backward():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=1000, hidden_size=96, num_hidden_layers=4,
-                                     num_attention_heads=4, intermediate_size=384)
+    config = transformers.BertConfig(
+        vocab_size=1000, hidden_size=96, num_hidden_layers=4, num_attention_heads=4, intermediate_size=384
+    )
     model = transformers.BertModel(config).train()  # dropout on: the RNG state must be reproduced
-    inputs = {"input_ids": torch.randint(0, 1000, (2, 16)), "attention_mask": torch.ones(2, 16, dtype=torch.long)}
+    inputs = {
+        "input_ids": torch.randint(0, 1000, (2, 16)),
+        "attention_mask": torch.ones(2, 16, dtype=torch.long),
+    }
     before = model_state(model)
     session = hookviz.Session(model, kwargs=inputs, loss_fn=lambda out: out.last_hidden_state.pow(2).mean())
     run = session.run()
     assert_same_state(before, model_state(model))
-    model(**inputs)  # the run left the RNG as it found it: same dropout masks.last_hidden_state.pow(2).mean().backward()
+    model(
+        **inputs
+    )  # the run left the RNG as it found it: same dropout masks.last_hidden_state.pow(2).mean().backward()
     for name, parameter in model.named_parameters():
         if parameter.grad is not None:
             assert torch.equal(run.leaf_grad(name), parameter.grad), name

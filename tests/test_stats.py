@@ -12,8 +12,14 @@ from hookviz.stats import StatsBatch, summarise
 
 def test_batched_statistics_equal_per_tensor_reductions():
     torch.manual_seed(0)
-    tensors = [torch.randn(3, 4), torch.randn(5000), torch.zeros(7), torch.randn(2, 2, 2).double(),
-               torch.arange(6), torch.randn(10).half()]
+    tensors = [
+        torch.randn(3, 4),
+        torch.randn(5000),
+        torch.zeros(7),
+        torch.randn(2, 2, 2).double(),
+        torch.arange(6),
+        torch.randn(10).half(),
+    ]
     batch = StatsBatch(full_limit=100)
     keys = [batch.add(t) for t in tensors]
     assert batch.add(tensors[0]) == keys[0]  # the same tensor is summarised once

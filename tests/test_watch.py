@@ -33,8 +33,12 @@ def test_statistics_per_step_match_plain_pytorch():
         for x, y in batches(3):
             optimizer.zero_grad()
             outputs = {}
-            handles = [m.register_forward_hook(lambda m, a, o, n=n, kept=outputs: kept.setdefault(n, o).retain_grad())
-                       for n, m in model.named_modules()]
+            handles = [
+                m.register_forward_hook(
+                    lambda m, a, o, n=n, kept=outputs: kept.setdefault(n, o).retain_grad()
+                )
+                for n, m in model.named_modules()
+            ]
             F.cross_entropy(model(x), y).backward()
             for handle in handles:
                 handle.remove()
@@ -48,11 +52,15 @@ def test_statistics_per_step_match_plain_pytorch():
     for row, plain in enumerate(expected):
         for column, name in enumerate(history.names):
             grad = plain[name]
-            assert history.norm[row, column].item() == pytest.approx(torch.linalg.vector_norm(grad).item(), rel=1e-6)
+            assert history.norm[row, column].item() == pytest.approx(
+                torch.linalg.vector_norm(grad).item(), rel=1e-6
+            )
             assert history.max_abs[row, column].item() == grad.abs().max().item()
             assert history.nonfinite[row, column].item() == 0
             assert history.zero_fraction[row, column].item() == (grad == 0).double().mean().item()
-        assert w.norms(row)["0.weight"] == pytest.approx(torch.linalg.vector_norm(plain["0.weight"]).item(), rel=1e-6)
+        assert w.norms(row)["0.weight"] == pytest.approx(
+            torch.linalg.vector_norm(plain["0.weight"]).item(), rel=1e-6
+        )
     assert set(w.norms(1, kind="parameter")) == {n for n, _ in model.named_parameters()}
     assert set(w.norms(1, kind="output")) == {n for n, _ in model.named_modules()}
     records = history.to_records()
@@ -71,7 +79,9 @@ def test_watch_changes_no_gradient_and_leaves_no_hook():
         next_token_loss(model(tokens), tokens).backward()
     for name, parameter in model.named_parameters():
         assert torch.equal(parameter.grad, plain[name]), name  # bit for bit
-    assert w.norms()["wte.weight"] == pytest.approx(torch.linalg.vector_norm(plain["wte.weight"]).item(), rel=1e-6)
+    assert w.norms()["wte.weight"] == pytest.approx(
+        torch.linalg.vector_norm(plain["wte.weight"]).item(), rel=1e-6
+    )
     model.zero_grad(set_to_none=True)
     assert_same_state(before, model_state(model))
 
@@ -157,14 +167,18 @@ def test_vanishing_and_plots_over_steps():
             optimizer.step()
     layers = w.layer_norms()
     assert next(iter(layers)) == "22"  # the layer nearest the loss
-    expected = math.hypot(torch.linalg.vector_norm(model[0].weight.grad).item(),
-                          torch.linalg.vector_norm(model[0].bias.grad).item())
+    expected = math.hypot(
+        torch.linalg.vector_norm(model[0].weight.grad).item(),
+        torch.linalg.vector_norm(model[0].bias.grad).item(),
+    )
     assert layers["0"] == pytest.approx(expected, rel=1e-6)
     vanishing = {f.module for f in w.diagnose() if f.kind == "vanishing"}
     assert vanishing == {m for m, n in layers.items() if n < 1e-3 * layers["22"]} and "0" in vanishing
     heatmap = w.heatmap()
     assert list(heatmap.data[0].x) == [0, 1, 2]
-    assert heatmap.data[0].z[0][2] == pytest.approx(math.log10(torch.linalg.vector_norm(model[0].weight.grad).item()))
+    assert heatmap.data[0].z[0][2] == pytest.approx(
+        math.log10(torch.linalg.vector_norm(model[0].weight.grad).item())
+    )
     lines = w.lines(["0.weight", "22.weight"])
     assert [t.name for t in lines.data] == ["0.weight", "22.weight"]
     over_time = w.diagnosis_over_time()

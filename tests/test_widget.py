@@ -196,9 +196,7 @@ def test_errors_appear_beside_their_control_and_keep_the_last_good_run(widget):
     graph = widget.graph
     assert widget.apply_edit("SubBackward0_0", "grad_inputs[0]", "import os") is None
     assert "edit" in widget.errors
-    assert (
-        widget.apply_edit("SubBackward0_0", "grad_inputs[7]", "grad") is None or not widget.rerun()
-    )
+    assert widget.apply_edit("SubBackward0_0", "grad_inputs[7]", "grad") is None or not widget.rerun()
     widget.reset_edits()
     assert widget.apply_edit("NoSuchNode_3", "grad_inputs[0]", "grad") is None or not widget.rerun()
     widget.reset_edits()

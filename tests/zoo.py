@@ -72,7 +72,12 @@ class PassThrough(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.fc, self.identity, self.dropout, self.head = nn.Linear(3, 4), nn.Identity(), nn.Dropout(0.3), nn.Linear(4, 1)
+        self.fc, self.identity, self.dropout, self.head = (
+            nn.Linear(3, 4),
+            nn.Identity(),
+            nn.Dropout(0.3),
+            nn.Linear(4, 1),
+        )
 
     def forward(self, x):
         return self.head(self.dropout(self.identity(self.fc(x))))
@@ -265,8 +270,9 @@ def _with_user_hooks():
 def _gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
-                        attn_implementation="eager")
+    config = GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, attn_implementation="eager"
+    )
     model = GPT2LMHeadModel(config)
     tokens = torch.randint(0, 64, (2, 8))
     return model, (), {"input_ids": tokens, "labels": tokens}, lambda out: out.loss
@@ -275,8 +281,15 @@ def _gpt2():
 def _bert():
     from transformers import BertConfig, BertForSequenceClassification
 
-    config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64,
-                        vocab_size=64, max_position_embeddings=16, attn_implementation="eager")
+    config = BertConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=64,
+        max_position_embeddings=16,
+        attn_implementation="eager",
+    )
     model = BertForSequenceClassification(config)
     tokens = torch.randint(0, 64, (2, 8))
     labels = torch.tensor([0, 1])
@@ -306,7 +319,12 @@ def build(name: str):
         "called_twice_shared_parameter": lambda: (CalledTwiceShared(), (torch.randn(2, 4),), {}, _sum),
         "custom_function": lambda: (CustomFunction(), (x,), {}, _sum),
         "identity_eval_dropout": lambda: (PassThrough().eval(), (x,), {}, _sum),
-        "frozen_submodule": lambda: (Frozen(), (x,), {}, lambda out: F.cross_entropy(out, torch.tensor([0, 1, 1, 0]))),
+        "frozen_submodule": lambda: (
+            Frozen(),
+            (x,),
+            {},
+            lambda out: F.cross_entropy(out, torch.tensor([0, 1, 1, 0])),
+        ),
         "checkpoint_non_reentrant": lambda: (Checkpointed(), (x,), {}, _sum),
         "lstm": lambda: (Recurrent(nn.LSTM), (torch.randn(2, 5, 3),), {}, _sum),
         "lstm_nested_output": lambda: (LSTMState(), (torch.randn(2, 5, 3),), {}, None),
@@ -320,8 +338,12 @@ def build(name: str):
         "no_grad_and_detach": lambda: (NoGradDetach(), (x,), {}, _sum),
         "float64": lambda: (TanhMLP().double(), (x.double(),), {}, _sum),
         "bfloat16": lambda: (TanhMLP().to(torch.bfloat16), (x.to(torch.bfloat16),), {}, _sum),
-        "complex64": lambda: (nn.Linear(3, 2).to(torch.complex64), (x.to(torch.complex64),), {},
-                              lambda out: out.abs().sum()),
+        "complex64": lambda: (
+            nn.Linear(3, 2).to(torch.complex64),
+            (x.to(torch.complex64),),
+            {},
+            lambda out: out.abs().sum(),
+        ),
         "shared_input": lambda: (Shared(), (x,), {}, _sum),
         "user_hooks_of_every_kind": lambda: (_with_user_hooks(), (x,), {}, _sum),
         "gpt2": _gpt2,
@@ -331,9 +353,27 @@ def build(name: str):
 
 
 NAMES = [
-    "input_without_grad", "called_twice_shared_parameter", "custom_function", "identity_eval_dropout",
-    "frozen_submodule", "checkpoint_non_reentrant", "lstm", "lstm_nested_output", "gru",
-    "multihead_attention_xxx", "embedding_dense", "embedding_sparse", "in_place",
-    "outputs_tuple_dict_nested_dataclass", "keywords_only", "no_grad_and_detach", "float64", "bfloat16",
-    "complex64", "shared_input", "user_hooks_of_every_kind", "gpt2", "bert",
+    "input_without_grad",
+    "called_twice_shared_parameter",
+    "custom_function",
+    "identity_eval_dropout",
+    "frozen_submodule",
+    "checkpoint_non_reentrant",
+    "lstm",
+    "lstm_nested_output",
+    "gru",
+    "multihead_attention_xxx",
+    "embedding_dense",
+    "embedding_sparse",
+    "in_place",
+    "outputs_tuple_dict_nested_dataclass",
+    "keywords_only",
+    "no_grad_and_detach",
+    "float64",
+    "bfloat16",
+    "complex64",
+    "shared_input",
+    "user_hooks_of_every_kind",
+    "gpt2",
+    "bert",
 ]

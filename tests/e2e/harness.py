@@ -133,9 +133,7 @@ def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "lab"):
                     f"jupyter lab exited with {process.returncode}: {(root / 'jupyter.log').read_text()[-3000:]}"
                 )
             try:
-                with urllib.request.urlopen(
-                    f"{base}/api/status?token={TOKEN}", timeout=2
-                ) as response:
+                with urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2) as response:
                     if response.status == 200:
                         break
             except OSError:
@@ -186,9 +184,7 @@ def run_cell(page, index: int) -> None:
     cell.locator(".jp-InputArea-editor").click()
     page.keyboard.press("Shift+Enter")
     # The prompt turns from "[ ]:" to "[*]:" then "[1]:" once the kernel took the cell.
-    cell.locator(".jp-InputPrompt").filter(has_text="[").filter(has_not_text="[ ]").wait_for(
-        timeout=60_000
-    )
+    cell.locator(".jp-InputPrompt").filter(has_text="[").filter(has_not_text="[ ]").wait_for(timeout=60_000)
 
 
 def widget_root(page, index: int = 0):
@@ -231,9 +227,7 @@ def diagnostics(page, picture: Path):
             page.screenshot(path=str(picture), full_page=True)
         except Exception:
             pass
-        raise AssertionError(
-            f"{error}\n--- browser console ---\n" + "\n".join(console[-40:])
-        ) from error
+        raise AssertionError(f"{error}\n--- browser console ---\n" + "\n".join(console[-40:])) from error
 
 
 # What a person sees of the graph, measured from cytoscape's rendered bounding boxes (pixels in

@@ -57,7 +57,9 @@ def lab(tmp_path_factory):
 
 def assert_readable(report: dict, what: str) -> None:
     assert report["overlaps"] == [], f"{what}: {report['overlaps'][:10]}"
-    assert report["smallest_label_px"] >= 8, f"{what}: a label is drawn at {report['smallest_label_px']:.1f} px"
+    assert report["smallest_label_px"] >= 8, (
+        f"{what}: a label is drawn at {report['smallest_label_px']:.1f} px"
+    )
 
 
 def wait_settled(page, painted_before: int) -> dict:
@@ -79,9 +81,10 @@ def open_model(page, lab, name: str):
 
 def test_gpt2_opens_as_its_fitted_module_tree(lab):
     ARTIFACTS.mkdir(exist_ok=True)
-    with harness.chromium_page(width=1280, height=1100) as page, harness.diagnostics(
-        page, ARTIFACTS / "gpt2_failure.png"
-    ) as console:
+    with (
+        harness.chromium_page(width=1280, height=1100) as page,
+        harness.diagnostics(page, ARTIFACTS / "gpt2_failure.png") as console,
+    ):
         root = open_model(page, lab, "gpt2.ipynb")
         first = harness.view_report(page)
         root.screenshot(path=str(ARTIFACTS / "gpt2_first_view.png"))
@@ -160,8 +163,9 @@ def test_gpt2_opens_as_its_fitted_module_tree(lab):
 
 def test_deep_mlp_first_view_is_fitted_and_readable(lab):
     ARTIFACTS.mkdir(exist_ok=True)
-    with harness.chromium_page(width=1280, height=1100) as page, harness.diagnostics(
-        page, ARTIFACTS / "mlp_failure.png"
+    with (
+        harness.chromium_page(width=1280, height=1100) as page,
+        harness.diagnostics(page, ARTIFACTS / "mlp_failure.png"),
     ):
         root = open_model(page, lab, "mlp.ipynb")
         report = harness.view_report(page)
@@ -198,9 +202,10 @@ def test_saved_page_opens_from_a_file_without_kernel(tmp_path):
     widget = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
     path = widget.save_html(tmp_path / "mlp.html")
     ARTIFACTS.mkdir(exist_ok=True)
-    with harness.chromium_page(width=1280, height=1000) as page, harness.diagnostics(
-        page, ARTIFACTS / "saved_failure.png"
-    ) as console:
+    with (
+        harness.chromium_page(width=1280, height=1000) as page,
+        harness.diagnostics(page, ARTIFACTS / "saved_failure.png") as console,
+    ):
         requests = []
         page.on("request", lambda request: requests.append(request.url))
         page.goto(path.as_uri())

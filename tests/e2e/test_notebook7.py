@@ -33,9 +33,10 @@ def notebook_server(tmp_path_factory):
 
 def test_edit_and_rerun_in_notebook7(notebook_server):
     ARTIFACTS.mkdir(exist_ok=True)
-    with harness.chromium_page() as page, harness.diagnostics(
-        page, ARTIFACTS / "notebook7_failure.png"
-    ) as console:
+    with (
+        harness.chromium_page() as page,
+        harness.diagnostics(page, ARTIFACTS / "notebook7_failure.png") as console,
+    ):
         page.goto(f"{notebook_server}/notebooks/canonical.ipynb?token={harness.TOKEN}")
         page.wait_for_selector(".jp-Notebook .jp-Cell", state="visible", timeout=60_000)
         # Notebook 7 shows the kernel's state in its toolbar; a cell run before it is idle is lost.
@@ -62,7 +63,5 @@ def test_edit_and_rerun_in_notebook7(notebook_server):
         assert root.locator(".hv-error:not(:empty)").count() == 0
         # Notebook 7.6 itself throws "reading 'schema'" while loading its settings; the widget
         # throws nothing.
-        assert not [
-            line for line in console if line.startswith("pageerror") and "schema" not in line
-        ]
+        assert not [line for line in console if line.startswith("pageerror") and "schema" not in line]
         root.screenshot(path=str(ARTIFACTS / "notebook7.png"))

@@ -51,7 +51,10 @@ def _run_all_cells(page) -> None:
 
 def test_module_hooks_notebook_in_jupyterlab(lab):
     ARTIFACTS.mkdir(exist_ok=True)
-    with harness.chromium_page() as page, harness.diagnostics(page, ARTIFACTS / "notebook_failure.png") as console:
+    with (
+        harness.chromium_page() as page,
+        harness.diagnostics(page, ARTIFACTS / "notebook_failure.png") as console,
+    ):
         harness.open_notebook(page, lab, NOTEBOOK.name)
         _run_all_cells(page)
         root = harness.widget_root(page)
@@ -59,7 +62,8 @@ def test_module_hooks_notebook_in_jupyterlab(lab):
         # The cell after the widget's applies the two edits and re-runs; the page then shows the new grads.
         page.wait_for_function(
             "(selector) => document.querySelector(selector)?.textContent.includes('1777792, 1777764')",
-            arg=LEAF_AFTER.format("x"), timeout=120_000,
+            arg=LEAF_AFTER.format("x"),
+            timeout=120_000,
         )
         # Every cell ran: Run All stops at the first error, so the last code cell gets a number only
         # when none failed. Then no error output anywhere.
@@ -70,8 +74,12 @@ def test_module_hooks_notebook_in_jupyterlab(lab):
             }""",
             timeout=120_000,
         )
-        assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").filter(
-            has_text="Traceback").count() == 0
+        assert (
+            page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+            .filter(has_text="Traceback")
+            .count()
+            == 0
+        )
         assert page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']").count() == 0
         assert "[1777792, 1777764]" in page.locator(LEAF_AFTER.format("x")).inner_text()
         assert "[2666688, 2666646]" in page.locator(LEAF_AFTER.format("y")).inner_text()
