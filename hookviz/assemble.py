@@ -274,6 +274,7 @@ class _Assembler:
             model_ref=weakref.ref(self.context.user_model),
             asked_grads=list(self.context.asked_grads),
             notes=list(self.context.notes),
+            loss_differentiates=graph.loss_differentiates,
             module_aliases=_aliases(graph.model.named_modules),
             parameter_aliases=_aliases(graph.model.named_parameters),
         )

@@ -60,6 +60,7 @@ class RetainedForward:
     hook_signature: tuple
     versions: list[tuple[torch.Tensor, int]]
     edit_sites: tuple[tuple[str, str], ...]
+    loss_differentiates: bool = False  # loss_fn ran a backward through the output (create_graph)
     handles: list = field(default_factory=list)  # hookviz's Node post-hooks, removed by remove_hooks()
     call_inputs: list[dict] = field(default_factory=list)
     call_outputs: list[list] = field(default_factory=list)
@@ -189,7 +190,7 @@ def record_forward(
             forward_start = torch._C._autograd._get_sequence_nr()
             with forward_recorder, saved_recorder.hooks(), distributed.quiet_reducer(model):
                 output = _call_model(model, args, kwargs, forward_recorder, bool(edit_sites), asked_grads)
-                loss = loss_of(output, loss_fn)
+                loss, differentiates = _loss_watching_backward(output, loss_fn)
     finally:
         state.active = None
     leaf_names |= distributed.forward_parameter_names(model)  # FSDP2's all-gathered parameters
@@ -235,6 +236,7 @@ def record_forward(
         hook_signature=hook_signature(user_model, leaves),
         versions=[(t, t._version) for t in leaves.values()],
         edit_sites=edit_sites,
+        loss_differentiates=differentiates,
         handles=handles,
         call_inputs=summary[1],
         call_outputs=summary[2],
@@ -302,6 +304,23 @@ def loss_of(output, loss_fn: Callable | None) -> torch.Tensor:
             "on the parameters or inputs"
         )
     return loss
+
+
+def _loss_watching_backward(output, loss_fn: Callable | None) -> tuple[torch.Tensor, bool]:
+    """``loss_of(output, loss_fn)``, and whether ``loss_fn`` ran a backward through the output
+    itself (a gradient penalty: ``torch.autograd.grad(..., create_graph=True)``), seen by a Node
+    post-hook on each output tensor's ``grad_fn`` for the length of the call."""
+    ran: list[bool] = []
+    handles = [
+        t.grad_fn.register_hook(lambda grad_inputs, grad_outputs: ran.append(True))
+        for t in pytree.tree_leaves(output)
+        if isinstance(t, torch.Tensor) and t.grad_fn is not None
+    ]
+    try:
+        return loss_of(output, loss_fn), bool(ran)
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _call_model(model, args, kwargs, recorder: ForwardRecorder, edit_hooks: bool, asked_grads: list[str]):

@@ -226,6 +226,9 @@ class Run:
         asked_grads: inputs whose gradients exist only because ``input_grads=True`` asked for
             them (the model does not; PyTorch's hooks see None there).
         notes: things worth knowing about how this run was recorded (e.g. a compiled model).
+        loss_differentiates: ``loss_fn`` ran a backward through the model's output (a gradient
+            penalty with ``create_graph=True``); Node and leaf edits are refused then (see
+            :meth:`hookviz.Session.edit`).
         module_aliases, parameter_aliases: other name -> first name, for modules and parameters
             registered under several names (tied weights); every name is accepted.
     """
@@ -245,6 +248,7 @@ class Run:
     model_ref: Callable[[], torch.nn.Module | None] | None = field(default=None, repr=False)
     asked_grads: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    loss_differentiates: bool = False
     module_aliases: dict[str, str] = field(default_factory=dict)
     parameter_aliases: dict[str, str] = field(default_factory=dict)
     # hookviz.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce

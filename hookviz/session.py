@@ -296,6 +296,14 @@ class Session:
     def _check_edit(self, edit: Edit, run: Run) -> None:
         """Refuse, now, an edit that could not apply at the next run (see :meth:`edit`)."""
         slot = edit.slot
+        if run.loss_differentiates and not slot.on_module:
+            raise EditError(
+                f"your loss_fn differentiates through the model's output (autograd.grad(..., "
+                f"create_graph=True) inside it), so PyTorch would run a hook at {edit.where} inside that "
+                "backward too; hookviz installs Node and leaf edits after forward, so the edit and its "
+                "exported code would disagree. Edit a module's grad_input[i] / grad_output[i] instead: "
+                "those hooks exist from forward on, as in plain PyTorch"
+            )
         if slot.on_module:
             record = self._check_module_edit(edit, run)
         else:

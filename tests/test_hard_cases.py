@@ -410,3 +410,20 @@ def test_show_works_on_sparse_complex_and_inference_mode_runs():
         leaf = widget.session.last_run.leaf_names[0]
         assert widget.select(leaf) and widget.inspector["id"] == leaf
         assert not widget.errors, widget.errors
+
+
+def test_node_and_leaf_edits_are_refused_when_the_loss_differentiates():
+    torch.manual_seed(0)
+    model, data = TanhMLP(), torch.randn(4, 3, requires_grad=True)
+
+    def penalised(out):
+        (grad,) = torch.autograd.grad(out.sum(), data, create_graph=True)
+        return out.pow(2).sum() + grad.pow(2).sum()
+
+    session = hookviz.Session(model, (data,), loss_fn=penalised)
+    assert session.run().loss_differentiates
+    for target, slot in (("TanhBackward0_0", "grad_inputs[0]"), ("fc1.weight", "grad")):
+        with pytest.raises(hookviz.EditError, match="loss_fn differentiates.*grad_input"):
+            session.edit(target, slot, "grad * 2")
+    assert session.edits == []
+    assert not hookviz.Session(model, (data,), loss_fn=_sum).run().loss_differentiates
