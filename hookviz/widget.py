@@ -534,6 +534,8 @@ class Widget(anywidget.AnyWidget):
             "node_norms": widget_data.watch_node_norms(self.graph, parameters, outputs),
             "color_range": self._watch_range,
             "model": getattr(watch, "model_name", None) or type(watch.model).__name__,
+            # a gathered history: the rank shown (None = reduced over ranks), for the rank selector
+            "rank": getattr(watch, "rank", None),
         }
         self.diagnosis = diagnosis
 

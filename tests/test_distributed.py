@@ -376,7 +376,10 @@ def test_cross_rank_diagnosis_names_the_rank_and_step(tmp_path):
     last = history.steps[-1]
     assert widget.watch_view["step"] == last and widget.watch_view["model"] == "reduced"
     assert widget.watch_view["norms"] == {n: json_float(v) for n, v in history.norms(last).items()}
-    assert widget.watch_rank(1) and widget.watch_view["model"] == "rank 1"
+    assert widget.watch_view["rank"] is None
+    # the page's rank selector sends this message
+    assert widget.handle_message({"type": "watch_rank", "rank": 1})["ok"]
+    assert widget.watch_view["model"] == "rank 1" and widget.watch_view["rank"] == 1
     assert widget.watch_view["norms"] == {n: json_float(v) for n, v in history.norms(last, rank=1).items()}
     assert widget.watch_step(2) and [f["kind"] for f in widget.diagnosis["findings"]] == ["diverging"]
     assert not widget.watch_rank(5) and "rank 5 is not in this history" in widget.errors["watch"]

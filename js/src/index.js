@@ -263,6 +263,7 @@ function render({ model, el }) {
   const watchBar = new WatchBar(watchEl, {
     onStep: (step) => send({ type: "watch_step", step }),
     onClose: () => send({ type: "hide_watch" }),
+    onRank: (rank) => send({ type: "watch_rank", rank }),
   });
 
   const errors = () => model.get("errors") || {};
@@ -276,7 +277,7 @@ function render({ model, el }) {
     graphError.textContent = e.group || "";
     selectError.textContent = e.select || "";
     messageError.textContent = e.message || staticNote;
-    watchBar.set(model.get("watch_view"), e.watch);
+    watchBar.set(model.get("watch_view"), e.watch, model.get("watch_ranks") || []);
   };
   const drawGraph = () => {
     const g = model.get("graph") || {};
@@ -376,7 +377,7 @@ function render({ model, el }) {
     );
   };
   const drawWatch = () => {
-    watchBar.set(model.get("watch_view"), errors().watch);
+    watchBar.set(model.get("watch_view"), errors().watch, model.get("watch_ranks") || []);
     drawGraph();
     drawHeatmap();
   };
@@ -406,6 +407,7 @@ function render({ model, el }) {
     "change:chart": drawChart,
     "change:diagnosis": drawBanner,
     "change:watch_view": drawWatch,
+    "change:watch_ranks": drawWatch,
     "change:watch_heatmap": drawHeatmap,
   };
   for (const [ev, fn] of Object.entries(handlers)) model.on(ev, fn);

@@ -418,7 +418,7 @@ export function renderBanner(el, diagnosis, onSelect) {
 
 /** Watch bar: a slider over the watch's kept training steps, and a button back to the run. */
 export class WatchBar {
-  constructor(el, { onStep, onClose }) {
+  constructor(el, { onStep, onClose, onRank }) {
     this.el = el;
     this.steps = [];
     this.slider = h("input", {
@@ -436,15 +436,28 @@ export class WatchBar {
     this.label = h("span", { class: "hv-watch-step" }, "");
     this.title = h("b", {}, "");
     this.error = errorLine("");
+    // A gathered history (DDP / FSDP2): reduced norms or one rank's local, pre-reduce ones.
+    this.rank = h("select", { class: "hv-watch-rank", "aria-label": "rank" });
+    this.rank.addEventListener("change", () =>
+      onRank(this.rank.value === "reduced" ? null : Number(this.rank.value)),
+    );
     const close = h("button", { class: "hv-watch-close", onclick: onClose }, "Back to the run");
-    fill(el, h("div", { class: "hv-row" }, this.title, this.slider, this.label, close), this.error);
+    fill(el, h("div", { class: "hv-row" }, this.title, this.slider, this.label, this.rank, close), this.error);
   }
 
-  /** view: the watch_view traitlet ({steps, step, index, model}); empty = no watch shown. */
-  set(view, error) {
+  /** view: the watch_view traitlet ({steps, step, index, model, rank}); empty = no watch shown.
+   * ranks: the watch_ranks traitlet (empty unless a gathered history is shown). */
+  set(view, error, ranks = []) {
     this.error.textContent = error || "";
     this.el.hidden = !view || !view.steps;
     if (this.el.hidden) return;
+    this.rank.hidden = !ranks.length;
+    fill(
+      this.rank,
+      h("option", { value: "reduced" }, "all ranks (reduced)"),
+      ranks.map((r) => h("option", { value: String(r) }, `rank ${r} (local)`)),
+    );
+    this.rank.value = view.rank === null || view.rank === undefined ? "reduced" : String(view.rank);
     this.steps = view.steps;
     this.slider.max = String(view.steps.length - 1);
     this.slider.value = String(view.index);
