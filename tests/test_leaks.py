@@ -7,6 +7,7 @@ alive by a cycle through C++ that gc cannot free shows up here.
 from __future__ import annotations
 
 import gc
+import warnings
 
 import torch
 from conftest import assert_same_state, model_state
@@ -19,7 +20,10 @@ from hookviz.capture import BackwardRecorder
 def _live_tensor_bytes() -> int:
     gc.collect()
     storages = {}
-    for thing in gc.get_objects():
+    with warnings.catch_warnings():  # isinstance() on every object touches deprecated module attributes
+        warnings.simplefilter("ignore", FutureWarning)
+        things = [t for t in gc.get_objects() if isinstance(t, torch.Tensor)]
+    for thing in things:
         try:
             if isinstance(thing, torch.Tensor) and not thing.is_meta and thing.layout == torch.strided:
                 storage = thing.untyped_storage()
