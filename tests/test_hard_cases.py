@@ -215,15 +215,20 @@ def test_forward_passes_leave_batchnorm_statistics_as_they_were():
     assert torch.equal(session.run().leaf_grad("0.weight"), plain[0].weight.grad)
 
 
-def test_an_edit_and_its_code_agree_when_the_loss_differentiates():
-    torch.manual_seed(0)
-    model, data = TanhMLP(), torch.randn(4, 3, requires_grad=True)
+def _penalised(data):
+    """A loss with a gradient penalty: it differentiates through the output (``create_graph``)."""
 
-    def penalised(out):
+    def loss_fn(out):
         (grad,) = torch.autograd.grad(out.sum(), data, create_graph=True)
         return out.pow(2).sum() + grad.pow(2).sum()
 
-    session = hookviz.Session(model, (data,), loss_fn=penalised)
+    return loss_fn
+
+
+def test_an_edit_and_its_code_agree_when_the_loss_differentiates():
+    torch.manual_seed(0)
+    model, data = TanhMLP(), torch.randn(4, 3, requires_grad=True)
+    session = hookviz.Session(model, (data,), loss_fn=_penalised(data))
     base = session.run()
     session.edit("fc2", "grad_input[0]", "grad * 3")
     edited = session.run()
@@ -233,12 +238,8 @@ def test_an_edit_and_its_code_agree_when_the_loss_differentiates():
     twin = copy.deepcopy(model)
     twin_data = data.detach().clone().requires_grad_(True)
 
-    def twin_loss(out):
-        (grad,) = torch.autograd.grad(out.sum(), twin_data, create_graph=True)
-        return out.pow(2).sum() + grad.pow(2).sum()
-
     handles = namespace["install_edits"](twin)
-    twin_loss(twin(twin_data)).backward()
+    _penalised(twin_data)(twin(twin_data)).backward()
     for handle in handles:
         handle.remove()
     for name, parameter in twin.named_parameters():
@@ -415,12 +416,7 @@ def test_show_works_on_sparse_complex_and_inference_mode_runs():
 def test_node_and_leaf_edits_are_refused_when_the_loss_differentiates():
     torch.manual_seed(0)
     model, data = TanhMLP(), torch.randn(4, 3, requires_grad=True)
-
-    def penalised(out):
-        (grad,) = torch.autograd.grad(out.sum(), data, create_graph=True)
-        return out.pow(2).sum() + grad.pow(2).sum()
-
-    session = hookviz.Session(model, (data,), loss_fn=penalised)
+    session = hookviz.Session(model, (data,), loss_fn=_penalised(data))
     assert session.run().loss_differentiates
     for target, slot in (("TanhBackward0_0", "grad_inputs[0]"), ("fc1.weight", "grad")):
         with pytest.raises(hookviz.EditError, match="loss_fn differentiates.*grad_input"):
