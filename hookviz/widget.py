@@ -483,9 +483,13 @@ class Widget(anywidget.AnyWidget):
 
     def show_watch_history(self, history, rank: int | None = None, step: int | None = None) -> Widget:
         """Show a gathered :class:`~hookviz.watch_gather.RankHistory`: ``rank``'s local norms, or
-        (None) the reduced ones, with ``watch_ranks`` listing the ranks for the selector."""
+        (None) the reduced ones, with ``watch_ranks`` listing the ranks for the selector. A
+        one-process history (``Watch.save`` without a gather) has nothing reduced: it opens on its
+        one rank."""
         from hookviz.watch_gather import RankView
 
+        if rank is None and not history.strategy:
+            rank = history.ranks[0]
         self.watch_ranks = list(history.ranks)
         return self.show_watch(RankView(history, rank), step)
 
@@ -536,6 +540,7 @@ class Widget(anywidget.AnyWidget):
             "model": getattr(watch, "model_name", None) or type(watch.model).__name__,
             # a gathered history: the rank shown (None = reduced over ranks), for the rank selector
             "rank": getattr(watch, "rank", None),
+            "reduced": bool(getattr(getattr(watch, "source", None), "strategy", "")),
         }
         self.diagnosis = diagnosis
 

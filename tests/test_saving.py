@@ -19,7 +19,8 @@ import hookviz
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
 from hookviz.saving import FileFormatError, load, save
 from hookviz.stats import TensorRecord
-from hookviz.watch_gather import RankHistory
+from hookviz.watch_gather import RankHistory, from_watch
+from hookviz.widget_data import json_float
 
 
 def assert_same(a, b, where="obj"):
@@ -241,3 +242,18 @@ def test_two_loaded_runs_compare_in_the_widget_as_live_ones(tmp_path, canonical)
     for trait in ("leaf_summary", "chart", "edits"):
         assert getattr(loaded, trait) == getattr(live, trait), trait
     assert "grad + 888888" in loaded.code and loaded.read_only
+
+
+def test_a_one_process_history_opens_on_its_one_rank(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    data, labels = torch.randn(16, 4), torch.randint(0, 2, (16,))
+    with hookviz.watch(model) as watch:
+        for _ in range(3):
+            model.zero_grad()
+            F.cross_entropy(model(data), labels).backward()
+    run = hookviz.Session(model, (data,), loss_fn=lambda out: F.cross_entropy(out, labels)).run()
+    history = hookviz.load(from_watch(watch).save(tmp_path / "history"))
+    widget = hookviz.show(history, hookviz.load(run.save(tmp_path / "run")))
+    assert widget.watch_view["rank"] == 0 and widget.watch_view["reduced"] is False
+    assert widget.watch_view["norms"] == {n: json_float(v) for n, v in watch.norms(watch.steps[-1]).items()}

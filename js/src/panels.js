@@ -454,7 +454,8 @@ export class WatchBar {
     this.rank.hidden = !ranks.length;
     fill(
       this.rank,
-      h("option", { value: "reduced" }, "all ranks (reduced)"),
+      // one process (no all-reduce) has no reduced norms to offer
+      view.reduced ? h("option", { value: "reduced" }, "all ranks (reduced)") : null,
       ranks.map((r) => h("option", { value: String(r) }, `rank ${r} (local)`)),
     );
     this.rank.value = view.rank === null || view.rank === undefined ? "reduced" : String(view.rank);
