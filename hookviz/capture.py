@@ -195,6 +195,7 @@ class ForwardRecorder(TorchFunctionMode):
         for name, module in model.named_modules(remove_duplicate=False):
             self.names.setdefault(id(module), name)
         self.calls: list[CallState] = []
+        self.starts: list[int] = []  # sequence_start of each call, ascending (calls start in order)
         self.stack: list[CallState] = []
         self.outputs: dict[int, tuple] = {}
         self.nodes_kept: list = []  # keeps Node objects alive so their ids stay unique
@@ -235,8 +236,7 @@ class ForwardRecorder(TorchFunctionMode):
     def call_of(self, sequence_nr: int) -> int | None:
         """Index of the innermost module call during which the Node numbered ``sequence_nr`` was
         made, or None (made outside every module call, e.g. by ``loss_fn``)."""
-        starts = self._starts()
-        at = bisect_right(starts, sequence_nr) - 1
+        at = bisect_right(self.starts, sequence_nr) - 1
         index = at if at >= 0 else None
         while index is not None:
             call = self.calls[index]
@@ -244,11 +244,6 @@ class ForwardRecorder(TorchFunctionMode):
                 return index
             index = call.parent
         return None
-
-    def _starts(self) -> list[int]:
-        if len(getattr(self, "_start_cache", ())) != len(self.calls):
-            self._start_cache = [c.sequence_start for c in self.calls]
-        return self._start_cache
 
     def _pre(self, module, args, kwargs):
         with torch._C.DisableTorchFunction():  # our own tensor reads need not pass through the mode
@@ -293,6 +288,7 @@ class ForwardRecorder(TorchFunctionMode):
         if len(grad_ids) != len(set(grad_ids)):
             state.shared = (args, kwargs, torch.get_rng_state())
         self.calls.append(state)
+        self.starts.append(state.sequence_start)
         self.stack.append(state)
 
     def _exit(self, output) -> None:

@@ -218,7 +218,7 @@ class StatsBatch:
         """Summarise every added tensor; drops the references to them. Returns ``records``."""
         records: list[TensorRecord | None] = [None] * len(self.tensors)
         views: dict[tuple, list[int]] = {}
-        standing_in: dict[int, torch.Tensor] = {}  # key -> the sparse or complex tensor it stands for
+        standing_in: dict[int, tuple] = {}  # key -> (the sparse or complex tensor it stands for, nnz)
         for key, tensor in enumerate(self.tensors):
             version = self.versions[key]
             if tensor is None:
@@ -230,8 +230,8 @@ class StatsBatch:
             elif tensor.numel() == 0:
                 records[key] = replace(_metadata_record(tensor), value=self._small_value(tensor))
             elif tensor.is_sparse or tensor.is_complex():
-                standing_in[key] = tensor
-                self.tensors[key] = _stand_in(tensor)
+                self.tensors[key], nnz = _stand_in(tensor)
+                standing_in[key] = (tensor, nnz)
                 if self.tensors[key].numel() == 0:  # a sparse tensor that stores nothing: all zeros
                     records[key] = TensorRecord(
                         tuple(tensor.shape),
@@ -266,8 +266,8 @@ class StatsBatch:
             tensor, source = self.tensors[key], records[original]
             value = None if source.value is None else tensor.detach().cpu().clone()
             records[key] = replace(source, shape=tuple(tensor.shape), value=value)
-        for key, tensor in standing_in.items():
-            records[key] = self._stood_in(records[key], tensor)
+        for key, (tensor, nnz) in standing_in.items():
+            records[key] = self._stood_in(records[key], tensor, nnz)
         self.records = records
         self.tensors, self.versions, self._keys = [], [], {}
         self._settled_refs, self._settled_elements = {}, {}
@@ -279,7 +279,7 @@ class StatsBatch:
         dense = tensor.to_dense() if tensor.is_sparse else tensor
         return dense.detach().cpu().clone()
 
-    def _stood_in(self, record: TensorRecord, tensor: torch.Tensor) -> TensorRecord:
+    def _stood_in(self, record: TensorRecord, tensor: torch.Tensor, nnz: int | None) -> TensorRecord:
         """The record of a sparse or complex tensor from the record of its stand-in."""
         numel = tensor.numel()
         if tensor.is_sparse:
@@ -295,7 +295,7 @@ class StatsBatch:
                 min=min(record.min, 0.0) if stored < numel else record.min,
                 max=max(record.max, 0.0) if stored < numel else record.max,
                 zero_fraction=(numel - nonzero) / numel,
-                nnz=tensor.coalesce()._nnz(),
+                nnz=nnz,
                 histogram=None,
                 note=_STAND_IN_NOTE["sparse"],
             )
@@ -436,12 +436,15 @@ _STAND_IN_NOTE = {
 }
 
 
-def _stand_in(tensor: torch.Tensor) -> torch.Tensor:
+def _stand_in(tensor: torch.Tensor) -> tuple[torch.Tensor, int | None]:
     """What the statistics of a sparse or complex tensor are computed on: the coalesced stored
-    values (magnitudes, if complex), or the magnitude of a dense complex tensor."""
+    values (magnitudes, if complex), or the magnitude of a dense complex tensor; and, for a sparse
+    one, its ``_nnz()`` after coalescing (coalesced once, here)."""
+    nnz = None
     if tensor.is_sparse:
-        tensor = tensor.detach().coalesce().values().reshape(-1)
-    return tensor.detach().abs() if tensor.is_complex() else tensor.detach()
+        coalesced = tensor.detach().coalesce()
+        tensor, nnz = coalesced.values().reshape(-1), coalesced._nnz()
+    return (tensor.detach().abs() if tensor.is_complex() else tensor.detach()), nnz
 
 
 def _bounded(groups, tensors, limit: int = 1 << 24):
