@@ -9,7 +9,7 @@ import torch
 from conftest import assert_same_state, model_state
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from zoo import Checkpointed, Embedded, TanhMLP, TwoInputs
+from zoo import Checkpointed, Embedded, NoGradGate, TanhMLP, TwoInputs
 
 import hookviz
 
@@ -57,21 +57,9 @@ def test_in_place_ops_on_data_never_change_the_users_tensor():
 
 
 def test_an_edit_that_cannot_apply_is_refused_at_edit():
-    class Frozen(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.stats, self.head = nn.Linear(3, 3), nn.Linear(3, 1)
-
-        def forward(self, x):
-            with torch.no_grad():
-                h = self.stats(x)
-            return self.head(h)
-
-    session = hookviz.Session(Frozen(), (torch.randn(2, 3),), loss_fn=_sum)
-    with pytest.raises(
-        hookviz.EditError, match=r"never call a full backward hook of module 'stats'.*no_grad"
-    ):
-        session.edit("stats", "grad_output[0]", "grad * 2")
+    session = hookviz.Session(NoGradGate(), (torch.randn(2, 3),))
+    with pytest.raises(hookviz.EditError, match=r"never call a full backward hook of module 'gate'.*no_grad"):
+        session.edit("gate", "grad_output[0]", "grad * 2")
     wrapper = nn.Sequential(DictOutput())
     session = hookviz.Session(wrapper, (torch.randn(2, 3),), loss_fn=lambda out: out["h"].sum())
     with pytest.raises(hookviz.EditError, match="not top-level tensors"):

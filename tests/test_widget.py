@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from zoo import NoGradGate
 
 import hookviz
 import hookviz.widget as hookviz_widget
@@ -809,18 +810,8 @@ def test_watch_view_refuses_bad_steps_and_bad_watches(widget):
 
 
 def test_selecting_what_got_no_gradient_shows_why():
-    class Gated(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gate, self.fc = nn.Linear(3, 3), nn.Linear(3, 3)
-
-        def forward(self, x):
-            with torch.no_grad():
-                gate = torch.sigmoid(self.gate(x))
-            return (self.fc(x) * gate).sum()
-
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Gated(), (torch.randn(2, 3),), input_grads=True)
+    widget = hookviz_widget.show(NoGradGate(), (torch.randn(2, 3),), input_grads=True)
     assert widget.select("module:gate")
     assert "ran under torch.no_grad()" in widget.inspector["explanation"]
     assert widget.select("x") and widget.inspector.get("asked_grad") is True

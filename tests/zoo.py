@@ -231,6 +231,20 @@ class NoGradDetach(nn.Module):
         return self.head(h * gate + h.detach())
 
 
+class NoGradGate(nn.Module):
+    """``fc(x) * sigmoid(gate(x))`` with the gate computed under ``torch.no_grad()``: module ``gate``
+    gets no gradient, so none of its backward hooks fire."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.fc = nn.Linear(3, 3), nn.Linear(3, 3)
+
+    def forward(self, x):
+        with torch.no_grad():
+            gate = torch.sigmoid(self.gate(x))
+        return (self.fc(x) * gate).sum()
+
+
 class TanhMLP(nn.Module):
     def __init__(self):
         super().__init__()
