@@ -721,6 +721,24 @@ def wrapped_user_hooks(
 
 
 @contextlib.contextmanager
+def buffers_kept(model: torch.nn.Module):
+    """Put every buffer a forward changed in place (BatchNorm's running statistics and
+    ``num_batches_tracked``) back as it was, so hookviz's forwards leave no trace in the model.
+
+    Written through ``.data``: Nodes that saved a buffer (BatchNorm saves its running statistics)
+    must not see its version change, or a re-run's backward would refuse them.
+    """
+    before = [(b, b.detach().clone()) for b in model.buffers()]
+    try:
+        yield
+    finally:
+        # Every buffer, not only those whose _version moved: BatchNorm's kernel updates its
+        # running statistics without bumping the version counter.
+        for buffer, value in before:
+            buffer.data.copy_(value)
+
+
+@contextlib.contextmanager
 def full_backward_hooks(
     state: RecordingState, model: torch.nn.Module, sites: list[tuple[str, str]]
 ) -> Iterator[None]:

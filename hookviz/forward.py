@@ -28,6 +28,7 @@ from hookviz.capture import (
     NodePreEditHook,
     RecordingState,
     SavedTensorsRecorder,
+    buffers_kept,
     forget_tensors,
     full_backward_hooks,
     wrapped_user_hooks,
@@ -383,24 +384,6 @@ def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch)
         [[records[k] for k in keys] for keys in returned_keys],
         [None if keys is None else [records[k] for k in keys] for keys in replaced_keys],
     )
-
-
-@contextlib.contextmanager
-def buffers_kept(model: torch.nn.Module):
-    """Put every buffer a forward changed in place (BatchNorm's running statistics and
-    ``num_batches_tracked``) back as it was, so hookviz's forwards leave no trace in the model.
-
-    Written through ``.data``: Nodes that saved a buffer (BatchNorm saves its running statistics)
-    must not see its version change, or a re-run's backward would refuse them.
-    """
-    before = [(b, b.detach().clone()) for b in model.buffers()]
-    try:
-        yield
-    finally:
-        # Every buffer, not only those whose _version moved: BatchNorm's kernel updates its
-        # running statistics without bumping the version counter.
-        for buffer, value in before:
-            buffer.data.copy_(value)
 
 
 def _eager(model: torch.nn.Module):

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hookviz.capture import buffers_kept
+
 Use = tuple[str, int]  # (consumer node id, slot in its grad_inputs)
 
 
@@ -193,13 +195,11 @@ def split_shared_inputs(model: torch.nn.Module, call, grad_output: tuple, grad_i
     module = model.get_submodule(call.module)
     leaves = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
     wanted = [i for i, a in enumerate(leaves) if isinstance(a, torch.Tensor) and a.requires_grad]
-    before = [(b, b.detach().clone()) for b in module.buffers()]
     quiet = contextlib.redirect_stdout(io.StringIO())
     with torch.random.fork_rng(devices=[]), torch.enable_grad(), quiet:
         torch.set_rng_state(rng)
-        output = module.forward(*leaves, **kwargs)
-        for buffer, value in before:
-            buffer.data.copy_(value)
+        with buffers_kept(module):
+            output = module.forward(*leaves, **kwargs)
         outputs = [output] if isinstance(output, torch.Tensor) else list(output)
         pairs = [
             (o, g)
