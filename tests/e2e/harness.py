@@ -180,11 +180,22 @@ def open_notebook(page, base: str, name: str) -> None:
 
 def run_cell(page, index: int) -> None:
     """Click cell ``index`` and run it with Shift+Enter."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Shift+Enter")
-    # The prompt turns from "[ ]:" to "[*]:" then "[1]:" once the kernel took the cell.
-    cell.locator(".jp-InputPrompt").filter(has_text="[").filter(has_not_text="[ ]").wait_for(timeout=60_000)
+    # The prompt turns from "[ ]:" to "[*]:" then "[1]:" once the kernel took the cell. A key press
+    # that lands while the front end is still wiring the notebook's shared model ("Not same Y.Doc")
+    # is dropped without a trace: press again, up to three times, when the prompt never moved.
+    taken = cell.locator(".jp-InputPrompt").filter(has_text="[").filter(has_not_text="[ ]")
+    for attempt in range(3):
+        cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            taken.wait_for(timeout=20_000 if attempt < 2 else 60_000)
+            return
+        except PlaywrightTimeoutError:
+            if attempt == 2:
+                raise
 
 
 def widget_root(page, index: int = 0):
