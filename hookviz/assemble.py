@@ -70,14 +70,13 @@ class _Assembler:
         self.graph, self.recorder, self.context = graph, recorder, context
         self.leaf_grads, self.reused, self.batch = leaf_grads, reused, batch
 
-    def _keys(self, grads) -> tuple:
+    def _keys(self, grads, batch: StatsBatch | None = None) -> tuple:
         """Stats keys of grads: tensors are added to the batch; settled ones already have one."""
-        return tuple(
-            None if g is None else g.key if isinstance(g, Settled) else self.batch.add(g) for g in grads
-        )
+        batch = batch or self.batch
+        return tuple(None if g is None else g.key if isinstance(g, Settled) else batch.add(g) for g in grads)
 
-    def _records(self, keys) -> tuple:
-        records = self.batch.records
+    def _records(self, keys, batch: StatsBatch | None = None) -> tuple:
+        records = (batch or self.batch).records
         return tuple(None if k is None else records[k] for k in keys)
 
     def _arriving(self, node_id: str, output_nr: int):
@@ -117,17 +116,25 @@ class _Assembler:
         before_out_keys = {n: self._keys(g) for n, g in recorder.grad_outputs_before_edit.items()}
         leaf_keys = {n: None if g is None else self.batch.add(g) for n, g in self.leaf_grads.items()}
         # Only hooks that ran in this run: a backward-only re-run ran no forward hooks.
+        # What hook calls saw is summarised in full even in a lazy run: the user may remove the
+        # hook before reading it, and then a second run would no longer call it.
+        hook_batch = self.batch
+        if self.batch.source is not None:
+            hook_batch = StatsBatch(self.batch.full_limit, self.batch.histogram_bins)
         hook_keys = [
-            (call, self._keys(before), self._keys(after)) for call, before, after in recorder.hook_calls
+            (call, self._keys(before, hook_batch), self._keys(after, hook_batch))
+            for call, before, after in recorder.hook_calls
         ]
         full_views = self._full_hook_views()
         hidden_keys = {i: (self._keys(gi), self._keys(go)) for i, (gi, go) in recorder.hidden_seen.items()}
         self.batch.compute()
+        if hook_batch is not self.batch:
+            hook_batch.compute()
         records = self.batch.records
 
         hook_calls = []
         for call, before, after in hook_keys:
-            call.before, call.after = self._records(before), self._records(after)
+            call.before, call.after = self._records(before, hook_batch), self._records(after, hook_batch)
             hook_calls.append(call)
         hook_calls.sort(key=lambda c: c.step)
         events = sorted(recorder.events, key=lambda e: e.step)
@@ -138,6 +145,7 @@ class _Assembler:
         user_tensors = user_tensor_hooks(graph.leaves)
         parameters = {name for name, _ in graph.model.named_parameters(remove_duplicate=False)}
         ran = {call.module for call in forward_calls}
+        details = self.batch.source  # a lazy run's: forward values are filled on first read
         nodes: dict[str, NodeRecord] = {}
         for node in walk.nodes.values():
             call_index = node.call
@@ -153,6 +161,8 @@ class _Assembler:
                 saved=list(node.saved),
             )
             if node.kind == "op":
+                if details is not None:
+                    details.defer(record, NodeRecord.DEFERRED)
                 record.grad_outputs = self._records(out_grad_keys.get(node.id, ()))
                 record.grad_inputs = self._records(in_keys.get(node.id, ()))
                 if node.id in recorder.post_edits and node.id in received_keys:
@@ -221,33 +231,32 @@ class _Assembler:
                     grad_input,
                     module_edits[(state.module, "grad_input")].pop().after,
                 )
-            calls.append(
-                ModuleCall(
-                    module=state.module,
-                    call=state.call,
-                    type=state.type,
-                    inputs=graph.call_inputs[i],
-                    output=graph.call_outputs[i],
-                    output_replaced=graph.call_outputs_replaced[i],
-                    full_hook_fires=fires,
-                    grad_input=grad_input,
-                    grad_input_before_edit=grad_input_before_edit,
-                    grad_output=grad_output,
-                    grad_output_before_edit=grad_output_before_edit,
-                    legacy_grad_input=legacy_in,
-                    legacy_grad_output=legacy_out,
-                    output_node=output_node,
-                    user_hooks=module_hooks,
-                    in_place=state.in_place,
-                    output_changed_later=state.output_changed_later,
-                    output_requires_grad=any(
-                        e.requires_grad for e in state.returned + (state.replaced or [])
-                    ),
-                    grad_enabled=state.grad_enabled,
-                    output_kind_hookable=state.full_hook_fires,
-                    shared_inputs=graph.plans[i].shared_inputs,
-                )
+            call_record = ModuleCall(
+                module=state.module,
+                call=state.call,
+                type=state.type,
+                inputs=graph.call_inputs[i],
+                output=graph.call_outputs[i],
+                output_replaced=graph.call_outputs_replaced[i],
+                full_hook_fires=fires,
+                grad_input=grad_input,
+                grad_input_before_edit=grad_input_before_edit,
+                grad_output=grad_output,
+                grad_output_before_edit=grad_output_before_edit,
+                legacy_grad_input=legacy_in,
+                legacy_grad_output=legacy_out,
+                output_node=output_node,
+                user_hooks=module_hooks,
+                in_place=state.in_place,
+                output_changed_later=state.output_changed_later,
+                output_requires_grad=any(e.requires_grad for e in state.returned + (state.replaced or [])),
+                grad_enabled=state.grad_enabled,
+                output_kind_hookable=state.full_hook_fires,
+                shared_inputs=graph.plans[i].shared_inputs,
             )
+            if details is not None:
+                details.defer(call_record, ModuleCall.DEFERRED)
+            calls.append(call_record)
             if output_node in nodes and state.call == 0:
                 nodes[output_node].user_hooks.extend(
                     h for h in module_hooks if h.kind == "legacy backward hook"

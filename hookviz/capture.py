@@ -1,8 +1,8 @@
 """Hooks in, hooks out: what hookviz registers to record a run, and how it always removes it.
 
-Forward: a forward pre-hook and a forward hook on every module keep the stack of module calls, and a
-``TorchFunctionMode`` notes which module call made each op's output (and keeps that output for its
-statistics). Forward hooks and function modes do not touch autograd, so gradients stay bit-identical.
+Forward: a forward pre-hook and a forward hook on every module keep the stack of module calls, and,
+when forward values are recorded (full details), a ``TorchFunctionMode`` keeps each op's output for
+its statistics. Forward hooks and function modes do not touch autograd, so gradients stay bit-identical.
 
 Backward: one Node post-hook per Node (``Node.register_hook``) records ``grad_outputs`` and
 ``grad_inputs`` and applies the run's ``grad_inputs`` edits; Node pre-hooks are added only where an
@@ -183,9 +183,18 @@ class ForwardRecorder(TorchFunctionMode):
     the next ``torch._C._autograd._get_sequence_nr()`` when it is made (``Node._sequence_nr()``).
     """
 
-    def __init__(self, model: torch.nn.Module, state: RecordingState | None = None, snapshot_limit: int = 0):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        state: RecordingState | None = None,
+        snapshot_limit: int = 0,
+        values: bool = True,
+    ):
         super().__init__()
         self.model, self.state = model, state
+        # values=False (a lazy run): no function mode, so no Python runs per op; forward values
+        # and snapshots are left to the full re-run that fills the run's details.
+        self.values = values
         # Copies of small tensors as module hooks saw them, for those that forward later changes in
         # place: (id, version) -> copy. Larger ones get a note instead (copying them costs memory).
         self.snapshot_limit = snapshot_limit
@@ -210,23 +219,44 @@ class ForwardRecorder(TorchFunctionMode):
             # Prepended: sees the output as forward returned it, before the user's forward hooks.
             self.handles.append(module.register_forward_hook(self._returned, with_kwargs=True, prepend=True))
             self.handles.append(module.register_forward_hook(self._post, with_kwargs=True))
+        self._original_register_hook = torch.Tensor.register_hook
+        recorder = self
+
+        def register_hook(tensor, hook):  # a plain function: torch.Tensor binds it to the tensor
+            return recorder._register_hook(tensor, hook)
+
+        torch.Tensor.register_hook = register_hook
         try:
-            return super().__enter__()
+            return super().__enter__() if self.values else self
         except BaseException:
             self.remove_hooks()
             raise
 
     def __exit__(self, *exc):
         try:
-            return super().__exit__(*exc)
+            return super().__exit__(*exc) if self.values else None
         finally:
             self.remove_hooks()
 
     def remove_hooks(self) -> None:
-        """Remove the module hooks (idempotent)."""
+        """Remove the module hooks and put ``Tensor.register_hook`` back (idempotent)."""
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+        original = self.__dict__.pop("_original_register_hook", None)
+        if original is not None:
+            torch.Tensor.register_hook = original
+
+    def _register_hook(self, tensor: torch.Tensor, hook):
+        """``Tensor.register_hook`` while forward runs: a hook the model's forward puts on an
+        intermediate tensor is wrapped like the user's other hooks, so the run shows what it saw
+        and returned (FSDP2's pre-backward all-gather is not the user's and is left alone)."""
+        original = self._original_register_hook
+        if tensor.grad_fn is not None and self.state is not None and not is_framework_hook(hook):
+            wrapper = _UserHookWrapper(self.state, hook, "tensor hook", self.current_module or "", None)
+            self.intermediate_hooks.append((tensor.grad_fn, tensor.output_nr, wrapper))
+            hook = wrapper
+        return original(tensor, hook)
 
     @property
     def current_module(self) -> str | None:
@@ -305,20 +335,11 @@ class ForwardRecorder(TorchFunctionMode):
             e is not None and e.tensor is t and t._version != e.version for t in final for e in state.inputs
         )
         # Ops the mode does not see (a custom autograd.Function's apply) still have a forward value.
-        for tensor in final:
-            self._note(tensor)
+        if self.values:
+            for tensor in final:
+                self._note(tensor)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if (
-            func is torch.Tensor.register_hook
-            and self.state is not None
-            and args[0].grad_fn is not None
-            and not is_framework_hook(args[1])
-        ):  # FSDP2's pre-backward all-gather is not the user's
-            # Wrapped like the user's other hooks, so the run shows what it saw and returned.
-            wrapper = _UserHookWrapper(self.state, args[1], "tensor hook", self.current_module or "", None)
-            self.intermediate_hooks.append((args[0].grad_fn, args[0].output_nr, wrapper))
-            args = (args[0], wrapper, *args[2:])
         out = func(*args, **(kwargs or {}))
         if isinstance(out, torch.Tensor):
             self._note(out)
@@ -434,6 +455,7 @@ class BackwardRecorder:
         self.leaf_edits: dict[str, list[Edit]] = {}  # leaf name -> edits of its grad
         self.settle = None  # grad -> grad, or a stand-in once summarised (see StatsBatch.settle)
         self.keep: frozenset[tuple[str, int]] = frozenset()  # (node, slot) whose grad_inputs are summed later
+        self.keep_outputs: frozenset[tuple[str, int]] = frozenset()  # (node, output_nr) read whole later
         self.steps = itertools.count()
         self.order: dict[str, int] = {}
         self.grad_outputs: dict[str, tuple] = {}
@@ -445,16 +467,19 @@ class BackwardRecorder:
         self.hook_calls: list[tuple[HookCall, tuple, tuple]] = []  # with live before/after grads
         self.log: list[LogEntry] = []
 
-    def begin_backward(self, op_nodes, settle, keep: frozenset) -> None:
+    def begin_backward(
+        self, op_nodes, settle, keep: frozenset, keep_outputs: frozenset = frozenset()
+    ) -> None:
         """Sort the Node and leaf edits, now that the graph is known, before backward runs.
 
         Args:
             op_nodes: ids of the op Nodes (``grad`` on one of them edits its ``grad_outputs[0]``,
                 as a tensor hook on its output would; on a leaf, the leaf's gradient).
             settle: see :meth:`hookviz.stats.StatsBatch.settle`. keep: (node, slot) pairs whose
-                ``grad_inputs`` a module view adds up, kept whole.
+                ``grad_inputs`` a module view adds up, kept whole. keep_outputs: (node, output_nr)
+                pairs whose ``grad_outputs`` a module view reads whole.
         """
-        self.settle, self.keep = settle, keep
+        self.settle, self.keep, self.keep_outputs = settle, keep, keep_outputs
         for edit in self.edits:
             name = edit.slot.name
             if name == "grad_inputs":
@@ -497,9 +522,9 @@ class BackwardRecorder:
         """What to keep of a Node's grads until the run is assembled (see ``settle``)."""
         if self.settle is None:
             return grads
+        kept = self.keep if inputs else self.keep_outputs
         return tuple(
-            g if g is None or (inputs and (node_id, slot) in self.keep) else self.settle(g)
-            for slot, g in enumerate(grads)
+            g if g is None or (node_id, slot) in kept else self.settle(g) for slot, g in enumerate(grads)
         )
 
     def node_pre(self, node_id: str, grad_outputs: tuple):
@@ -718,6 +743,61 @@ def wrapped_user_hooks(
         for hooks, key, fn in swapped:
             if key in hooks:
                 hooks[key] = fn
+
+
+_MODULE_HOOK_STATE = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+    "_is_full_backward_hook",
+)
+
+
+def module_hook_state(model: torch.nn.Module) -> dict:
+    """The hooks on every module now (copies of the dicts that are not empty), for
+    :func:`module_hooks_as` to put back later."""
+    state = {}
+    for module in model.modules():
+        saved = {}
+        for attribute in _MODULE_HOOK_STATE:
+            value = getattr(module, attribute, None)
+            if value or (attribute == "_is_full_backward_hook" and value is not None):
+                saved[attribute] = copy_of(value)
+        if saved:
+            state[module] = saved
+    return state
+
+
+def copy_of(value):
+    return type(value)(value) if isinstance(value, dict) else value
+
+
+@contextlib.contextmanager
+def module_hooks_as(model: torch.nn.Module, state: dict) -> Iterator[None]:
+    """Give every module the hooks of ``state`` (from :func:`module_hook_state`) for the body, then
+    its own again: a lazy run's details are recorded with the hooks the run had, even if the user
+    removed or added some since."""
+    kept = []
+    try:
+        for module in model.modules():
+            saved = state.get(module, {})
+            current = {a: getattr(module, a, None) for a in _MODULE_HOOK_STATE}
+            kept.append((module, current))
+            for attribute, value in current.items():
+                if attribute == "_is_full_backward_hook":
+                    object.__setattr__(module, attribute, saved.get(attribute))
+                elif value is not None:
+                    object.__setattr__(module, attribute, copy_of(saved.get(attribute, type(value)())))
+        yield
+    finally:
+        for module, current in kept:
+            for attribute, value in current.items():
+                if value is not None or attribute == "_is_full_backward_hook":
+                    object.__setattr__(module, attribute, value)
 
 
 @contextlib.contextmanager

@@ -70,6 +70,7 @@ class RetainedForward:
     leaf_ids: dict[int, str] = field(init=False)  # id(leaf tensor) -> node id
     plans: list[CallPlan] = field(init=False)  # per module call: how to rebuild its full hook view
     summed_later: frozenset[tuple[str, int]] = field(init=False)
+    read_later: frozenset[tuple[str, int]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.leaf_ids = {id(n.tensor): n.id for n in self.walk.nodes.values() if n.tensor is not None}
@@ -84,6 +85,7 @@ class RetainedForward:
         ]
         # Gradients that a full-hook view adds up are kept whole through backward.
         self.summed_later = frozenset(use for plan in self.plans for use in plan.summed_uses())
+        self.read_later = frozenset(out for plan in self.plans for out in plan.read_outputs())
 
     def producer(self, tensor: torch.Tensor | None, fn, output_nr: int) -> tuple[str | None, int]:
         """The graph node (and output) that produced ``tensor`` when a hook saw it."""
@@ -108,7 +110,7 @@ class RetainedForward:
             EditError, ExpressionError: an edit failed at its site. BackwardError: backward raised.
         """
         op_nodes = {n.id for n in self.walk.nodes.values() if n.kind == "op"}
-        recorder.begin_backward(op_nodes, batch.settle, self.summed_later)
+        recorder.begin_backward(op_nodes, batch.settle, self.summed_later, self.read_later)
         handles = [
             self.walk.nodes[node_id].fn.register_prehook(NodePreEditHook(recorder, node_id))
             for node_id in recorder.pre_edits
@@ -145,6 +147,7 @@ def record_forward(
     asked_grads: list[str],
     full_tensor_limit: int,
     histogram_bins: int,
+    values: bool = True,
 ) -> RetainedForward:
     """Run one forward under hookviz's recording hooks and keep its graph.
 
@@ -158,6 +161,8 @@ def record_forward(
         device: where it runs. user_model: the user's model (its hooks are the user's).
         asked_grads: inputs made to require grad by ``input_grads=True`` (named in errors).
         full_tensor_limit, histogram_bins: see :class:`~hookviz.stats.StatsBatch`.
+        values: summarise forward values (what each op made, what module hooks saw). False for
+            a lazy run, whose forward values are filled with its other details on first read.
 
     Raises:
         ForwardError, BackwardError, LossError, UnsupportedError: see their docstrings; the model's
@@ -177,7 +182,9 @@ def record_forward(
         )
     )
     state = RecordingState()
-    forward_recorder = ForwardRecorder(model, state, snapshot_limit=full_tensor_limit)
+    forward_recorder = ForwardRecorder(
+        model, state, snapshot_limit=full_tensor_limit if values else 0, values=values
+    )
     saved_recorder = SavedTensorsRecorder()
     state.active = recorder
     try:
@@ -217,7 +224,11 @@ def record_forward(
             handles.append(call.legacy.grad_fn.register_hook(HiddenNodeProbe(state, call.index)))
     for grad_fn, output_nr, wrapper in forward_recorder.intermediate_hooks:
         wrapper.node = walk.node_id(resolve_hidden(grad_fn, output_nr)[0])
-    summary = _summarise_forward(walk, forward_recorder, StatsBatch(full_tensor_limit, histogram_bins))
+    if values:
+        summary = _summarise_forward(walk, forward_recorder, StatsBatch(full_tensor_limit, histogram_bins))
+    else:
+        unknown = [None] * len(forward_recorder.calls)
+        summary = ({}, unknown, unknown, unknown)
     forget_tensors(forward_recorder)
     # What forward taught about each Node goes on its one live record, the WalkedNode.
     for node in walk.nodes.values():

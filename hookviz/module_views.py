@@ -79,6 +79,13 @@ class CallPlan:
                 found.update(plan.outside)
         return found
 
+    def read_outputs(self) -> set[tuple[str, int]]:
+        """(node, output_nr) whose arriving gradient the view must have whole: a shared-input
+        call's grad_output, which :func:`split_shared_inputs` backpropagates."""
+        if not self.shared_inputs:
+            return set()
+        return {p.producer for p in self.outputs if p is not None and p.read_at_producer and p.producer[0]}
+
 
 def plan_call(
     call, producer_of, consumers: dict, sequence_nr: dict[str, int], hooks_between: bool

@@ -15,6 +15,7 @@ from pathlib import Path
 import networkx as nx
 import torch
 
+from hookviz.deferred import Deferrable, deferrable
 from hookviz.diagnose import diagnose
 from hookviz.errors import TargetError, unknown_name
 from hookviz.explain import explain
@@ -94,8 +95,9 @@ class LogEntry:
     text: str
 
 
+@deferrable
 @dataclass
-class NodeRecord:
+class NodeRecord(Deferrable):
     """Everything recorded at one node of the autograd graph.
 
     Attributes:
@@ -129,14 +131,17 @@ class NodeRecord:
     user_hooks: list[HookInfo] = field(default_factory=list)
     sites: list[str] = field(default_factory=list)
 
+    DEFERRED = ("output",)  # filled on first read in a lazy run (hookviz.details)
+
     @property
     def saved_bytes(self) -> int:
         """Total bytes of the tensors this Node saved for backward."""
         return sum(s.nbytes for s in self.saved)
 
 
+@deferrable
 @dataclass
-class ModuleCall:
+class ModuleCall(Deferrable):
     """What a forward pre-hook and a forward hook of one module call saw.
 
     Attributes:
@@ -190,6 +195,8 @@ class ModuleCall:
     output_kind_hookable: bool = True
     shared_inputs: bool = False
 
+    DEFERRED = ("inputs", "output", "output_replaced")  # filled on first read in a lazy run
+
 
 @dataclass
 class ModuleGrads:
@@ -231,6 +238,8 @@ class Run:
             :meth:`hookviz.Session.edit`).
         module_aliases, parameter_aliases: other name -> first name, for modules and parameters
             registered under several names (tied weights); every name is accepted.
+        details: a lazy run's :class:`hookviz.details.Details` (its records' other fields are
+            filled on first read, see :meth:`fill_details`); None for a run recorded eagerly.
     """
 
     loss: torch.Tensor
@@ -251,6 +260,7 @@ class Run:
     loss_differentiates: bool = False
     module_aliases: dict[str, str] = field(default_factory=dict)
     parameter_aliases: dict[str, str] = field(default_factory=dict)
+    details: object = field(default=None, repr=False, compare=False)
     # hookviz.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce
     # whose result leaf_grads holds; None for a model that is not data-parallel.
     local_leaf_grads: dict[str, torch.Tensor | None] | None = None
@@ -263,6 +273,13 @@ class Run:
     def model(self) -> torch.nn.Module | None:
         """The user's model this run recorded (held weakly: None once the model is gone)."""
         return None if self.model_ref is None else self.model_ref()
+
+    def fill_details(self) -> Run:
+        """Fill every deferred field of a lazy run now (one full re-run, see :mod:`hookviz.details`);
+        a no-op for an eager run or one already filled. Returns the run."""
+        if self.details is not None:
+            self.details.fill()
+        return self
 
     def node(self, node_id: str) -> NodeRecord:
         """The record of ``node_id``. Raises TargetError (with close matches) when unknown."""

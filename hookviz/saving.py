@@ -43,7 +43,7 @@ class FileFormatError(HookvizError):
 
 
 # Fields that are not data: a weak reference to the user's live model, an edit's Python callable.
-_SKIPPED = {"Run": {"model_ref"}, "Edit": {"transform"}}
+_SKIPPED = {"Run": {"model_ref", "details"}, "Edit": {"transform"}}
 
 
 _RECORD_TYPES: dict[str, type] = {}

@@ -22,8 +22,9 @@ from torch.utils import _pytree as pytree
 
 from hookviz import distributed
 from hookviz.assemble import RunContext
-from hookviz.capture import BackwardRecorder
+from hookviz.capture import BackwardRecorder, module_hook_state, module_hooks_as
 from hookviz.codegen import edits_as_code
+from hookviz.details import Details, DetailsUnavailable
 from hookviz.devices import device_of, resolve_device
 from hookviz.edits import Edit
 from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, unknown_name
@@ -54,9 +55,17 @@ class Session:
         full_tensor_limit: tensors with at most this many elements are kept whole in the run;
             larger ones keep statistics and a histogram.
         histogram_bins: bins of those histograms (0: none).
+        details: ``"lazy"`` (default) or ``"eager"``. A lazy run keeps at once what every view
+            needs (each gradient's shape, dtype and 2-norm, queued while backward runs, the
+            gradient itself not held), so recording costs little more than a plain step; the
+            first read of anything else (values, min/max, histograms, forward values) records
+            the same run once more with full details and fills the whole run
+            (:mod:`hookviz.details`). ``"eager"`` records everything in every run (the widget
+            does, since it shows it all). Distributed models (DDP, FSDP2) are always eager:
+            a later re-run would have to be collective on every rank.
 
     Raises:
-        HookvizError: ``model`` is not a module.
+        HookvizError: ``model`` is not a module, or ``details`` is neither "lazy" nor "eager".
     """
 
     def __init__(
@@ -69,9 +78,12 @@ class Session:
         input_grads: bool = False,
         full_tensor_limit: int = DEFAULT_FULL_TENSOR_LIMIT,
         histogram_bins: int = DEFAULT_HISTOGRAM_BINS,
+        details: str = "lazy",
     ):
         if not isinstance(model, torch.nn.Module):
             raise HookvizError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if details not in ("lazy", "eager"):
+            raise HookvizError(f'details={details!r}: pass "lazy" (the default) or "eager"')
         self.notes: list[str] = []
         if isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
             self.notes.append(
@@ -94,6 +106,7 @@ class Session:
         self.input_grads = input_grads
         self.full_tensor_limit = full_tensor_limit
         self.histogram_bins = histogram_bins
+        self.details = "eager" if distributed.strategy(model) is not None else details
         self.edits: list[Edit] = []
         self.last_run: Run | None = None
         self.baseline: Run | None = None
@@ -176,31 +189,68 @@ class Session:
         """
         device = self.home_device if device is None else resolve_device(device)
         fresh = forward or self._needs_forward(device)
-        cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
-        # Inside the user's torch.inference_mode() no graph is recorded; hookviz's run needs one.
-        with torch.random.fork_rng(devices=cuda, device_type="cuda"), torch.inference_mode(False):
+        edits, lazy = tuple(self.edits), self.details == "lazy"
+        if fresh:
+            self.release()
+        try:
+            run, graph = self._record(device, edits, None if fresh else self._forward, lazy)
+        except BackwardError:
             if fresh:
-                self.release()
-                recorder = BackwardRecorder(self.edits)
-                graph = self._do_forward(device, recorder)
-            else:
-                graph, recorder = self._forward, BackwardRecorder(self.edits)
-            try:
-                run = self._do_backward(graph, recorder, reused=not fresh)
-            except BackwardError:
-                if fresh:
-                    raise
-                # The retained graph went stale (e.g. a parameter changed in place): start over.
-                self.release()
-                recorder = BackwardRecorder(self.edits)
-                graph = self._do_forward(device, recorder)
-                run = self._do_backward(graph, recorder, reused=False)
-            run = distributed.reduced_run(self.model, run)  # DDP / FSDP2: leaf_grads as .grad holds them
+                raise
+            # The retained graph went stale (e.g. a parameter changed in place): start over.
+            self.release()
+            run, graph = self._record(device, edits, None, lazy)
+        if lazy:
+            run.details.bind(run, self._recompute(device, edits))
         self._forward = graph
         self.last_run = run
         if self.baseline is None:
             self.baseline = run
         return run
+
+    def _record(self, device: str, edits: tuple, graph: RetainedForward | None, lazy: bool):
+        """One run on ``graph`` (a fresh forward when None): (the Run, its retained forward)."""
+        cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
+        # Inside the user's torch.inference_mode() no graph is recorded; hookviz's run needs one.
+        with torch.random.fork_rng(devices=cuda, device_type="cuda"), torch.inference_mode(False):
+            recorder, reused = BackwardRecorder(edits), graph is not None
+            if graph is None:
+                graph = self._do_forward(device, recorder, values=not lazy)
+            run = self._do_backward(graph, recorder, edits, reused=reused, lazy=lazy)
+            run = distributed.reduced_run(self.model, run)  # DDP / FSDP2: leaf_grads as .grad holds them
+        return run, graph
+
+    def _recompute(self, device: str, edits: tuple):
+        """How a lazy run's details are recorded, on first read: the same run again with full
+        details, from a fresh forward (the session's first random state), on a graph of its own."""
+        # A copy of the session without its runs and retained graph: the run keeps what made it
+        # (model, inputs, loss_fn, random state), not the activations of the session's last forward.
+        recipe = copy.copy(self)
+        recipe._forward = recipe.last_run = recipe.baseline = None
+        recipe.edits, recipe._rng_states = [], dict(self._rng_states)
+        state = self._model_state()
+        hooks = module_hook_state(self.model)
+
+        def recompute() -> Run:
+            current = recipe
+            if current._model_state() != state:
+                raise DetailsUnavailable(
+                    "the model's parameters, buffers or inputs changed since the run, so "
+                    'running it again would give other numbers; use Session(..., details="eager") to '
+                    "keep every detail of every run"
+                )
+            with module_hooks_as(current.model, hooks):
+                run, graph = current._record(device, edits, None, lazy=False)
+            graph.remove_hooks()
+            return run
+
+        return recompute
+
+    def _model_state(self) -> tuple:
+        """What a run's numbers depend on besides edits and hooks: the parameters, buffers and
+        inputs, and their versions (a hook removed since shows as a gradient that differs)."""
+        tensors = [*self.model.parameters(), *self.model.buffers(), *self._input_names.values()]
+        return tuple((id(t), -1 if t.is_inference() else t._version) for t in tensors)  # no counter there
 
     def _needs_forward(self, device: str) -> bool:
         graph = self._forward
@@ -235,7 +285,7 @@ class Session:
             else:
                 torch.cuda.set_rng_state(self._rng_states[key], key)
 
-    def _do_forward(self, device: str, recorder: BackwardRecorder) -> RetainedForward:
+    def _do_forward(self, device: str, recorder: BackwardRecorder, values: bool) -> RetainedForward:
         model = self._model_on(device)
         args, kwargs, inputs = self._prepare_inputs(device)
         self._restore_rng(device)
@@ -251,18 +301,23 @@ class Session:
             asked_grads=self.asked_grads,
             full_tensor_limit=self.full_tensor_limit,
             histogram_bins=self.histogram_bins,
+            values=values,
         )
 
-    def _do_backward(self, graph: RetainedForward, recorder: BackwardRecorder, reused: bool) -> Run:
+    def _do_backward(
+        self, graph: RetainedForward, recorder: BackwardRecorder, edits: tuple, reused: bool, lazy: bool
+    ) -> Run:
         context = RunContext(
             self.model,
-            tuple(self.edits),
+            edits,
             tuple(self.asked_grads),
             tuple(self.notes),
             tuple(self._input_names),
         )
-        batch = StatsBatch(self.full_tensor_limit, self.histogram_bins)
-        return graph.backward(recorder, batch, context, reused)
+        batch = StatsBatch(self.full_tensor_limit, self.histogram_bins, source=Details() if lazy else None)
+        run = graph.backward(recorder, batch, context, reused)
+        run.details = batch.source
+        return run
 
     # ------------------------------------------------------------------ edits
 

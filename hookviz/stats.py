@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from hookviz.deferred import Deferrable, deferrable
 from hookviz.saving import record_types
 
 DEFAULT_FULL_TENSOR_LIMIT = 4096
@@ -51,9 +52,15 @@ def _json_number(value) -> float | str | None:
     return _json_float(float(value))
 
 
+@deferrable
 @dataclass
-class TensorRecord:
+class TensorRecord(Deferrable):
     """What hookviz keeps of one tensor: metadata, statistics, and the values when small.
+
+    In a run recorded with ``details="lazy"`` (the default) a gradient's record holds its shape,
+    dtype, device and ``norm`` at once, and a forward value's its shape, dtype and device; the
+    other fields are filled for the whole run the first time one of them is read
+    (:mod:`hookviz.details`).
 
     Attributes:
         shape: the tensor's shape.
@@ -91,9 +98,15 @@ class TensorRecord:
     note: str = ""
     nnz: int | None = None
 
+    DEFERRED = ("value", "norm", "mean", "min", "max", "nan_count", "inf_count", "zero_fraction", "histogram")
+
     @property
     def finite(self) -> bool:
-        """True when the tensor holds no NaN and no Inf."""
+        """True when the tensor holds no NaN and no Inf. On a lazy record whose counts are not
+        filled yet it reads the norm (a finite 2-norm proves there is neither) and fills nothing."""
+        known = self.__dict__
+        if "nan_count" not in known and known.get("norm") is not None:
+            return math.isfinite(known["norm"])
         return self.nan_count == 0 and self.inf_count == 0
 
     def to_dict(self) -> dict:
@@ -123,6 +136,10 @@ class TensorRecord:
         }
 
     def __repr__(self) -> str:
+        if self.pending:
+            norm = self.__dict__.get("norm")
+            shown = "" if norm is None else f", norm={norm:.4g}"
+            return f"TensorRecord(shape={list(self.shape)}, dtype={self.dtype}{shown}, details on first read)"
         if self.value is not None:
             return f"TensorRecord({self.value.tolist()}, dtype={self.dtype}, device={self.device})"
         return (
@@ -159,10 +176,17 @@ class StatsBatch:
     Args:
         full_limit: tensors with at most this many elements keep a full CPU copy in ``value``.
         histogram_bins: bins of the histogram of each larger tensor; 0 disables histograms.
+        source: None for full records. Otherwise the :class:`hookviz.details.Details` of a lazy
+            run: each tensor's 2-norm is queued the moment it is added (nothing else is computed,
+            and the tensor is not held, so autograd frees it as it would without hookviz), and
+            ``compute`` makes records whose other fields ``source`` fills on first read.
     """
 
     full_limit: int = DEFAULT_FULL_TENSOR_LIMIT
     histogram_bins: int = DEFAULT_HISTOGRAM_BINS
+    source: object = None
+    _norms: list = field(default_factory=list)  # lazy: key -> (metadata, 0-dim norm tensor or None)
+    _refs: dict[tuple, tuple[int, weakref.ref]] = field(default_factory=dict)
     tensors: list[torch.Tensor] = field(default_factory=list)
     versions: list[int | None] = field(default_factory=list)
     records: list[TensorRecord] = field(default_factory=list)
@@ -177,6 +201,8 @@ class StatsBatch:
         With ``version`` (the tensor's ``_version`` when it was seen), a tensor modified in place
         since then gets a record with a note instead of values that are no longer the ones seen.
         """
+        if self.source is not None:
+            return self._queue_norm(tensor)
         key = self._keys.get((id(tensor), version))
         if key is not None and self.tensors[key] is tensor:
             return key
@@ -190,8 +216,11 @@ class StatsBatch:
         """During backward: summarise a large CPU tensor now and return a :class:`Settled` key in
         place of it, so hookviz does not hold the gradient and autograd can free or reuse it as it
         would without hookviz. Other tensors (small ones, and any on an accelerator, where summing
-        now would force a host sync) are returned as they are, for :meth:`add` later.
+        now would force a host sync) are returned as they are, for :meth:`add` later. A lazy batch
+        queues every tensor's norm now and returns a Settled key for each.
         """
+        if self.source is not None:
+            return Settled(self._queue_norm(tensor))
         if tensor.device.type != "cpu" or tensor.numel() <= max(self.full_limit, SETTLE_ABOVE):
             return tensor
         identity = (id(tensor), tensor._version)
@@ -214,8 +243,59 @@ class StatsBatch:
         self._settled_refs[key] = weakref.ref(tensor)
         return Settled(key)
 
+    def _queue_norm(self, tensor: torch.Tensor) -> int:
+        """Lazy batch: the key of ``tensor``, its 2-norm queued (no host sync, nothing held)."""
+        identity = (id(tensor), tensor._version)
+        seen = self._refs.get(identity)
+        if seen is not None and seen[1]() is tensor:
+            return seen[0]
+        key = len(self._norms)
+        self._refs[identity] = (key, weakref.ref(tensor))
+        note, nnz, norm = "", None, None
+        if tensor.is_meta or tensor.layout not in (torch.strided, torch.sparse_coo) or tensor.numel() == 0:
+            self._norms.append((tensor, None, note, nnz))  # described whole in compute (cheap)
+            return key
+        measured = tensor
+        if tensor.is_sparse or tensor.is_complex():
+            measured, nnz = _stand_in(tensor)
+            note = _STAND_IN_NOTE["sparse" if tensor.is_sparse else "complex"]
+        with torch.no_grad():
+            low_precision = measured.dtype not in (torch.float32, torch.float64)
+            norm = torch.linalg.vector_norm(measured.detach(), dtype=torch.float32 if low_precision else None)
+        meta = (tuple(tensor.shape), dtype_name(tensor.dtype), str(tensor.device), tensor.numel())
+        self._norms.append((meta, norm, note, nnz))
+        return key
+
+    def _compute_lazy(self) -> list[TensorRecord]:
+        by_device: dict[str, list[int]] = {}
+        for key, (meta, norm, _, _) in enumerate(self._norms):
+            if norm is not None:
+                by_device.setdefault(meta[2], []).append(key)
+        values: dict[int, float] = {}
+        for keys in by_device.values():  # one host transfer per device
+            for key, value in zip(keys, torch.stack([self._norms[k][1] for k in keys]).double().tolist()):
+                values[key] = value
+        records = []
+        for key, (meta, norm, note, nnz) in enumerate(self._norms):
+            if norm is None:  # empty, meta or an unusual layout: complete at once
+                tensor = meta
+                record = _metadata_record(tensor)
+                if tensor.numel() == 0 and not tensor.is_meta:
+                    record = replace(record, value=self._small_value(tensor))
+                records.append(record)
+                continue
+            shape, dtype, device, numel = meta
+            record = TensorRecord(shape, dtype, device, numel, norm=values[key], note=note, nnz=nnz)
+            self.source.defer(record, [f for f in TensorRecord.DEFERRED if f != "norm"])
+            records.append(record)
+        self.records = records
+        self._norms, self._refs = [], {}
+        return records
+
     def compute(self) -> list[TensorRecord]:
         """Summarise every added tensor; drops the references to them. Returns ``records``."""
+        if self.source is not None:
+            return self._compute_lazy()
         records: list[TensorRecord | None] = [None] * len(self.tensors)
         views: dict[tuple, list[int]] = {}
         standing_in: dict[int, tuple] = {}  # key -> (the sparse or complex tensor it stands for, nnz)

@@ -52,7 +52,7 @@ def assert_same(a, b, where="obj"):
             assert_same(a.edges[u, v], b.edges[u, v], f"{where}.edges[{u!r}, {v!r}]")
     elif dataclasses.is_dataclass(a):
         for f in dataclasses.fields(a):
-            if f.name in ("model_ref", "transform"):
+            if f.name in ("model_ref", "transform", "details"):
                 continue
             assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
     else:
