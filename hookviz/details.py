@@ -12,7 +12,7 @@ the lazy run at once.
 
 What hook calls saw (the user's hooks and hookviz's edits) is summarised in full at once: a hook
 removed after the run would not be called again. When the details can no longer be recomputed (the
-model's parameters, inputs or buffers changed since the run), or the second run does not reproduce
+model's parameters or inputs changed since the run), or the second run does not reproduce
 a gradient (its norm differs, say because a hook that changed gradients was removed since), those
 fields get empty values and a note saying why, and forward values are filled only when every
 gradient matched; nothing is guessed.

@@ -235,7 +235,7 @@ class Session:
             current = recipe
             if current._model_state() != state:
                 raise DetailsUnavailable(
-                    "the model's parameters, buffers or inputs changed since the run, so "
+                    "the model's parameters or inputs changed since the run, so "
                     'running it again would give other numbers; use Session(..., details="eager") to '
                     "keep every detail of every run"
                 )
@@ -247,9 +247,11 @@ class Session:
         return recompute
 
     def _model_state(self) -> tuple:
-        """What a run's numbers depend on besides edits and hooks: the parameters, buffers and
-        inputs, and their versions (a hook removed since shows as a gradient that differs)."""
-        tensors = [*self.model.parameters(), *self.model.buffers(), *self._input_names.values()]
+        """What a run's numbers depend on besides edits and hooks: the parameters and inputs, and
+        their versions (a hook removed since shows as a gradient that differs). Buffers are left
+        out: every forward in train mode bumps BatchNorm's ``num_batches_tracked``, hookviz's own
+        included, and a buffer that changed values since shows as a gradient that differs."""
+        tensors = [*self.model.parameters(), *self._input_names.values()]
         return tuple((id(t), -1 if t.is_inference() else t._version) for t in tensors)  # no counter there
 
     def _needs_forward(self, device: str) -> bool:

@@ -662,8 +662,9 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
         args: positional inputs (a tuple, or a single tensor).
         kwargs: keyword inputs.
         loss_fn: ``loss_fn(output) -> scalar tensor``; None when the output is already a scalar.
-        **session_options: passed to :class:`hookviz.Session`; ``visible_budget`` and
-            ``vanishing_threshold`` go to :class:`Widget`.
+        **session_options: passed to :class:`hookviz.Session` (with ``details="eager"`` unless
+            given: the widget shows every value of every run, so a lazy run would be recorded
+            twice); ``visible_budget`` and ``vanishing_threshold`` go to :class:`Widget`.
 
     Returns:
         The :class:`Widget`; display it by leaving it last in a notebook cell.
@@ -689,6 +690,7 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
             )
         widget = Widget(RecordedSession(run), **widget_options)
         return widget.show_watch_history(model)
+    session_options.setdefault("details", "eager")
     session = Session(model, args, kwargs=kwargs, loss_fn=loss_fn, **session_options)
     return Widget(session, **widget_options)
 

@@ -1,0 +1,128 @@
+"""Lazy runs (the default): norms at once, every other detail filled on first read, equal to an
+eager run's, or marked unavailable with the reason, never guessed."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import hookviz
+from hookviz.errors import HookvizError
+from hookviz.examples import sigmoid_mlp
+
+
+def _model_and_data():
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.3), nn.Linear(8, 3)
+    ).train()
+    x, y = torch.randn(5, 6), torch.tensor([0, 1, 2, 1, 0])
+    return model, x, (lambda out: F.cross_entropy(out, y))
+
+
+def _records(run):
+    """Every record of a run as plain dicts, by place."""
+    found = {}
+    for node_id, node in run.nodes.items():
+        for name in ("grad_outputs", "grad_inputs", "grad_inputs_before_edit", "grad_outputs_before_edit"):
+            for i, record in enumerate(getattr(node, name) or ()):
+                found[node_id, name, i] = None if record is None else record.to_dict()
+        found[node_id, "output"] = None if node.output is None else node.output.to_dict()
+    for i, call in enumerate(run.calls):
+        for name in ("grad_input", "grad_output", "legacy_grad_input", "legacy_grad_output", "output"):
+            for j, record in enumerate(getattr(call, name) or ()):
+                found[i, name, j] = None if record is None else record.to_dict()
+        for name, value in call.inputs.items():
+            found[i, "inputs", name] = value if isinstance(value, str) else value.to_dict()
+    return found
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def test_lazy_run_fills_every_detail_as_an_eager_run_records_it():
+    model, x, loss_fn = _model_and_data()
+    lazy_session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    lazy_session.edit("4", "grad_output[0]", "grad * 3")
+    lazy = lazy_session.run()
+    node = next(n for n in lazy.nodes.values() if n.kind == "op")
+    # At once: shape and norm; nothing else was computed yet.
+    assert node.grad_outputs[0].pending and "norm" in node.grad_outputs[0].__dict__
+    assert "min" not in node.grad_outputs[0].__dict__ and lazy.calls[0].pending
+    eager_session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="eager")
+    eager_session.edit("4", "grad_output[0]", "grad * 3")
+    eager = eager_session.run()
+    assert eager.details is None and not eager.calls[0].pending
+    lazy_records, eager_records = _records(lazy), _records(eager)
+    assert lazy_records.keys() == eager_records.keys()
+    for place in lazy_records:
+        assert _same(lazy_records[place], eager_records[place]), place
+    assert not any(r.pending for n in lazy.nodes.values() for r in n.grad_outputs if r is not None)
+    for name in lazy.leaf_grads:
+        assert torch.equal(lazy.leaf_grad(name), eager.leaf_grad(name))
+
+
+def test_a_backward_only_rerun_and_a_dropped_session_still_fill_their_details():
+    model, x, loss_fn = _model_and_data()
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    session.run()
+    rerun = session.run()
+    assert rerun.forward_reused
+    expected = hookviz.Session(model, (x,), loss_fn=loss_fn, details="eager").run()
+    del session  # the run keeps what made it, not the session's retained graph
+    assert _same(_records(rerun), _records(expected))
+
+
+def test_details_are_recorded_with_the_hooks_the_run_had():
+    model, x, loss_fn = _model_and_data()
+    model.eval()
+    handle = model[2].register_forward_hook(lambda module, args, output: output * 2)
+    try:
+        run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+    finally:
+        handle.remove()
+    assert not model[2]._forward_hooks  # removed before anything was read
+    call = run.module_io("2")
+    assert call.output_replaced is not None
+    assert torch.equal(call.output_replaced[0].value, call.output[0].value * 2)
+    assert not model[2]._forward_hooks  # and still removed afterwards
+
+
+def test_details_of_a_run_whose_model_changed_since_are_marked_not_guessed():
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=3, width=8, inputs=4, classes=3)
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 1, 0])
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: F.cross_entropy(out, y)).run()
+    norm = run.nodes[run.root].grad_outputs[0].norm
+    with torch.no_grad():
+        model[0].weight.add_(1.0)  # an optimizer step
+    record = run.nodes[run.root].grad_outputs[0]
+    assert record.min is None and record.value is None
+    assert "details unavailable" in record.note and "changed since the run" in record.note
+    assert record.norm is None or record.norm == norm
+    assert run.module_io("0").output == []  # forward values are not guessed either
+    # The leaf gradients themselves are kept whole in every run.
+    assert run.leaf_grad("0.weight").shape == model[0].weight.shape
+
+
+def test_fill_details_copies_and_bad_options():
+    model, x, loss_fn = _model_and_data()
+    run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+    record = run.nodes[run.root].grad_outputs[0]
+    clone = copy.deepcopy(record)  # a copy is of the values, so it fills first
+    assert not clone.pending and not record.pending and clone.value is not None
+    assert run.fill_details() is run
+    with pytest.raises(HookvizError, match='pass "lazy"'):
+        hookviz.Session(model, (x,), loss_fn=loss_fn, details="later")
