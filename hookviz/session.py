@@ -381,9 +381,10 @@ class Session:
         # shape or dtype fails here, beside the edit, and not in the middle of the next backward.
         # fork_rng: a trial of randn_like(grad) must not move the user's random numbers.
         if record is not None and record.numel <= 1_000_000:
+            value = None if record.pending else record.value  # a lazy run's is not worth a re-run here
             sample = (
-                record.value.clone()
-                if record.value is not None
+                value.clone()
+                if value is not None
                 else torch.zeros(record.shape, dtype=getattr(torch, record.dtype))
             )
             with torch.random.fork_rng(devices=[]):

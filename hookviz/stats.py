@@ -155,6 +155,23 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+class _DtypeNames(dict):
+    def __missing__(self, dtype):
+        self[dtype] = name = dtype_name(dtype)
+        return name
+
+
+_NAMES = _DtypeNames()  # per-gradient lookups in backward: computed once per dtype
+_DEVICE_NAMES: dict = {}
+
+
+def _device_name(device: torch.device) -> str:
+    name = _DEVICE_NAMES.get(device)
+    if name is None:
+        name = _DEVICE_NAMES.setdefault(device, str(device))
+    return name
+
+
 def _metadata_record(tensor: torch.Tensor, note: str = "") -> TensorRecord:
     return TensorRecord(
         shape=tuple(tensor.shape),
@@ -259,10 +276,10 @@ class StatsBatch:
         if tensor.is_sparse or tensor.is_complex():
             measured, nnz = _stand_in(tensor)
             note = _STAND_IN_NOTE["sparse" if tensor.is_sparse else "complex"]
-        with torch.no_grad():
-            low_precision = measured.dtype not in (torch.float32, torch.float64)
-            norm = torch.linalg.vector_norm(measured.detach(), dtype=torch.float32 if low_precision else None)
-        meta = (tuple(tensor.shape), dtype_name(tensor.dtype), str(tensor.device), tensor.numel())
+        # detach(): no graph is recorded even under create_graph (cheaper than a no_grad block)
+        low_precision = measured.dtype not in (torch.float32, torch.float64)
+        norm = torch.linalg.vector_norm(measured.detach(), dtype=torch.float32 if low_precision else None)
+        meta = (tuple(tensor.shape), _NAMES[tensor.dtype], _device_name(tensor.device), tensor.numel())
         self._norms.append((meta, norm, note, nnz))
         return key
 
