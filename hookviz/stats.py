@@ -155,21 +155,20 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-class _DtypeNames(dict):
-    def __missing__(self, dtype):
-        self[dtype] = name = dtype_name(dtype)
+class _Names(dict):
+    """``names[key]`` is ``name_of(key)``, computed once per key (looked up per gradient in backward)."""
+
+    def __init__(self, name_of):
+        super().__init__()
+        self.name_of = name_of
+
+    def __missing__(self, key):
+        self[key] = name = self.name_of(key)
         return name
 
 
-_NAMES = _DtypeNames()  # per-gradient lookups in backward: computed once per dtype
-_DEVICE_NAMES: dict = {}
-
-
-def _device_name(device: torch.device) -> str:
-    name = _DEVICE_NAMES.get(device)
-    if name is None:
-        name = _DEVICE_NAMES.setdefault(device, str(device))
-    return name
+_DTYPE_NAMES = _Names(dtype_name)
+_DEVICE_NAMES = _Names(str)
 
 
 def _metadata_record(tensor: torch.Tensor, note: str = "") -> TensorRecord:
@@ -202,7 +201,8 @@ class StatsBatch:
     full_limit: int = DEFAULT_FULL_TENSOR_LIMIT
     histogram_bins: int = DEFAULT_HISTOGRAM_BINS
     source: object = None
-    _norms: list = field(default_factory=list)  # lazy: key -> (metadata, 0-dim norm tensor or None)
+    # lazy: key -> (metadata, 0-dim norm tensor, note, nnz), or (its whole record, None, "", None)
+    _norms: list = field(default_factory=list)
     _refs: dict[tuple, tuple[int, weakref.ref]] = field(default_factory=dict)
     tensors: list[torch.Tensor] = field(default_factory=list)
     versions: list[int | None] = field(default_factory=list)
@@ -268,9 +268,10 @@ class StatsBatch:
             return seen[0]
         key = len(self._norms)
         self._refs[identity] = (key, weakref.ref(tensor))
-        note, nnz, norm = "", None, None
-        if tensor.is_meta or tensor.layout not in (torch.strided, torch.sparse_coo) or tensor.numel() == 0:
-            self._norms.append((tensor, None, note, nnz))  # described whole in compute (cheap)
+        note, nnz = "", None
+        whole = self._whole_record(tensor)
+        if whole is not None:
+            self._norms.append((whole, None, note, nnz))
             return key
         measured = tensor
         if tensor.is_sparse or tensor.is_complex():
@@ -279,7 +280,7 @@ class StatsBatch:
         # detach(): no graph is recorded even under create_graph (cheaper than a no_grad block)
         low_precision = measured.dtype not in (torch.float32, torch.float64)
         norm = torch.linalg.vector_norm(measured.detach(), dtype=torch.float32 if low_precision else None)
-        meta = (tuple(tensor.shape), _NAMES[tensor.dtype], _device_name(tensor.device), tensor.numel())
+        meta = (tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype], _DEVICE_NAMES[tensor.device], tensor.numel())
         self._norms.append((meta, norm, note, nnz))
         return key
 
@@ -294,16 +295,12 @@ class StatsBatch:
                 values[key] = value
         records = []
         for key, (meta, norm, note, nnz) in enumerate(self._norms):
-            if norm is None:  # empty, meta or an unusual layout: complete at once
-                tensor = meta
-                record = _metadata_record(tensor)
-                if tensor.numel() == 0 and not tensor.is_meta:
-                    record = replace(record, value=self._small_value(tensor))
-                records.append(record)
+            if norm is None:  # nothing to reduce: ``meta`` is its whole record already
+                records.append(meta)
                 continue
             shape, dtype, device, numel = meta
             record = TensorRecord(shape, dtype, device, numel, norm=values[key], note=note, nnz=nnz)
-            self.source.defer(record, [f for f in TensorRecord.DEFERRED if f != "norm"])
+            self.source.defer(record, _DEFERRED_BESIDE_NORM)
             records.append(record)
         self.records = records
         self._norms, self._refs = [], {}
@@ -322,10 +319,8 @@ class StatsBatch:
                 records[key] = self._settled.pop(key)
             elif version is not None and tensor._version != version:
                 records[key] = _metadata_record(tensor, "modified in place after it was recorded")
-            elif tensor.is_meta or tensor.layout not in (torch.strided, torch.sparse_coo):
-                records[key] = _metadata_record(tensor)
-            elif tensor.numel() == 0:
-                records[key] = replace(_metadata_record(tensor), value=self._small_value(tensor))
+            elif (whole := self._whole_record(tensor)) is not None:
+                records[key] = whole
             elif tensor.is_sparse or tensor.is_complex():
                 self.tensors[key], nnz = _stand_in(tensor)
                 standing_in[key] = (tensor, nnz)
@@ -369,6 +364,15 @@ class StatsBatch:
         self.tensors, self.versions, self._keys = [], [], {}
         self._settled_refs, self._settled_elements = {}, {}
         return records
+
+    def _whole_record(self, tensor: torch.Tensor) -> TensorRecord | None:
+        """The complete record of a tensor with nothing to reduce (meta, a layout other than
+        strided or sparse COO, or empty), else None."""
+        if tensor.is_meta or tensor.layout not in (torch.strided, torch.sparse_coo):
+            return _metadata_record(tensor)
+        if tensor.numel() == 0:
+            return replace(_metadata_record(tensor), value=self._small_value(tensor))
+        return None
 
     def _small_value(self, tensor: torch.Tensor) -> torch.Tensor | None:
         if tensor.numel() > self.full_limit:
@@ -610,3 +614,4 @@ def summarise(tensor: torch.Tensor, full_limit: int = DEFAULT_FULL_TENSOR_LIMIT)
 
 
 record_types(TensorRecord)
+_DEFERRED_BESIDE_NORM = tuple(f for f in TensorRecord.DEFERRED if f != "norm")  # a lazy gradient's
