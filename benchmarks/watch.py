@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from timing import sync
 
-import hookviz.gradient_watch as watch_module
+import hookviz.watch_reduce as reduce_module
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
 from hookviz.gradient_watch import watch
 
@@ -45,7 +45,7 @@ def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
 
     # Time spent in the end-of-backward reduction, measured by wrapping it (a side channel).
     reduce_times: list[float] = []
-    original = watch_module._reduce
+    original = reduce_module.StepReducer.__call__
 
     def timed_reduce(*a):
         start = time.perf_counter()
@@ -53,7 +53,7 @@ def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
         reduce_times.append(time.perf_counter() - start)
         return result
 
-    watch_module._reduce = timed_reduce
+    reduce_module.StepReducer.__call__ = timed_reduce
     try:
         with watch(watched_model) as w:
             for _ in range(2):  # warm-up
@@ -69,7 +69,7 @@ def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
                     watched.append(step(watched_model))
                     plain.append(step(plain_model))
     finally:
-        watch_module._reduce = original
+        reduce_module.StepReducer.__call__ = original
     plain_median, watched_median = statistics.median(plain), statistics.median(watched)
     reduce_median = statistics.median(reduce_times)
     hooks = watched_median - plain_median - reduce_median

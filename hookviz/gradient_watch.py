@@ -14,9 +14,7 @@ gradients (see PRODUCT.md), and forward hooks and tensor hooks leave every gradi
 
 A *step* is one backward that reached the model: the first hook of a backward queues a callback
 (``Variable._execution_engine.queue_callback``) that runs when that backward ends and reduces what
-the hooks saw there, in batched form (``torch._foreach_norm`` for norms, one ``aminmax`` and one
-``count_nonzero`` per tensor on CPU or ``torch._foreach_norm(..., inf/0)`` on CUDA), with one host
-transfer per step (a second one only when a norm is not finite, to count NaN and Inf).
+the hooks saw there in a few batched kernels and one host transfer (:mod:`hookviz.watch_reduce`).
 
 Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
 ``zero_fraction`` (exactly-zero elements). A parameter's are those of its ``.grad`` after the backward
@@ -25,7 +23,8 @@ are those of the gradient w.r.t. its output tensors, taken together over all its
 
 Memory is bounded: ``capacity`` steps are kept; when full, every other kept step is dropped and
 from then on only every other step is recorded (so a long run is kept whole, at half resolution,
-and so on). ``every=k`` records every k-th step from the start.
+and so on). ``every=k`` records every k-th step from the start. Between steps the watch keeps one
+workspace copy of the gradients of up to 65,536 elements (see :mod:`hookviz.watch_reduce`).
 
 Limits: reentrant activation checkpointing runs nested backwards, each of which counts as a step;
 ``torch.autograd.grad`` does not fill ``.grad``, so it records module outputs only.
@@ -47,6 +46,7 @@ from hookviz.diagnose import Finding, check_thresholds, layer_findings
 from hookviz.errors import WatchError
 from hookviz.history import STATISTICS, History
 from hookviz.saving import save
+from hookviz.watch_reduce import StepReducer
 
 # id(model) -> the open Watch on it (weakly): one watch per model at a time.
 _OPEN: dict[int, weakref.ref] = {}
@@ -110,6 +110,7 @@ class Watch:
         self._tensor_handles: list = []
         self._handles: list = []
         self._ranks: watch_gather.RankRecorder | None = None
+        self._reducer = StepReducer()
         self.gathered: watch_gather.RankHistory | None = None  # set by gather() on dst
         try:
             if parameters:
@@ -132,7 +133,7 @@ class Watch:
                 trainable if parameters else [],
                 partial(_parameter_hook, weakref.ref(self)),
                 self._handles,
-                _reduce,
+                self._reducer,
             )
         except BaseException:
             self.close()
@@ -143,9 +144,11 @@ class Watch:
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        """Remove every hook this watch added to the model (idempotent). The history stays."""
+        """Remove every hook this watch added to the model (idempotent) and free its workspace.
+        The history stays."""
         self.closed = True
         _remove(self._handles, self._tensor_handles)
+        self._reducer.clear()
         self._pending, self._task = [], None
         if _OPEN.get(id(self.model), lambda: None)() is self:
             del _OPEN[id(self.model)]
@@ -188,7 +191,7 @@ class Watch:
                 for c, t, is_parameter in pending
             ]
             tensors = [entry for entry in tensors if entry[1] is not None]
-            row = _reduce([(c, t) for c, t, measured in tensors if not measured], len(self.names))
+            row = self._reducer([(c, t) for c, t, measured in tensors if not measured], len(self.names))
             measured = [(c, t) for c, t, was_measured in tensors if was_measured]
             if measured:
                 row[[c for c, _ in measured]] = torch.stack([t for _, t in measured]).cpu()
@@ -561,82 +564,3 @@ def _on_forward(reference: weakref.ref, column: int, module, args, output) -> No
     for tensor in tensors:
         if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
             self._tensor_handles.append(tensor.register_hook(partial(_on_output_grad, reference, column)))
-
-
-# ---------------------------------------------------------------------------- reduction
-
-
-_STACK_LIMIT = 1 << 16  # tensors up to this many elements are stacked and reduced row-wise
-
-
-def _plain(grad: torch.Tensor) -> torch.Tensor:
-    """A gradient the reductions take: a sparse one made dense (``Embedding(sparse=True)``; this
-    costs a dense copy), a complex one replaced by its magnitude ``|z|``."""
-    grad = grad.detach()
-    if grad.is_sparse:
-        grad = grad.to_dense()
-    return grad.abs() if grad.is_complex() else grad
-
-
-def _reduce(tensors: list[tuple[int, torch.Tensor]], width: int) -> torch.Tensor:
-    """One row ``[width, 4]`` of statistics from (column, gradient) pairs; one host transfer.
-
-    Small tensors of equal size are stacked into one ``[k, n]`` matrix and reduced row-wise (one
-    kernel per statistic instead of one per tensor: the per-op overhead dominates small tensors);
-    large ones are reduced one by one. Several tensors of one column (a module called twice) are
-    combined: norms as the root of the sum of squares, max_abs as the max, NaN/Inf and zero counts
-    summed over all their elements.
-    """
-    tensors = [(c, _plain(t)) for c, t in tensors if t.numel() > 0]
-    groups: dict[tuple, list[int]] = {}
-    for i, (_, grad) in enumerate(tensors):
-        size = grad.numel() if grad.numel() <= _STACK_LIMIT else -1 - i
-        groups.setdefault((grad.device, grad.dtype, size), []).append(i)
-    order, pieces = [], []
-    with torch.no_grad():
-        for members in groups.values():
-            if len(members) > 1:
-                rows = torch.stack([tensors[i][1].reshape(-1) for i in members])
-                low, high = rows.amin(1), rows.amax(1)
-                # |sign| summed counts the nonzeros exactly (rows are short) and runs several
-                # times faster on CPU than count_nonzero along a dim
-                statistics = [
-                    torch.linalg.vector_norm(rows, dim=1),
-                    torch.maximum(high, -low),
-                    rows.sign().abs_().sum(1),
-                ]
-            else:
-                grad = tensors[members[0]][1]
-                # On CPU amin/amax is several times faster than an inf-norm (which takes abs).
-                low, high = torch.aminmax(grad)
-                statistics = [
-                    torch.linalg.vector_norm(grad),
-                    torch.maximum(high, -low),
-                    torch.count_nonzero(grad),
-                ]
-            pieces.append(torch.stack([s.reshape(-1).double() for s in statistics], dim=1).to("cpu"))
-            order += members
-        values = torch.cat(pieces).tolist() if pieces else []  # the one host transfer of the step
-    found: dict[int, list] = {}
-    for i, (norm, max_abs, nonzero) in zip(order, values):
-        column, grad = tensors[i]
-        nonfinite = 0
-        if not math.isfinite(norm):
-            nonfinite = int((~torch.isfinite(grad)).sum())
-            nonzero = int(torch.count_nonzero(grad))  # NaN made the row's count NaN
-            if not nonfinite:  # float32 squares overflow past ~1e19: exploding gradients get there
-                norm = torch.linalg.vector_norm(grad, dtype=torch.float64).item()
-        numel = grad.numel()
-        total = found.get(column)
-        if total is None:
-            found[column] = [norm, max_abs, nonfinite, numel - nonzero, numel]
-        else:
-            total[0] = math.hypot(total[0], norm)
-            total[1] = max_abs if math.isnan(max_abs) else max(total[1], max_abs)
-            total[2] += nonfinite
-            total[3] += numel - nonzero
-            total[4] += numel
-    row = [[math.nan] * len(STATISTICS) for _ in range(width)]
-    for column, (norm, max_abs, nonfinite, zeros, numel) in found.items():
-        row[column] = [norm, max_abs, float(nonfinite), zeros / numel]
-    return torch.tensor(row, dtype=torch.float64)

@@ -198,3 +198,59 @@ def test_history_to_pandas_without_pandas_is_a_clear_error():
             w.history.to_pandas()
     else:
         assert len(w.history.to_pandas()) == len(w.names)
+
+
+def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspaces():
+    """Every statistic of the batched reduction equals the one taken on the gradient alone: stacked
+    rows (also of half precision, where a count past 2,048 must stay exact), gradients too large to
+    stack, sparse and complex ones, NaN and Inf, a column with two gradients, and a second step with
+    fewer rows than the first (the workspace is reused, not stale)."""
+    from hookviz.watch_reduce import StepReducer
+
+    torch.manual_seed(0)
+
+    def sparse_zeros(shape, dtype=torch.float32):
+        t = torch.randn(shape).to(dtype)
+        t[t.abs() < 0.5] = 0
+        return t
+
+    steps = [
+        [
+            (0, sparse_zeros(65536, torch.float16)),
+            (1, sparse_zeros(65536, torch.float16)),
+            (2, sparse_zeros((256, 64), torch.bfloat16)),
+            (3, sparse_zeros((64, 256), torch.bfloat16)),
+            (4, sparse_zeros((300, 300))),  # larger than a stacked row
+            (5, sparse_zeros(7, torch.float64)),
+            (6, torch.sparse_coo_tensor([[0, 3]], [2.0, -1.0], (5,), check_invariants=True)),
+            (7, torch.complex(torch.randn(8), torch.randn(8))),
+            (8, torch.tensor([1.0, math.nan, math.inf, 0.0])),
+            (9, sparse_zeros(32)),
+            (9, sparse_zeros(32)),  # one column, two gradients (a module called twice)
+            (10, torch.full((40,), 3e20)),  # float32 squares overflow; the norm must not
+        ],
+        [(0, sparse_zeros(65536, torch.float16)), (2, sparse_zeros((256, 64), torch.bfloat16))],
+    ]
+    reducer = StepReducer()
+    for pairs in steps:
+        row = reducer(pairs, 12)
+        for column in range(12):
+            grads = [g for c, g in pairs if c == column]
+            if not grads:
+                assert row[column].isnan().all()
+                continue
+            dense = [g.to_dense() for g in grads]
+            dense = [(g.abs() if g.is_complex() else g).double() for g in dense]
+            flat = torch.cat([g.reshape(-1) for g in dense])
+            finite = flat[flat.isfinite()]
+            norm, max_abs, nonfinite, zero_fraction = row[column].tolist()
+            assert nonfinite == (~flat.isfinite()).sum().item()
+            assert zero_fraction == (flat == 0).double().mean().item()
+            if nonfinite:
+                assert math.isnan(norm) or math.isinf(norm)
+                continue
+            half = grads[0].dtype in (torch.float16, torch.bfloat16) and len(grads) == 1
+            assert norm == pytest.approx(torch.linalg.vector_norm(flat).item(), rel=1e-2 if half else 1e-6)
+            assert max_abs == finite.abs().max().item()
+    reducer.clear()
+    assert reducer(steps[1], 3)[0, 3].item() == (steps[1][0][1] == 0).double().mean().item()
