@@ -2,7 +2,7 @@
 
 The recorders hold live objects (autograd Nodes, gradients or their settled stand-ins, hook
 calls); :func:`build_run` summarises every tensor in one batch and builds the records, the module
-views (full and legacy backward hook), the event order and the networkx graph.
+views (full and legacy backward hook), the event order and the graph's edges.
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-import networkx as nx
 import torch
 
 from hookviz.capture import BackwardRecorder, user_module_hooks, user_tensor_hooks
 from hookviz.graph import LOSS_MODULE, Walk, resolve_hidden
 from hookviz.module_views import full_hook_view, split_shared_inputs
 from hookviz.run import Event, HookCall, HookInfo, ModuleCall, NodeRecord, Run
-from hookviz.stats import Settled, StatsBatch, combined_norm
+from hookviz.stats import Settled, StatsBatch
 
 
 @dataclass(frozen=True)
@@ -143,7 +142,7 @@ class _Assembler:
         order = _execution_order(recorder.order, walk)
         user_modules = user_module_hooks(self.context.user_model)
         user_tensors = user_tensor_hooks(graph.leaves)
-        parameters = {name for name, _ in graph.model.named_parameters(remove_duplicate=False)}
+        parameters = {*graph.parameter_names, *graph.parameter_aliases}
         ran = {call.module for call in forward_calls}
         details = self.batch.source  # a lazy run's: forward values are filled on first read
         nodes: dict[str, NodeRecord] = {}
@@ -265,12 +264,13 @@ class _Assembler:
             if wrapper.node in nodes:
                 nodes[wrapper.node].user_hooks.append(HookInfo("tensor hook", wrapper.name, wrapper.where))
 
-        edited = {h.node for h in hook_calls if h.kind == "edit" and h.node}
         leaf_grads = {n: (None if g is None else g.detach()) for n, g in self.leaf_grads.items()}
         return Run(
             loss=graph.loss.detach().cpu().reshape(()),
             device=graph.device,
-            graph=_networkx_graph(walk, nodes, edited),
+            edges=[
+                (producer, node.id, slot) for node in walk.nodes.values() for slot, producer, _ in node.inputs
+            ],
             nodes=nodes,
             root=walk.root,
             leaf_grads=_ordered_leaves(leaf_grads, self.context, graph),
@@ -284,20 +284,9 @@ class _Assembler:
             asked_grads=list(self.context.asked_grads),
             notes=list(self.context.notes),
             loss_differentiates=graph.loss_differentiates,
-            module_aliases=_aliases(graph.model.named_modules),
-            parameter_aliases=_aliases(graph.model.named_parameters),
+            module_aliases=dict(graph.module_aliases),
+            parameter_aliases=dict(graph.parameter_aliases),
         )
-
-
-def _aliases(named) -> dict[str, str]:
-    """Every other name of a module or parameter registered under several -> its first name."""
-    first: dict[int, str] = {}
-    aliases = {}
-    for name, thing in named(remove_duplicate=False):
-        canonical = first.setdefault(id(thing), name)
-        if canonical != name:
-            aliases[name] = canonical
-    return aliases
 
 
 def _attach_post_hooks_to_nodes(events: list[Event], hook_calls: list[HookCall]) -> None:
@@ -347,32 +336,6 @@ def _leaf_module(node_id: str, kind: str, parameters: set[str], ran: set[str]) -
 
 def _ordered_leaves(leaf_grads: dict, context: RunContext, graph) -> dict:
     inputs = [n for n in context.input_names if n in leaf_grads]
-    parameters = [n for n, _ in graph.model.named_parameters() if n in leaf_grads]
+    parameters = [n for n in graph.parameter_names if n in leaf_grads]
     rest = [n for n in leaf_grads if n not in inputs and n not in parameters]
     return {n: leaf_grads[n] for n in [*inputs, *parameters, *rest]}
-
-
-def _norm_of(records) -> float | None:
-    return combined_norm(r.norm for r in records if r is not None)
-
-
-def _networkx_graph(walk: Walk, nodes: dict[str, NodeRecord], edited: set[str]) -> nx.DiGraph:
-    """Edges in forward direction (producer -> consumer), attributes for drawing."""
-    g = nx.DiGraph()
-    for node_id, record in nodes.items():
-        records = [*record.grad_outputs, *record.grad_inputs]
-        g.add_node(
-            node_id,
-            op=record.op,
-            module=record.module,
-            kind=record.kind,
-            order=record.order,
-            grad_norm=_norm_of(record.grad_outputs),
-            has_nan=any(r is not None and not r.finite for r in records),
-            edited=node_id in edited,
-            user_hooks=len(record.user_hooks),
-        )
-    for node in walk.nodes.values():
-        for slot, producer, _ in node.inputs:
-            g.add_edge(producer, node.id, slot=slot)
-    return g

@@ -71,6 +71,10 @@ class RetainedForward:
     plans: list[CallPlan] = field(init=False)  # per module call: how to rebuild its full hook view
     summed_later: frozenset[tuple[str, int]] = field(init=False)
     read_later: frozenset[tuple[str, int]] = field(init=False)
+    # The model's names as this forward saw them (every re-run on it reads them):
+    parameter_names: list[str] = field(init=False)  # first names, in model order
+    module_aliases: dict[str, str] = field(init=False)  # other name -> first name (tied modules)
+    parameter_aliases: dict[str, str] = field(init=False)  # other name -> first name (tied weights)
 
     def __post_init__(self) -> None:
         self.leaf_ids = {id(n.tensor): n.id for n in self.walk.nodes.values() if n.tensor is not None}
@@ -86,6 +90,10 @@ class RetainedForward:
         # Gradients that a full-hook view adds up are kept whole through backward.
         self.summed_later = frozenset(use for plan in self.plans for use in plan.summed_uses())
         self.read_later = frozenset(out for plan in self.plans for out in plan.read_outputs())
+        self.module_aliases = _aliases(self.model.named_modules(remove_duplicate=False))
+        every_parameter = list(self.model.named_parameters(remove_duplicate=False))
+        self.parameter_aliases = _aliases(every_parameter)
+        self.parameter_names = [n for n, _ in every_parameter if n not in self.parameter_aliases]
 
     def producer(self, tensor: torch.Tensor | None, fn, output_nr: int) -> tuple[str | None, int]:
         """The graph node (and output) that produced ``tensor`` when a hook saw it."""
@@ -254,6 +262,17 @@ def record_forward(
         call_outputs=summary[2],
         call_outputs_replaced=summary[3],
     )
+
+
+def _aliases(named) -> dict[str, str]:
+    """Every other name of a module or parameter registered under several -> its first name."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, thing in named:
+        canonical = first.setdefault(id(thing), name)
+        if canonical != name:
+            aliases[name] = canonical
+    return aliases
 
 
 def hook_signature(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> tuple:

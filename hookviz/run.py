@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import networkx as nx
@@ -20,7 +21,7 @@ from hookviz.diagnose import diagnose
 from hookviz.errors import TargetError, unknown_name
 from hookviz.explain import explain
 from hookviz.saving import record_types, save
-from hookviz.stats import TensorRecord, same_values
+from hookviz.stats import TensorRecord, combined_norm, same_values
 
 
 @dataclass
@@ -218,10 +219,8 @@ class Run:
     Attributes:
         loss: the 0-dim loss, detached, on CPU.
         device: where it ran, e.g. ``"cpu"``.
-        graph: ``networkx.DiGraph`` with edges in forward direction (``u -> v``: u's output is an
-            input of v; gradient flows v -> u); node attributes ``op``, ``module``, ``kind``,
-            ``order``, ``grad_norm``, ``has_nan``, ``edited``, ``user_hooks``; edge attribute
-            ``slot`` (index into v's ``grad_inputs``).
+        edges: ``(u, v, slot)`` in forward direction: u's output is input ``slot`` of v (gradient
+            flows v -> u; ``slot`` indexes v's ``grad_inputs``). :attr:`graph` is the networkx view.
         nodes: NodeRecord by node id. root: the loss's node id.
         leaf_grads: full gradient of every leaf by name, on ``device``.
         calls: ModuleCall records in call order.
@@ -244,7 +243,7 @@ class Run:
 
     loss: torch.Tensor
     device: str
-    graph: nx.DiGraph
+    edges: list[tuple[str, str, int]]
     nodes: dict[str, NodeRecord]
     root: str
     leaf_grads: dict[str, torch.Tensor]
@@ -264,6 +263,31 @@ class Run:
     # hookviz.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce
     # whose result leaf_grads holds; None for a model that is not data-parallel.
     local_leaf_grads: dict[str, torch.Tensor | None] | None = None
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The autograd graph as a ``networkx.DiGraph``, built on first read from :attr:`nodes` and
+        :attr:`edges` (a run that nobody draws does not pay for it). Edges in forward direction with
+        attribute ``slot``; node attributes ``op``, ``module``, ``kind``, ``order``, ``grad_norm``
+        (combined 2-norm of the gradients arriving at the node), ``has_nan`` (a gradient there is
+        not finite), ``edited`` (an edit ran there), ``user_hooks`` (how many)."""
+        edited = {h.node for h in self.hook_calls if h.kind == "edit" and h.node}
+        g = nx.DiGraph()
+        for node_id, record in self.nodes.items():
+            records = [*record.grad_outputs, *record.grad_inputs]
+            g.add_node(
+                node_id,
+                op=record.op,
+                module=record.module,
+                kind=record.kind,
+                order=record.order,
+                grad_norm=combined_norm(r.norm for r in record.grad_outputs if r is not None),
+                has_nan=any(r is not None and not r.finite for r in records),
+                edited=node_id in edited,
+                user_hooks=len(record.user_hooks),
+            )
+        g.add_edges_from((producer, consumer, {"slot": slot}) for producer, consumer, slot in self.edges)
+        return g
 
     def canonical_name(self, name: str) -> str:
         """The first name of a module or parameter known by several (tied weights); else ``name``."""

@@ -31,7 +31,8 @@ import torch
 from hookviz.errors import HookvizError
 
 FORMAT = "hookviz"
-VERSION = 1
+VERSION = 2  # 2: a Run keeps its graph's edges (version 1 kept the networkx graph; still read)
+READABLE = ("1", "2")
 SUFFIX = ".hookviz"
 # safetensors refuses headers above 100 MB (its MAX_HEADER_SIZE); so does this reader.
 _MAX_HEADER = 100_000_000
@@ -262,11 +263,11 @@ def load(path: str | Path):
     header = _header(path, data)
     metadata = header["__metadata__"]
     version = metadata.get("version")
-    if version != str(VERSION):
+    if version not in READABLE:
         raise _refuse(
             path,
             (
-                f"it has format version {version!r}, and this hookviz reads version {VERSION}; "
+                f"it has format version {version!r}, and this hookviz reads versions {', '.join(READABLE)}; "
                 "open it with the hookviz version that wrote it, or upgrade hookviz (pip install -U hookviz)"
             ),
         )
@@ -323,6 +324,8 @@ class _Decoder:
                 raise ValueError(f"unknown record type {value['__type__']!r}")
             stored = {k: self(v) for k, v in value["fields"].items()}
             known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+            if cls.__name__ == "Run" and "edges" not in stored and "graph" in stored:  # version 1
+                stored["edges"] = [(u, v, a["slot"]) for u, v, a in stored["graph"].edges(data=True)]
             arguments = {k: v for k, v in stored.items() if k in known}
             if cls.__name__ == "Edit":
                 arguments["transform"] = _loaded_transform(arguments.get("source", ""))

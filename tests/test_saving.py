@@ -72,6 +72,7 @@ def test_run_round_trip_is_exact(tmp_path, canonical):
     loaded = hookviz.load(path)
     assert isinstance(loaded, hookviz.Run) and loaded.model is None
     assert_same(run, loaded, "run")
+    assert_same(run.graph, loaded.graph, "run.graph")  # derived from the records, so equal too
     assert torch.equal(loaded.leaf_grad("x"), torch.tensor([1777792.0, 1777764.0]))
     assert hookviz.diff(run, loaded).changed_leaves == [] and hookviz.diff(run, loaded).changed_nodes == []
     assert loaded.edits[0].source == "grad + 888888" and str(loaded.edits[0].slot) == "grad_inputs[0]"
@@ -173,7 +174,7 @@ def test_truncated_corrupt_and_foreign_files_get_clear_errors(tmp_path, canonica
             "structure does not decode",
         )
     newer = dict(header, __metadata__=dict(header["__metadata__"], version="99"))
-    cases["newer"] = (_with_header(newer, good, length), "version '99'.*reads version 1")
+    cases["newer"] = (_with_header(newer, good, length), "version '99'.*reads versions 1, 2")
     cases["foreign"] = (safetensors.torch.save({"w": torch.ones(2)}), "not one hookviz wrote")
     for name, (data, problem) in cases.items():
         path = tmp_path / f"{name}.hookviz"
@@ -194,6 +195,34 @@ def test_truncated_corrupt_and_foreign_files_get_clear_errors(tmp_path, canonica
         load(lookalike)
 
 
+def test_a_version_1_file_with_a_networkx_graph_still_opens(tmp_path, canonical):
+    """Version 1 stored a Run's networkx graph; version 2 stores its edges (the graph is derived)."""
+    session, *_ = canonical
+    run = session.run()
+    data = run.save(tmp_path / "new").read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    tensors = safetensors.torch.load(data)
+    structure = json.loads(bytes(tensors["hookviz.json"].tolist()))
+    fields = structure["fields"]
+    edges = [edge["__tuple__"] for edge in fields.pop("edges")]
+    fields["graph"] = {
+        "__graph__": {
+            "attributes": {"__dict__": {}},
+            "nodes": [],
+            "edges": [[u, v, {"__dict__": {"slot": slot}}] for u, v, slot in edges],
+        }
+    }
+    text = json.dumps(structure).encode()
+    tensors["hookviz.json"] = torch.frombuffer(bytearray(text), dtype=torch.uint8)
+    old = tmp_path / "old.hookviz"
+    old.write_bytes(safetensors.torch.save(tensors, metadata=dict(header["__metadata__"], version="1")))
+    loaded = load(old)
+    assert sorted(loaded.edges) == sorted(run.edges)
+    assert sorted(loaded.graph.edges(data="slot")) == sorted(run.graph.edges(data="slot"))
+    assert hookviz.diff(run, loaded).changed_leaves == []
+
+
 def _with_header(header: dict, data: bytes, length: int) -> bytes:
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)  # safetensors pads its header to 8 bytes
@@ -204,7 +233,7 @@ def test_saving_something_else_is_a_clear_error(tmp_path):
     with pytest.raises(hookviz.HookvizError, match="takes a hookviz.Run or a watch history"):
         save({"a": 1}, tmp_path / "x")
     record = TensorRecord((1,), "float32", "cpu", 1, note=object())
-    run = hookviz.Run(torch.tensor(1.0), "cpu", nx.DiGraph(), {}, "", {}, [], [], [], [], ())
+    run = hookviz.Run(torch.tensor(1.0), "cpu", [], {}, "", {}, [], [], [], [], ())
     run.calls.append(record)
     with pytest.raises(hookviz.HookvizError, match=r"cannot save run\.calls.*builtins\.object"):
         save(run, tmp_path / "x")
