@@ -158,6 +158,7 @@ class _Assembler:
                 order=order.get(node.id),
                 output=node.output,
                 saved=list(node.saved),
+                constants=dict(node.constants),
             )
             if node.kind == "op":
                 if details is not None:

@@ -399,23 +399,39 @@ class SavedTensorsRecorder:
         """The context manager to wrap forward in."""
         return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
-    def attribute(self, fn, name: str) -> list[tuple]:
-        """``(shape, dtype, nbytes, stored_on)`` of each tensor behind ``fn.<name>``.
+    def attribute(self, fn, name: str) -> tuple[list[tuple], bool | int | float | None]:
+        """``(shape, dtype, nbytes, stored_on)`` of each tensor behind ``fn.<name>``, and the
+        Python number it holds, if it is one.
 
-        Tensors PyTorch saves without calling pack hooks (wrapped Python numbers) are described
-        from the tensor itself.
+        A number is a saved scalar argument (``_saved_alpha``, ``_saved_exponent``) or a wrapped
+        Python number: PyTorch saves the ``2`` of ``2 * x`` as a one-element CPU tensor without
+        calling pack hooks. Such tensors are described from the tensor itself.
         """
         self.unpacked = []
         value = getattr(fn, name)
         found, self.unpacked = [self.packs[i] for i in self.unpacked], []
         if found:
-            return found
+            return found, None
+        if isinstance(value, bool):
+            return [], value
+        if isinstance(value, int):  # PyTorch hands a saved int64 over as uint64: -1 arrives as 2**64 - 1
+            return [], value - 2**64 if value >= 2**63 else value
+        if isinstance(value, float):
+            return [], value
         values = value if isinstance(value, (tuple, list)) else (value,)
-        return [
+        described = [
             (tuple(t.shape), t.dtype, t.numel() * t.element_size(), str(t.device))
             for t in values
             if isinstance(t, torch.Tensor)
         ]
+        wrapped = (
+            isinstance(value, torch.Tensor)
+            and value.dim() == 0
+            and value.device.type == "cpu"  # .item() on an accelerator would wait for it
+            and not value.requires_grad
+            and not value.is_complex()
+        )
+        return described, value.item() if wrapped else None
 
 
 # ----------------------------------------------------------------------------------------------

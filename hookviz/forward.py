@@ -242,7 +242,7 @@ def record_forward(
     for node in walk.nodes.values():
         if node.kind == "op":
             node.call = forward_recorder.call_of(node.sequence_nr)
-            node.saved = _saved_tensors(node.fn, saved_recorder)
+            node.saved, node.constants = _saved(node.fn, saved_recorder)
             node.output = summary[0].get(node.id)
     return RetainedForward(
         device=device,
@@ -442,21 +442,24 @@ def _consumers(walk: Walk) -> dict[tuple[str, int], list[tuple[str, int]]]:
     return found
 
 
-def _saved_tensors(fn, recorder: SavedTensorsRecorder) -> list[SavedTensor]:
-    """What a Node saved for backward: ``grad_fn._saved_<name>`` names each saved tensor, and
-    hookviz's pack hook (which reading the attribute unpacks) gives its shape, dtype, bytes and
-    where the user's own pack hook stored it."""
-    entries = []
+def _saved(fn, recorder: SavedTensorsRecorder) -> tuple[list[SavedTensor], dict]:
+    """What a Node saved for backward: the tensors and the Python numbers (by name without
+    ``_saved_``). ``grad_fn._saved_<name>`` names each, and hookviz's pack hook (which reading the
+    attribute unpacks) gives a tensor's shape, dtype, bytes and where the user's own pack hook
+    stored it."""
+    entries, constants = [], {}
     for attribute in saved_tensor_names(fn):
         try:
-            packs = recorder.attribute(fn, attribute)
+            packs, number = recorder.attribute(fn, attribute)
         except RuntimeError:
             continue
         base = attribute.removeprefix("_saved_")
+        if number is not None:
+            constants[base] = number
         for i, (shape, dtype, nbytes, stored) in enumerate(packs):
             name = base + (f"[{i}]" if len(packs) > 1 else "")
             entries.append(SavedTensor(name, shape, str(dtype).removeprefix("torch."), nbytes, stored))
-    return entries
+    return entries, constants
 
 
 def _call_input_keys(batch: StatsBatch, call: CallState, recorder: ForwardRecorder) -> dict:

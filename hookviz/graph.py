@@ -41,6 +41,7 @@ class WalkedNode:
         call: index of the module call that made it (filled after forward; None for leaves and
             for Nodes made outside every module, e.g. by ``loss_fn``).
         saved: what it saved for backward (:class:`hookviz.run.SavedTensor`, filled after forward).
+        constants: the Python numbers it saved for backward, by name (filled after forward).
         output: summary of its forward value (a :class:`hookviz.stats.TensorRecord`), when seen.
     """
 
@@ -53,6 +54,7 @@ class WalkedNode:
     inputs: list[tuple[int, str, int]] = field(default_factory=list)
     call: int | None = None
     saved: list = field(default_factory=list)
+    constants: dict = field(default_factory=dict)
     output: object = None
 
 

@@ -113,6 +113,9 @@ class NodeRecord(Deferrable):
         grad_inputs_before_edit, grad_outputs_before_edit: the values before hookviz's edits,
             when an edit fired here, else None.
         saved: the tensors it saved for backward.
+        constants: the Python numbers it saved for backward, by attribute name without
+            ``_saved_``: scalar arguments (``{"alpha": 2}`` of ``torch.add(x, y, alpha=2)``,
+            ``{"exponent": 2}`` of ``x ** 2``) and wrapped numbers (``{"other": 2}`` of ``2 * x``).
         user_hooks: hooks of the user's attached here (tensor hooks on a leaf, legacy module hooks).
         sites: editable slots, e.g. ``["grad_inputs[0]", "grad_outputs[0]", "grad"]``.
     """
@@ -129,6 +132,7 @@ class NodeRecord(Deferrable):
     grad_inputs_before_edit: tuple[TensorRecord | None, ...] | None = None
     grad_outputs_before_edit: tuple[TensorRecord | None, ...] | None = None
     saved: list[SavedTensor] = field(default_factory=list)
+    constants: dict[str, bool | int | float] = field(default_factory=dict)
     user_hooks: list[HookInfo] = field(default_factory=list)
     sites: list[str] = field(default_factory=list)
 

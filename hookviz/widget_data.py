@@ -153,32 +153,39 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
 
 
 def operand_hint(record) -> str:
-    """A short hint that tells ops of one kind apart, e.g. ``"×2"`` for the ``MulBackward0`` of
-    ``2 * x``: for a product or quotient by a constant (one gradient flows back) backward
-    multiplies by that constant, so that grad_input over ``grad_outputs[0]`` is it, when both values were kept
-    and the ratio is the same everywhere. Empty when it cannot be told."""
-    if record is None or record.op not in ("MulBackward0", "DivBackward0"):
+    """A short hint that tells ops of one kind apart, read from the Python numbers the Node saved
+    for backward (:attr:`~hookviz.run.NodeRecord.constants`): ``"×2"`` for the ``MulBackward0``
+    of ``2 * x``, ``"÷3"`` for ``x / 3``, ``"^2"`` for ``x ** 2``, ``"α=2"`` for
+    ``torch.add(x, y, alpha=2)``, else up to two ``name=value`` pairs of numbers, leaving out
+    defaults such as ``alpha=1``, flags and sizes (``"negative_slope=0.2"``, ``"max=1, min=-1"``,
+    ``"dim=-1"``).
+    Empty when the Node saved no number."""
+    if record is None or not record.constants:
         return ""
-    # What the op computed, before any edit of this run replaced it.
-    computed = record.grad_inputs_before_edit or record.grad_inputs
-    flowing = [g for g in (computed or ()) if g is not None]
-    if len(flowing) != 1 or not record.grad_outputs:
-        return ""
-    after, before = flowing[0], record.grad_outputs[0]
-    if after is None or before is None or after.value is None or before.value is None:
-        return ""
-    a, b = after.value.double().flatten(), before.value.double().flatten()
-    if a.shape != b.shape or a.numel() == 0 or not bool((b != 0).all()):
-        return ""
-    ratio = a / b
-    if not bool(torch.isfinite(ratio).all()) or float(ratio.max() - ratio.min()) > 1e-6 * float(
-        ratio.abs().max()
-    ):
-        return ""
-    factor = float(ratio[0])
-    if record.op == "DivBackward0":
-        return f"÷{1 / factor:.3g}" if factor else ""
-    return f"×{factor:.3g}"
+    constants = dict(record.constants)
+    op = record.op.rstrip("0123456789").removesuffix("Backward")
+    if op == "Mul" and "other" in constants:
+        return f"×{_number(constants['other'])}"
+    if op == "Div" and "other" in constants:
+        return f"÷{_number(constants['other'])}"
+    if op == "Pow" and "exponent" in constants:
+        return f"^{_number(constants['exponent'])}"
+    if "alpha" in constants and constants["alpha"] != 1 and op in ("Add", "Sub", "Rsub"):
+        return f"α={_number(constants['alpha'])}"
+    shown = [
+        (name, value)
+        for name, value in constants.items()
+        # sizes (``self_sym_numel``), flags and default values tell nothing about the operands
+        if "sym" not in name and not isinstance(value, bool) and (name, value) not in _DEFAULTS
+    ][:2]
+    return ", ".join(f"{name}={_number(value)}" for name, value in shown)
+
+
+_DEFAULTS = {("alpha", 1), ("beta", 1), ("padding_idx", -1)}
+
+
+def _number(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def _leaf_shapes(run: Run) -> dict[str, tuple]:

@@ -869,3 +869,24 @@ def test_ops_of_one_kind_are_told_apart_by_their_constant(widget):
     widget.apply_edit("MulBackward0_0", "grad_inputs[0]", "grad * 10")
     assert widget.rerun()
     assert {n["id"]: n["hint"] for n in widget.graph["nodes"]}["MulBackward0_0"] == "×2"
+
+
+def test_operand_hints_come_from_saved_numbers_also_in_a_lazy_run():
+    """The hint is read from what the Node saved (``_saved_other``, ``_saved_alpha``, ...), so it
+    needs no gradient values: a lazy run has it without filling its details."""
+
+    class Ops(torch.nn.Module):
+        def forward(self, x, y):
+            a = torch.add(x / 4, y**3, alpha=2)
+            b = torch.nn.functional.leaky_relu(a - y, 0.2)
+            return torch.clamp(b, -1.5, 1.5) * 0.5
+
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    run = hookviz.Session(Ops(), (x, y), loss_fn=lambda out: out.sum()).run()
+    hints = {record.op: widget_data.operand_hint(record) for record in run.nodes.values()}
+    assert hints["DivBackward0"] == "÷4" and hints["PowBackward0"] == "^3" and hints["MulBackward0"] == "×0.5"
+    assert hints["AddBackward0"] == "α=2" and hints["SubBackward0"] == ""  # alpha 1 says nothing
+    assert hints["LeakyReluBackward0"] == "negative_slope=0.2"
+    assert hints["ClampBackward1"] == "max=1.5, min=-1.5"
+    assert run.nodes["DivBackward0_0"].constants == {"other": 4}
+    assert run.details is not None and not run.details.filled
