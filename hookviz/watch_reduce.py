@@ -12,7 +12,7 @@ on after every backward, so it is built for speed:
   watch holds at most one copy of its small gradients between steps.
 - Larger gradients are reduced one by one without copies (``torch._foreach_norm`` for all their
   norms at once, ``aminmax`` and ``count_nonzero`` each).
-- One host transfer per step; a second look only at a gradient whose norm is not finite (to count
+- One host transfer per step and device; a second look only at a gradient whose norm is not finite (to count
   NaN and Inf, and to take the norm again in float64 when float32 squares overflowed, past ~1e19).
 
 Several gradients of one column (a module called twice) are combined: norms as the root of the sum of
@@ -55,8 +55,8 @@ class StepReducer:
             if numel:
                 key = (grad.device, grad.dtype, numel if numel <= STACK_LIMIT else 0)
                 groups.setdefault(key, []).append((column, grad))
-        entries: list[tuple[int, torch.Tensor]] = []
-        pieces = []
+        entries: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+        pieces: dict[torch.device, list[torch.Tensor]] = {}
         with torch.no_grad():
             for (device, dtype, size), members in groups.items():
                 grads = [grad for _, grad in members]
@@ -64,10 +64,13 @@ class StepReducer:
                     norm, max_abs, nonzero = self._rows(grads, device, dtype, size)
                 else:
                     norm, max_abs, nonzero = _one_by_one(grads)
-                pieces.append(torch.stack([norm.double(), max_abs.double(), nonzero.double()], dim=1))
-                entries += members
-            values = torch.cat(pieces).tolist() if pieces else []  # the one host transfer of the step
-        return _combine(entries, values, width)
+                statistics = torch.stack([norm.double(), max_abs.double(), nonzero.double()], dim=1)
+                pieces.setdefault(device, []).append(statistics)
+                entries.setdefault(device, []).extend(members)
+            values = []
+            for device_pieces in pieces.values():  # one host transfer per device
+                values += torch.cat(device_pieces).tolist()
+        return _combine([e for device_entries in entries.values() for e in device_entries], values, width)
 
     def _rows(self, grads: list[torch.Tensor], device, dtype, size: int):
         """norm, max_abs and nonzero count of equal-size gradients, as rows of the workspace."""
