@@ -20,6 +20,7 @@ FSDP2's own hooks from the user's (:func:`is_framework_hook`).
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -37,6 +38,10 @@ def _ddp_class():
 
 
 def _fsdp_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    # fully_shard lives in torch.distributed.fsdp: a process that never imported it has no FSDP
+    # module, and importing it here would cost seconds (it pulls in DTensor) on every plain model
+    if "torch.distributed.fsdp" not in sys.modules:
+        return []
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # a torch without FSDP2

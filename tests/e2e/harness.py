@@ -298,12 +298,16 @@ def view_report(page, index: int = 0) -> dict:
     return page.evaluate(_VIEW_REPORT, index)
 
 
-def wait_painted(page, count: int = 1, index: int = 0, timeout: float = 60_000) -> None:
-    """Wait until the graph has been painted ``count`` times (its layouts and recolours)."""
+def wait_painted(
+    page, count: int = 1, index: int = 0, timeout: float = 60_000, kind: str | None = None
+) -> None:
+    """Wait until the graph has been painted ``count`` times (its layouts and recolours); with
+    ``kind`` ("layout", "recolour"), until its ``count``-th paint or a later one is of that kind."""
     page.wait_for_function(
-        "([i, n]) => { const r = document.querySelectorAll('.hookviz-widget')[i];"
-        " return r && Number(r.dataset.painted || 0) >= n; }",
-        arg=[index, count],
+        "([i, n, kind]) => { const r = document.querySelectorAll('.hookviz-widget')[i];"
+        " if (!r || Number(r.dataset.painted || 0) < n) return false;"
+        " return !kind || r.hookviz.paints.slice(n - 1).some(p => p.kind === kind); }",
+        arg=[index, count, kind],
         timeout=timeout,
     )
 

@@ -62,9 +62,16 @@ def assert_readable(report: dict, what: str) -> None:
     )
 
 
-def wait_settled(page, painted_before: int) -> dict:
-    """Wait for the next paint (layouts animate for 300 ms) and report the view."""
-    harness.wait_painted(page, painted_before + 1)
+def wait_settled(page, painted_before: int, kind: str | None = None) -> dict:
+    """Wait for the next paint (of ``kind``, e.g. "layout" after a box is opened: a click also
+    selects, and that recolour may be painted first), then for every animation to end, and
+    report the view."""
+    harness.wait_painted(page, painted_before + 1, kind=kind)
+    page.wait_for_function(
+        "() => { const cy = document.querySelector('.hookviz-widget').cy;"
+        " return !cy.animated() && !cy.nodes().some(n => n.animated()); }",
+        timeout=30_000,
+    )
     page.wait_for_timeout(150)
     return harness.view_report(page)
 
@@ -108,7 +115,7 @@ def test_gpt2_opens_as_its_fitted_module_tree(lab):
             "() => document.querySelector('.hookviz-widget').cy.getElementById('group:transformer.h.3').isParent()",
             timeout=30_000,
         )
-        opened = wait_settled(page, painted)
+        opened = wait_settled(page, painted, kind="layout")
         root.screenshot(path=str(ARTIFACTS / "gpt2_h3_open.png"))
         assert_readable(opened, "after opening h.3")
         inside = page.evaluate(
@@ -179,7 +186,7 @@ def test_deep_mlp_first_view_is_fitted_and_readable(lab):
         # Open the last Linear in place: its ops and parameters are drawn, nothing overlaps.
         painted = harness.paint_count(page)
         harness.click_node(page, "group:38")
-        opened = wait_settled(page, painted)
+        opened = wait_settled(page, painted, kind="layout")
         assert_readable(opened, "after opening 38")
         assert "38.weight" in page.evaluate(
             "() => document.querySelector('.hookviz-widget').cy.nodes().map(n => n.id())"
