@@ -151,7 +151,7 @@ def toggle_times(page, module: str, repeat: int) -> tuple[list[float], list[floa
             before = marks(page)["marks"].get("placed", 0)
             page.evaluate(
                 "(m) => { const h = document.querySelector('.hookviz-widget').hookviz;"
-                " h.marks.toggle = performance.now(); h.model.send({type: 'toggle_group', module: m}); }",
+                " h.graphView.onToggleGroup(m); }",
                 module,
             )
             page.wait_for_function(

@@ -137,6 +137,7 @@ def _module_of(parameter: str) -> str:
 
 def _parameter_names(run: hookviz.run.Run, model: torch.nn.Module | None) -> list[str]:
     """The leaves of ``run`` that are parameters (not forward arguments), in run order."""
+    model = model if model is not None else run.model
     if model is not None:
         names = {n for n, _ in model.named_parameters()}
         return [n for n in run.leaf_grads if n in names]
@@ -152,21 +153,28 @@ def _ratio(numerator: float, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
-def _combine(records: list[TensorRecord]) -> tuple[float, float, int]:
-    """Norm, zero fraction and NaN/Inf count of several tensors taken together."""
+def _combine(records: list[TensorRecord], counts: bool = True) -> tuple[float, float, int]:
+    """Norm, zero fraction and NaN/Inf count of several tensors taken together (without
+    ``counts``: the norm, NaN and 0)."""
     norm = combined_norm(r.norm for r in records) or 0.0
+    if not counts:
+        return norm, math.nan, 0
     numel = sum(r.numel for r in records)
     zeros = sum(r.zero_fraction * r.numel for r in records)
     return norm, (zeros / numel if numel else 0.0), sum(r.nan_count + r.inf_count for r in records)
 
 
-def gradient_stats(run: hookviz.run.Run, model: torch.nn.Module | None = None) -> list[GradientStats]:
+def gradient_stats(
+    run: hookviz.run.Run, model: torch.nn.Module | None = None, counts: bool = True
+) -> list[GradientStats]:
     """Per parameter, then per layer: gradient norm and its ratios (see :class:`GradientStats`).
 
     Args:
         run: a recorded run.
         model: the model the run recorded (``session.model``), for parameter norms; without it
             ``parameter_norm`` and ``ratio_to_parameter`` are None.
+        counts: False leaves ``zero_fraction`` NaN and ``nonfinite`` 0, for a caller that needs
+            only norms (the gradient-flow chart): a lazy run then keeps its details unrecorded.
 
     Returns:
         parameters in the run's leaf order, then layers nearest-the-loss first. Gradient norms are
@@ -197,10 +205,10 @@ def gradient_stats(run: hookviz.run.Run, model: torch.nn.Module | None = None) -
         return min(orders) if orders else math.inf
 
     ranked = sorted(layers, key=lambda m: first_order(layers[m]))
-    nearest_norm = _combine([r for _, r, _ in layers[ranked[0]]])[0]
+    nearest_norm = _combine([r for _, r, _ in layers[ranked[0]]], counts=False)[0]
     stats = []
     for name, record, order in parameters:
-        norm, zeros, nonfinite = _combine([record])
+        norm, zeros, nonfinite = _combine([record], counts)
         parameter_norm = values.get(name)
         stats.append(
             GradientStats(
@@ -218,7 +226,7 @@ def gradient_stats(run: hookviz.run.Run, model: torch.nn.Module | None = None) -
         )
     for module in ranked:
         members = layers[module]
-        norm, zeros, nonfinite = _combine([r for _, r, _ in members])
+        norm, zeros, nonfinite = _combine([r for _, r, _ in members], counts)
         parameter_norm = combined_norm(values[n] for n, _, _ in members) if model is not None else None
         order = first_order(members)
         stats.append(

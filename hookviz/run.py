@@ -302,6 +302,12 @@ class Run:
         """The user's model this run recorded (held weakly: None once the model is gone)."""
         return None if self.model_ref is None else self.model_ref()
 
+    @property
+    def details_pending(self) -> bool:
+        """True for a lazy run whose details have not been recorded yet (reading this records
+        nothing; :meth:`fill_details` does)."""
+        return self.details is not None and not self.details.filled
+
     def fill_details(self) -> Run:
         """Fill every deferred field of a lazy run now (one full re-run, see :mod:`hookviz.details`);
         a no-op for an eager run or one already filled. Returns the run."""
@@ -492,15 +498,22 @@ def diff(before: Run, after: Run) -> Diff:
             )
         )
         nodes[node_id] = NodeDiff(a, b, changed)
+    return Diff(nodes, leaf_diffs(before, after))
+
+
+def leaf_diffs(before: Run, after: Run) -> dict[str, LeafDiff]:
+    """The leaf half of :func:`diff`: each leaf's gradient in both runs (``torch.equal`` after
+    :func:`hookviz.stats.same_values`' rules), by leaf name. It reads the leaves' gradients only,
+    so a lazy run's details are not recorded for it."""
     leaves = {}
     for name in dict.fromkeys([*before.leaf_grads, *after.leaf_grads]):
         a, b = before.leaf_grads.get(name), after.leaf_grads.get(name)
         if a is None or b is None:
             changed = (a is None) != (b is None)
         else:
-            changed = not same_values(a, b)
+            changed = a is not b and not same_values(a, b)
         leaves[name] = LeafDiff(a, b, changed)
-    return Diff(nodes, leaves)
+    return leaves
 
 
 record_types(

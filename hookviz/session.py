@@ -13,8 +13,10 @@ holds the gradients (``Run.leaf_grad``). With no edits they equal what ``loss.ba
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import gc
 from collections.abc import Callable
 
 import torch
@@ -31,6 +33,22 @@ from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, 
 from hookviz.forward import RetainedForward, hook_signature, name_inputs, record_forward
 from hookviz.run import Run
 from hookviz.stats import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    """Python's cyclic garbage collector off while a run is recorded. A recording allocates tens
+    of objects per autograd Node, all reachable until the run is returned, so every collection
+    it triggers scans the growing heap and frees nothing: on a 20,000-Node graph that was half of
+    the recording's time. Objects whose last reference goes are still freed at once (reference
+    counting), and the collector runs again as usual afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Session:
@@ -212,7 +230,11 @@ class Session:
         """One run on ``graph`` (a fresh forward when None): (the Run, its retained forward)."""
         cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
         # Inside the user's torch.inference_mode() no graph is recorded; hookviz's run needs one.
-        with torch.random.fork_rng(devices=cuda, device_type="cuda"), torch.inference_mode(False):
+        with (
+            torch.random.fork_rng(devices=cuda, device_type="cuda"),
+            torch.inference_mode(False),
+            _cyclic_gc_paused(),
+        ):
             recorder, reused = BackwardRecorder(edits), graph is not None
             if graph is None:
                 graph = self._do_forward(device, recorder, values=not lazy)

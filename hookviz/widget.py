@@ -11,7 +11,10 @@ so every interaction can be driven from Python:
 >>> w.rerun()
 
 After every run the widget calls ``run.diagnose()`` and shows the findings in a banner above the
-graph (``diagnosis``); clicking one selects its node. ``w.show_watch(watch)`` (or
+graph (``diagnosis``); clicking one selects its node. Runs are recorded lazily (norms first, see
+:mod:`hookviz.details`): a small run's details are recorded at once, a large one's after the page
+has drawn its graph (:meth:`Widget.fill_details`, which the page calls), so the graph of GPT-2
+appears before its values and diagnosis are computed. ``w.show_watch(watch)`` (or
 ``hookviz.show_watch(watch, session)``) colours the graph by the gradient norms a
 :class:`hookviz.Watch` recorded at one training step, with a step slider and the watch's heatmap.
 """
@@ -89,6 +92,8 @@ class Widget(anywidget.AnyWidget):
     """The watch view (``show_watch``): step slider, the step's norms per node; {} when hidden."""
     watch_heatmap = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
     """The watch's layers x steps heatmap as a plotly figure dict; {} when hidden."""
+    details_pending = traitlets.Bool(False).tag(sync=True)
+    """True while the run on screen is drawn from its norms only: the page asks for the rest."""
     read_only = traitlets.Unicode("").tag(sync=True)
     """Why edit and re-run are off (a run opened from a file, ``hookviz.load``), else ""."""
     watch_ranks = traitlets.List(traitlets.Int()).tag(sync=True)
@@ -160,7 +165,14 @@ class Widget(anywidget.AnyWidget):
             self.chart = widget_data.chart_json(run, baseline, self.vanishing_threshold)
             self.replay = widget_data.replay_json(run)
             self.log = widget_data.log_json(run)
-            self._run_diagnosis = self._diagnose_run(run)
+            if run.details_pending and _cheap_details(run):
+                run.fill_details()
+            self.details_pending = run.details_pending
+            self._run_diagnosis = (
+                widget_data.diagnosis_json([], "run", pending=True)
+                if self.details_pending
+                else self._diagnose_run(run)
+            )
             if self.watch is None:
                 self.diagnosis = self._run_diagnosis
             else:  # the graph's elements may have changed: map the step's norms onto them again
@@ -168,6 +180,28 @@ class Widget(anywidget.AnyWidget):
             self._sync_edits()
             if self.selected:
                 self._inspect(self.selected, quiet=True)
+
+    def fill_details(self) -> bool:
+        """Record the details of the run on screen (values, statistics, forward values) if they
+        are still pending, then diagnose it and refresh the inspector. The page asks for this
+        once it has drawn a large run's graph; call it from Python to have ``diagnosis`` at once.
+        Recording them is one more forward + backward of the model (:mod:`hookviz.details`).
+
+        Returns:
+            True (also when nothing was pending).
+        """
+        run = self.run
+        if not self.details_pending or run is None:
+            return True
+        run.fill_details()
+        with self.hold_sync():
+            self.details_pending = False
+            self._run_diagnosis = self._diagnose_run(run)
+            if self.watch is None:
+                self.diagnosis = self._run_diagnosis
+            if self.selected:
+                self._inspect(self.selected, quiet=True)
+        return True
 
     def _diagnose_run(self, run) -> dict:
         """``run.diagnose()`` as the banner's JSON, with the chart's vanishing rule; a finding the
@@ -274,6 +308,7 @@ class Widget(anywidget.AnyWidget):
             self.collapsed = collapsed
 
     def _inspect(self, target: str, quiet: bool) -> bool:
+        self.fill_details()  # the inspector shows values: record them now, and the diagnosis with them
         run = self.run
         try:
             if target in run.nodes:
@@ -418,6 +453,7 @@ class Widget(anywidget.AnyWidget):
         """
         from hookviz.widget_export import save_html
 
+        self.fill_details()
         return save_html(self, path, title)
 
     def chart_figure(self):
@@ -598,6 +634,7 @@ class Widget(anywidget.AnyWidget):
             "watch_step": ((), lambda c: self.watch_step(c.get("step"))),
             "hide_watch": ((), lambda c: self.hide_watch() or True),
             "watch_rank": ((), lambda c: self.watch_rank(c.get("rank"))),
+            "details": ((), lambda c: self.fill_details()),
         }
         if kind not in handlers:
             return False, f"unknown message type {kind!r}; expected one of {sorted(handlers)}"
@@ -620,6 +657,23 @@ class Widget(anywidget.AnyWidget):
                 )
         # A refused request reports beside its own control, not as a malformed message.
         return bool(handler(content)), None
+
+
+# A run this small gets its details at once (one more recording of tens of milliseconds), so
+# its diagnosis is there with the first paint; a larger one gets them after the page drew it.
+CHEAP_DETAILS_NODES = 2_000
+CHEAP_DETAILS_ELEMENTS = 1 << 22
+
+
+def _cheap_details(run) -> bool:
+    """Whether recording ``run``'s details costs little: few Nodes and few gradient elements."""
+    if len(run.nodes) > CHEAP_DETAILS_NODES:
+        return False
+    elements = 0
+    for record in run.nodes.values():
+        for tensor in (*record.grad_inputs, *record.grad_outputs):
+            elements += tensor.numel if tensor is not None else 0
+    return elements <= CHEAP_DETAILS_ELEMENTS
 
 
 def _check_watch(watch, step: int | None) -> int:
@@ -662,9 +716,10 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
         args: positional inputs (a tuple, or a single tensor).
         kwargs: keyword inputs.
         loss_fn: ``loss_fn(output) -> scalar tensor``; None when the output is already a scalar.
-        **session_options: passed to :class:`hookviz.Session` (with ``details="eager"`` unless
-            given: the widget shows every value of every run, so a lazy run would be recorded
-            twice); ``visible_budget`` and ``vanishing_threshold`` go to :class:`Widget`.
+        **session_options: passed to :class:`hookviz.Session` (lazy details by default: a large
+            run is drawn from its norms and its details are recorded after the first paint, see
+            :meth:`Widget.fill_details`); ``visible_budget`` and ``vanishing_threshold`` go to
+            :class:`Widget`.
 
     Returns:
         The :class:`Widget`; display it by leaving it last in a notebook cell.
@@ -690,7 +745,6 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
             )
         widget = Widget(RecordedSession(run), **widget_options)
         return widget.show_watch_history(model)
-    session_options.setdefault("details", "eager")
     session = Session(model, args, kwargs=kwargs, loss_fn=loss_fn, **session_options)
     return Widget(session, **widget_options)
 

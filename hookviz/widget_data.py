@@ -20,7 +20,7 @@ import networkx as nx
 import torch
 
 from hookviz.errors import TargetError
-from hookviz.run import Run, diff, records_equal
+from hookviz.run import Run, leaf_diffs, records_equal
 from hookviz.stats import StatsBatch, combined_norm
 from hookviz.widget_tree import (
     MODULE_PREFIX,
@@ -441,9 +441,9 @@ def leaf_summary_json(
     a leaf whose gradient did not change reuses the baseline's summary.
     """
     base = baseline if baseline is not None else run
-    difference = diff(base, run)
+    leaves = leaf_diffs(base, run)
     before = baseline_summaries if baseline_summaries is not None else leaf_summaries(base)
-    after = _summaries({name: leaf.after for name, leaf in difference.leaves.items() if leaf.changed})
+    after = _summaries({name: leaf.after for name, leaf in leaves.items() if leaf.changed})
     return [
         {
             "name": name,
@@ -451,7 +451,7 @@ def leaf_summary_json(
             "after": _compact(after[name] if leaf.changed else before.get(name)),
             "changed": bool(leaf.changed),
         }
-        for name, leaf in difference.leaves.items()
+        for name, leaf in leaves.items()
     ]
 
 
@@ -488,7 +488,7 @@ def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHI
     from hookviz.diagnose import gradient_stats
 
     def layer_norms(r: Run) -> dict[str, float]:
-        layers = [s for s in gradient_stats(r) if s.kind == "layer"]
+        layers = [s for s in gradient_stats(r, counts=False) if s.kind == "layer"]
         return {s.name: s.grad_norm for s in reversed(layers)}  # input -> output
 
     current = layer_norms(run)
@@ -610,12 +610,14 @@ def diagnosis_json(
     step: int | None = None,
     error: str | None = None,
     caused_by_edits: set | None = None,
+    pending: bool = False,
 ) -> dict:
-    """What the diagnosis banner shows: ``{source, step, findings, counts, error}``.
+    """What the diagnosis banner shows: ``{source, step, findings, counts, error, pending}``.
 
     ``source`` is ``"run"`` (``run.diagnose()``) or ``"watch"`` (``watch.diagnose(step)``);
     ``counts`` is ``{kind: number of findings}`` in :data:`FINDING_KINDS` order (kinds with none
-    left out); ``error`` says why the diagnosis failed (then ``findings`` is empty).
+    left out); ``error`` says why the diagnosis failed (then ``findings`` is empty); ``pending``:
+    the run's details are still being recorded (:meth:`hookviz.Widget.fill_details`).
     """
     items = findings_json(findings, caused_by_edits)
     kinds = [k for k in FINDING_KINDS if any(f["kind"] == k for f in items)]
@@ -626,6 +628,7 @@ def diagnosis_json(
         "findings": items,
         "counts": {k: sum(f["kind"] == k for f in items) for k in kinds},
         "error": error,
+        "pending": pending,
     }
 
 

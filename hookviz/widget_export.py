@@ -77,7 +77,6 @@ const model = {
     switch (msg.type) {
       case "select": return select(msg.node, !msg.replay);
       case "search": { const hit = find(msg.query || ""); return hit ? select(hit, true) : set("errors", { ...state.errors, search: `nothing is named like '${msg.query}'` }); }
-      case "toggle_group": return set("collapsed", (state.collapsed || []).includes(msg.module) ? openOne(state.collapsed, msg.module) : [...state.collapsed, msg.module].sort());
       case "collapse_all": return set("collapsed", groups.filter((g) => !g.parent).map((g) => g.module));
       case "expand_all": return set("collapsed", []);
       case "set_view": return set("collapsed", msg.view === "modules" ? groups.filter((g) => !groups.some((c) => c.parent === g.id)).map((g) => g.module) : state.__first_collapsed);

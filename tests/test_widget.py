@@ -578,7 +578,45 @@ def test_canonical_example_has_no_diagnosis_banner(widget):
         "findings": [],
         "counts": {},
         "error": None,
+        "pending": False,
     }
+
+
+def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(monkeypatch):
+    """Past the cheap-details limit the first paint needs no second recording: graph, leaf table
+    and chart are those of an eager run; the page's "details" request records the rest, and
+    then diagnosis and inspector are the eager run's too."""
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
+    x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
+
+    def loss(out):
+        return F.cross_entropy(out, labels)
+
+    eager = hookviz_widget.show(model, (x,), loss_fn=loss, details="eager")
+    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)
+    lazy = hookviz_widget.show(model, (x,), loss_fn=loss)
+    assert lazy.details_pending and lazy.run.details_pending  # nothing read a deferred field
+    assert lazy.diagnosis["pending"] and lazy.diagnosis["findings"] == []
+    assert lazy.graph == eager.graph
+    assert lazy.leaf_summary == eager.leaf_summary and lazy.chart == eager.chart
+    assert lazy.replay == eager.replay
+
+    reply = lazy.handle_message({"type": "details"})
+    assert reply["ok"] and not lazy.details_pending and not lazy.run.details_pending
+    assert lazy.diagnosis == eager.diagnosis and lazy.diagnosis["counts"]["vanishing"] > 0
+    lazy.select("AddmmBackward0_0")
+    eager.select("AddmmBackward0_0")
+    assert lazy.inspector == eager.inspector
+
+
+def test_selecting_a_node_of_a_large_run_records_its_details_first(monkeypatch):
+    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)
+    widget = hookviz_widget.show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
+    assert widget.details_pending
+    assert widget.select("SubBackward0_0")
+    assert not widget.details_pending and widget.diagnosis["pending"] is False
+    assert widget.inspector["grad_inputs"][0]["value"] is not None
 
 
 def test_vanishing_gradients_are_diagnosed_and_a_click_selects_the_layer():

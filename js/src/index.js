@@ -15,6 +15,7 @@ import {
   EDIT_COLOR,
   HOOK_COLOR,
   replayState,
+  toggleGroup,
 } from "./logic.js";
 
 function legend(range, title = "log10 ‖grad‖") {
@@ -214,7 +215,11 @@ function render({ model, el }) {
       },
       onToggleGroup: (module) => {
         mark("toggle");
-        send({ type: "toggle_group", module });
+        // Opened in the page, with no round trip: the kernel may be busy (recording a large run's
+        // details, or another cell); it learns the new state when the change is synced.
+        const groups = (model.get("graph") || {}).groups;
+        model.set("collapsed", toggleGroup(model.get("collapsed"), module, groups));
+        model.save_changes();
       },
       // The new layout's elements are in place (its animation starts): read by the benchmark.
       onPlaced: () => mark("placed"),
@@ -298,7 +303,19 @@ function render({ model, el }) {
         overlay,
         editState: model.get("edit_state") || {},
       })
-      .then(() => graphView.showReplay(replayState(model.get("replay") || [], replayK)));
+      .then(() => {
+        graphView.showReplay(replayState(model.get("replay") || [], replayK));
+        askDetails();
+      });
+  };
+  // A large run arrives with its norms only (hookviz.Widget.fill_details): once its graph is on
+  // screen, ask the kernel for the rest (values, the diagnosis), once per run.
+  let detailsAskedFor = null;
+  const askDetails = () => {
+    const run = (model.get("graph") || {}).run;
+    if (!model.get("details_pending") || staticNote || detailsAskedFor === run) return;
+    detailsAskedFor = run;
+    send({ type: "details" });
   };
   const drawSummary = () => {
     const s = model.get("summary") || {};

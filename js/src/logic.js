@@ -203,11 +203,17 @@ export function visibleCount(graph, collapsed) {
   return v.nodes.length + v.groups.length;
 }
 
-/** Toggle a module in a collapsed list, returning a new sorted list. */
-export function toggleCollapsed(collapsed, module) {
+/**
+ * The collapse state after a click on a module box, as a new sorted list: a closed box opens one
+ * level (its child modules drawn as closed boxes: the rule of hookviz.widget_tree.open_one_level),
+ * an open one closes. groups: the graph payload's groups ({module, parent: "group:<module>"}).
+ */
+export function toggleGroup(collapsed, module, groups) {
   const s = new Set(collapsed || []);
-  if (s.has(module)) s.delete(module);
-  else s.add(module);
+  if (s.has(module)) {
+    s.delete(module);
+    for (const g of groups || []) if (g.parent === `group:${module}`) s.add(g.module);
+  } else s.add(module);
   return [...s].sort();
 }
 

@@ -374,6 +374,12 @@ export function renderBanner(el, diagnosis, onSelect) {
   const d = diagnosis || {};
   const findings = d.findings || [];
   el.replaceChildren();
+  if (d.pending) {
+    // A large run is drawn first; its diagnosis comes with its details (hookviz.Widget.fill_details).
+    el.hidden = false;
+    el.append(h("div", { class: "hv-muted hv-banner-pending" }, "Diagnosing this run (recording its values)…"));
+    return;
+  }
   el.hidden = !findings.length && !d.error;
   if (el.hidden) return;
   const where = d.source === "watch" ? `Watch step ${d.step}` : "This run";

@@ -18,7 +18,7 @@ import {
   replayState,
   textColorOn,
   beyondRange,
-  toggleCollapsed,
+  toggleGroup,
   viridis,
   visibleCount,
   visibleGraph,
@@ -137,9 +137,18 @@ describe("grouping and collapse", () => {
     expect(visibleCount(graph, ["enc"])).toBeLessThan(visibleCount(graph, []));
   });
 
-  it("toggles a module in the collapsed list", () => {
-    expect(toggleCollapsed(["b"], "a")).toEqual(["a", "b"]);
-    expect(toggleCollapsed(["a", "b"], "a")).toEqual(["b"]);
+  it("opens a closed box one level and closes an open one", () => {
+    const groups = [
+      { module: "h", parent: null },
+      { module: "h.0", parent: "group:h" },
+      { module: "h.1", parent: "group:h" },
+      { module: "h.0.attn", parent: "group:h.0" },
+      { module: "z", parent: null },
+    ];
+    expect(toggleGroup(["h", "z"], "h", groups)).toEqual(["h.0", "h.1", "z"]);
+    expect(toggleGroup(["h.0", "h.1", "z"], "h.0", groups)).toEqual(["h.0.attn", "h.1", "z"]);
+    expect(toggleGroup(["z"], "h", groups)).toEqual(["h", "z"]);
+    expect(toggleGroup([], "z", [])).toEqual(["z"]);
   });
 
   it("handles the canonical example's real graph payload", () => {

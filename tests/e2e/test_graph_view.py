@@ -51,6 +51,15 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     harness.write_notebook(root / "gpt2.ipynb", [GPT2, 'w.select("c_fc.weight")'])
     harness.write_notebook(root / "mlp.ipynb", [MLP])
+    # As a run past the cheap-details limit (GPT-2 small, a 20,000-Node graph) is shown: drawn from
+    # its norms, its details recorded when the page asks after the first paint.
+    harness.write_notebook(
+        root / "mlp_large.ipynb",
+        [
+            "import hookviz.widget\nhookviz.widget.CHEAP_DETAILS_NODES = 0\n" + MLP,
+            'print("pending", w.details_pending, w.run.details_pending, len(w.diagnosis["findings"]))',
+        ],
+    )
     with harness.jupyter_lab(root) as base:
         yield base
 
@@ -193,6 +202,29 @@ def test_deep_mlp_first_view_is_fitted_and_readable(lab):
         )
         assert "38.weight" not in opened["outside"]
         root.screenshot(path=str(ARTIFACTS / "mlp_38_open.png"))
+
+
+def test_a_large_run_is_painted_first_and_diagnosed_when_the_page_asks(lab):
+    with (
+        harness.chromium_page(width=1280, height=1100) as page,
+        harness.diagnostics(page, ARTIFACTS / "mlp_large_failure.png") as console,
+    ):
+        root = open_model(page, lab, "mlp_large.ipynb")
+        # The page asked for the details after its first paint: the banner then shows the findings.
+        root.locator(".hv-banner .hv-banner-head").wait_for(state="visible", timeout=60_000)
+        assert "vanishing" in root.locator(".hv-banner").inner_text()
+        assert (
+            page.evaluate(
+                "() => document.querySelector('.hookviz-widget').hookviz.model.get('details_pending')"
+            )
+            is False
+        )
+        harness.run_cell(page, 1)
+        output = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output").first
+        output.wait_for(state="visible", timeout=30_000)
+        words = output.inner_text().split()
+        assert words[:3] == ["pending", "False", "False"] and int(words[3]) > 0
+        assert not [line for line in console if line.startswith("pageerror")]
 
 
 def test_saved_page_opens_from_a_file_without_kernel(tmp_path):
