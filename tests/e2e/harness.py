@@ -309,6 +309,9 @@ def wait_painted(
         " return !kind || r.hookviz.paints.slice(n - 1).some(p => p.kind === kind); }",
         arg=[index, count, kind],
         timeout=timeout,
+        # Every 50 ms, not every animation frame: a 60 Hz poll takes CPU from the kernel being
+        # measured on a 2-core machine.
+        polling=50,
     )
 
 
