@@ -44,8 +44,9 @@ BIG = """\
 import time, torch, hookviz
 from hookviz.examples import ResidualStack
 torch.manual_seed(0)
+model, x = ResidualStack({depth}, width=4), torch.randn(4, 4)
 started_at, started = time.time(), time.perf_counter()
-big = hookviz.show(ResidualStack({depth}, width=4), (torch.randn(4, 4),))
+big = hookviz.show(model, (x,))
 print(f"python: {{big.summary['nodes']}} nodes; hookviz.show {{time.perf_counter() - started:.2f}} s; show() at {{started_at:.3f}}")
 big"""
 

@@ -403,8 +403,10 @@ class Widget(anywidget.AnyWidget):
         return True
 
     def set_view(self, view: str) -> bool:
-        """``"modules"``: the module tree, every module open down to the innermost ones, which
-        stay boxes; ``"ops"``: the first view again (the tree opened as deep as fits)."""
+        """``"modules"``: the module tree as a tree diagram (one box per module, an edge from each
+        module to its children, no ops), opened as deep as its columns fit
+        (:func:`hookviz.widget_tree.tree_collapsed`); ``"ops"``: the first view again (the graph
+        with its module boxes, opened as deep as fits)."""
         if view not in VIEWS:
             self._set_error("view", f"view {view!r} does not exist; use 'ops' or 'modules'")
             return False
@@ -412,8 +414,7 @@ class Widget(anywidget.AnyWidget):
         with self.hold_sync():
             self.view = view
             if view == "modules":
-                parents = {g["parent"] for g in groups}
-                self.collapsed = sorted(g["module"] for g in groups if g["id"] not in parents)
+                self.collapsed = widget_tree.tree_collapsed(groups)
             else:
                 self.collapsed = widget_tree.default_collapsed(self.graph, self.visible_budget)
             self._clear_errors("view")

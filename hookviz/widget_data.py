@@ -213,7 +213,14 @@ def _as_float(value) -> float | None:
 
 
 def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[dict]:
-    """One group per non-root module that created nodes, plus every enclosing module."""
+    """One group per non-root module that created nodes, plus every enclosing module; outer
+    before inner, siblings in the order the forward first called them (``types`` is in call
+    order), so the Module tree lists GPT-2's ``wte, wpe, drop, h, ln_f`` as the model runs them."""
+    called: dict[str, int] = {}
+    for module in types:  # a container never called itself (a ModuleList) ranks as its first child
+        while module and module not in called:
+            called[module] = len(called)
+            module = parent_module(module)
     members: dict[str, list[dict]] = defaultdict(list)
     for module, items in by_module.items():
         name = module
@@ -221,7 +228,7 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
             members[name].extend(items)
             name = parent_module(name)
     groups = []
-    for module in sorted(members, key=lambda m: (m.count("."), natural_key(m))):
+    for module in sorted(members, key=lambda m: (m.count("."), called.get(m, len(called)), natural_key(m))):
         items = members[module]
         norm = boundary.get(module)
         if norm is None:

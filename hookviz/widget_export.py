@@ -79,7 +79,7 @@ const model = {
       case "search": { const hit = find(msg.query || ""); return hit ? select(hit, true) : set("errors", { ...state.errors, search: `nothing is named like '${msg.query}'` }); }
       case "collapse_all": return set("collapsed", groups.filter((g) => !g.parent).map((g) => g.module));
       case "expand_all": return set("collapsed", []);
-      case "set_view": return set("collapsed", msg.view === "modules" ? groups.filter((g) => !groups.some((c) => c.parent === g.id)).map((g) => g.module) : state.__first_collapsed);
+      case "set_view": set("view", msg.view); return set("collapsed", msg.view === "modules" ? state.__tree_collapsed : state.__first_collapsed);
       default: return note();
     }
   },
@@ -140,12 +140,13 @@ def save_html(widget, path, title: str = "hookviz") -> Path:
     The file needs no kernel and no network: the bundle and the state are inside it. Graph,
     inspector, replay, chart and search work; edits and re-run are disabled with a note.
     """
-    from hookviz.widget_tree import default_collapsed
+    from hookviz.widget_tree import default_collapsed, tree_collapsed
 
     state = {name: getattr(widget, name) for name in widget.keys if not name.startswith("_")}
     state = {k: v for k, v in state.items() if k not in ("layout", "comm", "tabbable", "tooltip")}
     state["static_note"] = STATIC_NOTE
     state["__first_collapsed"] = default_collapsed(widget.graph, widget.visible_budget)
+    state["__tree_collapsed"] = tree_collapsed(widget.graph.get("groups", []))
     state["__inspectors"] = inspectors_json(widget)
     text = json.dumps(state, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
     esm = base64.b64encode((Path(widget_data.__file__).parent / "static" / "widget.js").read_bytes())

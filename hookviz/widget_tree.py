@@ -138,6 +138,40 @@ def default_collapsed(graph_data: dict, budget: int = VISIBLE_BUDGET) -> list[st
     return sorted(collapsed)
 
 
+# The Module tree view (a tree diagram, one column per depth) opens levels while no column holds
+# more than this many boxes: a column of 16 boxes fitted into a notebook cell keeps 8 px labels.
+TREE_COLUMN_BUDGET = 16
+
+
+def tree_collapsed(groups: list[dict], budget: int = TREE_COLUMN_BUDGET) -> list[str]:
+    """The modules collapsed when the Module tree view opens: the tree opened level by level
+    while every depth's column holds at most ``budget`` boxes; identical siblings (the six blocks
+    of a GPT-2) open together or not at all. Every module that has children is listed unless
+    opened (a collapsed module hides its subtree)."""
+    children = _children(groups)
+    signature = {g["module"]: g["signature"] for g in groups}
+    collapsed = {g["module"] for g in groups if children[g["module"]]}
+    column: Counter = Counter({0: len(children[None])})
+    level = sorted(children[None])
+    depth = 0
+    while level:
+        classes: dict[tuple, list[str]] = defaultdict(list)
+        for module in level:
+            if children[module]:
+                classes[(parent_module(module), signature[module])].append(module)
+        next_level = []
+        for members in classes.values():
+            added = sum(len(children[m]) for m in members)
+            if column[depth + 1] + added > budget:
+                continue
+            column[depth + 1] += added
+            for module in members:
+                collapsed.discard(module)
+                next_level.extend(children[module])
+        level, depth = sorted(next_level), depth + 1
+    return sorted(collapsed)
+
+
 def open_one_level(collapsed: list[str], module: str, groups: list[dict]) -> list[str]:
     """``collapsed`` with ``module`` open and its child modules shown as closed boxes."""
     state = set(collapsed)

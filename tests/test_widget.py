@@ -500,16 +500,18 @@ def _drawn(graph, collapsed):
     return drawn_nodes + drawn_groups
 
 
-def test_module_tree_view_opens_every_module_down_to_the_innermost():
+def test_module_tree_view_opens_the_tree_while_its_columns_fit():
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),), input_grads=True)
+    widget = hookviz_widget.show(Deep(12), (torch.randn(3, 4),), input_grads=True)
     assert widget.set_view("modules") and widget.view == "modules"
-    innermost = {
-        g["module"]
-        for g in widget.graph["groups"]
-        if not any(c["parent"] == g["id"] for c in widget.graph["groups"])
-    }
-    assert set(widget.collapsed) == innermost and "blocks.0.fc" in innermost
+    groups = widget.graph["groups"]
+    # Depth 0: blocks and head; depth 1: the 12 identical blocks (within 16); depth 2 would hold
+    # their 24 children, so every block stays a closed box.
+    assert widget.collapsed == sorted(f"blocks.{i}" for i in range(12))
+    assert widget_tree.tree_collapsed(groups, budget=24) == []
+    assert widget_tree.tree_collapsed(groups, budget=11) == ["blocks", *widget.collapsed]
+    # Siblings in the order the forward ran them, outer before inner.
+    assert [g["module"] for g in groups][:3] == ["blocks", "head", "blocks.0"]
     assert widget.select("module:blocks.0.fc")
     data = widget.inspector
     assert data["kind"] == "module" and data["grad_input"]

@@ -11,6 +11,7 @@ import {
   replayOnVisible,
   textColorOn,
   beyondRange,
+  moduleTree,
   visibleGraph,
 } from "./logic.js";
 
@@ -113,6 +114,19 @@ function styleFor(t) {
         padding: BOX_PADDING.side,
       },
     },
+    {
+      // The Module tree view: every module is one filled box, open or not.
+      selector: "node[?tree][!collapsed]",
+      style: {
+        "background-opacity": 1,
+        "border-color": t.boxBorder,
+        "border-width": 1,
+        color: "data(textColor)",
+        "text-valign": "center",
+        "font-weight": "normal",
+        padding: 0,
+      },
+    },
     { selector: "node[?isGroup][?edited]", style: { "border-color": EDIT_COLOR, "border-width": 3 } },
     { selector: "node[?isGroup][?pending]", style: { "border-color": EDIT_COLOR, "border-style": "dashed" } },
     {
@@ -125,6 +139,10 @@ function styleFor(t) {
         "curve-style": "bezier",
         "arrow-scale": 0.7,
       },
+    },
+    {
+      selector: "edge[?tree]",
+      style: { "curve-style": "taxi", "taxi-direction": "rightward", "target-arrow-shape": "none" },
     },
     {
       selector: "node:selected",
@@ -189,6 +207,39 @@ function elementsFor(graph, collapsed, range, overlay, editState) {
   return { els, representative: vis.representative };
 }
 
+/** Cytoscape elements of the Module tree view: a box per drawn module, edges to its children. */
+function treeElementsFor(graph, collapsed, range, overlay, editState) {
+  const pending = new Set([...(editState?.pending_targets || []), ...(editState?.removed_targets || [])]);
+  const tree = moduleTree(graph, collapsed);
+  const els = tree.groups.map(({ group, collapsed: closed, hasChildren }) => {
+    const label = boxLabel(group);
+    const color = overlay ? overlayColor(group.id, overlay) : normColor(group.norm, range, group.nan);
+    return {
+      group: "nodes",
+      data: {
+        id: group.id,
+        label,
+        title: boxTitle(group),
+        color,
+        textColor: textColorOn(color),
+        beyond: !overlay && beyondRange(group.norm, range),
+        isGroup: true,
+        tree: true,
+        collapsed: closed,
+        openable: hasChildren,
+        module: group.module,
+        edited: !!group.edited,
+        pending: pending.has(group.module),
+        hooks: group.user_hooks > 0,
+        width: Math.ceil(textWidth(label)) + 16,
+        height: 28,
+      },
+    };
+  });
+  for (const e of tree.edges) els.push({ group: "edges", data: { ...e, tree: true } });
+  return { els, representative: tree.representative };
+}
+
 /** The zoom and pan that fit a model-space box into the view, never above maxZoom. */
 function viewportFor(box, width, height, maxZoom) {
   const zoom = Math.min(
@@ -234,7 +285,7 @@ export class GraphView {
     });
     this.cy.on("dbltap", "node", (evt) => {
       const d = evt.target.data();
-      if (d.isGroup && !d.collapsed) this.onToggleGroup(d.module);
+      if (d.isGroup && !d.collapsed && d.openable !== false) this.onToggleGroup(d.module);
     });
     this.cy.on("mouseover", "node", (evt) => this.showTooltip(evt.target));
     this.cy.on("mouseout", "node", () => this.hideTooltip());
@@ -259,12 +310,19 @@ export class GraphView {
    * Show a graph. Lays out only when what is drawn changed (structure or collapse state), from
    * the cache when that state was laid out before; a re-run of the same graph only recolours.
    */
-  render(graph, { collapsed, selected, overlay, editState }) {
+  render(graph, { collapsed, selected, overlay, editState, view }) {
     if (!graph || !graph.nodes) return Promise.resolve();
     if (selected !== undefined) this.selectedId = selected;
-    const key = JSON.stringify([graph.structure, [...(collapsed || [])].sort()]);
+    const tree = view === "modules";
+    const key = JSON.stringify([graph.structure, [...(collapsed || [])].sort(), tree]);
     const t0 = performance.now();
-    const { els, representative } = elementsFor(graph, collapsed, graph.color_range, overlay, editState);
+    const { els, representative } = (tree ? treeElementsFor : elementsFor)(
+      graph,
+      collapsed,
+      graph.color_range,
+      overlay,
+      editState,
+    );
     if (key === this.layoutKey) {
       this.representative = representative;
       this.cy.batch(() => {
@@ -282,7 +340,7 @@ export class GraphView {
     const generation = (this.generation = (this.generation || 0) + 1);
     const nodes = els.filter((e) => e.group === "nodes");
     const cached = this.layouts.get(key);
-    const positions = cached ? Promise.resolve(cached) : this.layOut(els, nodes);
+    const positions = cached ? Promise.resolve(cached) : this.layOut(els, nodes, tree);
     this.rendering = positions.then((pos) => {
       if (generation !== this.generation) return null; // a newer state is being drawn
       this.layouts.set(key, pos);
@@ -305,7 +363,7 @@ export class GraphView {
    * ELK positions of the drawn elements. Left to right first; when that is too long to read in
    * this view (a deep chain), again with the chain wrapped into rows, and the larger of the two.
    */
-  layOut(els, nodes) {
+  layOut(els, nodes, tree = false) {
     const compound = new Set(nodes.map((e) => e.data.parent).filter(Boolean));
     const items = nodes.map((e) => ({
       id: e.data.id,
@@ -320,7 +378,8 @@ export class GraphView {
     const aspect = width / Math.max(1, height);
     return elkLayout(elkGraph(items, edges, aspect)).then((result) => {
       const straight = positionsOf(result);
-      if (fitZoom(straight, width, height) * FONT_SIZE >= READABLE_PX) return straight;
+      // A tree has one column per depth: rows would only tangle its edges.
+      if (tree || fitZoom(straight, width, height) * FONT_SIZE >= READABLE_PX) return straight;
       return elkLayout(elkGraph(items, edges, aspect, true)).then((wrapped) => {
         const rows = positionsOf(wrapped);
         return fitZoom(rows, width, height) > fitZoom(straight, width, height) ? rows : straight;

@@ -299,6 +299,7 @@ function render({ model, el }) {
     return graphView
       .render(g, {
         collapsed: model.get("collapsed") || [],
+        view: model.get("view"),
         selected: inspector.id,
         overlay,
         editState: model.get("edit_state") || {},

@@ -197,6 +197,47 @@ export function visibleGraph(graph, collapsed) {
   return { nodes, groups, edges: [...merged.values()], representative };
 }
 
+/**
+ * The Module tree view: a box for each module whose ancestors are all open and an edge from each
+ * drawn module to each of its children; no ops. A collapsed module that has children hides its
+ * subtree (the `collapsed` list has the same meaning as in visibleGraph).
+ * Returns {groups: [{group, collapsed, hasChildren}], edges: [{id, source, target, count}],
+ * representative: Map graph node id -> the drawn box that stands for it (its innermost drawn
+ * module; none for a node of the root module)}.
+ */
+export function moduleTree(graph, collapsed) {
+  const collapsedSet = collapsed instanceof Set ? collapsed : new Set(collapsed || []);
+  const { byId, chain } = indexGroups(graph.groups);
+  const children = new Map();
+  for (const g of graph.groups || []) {
+    const parent = g.parent && byId.has(g.parent) ? g.parent : null;
+    if (!children.has(parent)) children.set(parent, []);
+    children.get(parent).push(g);
+  }
+  const drawn = new Set();
+  const groups = [];
+  const edges = [];
+  const visit = (g, parentId) => {
+    const kids = children.get(g.id) || [];
+    const closed = kids.length > 0 && collapsedSet.has(g.module);
+    drawn.add(g.id);
+    groups.push({ group: g, collapsed: closed, hasChildren: kids.length > 0 });
+    if (parentId) edges.push({ id: `t:${parentId}->${g.id}`, source: parentId, target: g.id, count: 1 });
+    if (!closed) for (const k of kids) visit(k, g.id);
+  };
+  for (const g of children.get(null) || []) visit(g, null);
+  const representative = new Map();
+  for (const n of graph.nodes || []) {
+    let rep = null;
+    for (const id of chain(groupId(n.module))) {
+      if (!drawn.has(id)) break;
+      rep = id;
+    }
+    if (rep) representative.set(n.id, rep);
+  }
+  return { groups, edges, representative };
+}
+
 /** Number of elements a collapse state draws (op nodes + groups). */
 export function visibleCount(graph, collapsed) {
   const v = visibleGraph(graph, collapsed);

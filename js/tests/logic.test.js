@@ -19,6 +19,7 @@ import {
   textColorOn,
   beyondRange,
   toggleGroup,
+  moduleTree,
   viridis,
   visibleCount,
   visibleGraph,
@@ -135,6 +136,36 @@ describe("grouping and collapse", () => {
     const v = visibleGraph(graph, ["enc", "enc.l0"]);
     expect(v.groups.map((g) => g.group.id)).not.toContain("group:enc.l0");
     expect(visibleCount(graph, ["enc"])).toBeLessThan(visibleCount(graph, []));
+  });
+
+  it("draws the module tree: boxes to the first closed module, edges to children, no ops", () => {
+    const g = (module, parent) => ({ id: `group:${module}`, module, parent: parent && `group:${parent}` });
+    const graph = {
+      groups: [g("h", null), g("h.0", "h"), g("h.1", "h"), g("h.0.attn", "h.0"), g("head", null)],
+      nodes: [
+        { id: "mm", module: "h.0.attn" },
+        { id: "add", module: "h" },
+        { id: "loss", module: "" },
+      ],
+      edges: [],
+    };
+    const open = moduleTree(graph, ["h.0"]);
+    expect(open.groups.map((x) => [x.group.module, x.collapsed, x.hasChildren])).toEqual([
+      ["h", false, true],
+      ["h.0", true, true],
+      ["h.1", false, false],
+      ["head", false, false],
+    ]);
+    expect(open.edges.map((e) => [e.source, e.target])).toEqual([
+      ["group:h", "group:h.0"],
+      ["group:h", "group:h.1"],
+    ]);
+    expect(open.representative.get("mm")).toBe("group:h.0");
+    expect(open.representative.get("add")).toBe("group:h");
+    expect(open.representative.has("loss")).toBe(false);
+    const closed = moduleTree(graph, ["h"]);
+    expect(closed.groups.map((x) => x.group.module)).toEqual(["h", "head"]);
+    expect(closed.representative.get("mm")).toBe("group:h");
   });
 
   it("opens a closed box one level and closes an open one", () => {

@@ -177,6 +177,48 @@ def test_gpt2_opens_as_its_fitted_module_tree(lab):
         assert not [line for line in console if line.startswith("pageerror")]
 
 
+def test_gpt2_module_tree_view_is_a_readable_tree(lab):
+    """The Module tree button draws the module tree as a tree diagram (no ops): fitted, readable,
+    children in the order the forward runs them; a closed block opens in place."""
+    with (
+        harness.chromium_page(width=1280, height=1100) as page,
+        harness.diagnostics(page, ARTIFACTS / "gpt2_tree_failure.png") as console,
+    ):
+        root = open_model(page, lab, "gpt2.ipynb")
+        painted = harness.paint_count(page)
+        root.locator(".hv-view-modules").click()
+        tree = wait_settled(page, painted, kind="layout")
+        root.screenshot(path=str(ARTIFACTS / "gpt2_module_tree.png"))
+        assert tree["outside"] == [] and tree["hidden_labels"] == 0
+        assert_readable(tree, "module tree")
+        drawn = page.evaluate(
+            "() => document.querySelector('.hookviz-widget').cy.nodes().map(n => [n.id(), n.data('isGroup'),"
+            " n.position('y'), n.data('label')])"
+        )
+        assert drawn and all(is_group for _, is_group, _, _ in drawn), "the tree draws modules only"
+        y = {node: top for node, _, top, _ in drawn}
+        children = ["wte", "wpe", "drop", "h", "ln_f"]
+        tops = [y[f"group:transformer.{c}"] for c in children]
+        assert tops == sorted(tops), f"transformer's children out of forward order: {tops}"
+        assert {f"group:transformer.h.{i}" for i in range(6)} <= set(y)
+        edges = page.evaluate(
+            "() => document.querySelector('.hookviz-widget').cy.edges().map(e => [e.source().id(), e.target().id()])"
+        )
+        assert ["group:transformer.h", "group:transformer.h.3"] in edges
+
+        painted = harness.paint_count(page)
+        harness.click_node(page, "group:transformer.h.3")
+        opened = wait_settled(page, painted, kind="layout")
+        assert_readable(opened, "module tree after opening h.3")
+        for child in ("ln_1", "attn", "ln_2", "mlp"):
+            node = f"group:transformer.h.3.{child}"
+            assert node in page.evaluate(
+                "() => document.querySelector('.hookviz-widget').cy.nodes().map(n => n.id())"
+            )
+            assert node not in opened["outside"]
+        assert not [line for line in console if line.startswith("pageerror")]
+
+
 def test_deep_mlp_first_view_is_fitted_and_readable(lab):
     ARTIFACTS.mkdir(exist_ok=True)
     with (
