@@ -100,6 +100,25 @@ def _children(groups: list[dict]) -> dict[str | None, list[str]]:
     return children
 
 
+def _open_levels(groups: list[dict], children: dict, try_open) -> None:
+    """Walk the module tree level by level from the top. At each level, identical siblings (same
+    parent, same signature: the six blocks of a GPT-2) form one class, and ``try_open(members,
+    depth)`` says whether that class opens; the children of opened modules make the next level."""
+    signature = {g["module"]: g["signature"] for g in groups}
+    level, depth = sorted(children[None]), 0
+    while level:
+        classes: dict[tuple, list[str]] = defaultdict(list)
+        for module in level:
+            if children[module]:
+                classes[(parent_module(module), signature[module])].append(module)
+        next_level = []
+        for members in classes.values():
+            if try_open(members, depth):
+                for module in members:
+                    next_level.extend(children[module])
+        level, depth = sorted(next_level), depth + 1
+
+
 def default_collapsed(graph_data: dict, budget: int = VISIBLE_BUDGET) -> list[str]:
     """The modules collapsed in the first view: the module tree opened as deep as fits.
 
@@ -115,26 +134,21 @@ def default_collapsed(graph_data: dict, budget: int = VISIBLE_BUDGET) -> list[st
         return []
     children = _children(groups)
     direct = Counter(item["module"] for item in nodes)
-    signature = {g["module"]: g["signature"] for g in groups}
     collapsed = set(children[None])
     count = direct.get("", 0) + len(collapsed)
-    level = sorted(collapsed)
-    while level:
-        classes: dict[tuple, list[str]] = defaultdict(list)
-        for module in level:
-            if children[module]:
-                classes[(parent_module(module), signature[module])].append(module)
-        next_level = []
-        for members in classes.values():
-            added = sum(direct.get(m, 0) + len(children[m]) for m in members)
-            if count + added > budget:
-                continue
-            count += added
-            for module in members:
-                collapsed.discard(module)
-                collapsed.update(children[module])
-                next_level.extend(children[module])
-        level = sorted(next_level)
+
+    def try_open(members: list[str], depth: int) -> bool:
+        nonlocal count
+        added = sum(direct.get(m, 0) + len(children[m]) for m in members)
+        if count + added > budget:
+            return False
+        count += added
+        for module in members:
+            collapsed.discard(module)
+            collapsed.update(children[module])
+        return True
+
+    _open_levels(groups, children, try_open)
     return sorted(collapsed)
 
 
@@ -149,26 +163,18 @@ def tree_collapsed(groups: list[dict], budget: int = TREE_COLUMN_BUDGET) -> list
     of a GPT-2) open together or not at all. Every module that has children is listed unless
     opened (a collapsed module hides its subtree)."""
     children = _children(groups)
-    signature = {g["module"]: g["signature"] for g in groups}
     collapsed = {g["module"] for g in groups if children[g["module"]]}
     column: Counter = Counter({0: len(children[None])})
-    level = sorted(children[None])
-    depth = 0
-    while level:
-        classes: dict[tuple, list[str]] = defaultdict(list)
-        for module in level:
-            if children[module]:
-                classes[(parent_module(module), signature[module])].append(module)
-        next_level = []
-        for members in classes.values():
-            added = sum(len(children[m]) for m in members)
-            if column[depth + 1] + added > budget:
-                continue
-            column[depth + 1] += added
-            for module in members:
-                collapsed.discard(module)
-                next_level.extend(children[module])
-        level, depth = sorted(next_level), depth + 1
+
+    def try_open(members: list[str], depth: int) -> bool:
+        added = sum(len(children[m]) for m in members)
+        if column[depth + 1] + added > budget:
+            return False
+        column[depth + 1] += added
+        collapsed.difference_update(members)
+        return True
+
+    _open_levels(groups, children, try_open)
     return sorted(collapsed)
 
 

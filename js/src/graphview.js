@@ -154,34 +154,49 @@ function styleFor(t) {
 }
 
 /** Cytoscape element definitions (with their sizes) of what a collapse state draws. */
-function elementsFor(graph, collapsed, range, overlay, editState) {
-  const els = [];
-  const pending = new Set([...(editState?.pending_targets || []), ...(editState?.removed_targets || [])]);
-  const paint = (id, norm, nan) => {
+/** Node colour (the watch overlay's, else the norm's on the fixed range) and its text colour. */
+function painter(range, overlay) {
+  return (id, norm, nan) => {
     const color = overlay ? overlayColor(id, overlay) : normColor(norm, range, nan);
     return { color, textColor: textColorOn(color), beyond: !overlay && beyondRange(norm, range) };
   };
+}
+
+function pendingTargets(editState) {
+  return new Set([...(editState?.pending_targets || []), ...(editState?.removed_targets || [])]);
+}
+
+/** (group, collapsed) -> the data of a module's box, in both views. */
+function boxData(range, overlay, editState) {
+  const paint = painter(range, overlay);
+  const pending = pendingTargets(editState);
+  return (group, collapsed) => {
+    const label = boxLabel(group);
+    return {
+      id: group.id,
+      label,
+      title: boxTitle(group),
+      ...paint(group.id, group.norm, group.nan),
+      isGroup: true,
+      collapsed,
+      module: group.module,
+      edited: !!group.edited,
+      pending: pending.has(group.module),
+      hooks: group.user_hooks > 0,
+      width: Math.ceil(textWidth(label)) + 16,
+      height: 28,
+    };
+  };
+}
+
+function elementsFor(graph, collapsed, range, overlay, editState) {
+  const els = [];
+  const pending = pendingTargets(editState);
+  const paint = painter(range, overlay);
+  const box = boxData(range, overlay, editState);
   const vis = visibleGraph(graph, collapsed);
   for (const { group, collapsed: isCollapsed, parent } of vis.groups) {
-    const label = boxLabel(group);
-    els.push({
-      group: "nodes",
-      data: {
-        id: group.id,
-        label,
-        title: boxTitle(group),
-        ...paint(group.id, group.norm, group.nan),
-        isGroup: true,
-        collapsed: isCollapsed,
-        module: group.module,
-        edited: !!group.edited,
-        pending: pending.has(group.module),
-        hooks: group.user_hooks > 0,
-        parent: parent || undefined,
-        width: Math.ceil(textWidth(label)) + 16,
-        height: 28,
-      },
-    });
+    els.push({ group: "nodes", data: { ...box(group, isCollapsed), parent: parent || undefined } });
   }
   for (const { node: n, parent } of vis.nodes) {
     const label = opLabel(n);
@@ -209,33 +224,12 @@ function elementsFor(graph, collapsed, range, overlay, editState) {
 
 /** Cytoscape elements of the Module tree view: a box per drawn module, edges to its children. */
 function treeElementsFor(graph, collapsed, range, overlay, editState) {
-  const pending = new Set([...(editState?.pending_targets || []), ...(editState?.removed_targets || [])]);
+  const box = boxData(range, overlay, editState);
   const tree = moduleTree(graph, collapsed);
-  const els = tree.groups.map(({ group, collapsed: closed, hasChildren }) => {
-    const label = boxLabel(group);
-    const color = overlay ? overlayColor(group.id, overlay) : normColor(group.norm, range, group.nan);
-    return {
-      group: "nodes",
-      data: {
-        id: group.id,
-        label,
-        title: boxTitle(group),
-        color,
-        textColor: textColorOn(color),
-        beyond: !overlay && beyondRange(group.norm, range),
-        isGroup: true,
-        tree: true,
-        collapsed: closed,
-        openable: hasChildren,
-        module: group.module,
-        edited: !!group.edited,
-        pending: pending.has(group.module),
-        hooks: group.user_hooks > 0,
-        width: Math.ceil(textWidth(label)) + 16,
-        height: 28,
-      },
-    };
-  });
+  const els = tree.groups.map(({ group, collapsed: closed, hasChildren }) => ({
+    group: "nodes",
+    data: { ...box(group, closed), tree: true, openable: hasChildren },
+  }));
   for (const e of tree.edges) els.push({ group: "edges", data: { ...e, tree: true } });
   return { els, representative: tree.representative };
 }
