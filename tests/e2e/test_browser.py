@@ -119,10 +119,12 @@ def test_edit_and_rerun_in_jupyterlab(lab):
         )
         assert "step 2/" in root.locator(".hv-step").inner_text()
 
-        # The module tree (here only what loss_fn built is a box), and back.
+        # The module tree (here only what loss_fn built is a module box, and no op is drawn), and back.
         root.locator(".hv-view-modules").click()
         page.wait_for_function(
-            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:(loss)').data('collapsed') === true",
+            "() => { const cy = document.querySelector('.hookviz-widget').cy;"
+            " return cy.getElementById('group:(loss)').data('tree') === true"
+            " && cy.nodes().every(n => n.data('isGroup')); }",
             timeout=10_000,
         )
         root.locator(".hv-view-ops").click()
