@@ -139,6 +139,12 @@ class NodeRecord(Deferrable):
     DEFERRED = ("output",)  # filled on first read in a lazy run (hookviz.details)
 
     @property
+    def grad_norm(self) -> float | None:
+        """Combined 2-norm of the gradients that reached this Node (its ``grad_outputs``): the
+        norm its colour shows; None when none arrived."""
+        return combined_norm(r.norm for r in self.grad_outputs if r is not None)
+
+    @property
     def saved_bytes(self) -> int:
         """Total bytes of the tensors this Node saved for backward."""
         return sum(s.nbytes for s in self.saved)
@@ -285,7 +291,7 @@ class Run:
                 module=record.module,
                 kind=record.kind,
                 order=record.order,
-                grad_norm=combined_norm(r.norm for r in record.grad_outputs if r is not None),
+                grad_norm=record.grad_norm,
                 has_nan=any(r is not None and not r.finite for r in records),
                 edited=node_id in edited,
                 user_hooks=len(record.user_hooks),

@@ -138,8 +138,7 @@ class Widget(anywidget.AnyWidget):
     def _show_run(self, run) -> None:
         baseline = self.baseline
         self._run_count += 1
-        graph = run.graph
-        key = widget_data.structure_key(graph)
+        key = widget_data.structure_key(run)
         new_structure = self._structure != key
         self._structure = key
         data = widget_data.graph_json(run, baseline, key)
@@ -157,7 +156,7 @@ class Widget(anywidget.AnyWidget):
                 "device": run.device,
                 "run": self._run_count,
                 "forward_reused": bool(run.forward_reused),
-                "nodes": graph.number_of_nodes(),
+                "nodes": len(run.nodes),
             }
             self.leaf_summary = widget_data.leaf_summary_json(
                 run, baseline, self._baseline_leaf_summaries(run)

@@ -16,7 +16,6 @@ import hashlib
 import math
 from collections import defaultdict
 
-import networkx as nx
 import torch
 
 from hookviz.errors import TargetError
@@ -58,16 +57,31 @@ def tensors_json(records) -> list | None:
     return None if records is None else [tensor_json(r) for r in records]
 
 
-def structure_key(graph: nx.DiGraph) -> str:
-    """A hash of the graph's node ids and edges: equal for re-runs of the same graph."""
+def structure_key(run: Run) -> str:
+    """A hash of the run's Node ids and edges: equal for re-runs of the same graph."""
     digest = hashlib.blake2b(digest_size=12)
-    for node in graph.nodes:
+    for node in run.nodes:
         digest.update(node.encode())
         digest.update(b"\0")
     digest.update(b"\1")
-    for u, v in graph.edges:
+    for u, v, _ in run.edges:
         digest.update(f"{u}\0{v}\0".encode())
     return digest.hexdigest()
+
+
+def node_norms(run: Run) -> dict[str, float | None]:
+    """Each Node's colour norm: the combined 2-norm of the gradients that reached it (its
+    ``grad_outputs``; see ``Run.graph``'s ``grad_norm``), by node id."""
+    return {node_id: record.grad_norm for node_id, record in run.nodes.items()}
+
+
+def _edges_json(run: Run) -> list[list]:
+    """``[producer, consumer, slot]`` once per pair (the last slot, as ``Run.graph`` keeps it),
+    grouped by producer in Node order."""
+    succ: dict[str, dict[str, int]] = {}
+    for u, v, slot in run.edges:
+        succ.setdefault(u, {})[v] = slot
+    return [[u, v, slot] for u in run.nodes for v, slot in succ.get(u, {}).items()]
 
 
 def module_norms(run: Run) -> dict[str, float | None]:
@@ -108,29 +122,31 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         size, norm, nan, edited, user_hooks, signature, repeat}``
         (see :func:`hookviz.widget_tree.mark_repeats`).
     """
-    graph = run.graph
-    key = structure if structure is not None else structure_key(graph)
+    key = structure if structure is not None else structure_key(run)
     edited_targets = {edit.target for edit in run.edits}
+    edited_nodes = {h.node for h in run.hook_calls if h.kind == "edit" and h.node}
+    norms = node_norms(run)
     nodes = []
     by_module: dict[str, list[dict]] = defaultdict(list)
-    for node_id, attrs in graph.nodes(data=True):
-        norm = attrs.get("grad_norm")
-        kind = attrs.get("kind", "op")
+    for node_id, record in run.nodes.items():
+        norm = norms[node_id]
+        kind = record.kind
         item = {
             "id": node_id,
-            "op": attrs.get("op", ""),
-            "module": attrs.get("module", ""),
+            "op": record.op,
+            "module": record.module,
             "kind": kind,
-            "order": attrs.get("order"),
+            "order": record.order,
             "norm": json_float(norm),
-            "nan": bool(attrs.get("has_nan")) or (norm is not None and not math.isfinite(norm)),
-            "edited": bool(attrs.get("edited")) or node_id in edited_targets,
-            "user_hooks": int(attrs.get("user_hooks") or 0),
-            "hint": operand_hint(run.nodes.get(node_id)) if kind == "op" else "",
+            "nan": any(r is not None and not r.finite for r in (*record.grad_outputs, *record.grad_inputs))
+            or (norm is not None and not math.isfinite(norm)),
+            "edited": node_id in edited_nodes or node_id in edited_targets,
+            "user_hooks": len(record.user_hooks),
+            "hint": operand_hint(record) if kind == "op" else "",
         }
         nodes.append(item)
         by_module[item["module"]].append(item)
-    edges = [[u, v, attrs.get("slot", 0)] for u, v, attrs in graph.edges(data=True)]
+    edges = _edges_json(run)
 
     boundary = module_norms(run)
     module_hooks = defaultdict(int)
@@ -141,14 +157,14 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
     groups = _groups(by_module, boundary, edited_targets, module_hooks, types)
     mark_repeats(groups, nodes, _leaf_shapes(run))
     scale = baseline if baseline is not None else run
-    norms = [n.get("grad_norm") for _, n in scale.graph.nodes(data=True)]
-    norms += list(module_norms(scale).values()) if scale is not run else list(boundary.values())
+    scale_norms = list((norms if scale is run else node_norms(scale)).values())
+    scale_norms += list(module_norms(scale).values()) if scale is not run else list(boundary.values())
     return {
         "structure": key,
         "nodes": nodes,
         "edges": edges,
         "groups": groups,
-        "color_range": _color_range(norms),
+        "color_range": _color_range(scale_norms),
     }
 
 

@@ -584,6 +584,33 @@ def test_canonical_example_has_no_diagnosis_banner(widget):
     }
 
 
+class Square(nn.Module):
+    def forward(self, x):
+        return (x * x).sum() + torch.tanh(x).sum()
+
+
+@pytest.mark.parametrize("case", ["square", "deep"])
+def test_graph_payload_is_the_runs_autograd_graph(case):
+    """The page's nodes and edges are the run's graph (``Run.graph``), one edge per producer and
+    consumer (``x * x`` reaches MulBackward0 through two slots), norms and NaN flags included."""
+    torch.manual_seed(0)
+    if case == "square":
+        widget = hookviz_widget.show(Square(), (torch.randn(3, requires_grad=True),))
+    else:
+        widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),), input_grads=True)
+    graph = widget.run.graph
+    assert widget.graph["edges"] == [[u, v, d["slot"]] for u, v, d in graph.edges(data=True)]
+    nodes = {n["id"]: n for n in widget.graph["nodes"]}
+    assert list(nodes) == list(graph.nodes)
+    for node_id, attrs in graph.nodes(data=True):
+        assert nodes[node_id]["norm"] == widget_data.json_float(attrs["grad_norm"])
+        assert nodes[node_id]["nan"] == attrs["has_nan"] and nodes[node_id]["op"] == attrs["op"]
+    if case == "square":
+        mul = next(n for n in graph.nodes if n.startswith("MulBackward0"))
+        assert len([e for e in widget.run.edges if e[1] == mul]) == 2  # two slots, one drawn edge
+        assert len([e for e in widget.graph["edges"] if e[1] == mul]) == 1
+
+
 def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(monkeypatch):
     """Past the cheap-details limit the first paint needs no second recording: graph, leaf table
     and chart are those of an eager run; the page's "details" request records the rest, and
