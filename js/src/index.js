@@ -52,6 +52,18 @@ function legend(range, title = "log10 ‖grad‖") {
 
 function render({ model, el }) {
   const send = (msg) => model.send(msg);
+  // The graph comes from the kernel as one buffer of JSON (hookviz.widget._json_buffer), and as
+  // an object in a saved page: parsed once per new value.
+  const decoder = new TextDecoder();
+  let graphCache = { raw: undefined, value: {} };
+  const graphOf = () => {
+    const raw = model.get("graph");
+    if (raw !== graphCache.raw) {
+      const bytes = raw instanceof ArrayBuffer || ArrayBuffer.isView(raw);
+      graphCache = { raw, value: bytes ? JSON.parse(decoder.decode(raw)) : raw || {} };
+    }
+    return graphCache.value;
+  };
   const root = h("div", { class: "hookviz-widget" });
   el.append(h("style", {}, css), root);
 
@@ -217,7 +229,7 @@ function render({ model, el }) {
         mark("toggle");
         // Opened in the page, with no round trip: the kernel may be busy (recording a large run's
         // details, or another cell); it learns the new state when the change is synced.
-        const groups = (model.get("graph") || {}).groups;
+        const groups = graphOf().groups;
         model.set("collapsed", toggleGroup(model.get("collapsed"), module, groups));
         model.save_changes();
       },
@@ -225,7 +237,7 @@ function render({ model, el }) {
       onPlaced: () => mark("placed"),
       onError: (message) => (graphError.textContent = message),
       onPaint: (p) => {
-        paints.push({ ...p, run: (model.get("graph") || {}).run, at: performance.now() });
+        paints.push({ ...p, run: graphOf().run, at: performance.now() });
         root.dataset.painted = String(paints.length);
       },
     });
@@ -285,7 +297,7 @@ function render({ model, el }) {
     watchBar.set(model.get("watch_view"), e.watch, model.get("watch_ranks") || []);
   };
   const drawGraph = () => {
-    const g = model.get("graph") || {};
+    const g = graphOf();
     const watchView = model.get("watch_view") || {};
     const overlay = watchView.steps ? watchView : null;
     fill(
@@ -313,7 +325,7 @@ function render({ model, el }) {
   // screen, ask the kernel for the rest (values, the diagnosis), once per run.
   let detailsAskedFor = null;
   const askDetails = () => {
-    const run = (model.get("graph") || {}).run;
+    const run = graphOf().run;
     if (!model.get("details_pending") || staticNote || detailsAskedFor === run) return;
     detailsAskedFor = run;
     send({ type: "details" });
