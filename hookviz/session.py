@@ -13,10 +13,8 @@ holds the gradients (``Run.leaf_grad``). With no edits they equal what ``loss.ba
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import gc
 from collections.abc import Callable
 
 import torch
@@ -31,24 +29,9 @@ from hookviz.devices import device_of, resolve_device
 from hookviz.edits import Edit
 from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, unknown_name
 from hookviz.forward import RetainedForward, hook_signature, name_inputs, record_forward
+from hookviz.gcpause import cyclic_gc_paused
 from hookviz.run import Run
 from hookviz.stats import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused():
-    """Python's cyclic garbage collector off while a run is recorded. A recording allocates tens
-    of objects per autograd Node, all reachable until the run is returned, so every collection
-    it triggers scans the growing heap and frees nothing: on a 20,000-Node graph that was half of
-    the recording's time. Objects whose last reference goes are still freed at once (reference
-    counting), and the collector runs again as usual afterwards."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class Session:
@@ -233,7 +216,7 @@ class Session:
         with (
             torch.random.fork_rng(devices=cuda, device_type="cuda"),
             torch.inference_mode(False),
-            _cyclic_gc_paused(),
+            cyclic_gc_paused(),
         ):
             recorder, reused = BackwardRecorder(edits), graph is not None
             if graph is None:

@@ -31,6 +31,7 @@ import traitlets
 from hookviz import widget_data, widget_tree
 from hookviz.devices import devices
 from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError, WatchError
+from hookviz.gcpause import cyclic_gc_paused
 from hookviz.graph import LOSS_MODULE
 from hookviz.recorded import READ_ONLY_NOTE, RecordedSession
 
@@ -147,6 +148,10 @@ class Widget(anywidget.AnyWidget):
         return self.session.baseline
 
     def _show_run(self, run) -> None:
+        with cyclic_gc_paused():  # a dict per Node for the page, all kept: collections free nothing
+            self._show_run_now(run)
+
+    def _show_run_now(self, run) -> None:
         baseline = self.baseline
         self._run_count += 1
         key = widget_data.structure_key(run)

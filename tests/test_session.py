@@ -554,3 +554,33 @@ def test_large_gradients_summarised_during_backward_match_plain_pytorch():
     for node in run.nodes.values():
         for record in (*node.grad_inputs, *node.grad_outputs):
             assert record is None or record.norm is not None
+
+
+def test_cyclic_gc_is_paused_while_recording_and_restored_after_success_or_error():
+    import gc
+
+    from hookviz.gcpause import cyclic_gc_paused
+
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x, fail=False):
+            seen.append(gc.isenabled())
+            if fail:
+                raise ValueError("boom")
+            return (x * 2).sum()
+
+    x = torch.randn(3, requires_grad=True)
+    assert gc.isenabled()
+    hookviz.Session(Probe(), (x,)).run()
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(hookviz.HookvizError):
+        hookviz.Session(Probe(), (x,), kwargs={"fail": True}).run()
+    assert gc.isenabled()
+    gc.disable()  # a caller's own choice is kept
+    try:
+        with cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
