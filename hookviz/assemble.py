@@ -338,5 +338,6 @@ def _leaf_module(node_id: str, kind: str, parameters: set[str], ran: set[str]) -
 def _ordered_leaves(leaf_grads: dict, context: RunContext, graph) -> dict:
     inputs = [n for n in context.input_names if n in leaf_grads]
     parameters = [n for n in graph.parameter_names if n in leaf_grads]
-    rest = [n for n in leaf_grads if n not in inputs and n not in parameters]
+    listed = {*inputs, *parameters}  # a set: a model has thousands of parameters
+    rest = [n for n in leaf_grads if n not in listed]
     return {n: leaf_grads[n] for n in [*inputs, *parameters, *rest]}

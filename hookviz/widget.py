@@ -40,7 +40,7 @@ _MAX_TEXT = 4096
 VIEWS = ("ops", "modules")
 
 
-def _json_buffer(value: dict, widget=None) -> memoryview:
+def _json_buffer(value: dict | list, widget=None) -> memoryview:
     """A large state value as one binary buffer of UTF-8 JSON. ipywidgets walks a nested state
     element by element looking for buffers (0.6 s for a 20,000-Node graph); a buffer it passes
     as it is, and the page parses it once."""
@@ -88,12 +88,12 @@ class Widget(anywidget.AnyWidget):
     """Device of the run on screen."""
     errors = traitlets.Dict(value_trait=traitlets.Unicode(), key_trait=traitlets.Unicode()).tag(sync=True)
     """Control name -> the error shown beside that control."""
-    leaf_summary = traitlets.List(traitlets.Dict()).tag(sync=True)
-    """The leaf table: one row per leaf, its gradient now and in the baseline run."""
+    leaf_summary = traitlets.List(traitlets.Dict()).tag(sync=True, to_json=_json_buffer)
+    """The leaf table: one row per leaf, its gradient now and in the baseline run (one buffer)."""
     log = traitlets.List(traitlets.Dict()).tag(sync=True)
     """What the user's hooks printed during the run on screen."""
-    replay = traitlets.List(traitlets.Dict()).tag(sync=True)
-    """Backward step by step, in execution order, for the replay slider."""
+    replay = traitlets.List(traitlets.Dict()).tag(sync=True, to_json=_json_buffer)
+    """Backward step by step, in execution order, for the replay slider (one buffer)."""
     chart = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
     """The gradient-flow chart's data: per-layer norms now and in the baseline."""
     summary = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)

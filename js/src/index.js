@@ -52,18 +52,21 @@ function legend(range, title = "log10 ‖grad‖") {
 
 function render({ model, el }) {
   const send = (msg) => model.send(msg);
-  // The graph comes from the kernel as one buffer of JSON (hookviz.widget._json_buffer), and as
-  // an object in a saved page: parsed once per new value.
+  // The graph, leaf table and replay steps come from the kernel as buffers of JSON
+  // (hookviz.widget._json_buffer), and as plain values in a saved page: parsed once per new value.
   const decoder = new TextDecoder();
-  let graphCache = { raw: undefined, value: {} };
-  const graphOf = () => {
-    const raw = model.get("graph");
-    if (raw !== graphCache.raw) {
+  const parsed = {};
+  const jsonState = (name, empty) => {
+    const raw = model.get(name);
+    if (!parsed[name] || parsed[name].raw !== raw) {
       const bytes = raw instanceof ArrayBuffer || ArrayBuffer.isView(raw);
-      graphCache = { raw, value: bytes ? JSON.parse(decoder.decode(raw)) : raw || {} };
+      parsed[name] = { raw, value: bytes ? JSON.parse(decoder.decode(raw)) : (raw ?? empty) };
     }
-    return graphCache.value;
+    return parsed[name].value;
   };
+  const graphOf = () => jsonState("graph", {});
+  const replayOf = () => jsonState("replay", []);
+  const leavesOf = () => jsonState("leaf_summary", []);
   const root = h("div", { class: "hookviz-widget" });
   el.append(h("style", {}, css), root);
 
@@ -267,7 +270,7 @@ function render({ model, el }) {
     // Each step is drawn here at once; the inspector is asked for once the slider rests.
     onStep: (k) => {
       replayK = k;
-      const steps = model.get("replay") || [];
+      const steps = replayOf();
       const state = replayState(steps, k);
       graphView?.showReplay(state);
       if (state.current) graphView?.focus(state.current);
@@ -317,7 +320,7 @@ function render({ model, el }) {
         editState: model.get("edit_state") || {},
       })
       .then(() => {
-        graphView.showReplay(replayState(model.get("replay") || [], replayK));
+        graphView.showReplay(replayState(replayOf(), replayK));
         askDetails();
       });
   };
@@ -431,9 +434,9 @@ function render({ model, el }) {
     "change:edits": drawEdits,
     "change:edit_state": drawEditState,
     "change:code": drawEdits,
-    "change:leaf_summary": () => renderLeaves(leavesEl, model.get("leaf_summary")),
+    "change:leaf_summary": () => renderLeaves(leavesEl, leavesOf()),
     "change:log": () => renderLog(logEl, model.get("log")),
-    "change:replay": () => replay.setSteps(model.get("replay")),
+    "change:replay": () => replay.setSteps(replayOf()),
     "change:chart": drawChart,
     "change:diagnosis": drawBanner,
     "change:watch_view": drawWatch,
@@ -450,7 +453,7 @@ function render({ model, el }) {
   drawBanner();
   drawEditState();
   renderLog(logEl, model.get("log"));
-  replay.setSteps(model.get("replay"));
+  replay.setSteps(replayOf());
   // Draw once the element is in the page, so cytoscape knows its size.
   let frame = 0;
   const whenAttached = () => {
@@ -461,7 +464,7 @@ function render({ model, el }) {
     makeGraphView();
     // The graph first; the leaf table and the chart once it is on screen.
     drawGraph().then(() => {
-      renderLeaves(leavesEl, model.get("leaf_summary"));
+      renderLeaves(leavesEl, leavesOf());
       drawChart();
       drawHeatmap();
     });
