@@ -72,17 +72,23 @@ class Details:
         self.filled = True  # also while filling: a read inside recompute must not recurse
         run = self.run_ref() if self.run_ref is not None else None
         reason = "the run they belong to is gone"
+        interrupted = None
         if run is not None and self.recompute is not None:
             try:
                 _fill_from(run, self.recompute())
                 reason = "the run could not be reproduced (a record's norm differs the second time)"
             except DetailsUnavailable as error:
                 reason = str(error)
+            except BaseException as error:  # a hook that raised, out of memory, Ctrl+C: no half-run
+                reason = f"recording them again failed: {type(error).__name__}: {error}"
+                interrupted = error
         note = f"details unavailable: {reason}"
         for record in self.deferred:
             if record.pending:
                 _mark_unavailable(record, note)
         self.deferred, self.recompute = [], None
+        if interrupted is not None and not isinstance(interrupted, Exception):
+            raise interrupted  # KeyboardInterrupt and SystemExit still stop the caller
 
 
 def _mark_unavailable(record, note: str) -> None:

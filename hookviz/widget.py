@@ -21,6 +21,7 @@ appears before its values and diagnosis are computed. ``w.show_watch(watch)`` (o
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,11 @@ class Widget(anywidget.AnyWidget):
         data["run"] = self._run_count
         with self.hold_sync():
             if new_structure:
-                self.collapsed = widget_tree.default_collapsed(data, self.visible_budget)
+                self.collapsed = (
+                    widget_tree.tree_collapsed(data["groups"])
+                    if self.view == "modules"
+                    else widget_tree.default_collapsed(data, self.visible_budget)
+                )
             self.graph = data
             self.device = run.device
             self.summary = {
@@ -193,8 +198,10 @@ class Widget(anywidget.AnyWidget):
             else:  # the graph's elements may have changed: map the step's norms onto them again
                 self._show_watch_step(self.watch_view["step"])
             self._sync_edits()
-            if self.selected:
+            if self.selected and not self.details_pending:  # else fill_details refreshes it
                 self._inspect(self.selected, quiet=True)
+        if self.details_pending:
+            _fill_before_the_next_cell(self)
 
     def fill_details(self) -> bool:
         """Record the details of the run on screen (values, statistics, forward values) if they
@@ -208,9 +215,11 @@ class Widget(anywidget.AnyWidget):
         run = self.run
         if not self.details_pending or run is None:
             return True
-        run.fill_details()
-        with self.hold_sync():
+        try:
+            run.fill_details()  # on failure the records say "details unavailable" and why
+        finally:
             self.details_pending = False
+        with self.hold_sync():
             self._run_diagnosis = self._diagnose_run(run)
             if self.watch is None:
                 self.diagnosis = self._run_diagnosis
@@ -673,6 +682,33 @@ class Widget(anywidget.AnyWidget):
                 )
         # A refused request reports beside its own control, not as a malformed message.
         return bool(handler(content)), None
+
+
+def _fill_before_the_next_cell(widget: Widget) -> None:
+    """In IPython, record ``widget``'s pending details once the cell that showed it has ended (its
+    state is already on the way to the page, which draws without the kernel) and in any case
+    before another cell runs: a training step in the next cell would change the parameters, and
+    the details could no longer be recorded. The page asks for them too; whichever comes first
+    records them, the other finds nothing to do."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # no IPython: the page's request (or w.fill_details()) does it
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "events"):
+        return
+
+    def fill(*_) -> None:
+        for event in ("post_run_cell", "pre_run_cell"):
+            with contextlib.suppress(ValueError):
+                shell.events.unregister(event, fill)
+        try:
+            widget.fill_details()
+        except Exception:  # never break the user's cell; the records say why details are missing
+            pass
+
+    for event in ("post_run_cell", "pre_run_cell"):
+        shell.events.register(event, fill)
 
 
 # A run this small gets its details at once (one more recording of tens of milliseconds), so

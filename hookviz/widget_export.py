@@ -79,7 +79,7 @@ const model = {
       case "search": { const hit = find(msg.query || ""); return hit ? select(hit, true) : set("errors", { ...state.errors, search: `nothing is named like '${msg.query}'` }); }
       case "collapse_all": return set("collapsed", groups.filter((g) => !g.parent).map((g) => g.module));
       case "expand_all": return set("collapsed", []);
-      case "set_view": set("view", msg.view); return set("collapsed", msg.view === "modules" ? state.__tree_collapsed : state.__first_collapsed);
+      case "set_view": { state.view = msg.view; set("collapsed", msg.view === "modules" ? state.__tree_collapsed : state.__first_collapsed); return emit("view"); }
       default: return note();
     }
   },

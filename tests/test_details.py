@@ -117,6 +117,35 @@ def test_details_of_a_run_whose_model_changed_since_are_marked_not_guessed():
     assert run.leaf_grad("0.weight").shape == model[0].weight.shape
 
 
+@pytest.mark.parametrize("failure", [RuntimeError, KeyboardInterrupt])
+def test_a_details_recording_that_fails_marks_the_records_and_never_half_fills(failure):
+    """A user hook that raises on the second recording (or Ctrl+C during it): every deferred field
+    says why it is missing; reading one never raises AttributeError; Ctrl+C still stops the caller."""
+    model, x, loss_fn = _model_and_data()
+    calls = []
+
+    def hook(module, args, output):
+        calls.append(1)
+        if len(calls) > 1:
+            raise failure("stop")
+
+    handle = model[0].register_forward_hook(hook)
+    try:
+        run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+        if failure is KeyboardInterrupt:
+            with pytest.raises(KeyboardInterrupt):
+                run.fill_details()
+        else:
+            run.fill_details()
+    finally:
+        handle.remove()
+    assert not run.details_pending
+    record = run.nodes[run.root].grad_outputs[0]
+    assert record.min is None and record.value is None
+    assert "details unavailable: recording them again failed" in record.note
+    assert run.module_io("0").output == []
+
+
 def test_fill_details_copies_and_bad_options():
     model, x, loss_fn = _model_and_data()
     run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()

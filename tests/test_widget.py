@@ -639,6 +639,28 @@ def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(mo
     assert lazy.inspector == eager.inspector
 
 
+def test_in_ipython_a_large_runs_details_are_recorded_when_its_cell_ends(monkeypatch):
+    """The page draws without the kernel; the details come right after the cell that showed the
+    widget, before any later cell (a training step) can change the parameters."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)
+    shell = InteractiveShell.instance()
+    try:
+        shell.user_ns.update(hookviz=hookviz, Canonical=Canonical, inputs=canonical_inputs(), loss_fn=loss_fn)
+        shell.run_cell(
+            "w = hookviz.show(Canonical(), inputs, loss_fn=loss_fn)\npending_inside = w.details_pending"
+        )
+        widget = shell.user_ns["w"]
+        assert shell.user_ns["pending_inside"] is True  # the cell itself was not slowed down
+        assert not widget.details_pending and not widget.run.details_pending
+        assert widget.diagnosis["pending"] is False
+        for event in ("post_run_cell", "pre_run_cell"):  # the hooks removed themselves
+            assert all(getattr(f, "__name__", "") != "fill" for f in shell.events.callbacks[event])
+    finally:
+        InteractiveShell.clear_instance()
+
+
 def test_selecting_a_node_of_a_large_run_records_its_details_first(monkeypatch):
     monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)
     widget = hookviz_widget.show(Canonical(), canonical_inputs(), loss_fn=loss_fn)

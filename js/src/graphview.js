@@ -153,7 +153,6 @@ function styleFor(t) {
   ];
 }
 
-/** Cytoscape element definitions (with their sizes) of what a collapse state draws. */
 /** Node colour (the watch overlay's, else the norm's on the fixed range) and its text colour. */
 function painter(range, overlay) {
   return (id, norm, nan) => {
@@ -189,6 +188,7 @@ function boxData(range, overlay, editState) {
   };
 }
 
+/** Cytoscape element definitions (with their sizes) of what a collapse state draws. */
 function elementsFor(graph, collapsed, range, overlay, editState) {
   const els = [];
   const pending = pendingTargets(editState);

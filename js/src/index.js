@@ -329,7 +329,8 @@ function render({ model, el }) {
   let detailsAskedFor = null;
   const askDetails = () => {
     const run = graphOf().run;
-    if (!model.get("details_pending") || staticNote || detailsAskedFor === run) return;
+    // (A read-only run, hookviz.show(run), has a kernel too; only a saved page has none.)
+    if (!model.get("details_pending") || model.get("static_note") || detailsAskedFor === run) return;
     detailsAskedFor = run;
     send({ type: "details" });
   };
