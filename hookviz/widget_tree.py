@@ -16,6 +16,10 @@ MODULE_PREFIX = "module:"
 # About this many drawn elements (op nodes, leaves and boxes) keep a first view readable when it
 # is fitted into a notebook cell; the first view opens the module tree as deep as fits in it.
 VISIBLE_BUDGET = 40
+# A module box's children are laid out in one row that cannot wrap inside the box: the first view
+# opens a box only when it holds at most this many child modules (GPT-2 small's twelve blocks stay
+# one `h` box, opened by a click; a six-layer GPT-2 opens to its blocks).
+ROW_BUDGET = 8
 
 
 def group_id(module: str) -> str:
@@ -123,9 +127,10 @@ def default_collapsed(graph_data: dict, budget: int = VISIBLE_BUDGET) -> list[st
     """The modules collapsed in the first view: the module tree opened as deep as fits.
 
     Start with every top-level module as one box. Open boxes that hold other modules, level by
-    level, while the drawn elements stay within ``budget``; identical siblings (the six blocks of
-    a GPT-2) open together or not at all. Modules that hold only ops open only when the whole
-    graph fits, so a small model shows its ops and a large one its blocks.
+    level, while the drawn elements stay within ``budget`` and the box holds at most
+    :data:`ROW_BUDGET` child modules (its row cannot wrap); identical siblings (the six blocks of a
+    GPT-2) open together or not at all. Modules that hold only ops open only when the whole graph
+    fits, so a small model shows its ops and a large one its blocks.
     """
     nodes, groups = graph_data["nodes"], graph_data["groups"]
     if not groups:
@@ -140,7 +145,7 @@ def default_collapsed(graph_data: dict, budget: int = VISIBLE_BUDGET) -> list[st
     def try_open(members: list[str], depth: int) -> bool:
         nonlocal count
         added = sum(direct.get(m, 0) + len(children[m]) for m in members)
-        if count + added > budget:
+        if count + added > budget or any(len(children[m]) > ROW_BUDGET for m in members):
             return False
         count += added
         for module in members:

@@ -500,6 +500,21 @@ def _drawn(graph, collapsed):
     return drawn_nodes + drawn_groups
 
 
+@pytest.mark.parametrize("depth", [6, 12])
+def test_first_view_opens_a_box_of_blocks_only_when_its_row_fits(depth):
+    """Six blocks open in place (a six-layer GPT-2); twelve (GPT-2 small) stay one closed box, since
+    a box's row of children cannot wrap: the first view keeps its labels readable."""
+    torch.manual_seed(0)
+    widget = hookviz_widget.show(Deep(depth), (torch.randn(3, 4),))
+    blocks = {f"blocks.{i}" for i in range(depth)}
+    if depth <= widget_tree.ROW_BUDGET:
+        assert "blocks" not in widget.collapsed  # open: its blocks are drawn (here opened too)
+    else:
+        assert "blocks" in widget.collapsed and not blocks & set(widget.collapsed)
+    if depth > widget_tree.ROW_BUDGET:
+        assert widget.toggle_group("blocks") and blocks <= set(widget.collapsed)  # a click opens it
+
+
 def test_module_tree_view_opens_the_tree_while_its_columns_fit():
     torch.manual_seed(0)
     widget = hookviz_widget.show(Deep(12), (torch.randn(3, 4),), input_grads=True)
