@@ -145,6 +145,12 @@ class NodeRecord(Deferrable):
         return combined_norm(r.norm for r in self.grad_outputs if r is not None)
 
     @property
+    def has_nan(self) -> bool:
+        """True when a gradient that reached or left this Node holds NaN or Inf (on a lazy run,
+        read from the norms: nothing is recorded again)."""
+        return any(r is not None and not r.finite for r in (*self.grad_outputs, *self.grad_inputs))
+
+    @property
     def saved_bytes(self) -> int:
         """Total bytes of the tensors this Node saved for backward."""
         return sum(s.nbytes for s in self.saved)
@@ -281,10 +287,9 @@ class Run:
         attribute ``slot``; node attributes ``op``, ``module``, ``kind``, ``order``, ``grad_norm``
         (combined 2-norm of the gradients arriving at the node), ``has_nan`` (a gradient there is
         not finite), ``edited`` (an edit ran there), ``user_hooks`` (how many)."""
-        edited = {h.node for h in self.hook_calls if h.kind == "edit" and h.node}
+        edited = self.edited_nodes
         g = nx.DiGraph()
         for node_id, record in self.nodes.items():
-            records = [*record.grad_outputs, *record.grad_inputs]
             g.add_node(
                 node_id,
                 op=record.op,
@@ -292,7 +297,7 @@ class Run:
                 kind=record.kind,
                 order=record.order,
                 grad_norm=record.grad_norm,
-                has_nan=any(r is not None and not r.finite for r in records),
+                has_nan=record.has_nan,
                 edited=node_id in edited,
                 user_hooks=len(record.user_hooks),
             )
@@ -307,6 +312,11 @@ class Run:
     def model(self) -> torch.nn.Module | None:
         """The user's model this run recorded (held weakly: None once the model is gone)."""
         return None if self.model_ref is None else self.model_ref()
+
+    @property
+    def edited_nodes(self) -> set[str]:
+        """Ids of the Nodes where one of hookviz's edits ran in this run."""
+        return {h.node for h in self.hook_calls if h.kind == "edit" and h.node}
 
     @property
     def details_pending(self) -> bool:

@@ -12,9 +12,10 @@ so every interaction can be driven from Python:
 
 After every run the widget calls ``run.diagnose()`` and shows the findings in a banner above the
 graph (``diagnosis``); clicking one selects its node. Runs are recorded lazily (norms first, see
-:mod:`hookviz.details`): a small run's details are recorded at once, a large one's after the page
-has drawn its graph (:meth:`Widget.fill_details`, which the page calls), so the graph of GPT-2
-appears before its values and diagnosis are computed. ``w.show_watch(watch)`` (or
+:mod:`hookviz.details`): a small run's details are recorded at once, a large one's once the cell
+that showed it ends or when the page asks after drawing it, whichever comes first
+(:meth:`Widget.fill_details`), so the graph of GPT-2 appears before its values and diagnosis are
+computed. ``w.show_watch(watch)`` (or
 ``hookviz.show_watch(watch, session)``) colours the graph by the gradient norms a
 :class:`hookviz.Watch` recorded at one training step, with a step slider and the watch's heatmap.
 """
@@ -106,7 +107,7 @@ class Widget(anywidget.AnyWidget):
     watch_heatmap = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
     """The watch's layers x steps heatmap as a plotly figure dict; {} when hidden."""
     details_pending = traitlets.Bool(False).tag(sync=True)
-    """True while the run on screen is drawn from its norms only: the page asks for the rest."""
+    """True while the run on screen is drawn from its norms only (:meth:`fill_details` records the rest)."""
     read_only = traitlets.Unicode("").tag(sync=True)
     """Why edit and re-run are off (a run opened from a file, ``hookviz.load``), else ""."""
     watch_ranks = traitlets.List(traitlets.Int()).tag(sync=True)
@@ -205,8 +206,9 @@ class Widget(anywidget.AnyWidget):
 
     def fill_details(self) -> bool:
         """Record the details of the run on screen (values, statistics, forward values) if they
-        are still pending, then diagnose it and refresh the inspector. The page asks for this
-        once it has drawn a large run's graph; call it from Python to have ``diagnosis`` at once.
+        are still pending, then diagnose it and refresh the inspector. In IPython this runs when
+        the cell that showed a large run ends; the page also asks once it has drawn the graph;
+        call it from Python to have ``diagnosis`` at once.
         Recording them is one more forward + backward of the model (:mod:`hookviz.details`).
 
         Returns:
@@ -769,9 +771,9 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
         kwargs: keyword inputs.
         loss_fn: ``loss_fn(output) -> scalar tensor``; None when the output is already a scalar.
         **session_options: passed to :class:`hookviz.Session` (lazy details by default: a large
-            run is drawn from its norms and its details are recorded after the first paint, see
-            :meth:`Widget.fill_details`); ``visible_budget`` and ``vanishing_threshold`` go to
-            :class:`Widget`.
+            run is drawn from its norms and its details are recorded once the cell ends or the
+            page asks, see :meth:`Widget.fill_details`); ``visible_budget`` and
+            ``vanishing_threshold`` go to :class:`Widget`.
 
     Returns:
         The :class:`Widget`; display it by leaving it last in a notebook cell.

@@ -124,7 +124,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
     """
     key = structure if structure is not None else structure_key(run)
     edited_targets = {edit.target for edit in run.edits}
-    edited_nodes = {h.node for h in run.hook_calls if h.kind == "edit" and h.node}
+    edited_nodes = run.edited_nodes
     norms = node_norms(run)
     nodes = []
     by_module: dict[str, list[dict]] = defaultdict(list)
@@ -138,8 +138,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
             "kind": kind,
             "order": record.order,
             "norm": json_float(norm),
-            "nan": any(r is not None and not r.finite for r in (*record.grad_outputs, *record.grad_inputs))
-            or (norm is not None and not math.isfinite(norm)),
+            "nan": record.has_nan or (norm is not None and not math.isfinite(norm)),
             "edited": node_id in edited_nodes or node_id in edited_targets,
             "user_hooks": len(record.user_hooks),
             "hint": operand_hint(record) if kind == "op" else "",

@@ -166,9 +166,7 @@ function pendingTargets(editState) {
 }
 
 /** (group, collapsed) -> the data of a module's box, in both views. */
-function boxData(range, overlay, editState) {
-  const paint = painter(range, overlay);
-  const pending = pendingTargets(editState);
+function boxData(paint, pending) {
   return (group, collapsed) => {
     const label = boxLabel(group);
     return {
@@ -193,7 +191,7 @@ function elementsFor(graph, collapsed, range, overlay, editState) {
   const els = [];
   const pending = pendingTargets(editState);
   const paint = painter(range, overlay);
-  const box = boxData(range, overlay, editState);
+  const box = boxData(paint, pending);
   const vis = visibleGraph(graph, collapsed);
   for (const { group, collapsed: isCollapsed, parent } of vis.groups) {
     els.push({ group: "nodes", data: { ...box(group, isCollapsed), parent: parent || undefined } });
@@ -224,7 +222,7 @@ function elementsFor(graph, collapsed, range, overlay, editState) {
 
 /** Cytoscape elements of the Module tree view: a box per drawn module, edges to its children. */
 function treeElementsFor(graph, collapsed, range, overlay, editState) {
-  const box = boxData(range, overlay, editState);
+  const box = boxData(painter(range, overlay), pendingTargets(editState));
   const tree = moduleTree(graph, collapsed);
   const els = tree.groups.map(({ group, collapsed: closed, hasChildren }) => ({
     group: "nodes",
