@@ -2,12 +2,14 @@
 
 ``with hookviz.watch(model) as w:`` registers, on the user's model,
 
-- a ``register_post_accumulate_grad_hook`` on every parameter that requires grad: it only notes
-  that the parameter got its gradient (the statistics are read from ``.grad`` after backward, so
-  the gradient AccumulateGrad steals is never held twice), and
+- a ``register_post_accumulate_grad_hook`` on every parameter that requires grad: it hands the
+  parameter's ``.grad``, just accumulated, to the step's reduction, and
 - a forward hook on every module, which puts a ``Tensor.register_hook`` on the module's output
-  tensors; that hook returns None (the gradient is unchanged) and keeps a reference to the
-  gradient w.r.t. the output until the end of backward.
+  tensors; that hook returns None (the gradient is unchanged) and hands the gradient w.r.t. the
+  output to the step's reduction.
+
+The reduction (:mod:`hookviz.watch_reduce`) keeps a reference to each gradient until it has reduced
+it: at the end of the backward, or on CPU as soon as 16 MiB of them are waiting.
 
 No full backward hook is used: its identity Nodes change the order in which autograd sums
 gradients (see PRODUCT.md), and forward hooks and tensor hooks leave every gradient bit-identical.
@@ -17,8 +19,9 @@ A *step* is one backward that reached the model: the first hook of a backward qu
 the hooks saw there in a few batched kernels and one host transfer (:mod:`hookviz.watch_reduce`).
 
 Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
-``zero_fraction`` (exactly-zero elements). A parameter's are those of its ``.grad`` after the backward
-(accumulated over backwards when the loop does not zero it, as the optimizer sees it); a module's
+``zero_fraction`` (exactly-zero elements). A parameter's are those of its ``.grad`` once this
+backward has accumulated into it (accumulated over backwards when the loop does not zero it, as the
+optimizer sees it; a hook of the user's that changes ``.grad`` later in the backward is not seen); a module's
 are those of the gradient w.r.t. its output tensors, taken together over all its calls in the step.
 
 Memory is bounded: ``capacity`` steps are kept; when full, every other kept step is dropped and
@@ -105,8 +108,8 @@ class Watch:
         self._steps: list[int] = []
         self._order: dict[int, int] = {}  # column -> position at which its gradient first arrived
         self._task: int | None = None
-        # (column, tensor, is_parameter) in the order the hooks fired in this backward
-        self._pending: list[tuple[int, torch.Tensor, bool]] = []
+        self._arrived: list[int] = []  # columns in the order their hooks fired in this backward
+        self._measured: list[tuple[int, torch.Tensor]] = []  # DDP / FSDP2: (column, local statistics)
         self._tensor_handles: list = []
         self._handles: list = []
         self._ranks: watch_gather.RankRecorder | None = None
@@ -149,7 +152,8 @@ class Watch:
         self.closed = True
         _remove(self._handles, self._tensor_handles)
         self._reducer.clear()
-        self._pending, self._task = [], None
+        self._arrived, self._measured, self._task = [], [], None
+        self._reducer.reset()
         if _OPEN.get(id(self.model), lambda: None)() is self:
             del _OPEN[id(self.model)]
 
@@ -173,33 +177,34 @@ class Watch:
             # A new backward. Anything still pending is from a backward that raised before its
             # end callback ran: it is dropped, not counted as a step.
             self._task = task
-            self._pending = []
+            self._arrived, self._measured = [], []
+            self._reducer.reset()
             torch.autograd.Variable._execution_engine.queue_callback(self._finish)
         return self.recording
 
     def _finish(self) -> None:
-        """End of a backward: reduce what the hooks saw, store one row, count the step."""
-        pending, self._pending, self._task = self._pending, [], None
+        """End of a backward: reduce what the hooks left, store one row, count the step."""
+        arrived, measured, self._arrived, self._measured, self._task = (
+            self._arrived,
+            self._measured,
+            [],
+            [],
+            None,
+        )
         for handle in self._tensor_handles:
             handle.remove()
         self._tensor_handles.clear()
         if self.recording and not self.closed:
-            # A parameter's statistics are those of .grad now, after the whole backward; on DDP /
-            # FSDP2 they were taken in its hook, before the all-reduce (is_parameter is None).
-            tensors = [
-                (c, t if is_parameter is None else t.grad if is_parameter else t, is_parameter is None)
-                for c, t, is_parameter in pending
-            ]
-            tensors = [entry for entry in tensors if entry[1] is not None]
-            row = self._reducer([(c, t) for c, t, measured in tensors if not measured], len(self.names))
-            measured = [(c, t) for c, t, was_measured in tensors if was_measured]
-            if measured:
+            row = self._reducer.finish(len(self.names))
+            if measured:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
                 row[[c for c, _ in measured]] = torch.stack([t for _, t in measured]).cpu()
             self._store(self.step, row)
-            for position, (column, _, _) in enumerate(tensors):
+            for position, column in enumerate(arrived):
                 self._order.setdefault(column, position)
             if self._ranks is not None:
                 self._ranks.finish(self.step)
+        else:
+            self._reducer.reset()
         self.step += 1
 
     def _store(self, step: int, row: torch.Tensor) -> None:
@@ -497,7 +502,7 @@ def watch(
     Args:
         model: the model being trained.
         every: record every ``every``-th step (every backward that reaches the model is a step).
-        parameters: record each parameter's gradient (as in ``.grad`` after the backward).
+        parameters: record each parameter's gradient (its ``.grad`` once this backward accumulated).
         outputs: record the gradient w.r.t. each module's output.
         capacity: steps kept before thinning (see the module docstring).
 
@@ -532,15 +537,16 @@ def _remove(handles: list, tensor_handles: list) -> None:
 
 
 def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) -> None:
-    """``register_post_accumulate_grad_hook``: note the parameter; returns None."""
+    """``register_post_accumulate_grad_hook``: reduce the parameter's ``.grad``; returns None."""
     self = reference()
     if self is not None and self._ranks is not None and watch_gather.is_shard(parameter):
         return  # FSDP2 calls a shard's hooks with the reduced .grad, from its end-of-backward callback
     if self is not None and not self.closed and self._begin():
+        self._arrived.append(column)
         if self._ranks is not None:  # DDP / FSDP2: .grad is the local gradient only now
-            self._pending.append((column, watch_gather.local_statistics(parameter.grad), None))
-        else:
-            self._pending.append((column, parameter, True))
+            self._measured.append((column, watch_gather.local_statistics(parameter.grad)))
+        elif parameter.grad is not None:
+            self._reducer.add(column, parameter.grad)
 
 
 def _parameter_hook(reference: weakref.ref, column: int):
@@ -552,7 +558,8 @@ def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> 
     """``Tensor.register_hook`` on a module output: keep the gradient; returns None (unchanged)."""
     self = reference()
     if self is not None and not self.closed and self._begin():
-        self._pending.append((column, grad, False))
+        self._arrived.append(column)
+        self._reducer.add(column, grad)
 
 
 def _on_forward(reference: weakref.ref, column: int, module, args, output) -> None:

@@ -67,6 +67,48 @@ def test_statistics_per_step_match_plain_pytorch():
     assert len(records) == 3 * len(history.names) and records[0]["step"] == 0
 
 
+class TwiceOut(nn.Module):
+    """Returns one tensor twice: the watch hooks it twice for one column, and must count it once."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = small_mlp()
+
+    def forward(self, x):
+        out = self.body(x)
+        return out, out
+
+
+@pytest.mark.parametrize("flush_bytes", [1, 1 << 62], ids=["reduced-in-each-hook", "reduced-at-the-end"])
+def test_gradients_reduced_during_or_after_the_backward_give_the_same_row(monkeypatch, flush_bytes):
+    """On CPU a batch that reaches FLUSH_BYTES is reduced inside the backward's hooks; the row is the
+    same as when everything waits for the end. The root's output is its last child's tensor, and
+    TwiceOut returns one tensor twice: each column counts that gradient once."""
+    import hookviz.watch_reduce
+
+    monkeypatch.setattr(hookviz.watch_reduce, "FLUSH_BYTES", flush_bytes)
+    model = TwiceOut()
+    x, y = batches(1)[0]
+    with watch(model) as w:
+        first, second = model(x)
+        (F.cross_entropy(first, y) + F.cross_entropy(second, y)).backward()
+    row = w.history
+    plain = TwiceOut()
+    plain.load_state_dict(model.state_dict())
+    out = plain.body(x)
+    out.retain_grad()
+    (F.cross_entropy(out, y) + F.cross_entropy(out, y)).backward()
+    for name in ("", "body", "body.6"):
+        column = row.names.index(name)
+        expected = torch.linalg.vector_norm(out.grad).item()
+        assert row.norm[0, column].item() == pytest.approx(expected, rel=1e-6)
+        assert row.max_abs[0, column].item() == out.grad.abs().max().item()
+    for name, parameter in plain.named_parameters():
+        column = row.names.index(name)
+        assert row.norm[0, column].item() == pytest.approx(torch.linalg.vector_norm(parameter.grad).item())
+        assert row.zero_fraction[0, column].item() == (parameter.grad == 0).double().mean().item()
+
+
 def test_watch_changes_no_gradient_and_leaves_no_hook():
     torch.manual_seed(0)
     model = TinyGPT(vocab=50, context=16, layers=2, width=32, heads=2, dropout=0.0)
