@@ -184,13 +184,8 @@ class Watch:
 
     def _finish(self) -> None:
         """End of a backward: reduce what the hooks left, store one row, count the step."""
-        arrived, measured, self._arrived, self._measured, self._task = (
-            self._arrived,
-            self._measured,
-            [],
-            [],
-            None,
-        )
+        arrived, measured = self._arrived, self._measured
+        self._arrived, self._measured, self._task = [], [], None
         for handle in self._tensor_handles:
             handle.remove()
         self._tensor_handles.clear()
@@ -555,7 +550,8 @@ def _parameter_hook(reference: weakref.ref, column: int):
 
 
 def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:
-    """``Tensor.register_hook`` on a module output: keep the gradient; returns None (unchanged)."""
+    """``Tensor.register_hook`` on a module output: hand the gradient to the step's reduction; returns
+    None (the gradient is unchanged)."""
     self = reference()
     if self is not None and not self.closed and self._begin():
         self._arrived.append(column)
