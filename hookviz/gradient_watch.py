@@ -198,8 +198,6 @@ class Watch:
                 self._order.setdefault(column, position)
             if self._ranks is not None:
                 self._ranks.finish(self.step)
-        else:
-            self._reducer.reset()
         self.step += 1
 
     def _store(self, step: int, row: torch.Tensor) -> None:
