@@ -210,14 +210,21 @@ class ForwardRecorder(TorchFunctionMode):
         self.nodes_kept: list = []  # keeps Node objects alive so their ids stay unique
         self.call_counts: dict[str, int] = {}
         self.handles: list = []
+        self.returns_seen: set[int] = set()  # id() of the modules with a _returned hook
         # Tensor hooks the model's forward registers on intermediates: (grad_fn, output_nr, wrapper)
         self.intermediate_hooks: list[tuple[object, int, _UserHookWrapper]] = []
 
     def __enter__(self):
         for module in dict.fromkeys(m for _, m in self.model.named_modules(remove_duplicate=False)):
             self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True))
-            # Prepended: sees the output as forward returned it, before the user's forward hooks.
-            self.handles.append(module.register_forward_hook(self._returned, with_kwargs=True, prepend=True))
+            if module._forward_hooks:
+                # Prepended: sees the output as forward returned it, before the user's forward
+                # hooks. A module without hooks of the user's needs no such hook: _post sees the
+                # output as returned (a hook a forward registers goes after _post).
+                self.handles.append(
+                    module.register_forward_hook(self._returned, with_kwargs=True, prepend=True)
+                )
+                self.returns_seen.add(id(module))
             self.handles.append(module.register_forward_hook(self._post, with_kwargs=True))
         self._original_register_hook = torch.Tensor.register_hook
         recorder = self
@@ -295,7 +302,7 @@ class ForwardRecorder(TorchFunctionMode):
 
     def _post(self, module, args, kwargs, output):
         with torch._C.DisableTorchFunction():
-            self._exit(output)
+            self._exit(output, id(module) in self.returns_seen)
 
     def _enter(self, module, args, kwargs) -> None:
         name = self.names.get(id(module), type(module).__name__)
@@ -321,13 +328,15 @@ class ForwardRecorder(TorchFunctionMode):
         self.starts.append(state.sequence_start)
         self.stack.append(state)
 
-    def _exit(self, output) -> None:
+    def _exit(self, output, returns_seen: bool) -> None:
         state = self.stack.pop()
         state.end = len(self.calls) - 1
         state.sequence_end = torch._C._autograd._get_sequence_nr()
         state.outputs, state.full_hook_fires = _top_level_outputs(output)
         final = _tensors_in(output)
-        if [id(e.tensor) for e in state.returned] != [id(t) for t in final]:
+        if not returns_seen:  # no forward hook of the user's ran: the output is as forward returned it
+            state.returned = [self._snapshot(t) for t in final]
+        elif [id(e.tensor) for e in state.returned] != [id(t) for t in final]:
             state.replaced = [_edge_of(t) for t in final]
         legacy = legacy_hook_tensor(output)
         state.legacy = None if legacy is None else _edge_of(legacy)
@@ -358,12 +367,14 @@ class ForwardRecorder(TorchFunctionMode):
 
 
 class _Packed:
-    """What hookviz's pack hook stores: the index of the pack, and what the user's pack hook made."""
+    """What hookviz's pack hook stores: what the user's pack hook made (or a detached alias of the
+    tensor), the tensor's version when it was saved, and, when a user's hook chose where it lives,
+    its ``(shape, dtype, nbytes, stored_on)``."""
 
-    __slots__ = ("index", "inner")
+    __slots__ = ("inner", "version", "described")
 
-    def __init__(self, index: int, inner):
-        self.index, self.inner = index, inner
+    def __init__(self, inner, version: int | None, described: tuple | None):
+        self.inner, self.version, self.described = inner, version, described
 
 
 class SavedTensorsRecorder:
@@ -371,29 +382,53 @@ class SavedTensorsRecorder:
 
     The hooks chain to the user's own (say ``save_on_cpu``) active when the run starts, so those
     still decide where saved tensors live. Reading ``grad_fn._saved_<name>`` later calls the unpack
-    hook, which tells which pack that attribute is (:meth:`attribute`).
+    hook, which tells which tensors that attribute holds (:meth:`attribute`).
+
+    PyTorch checks a saved tensor's version when backward unpacks it only when no saved-tensor
+    hooks are set, so that a tensor changed in place after it was saved makes backward raise
+    instead of using the changed values. With no hook of the user's, the unpack hook makes the same
+    check, so a graph that plain PyTorch refuses is refused here too. With the user's hooks, PyTorch
+    checks nothing, and neither does hookviz.
     Source: https://pytorch.org/docs/stable/autograd.html#torch.autograd.graph.saved_tensors_hooks
+    and ``SavedVariable::unpack`` (torch/csrc/autograd/saved_variable.cpp).
     """
 
     def __init__(self):
         outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
         self.outer_pack, self.outer_unpack = outer if outer is not None else (None, None)
-        self.packs: list[tuple[tuple[int, ...], torch.dtype, int, str]] = []
-        self.unpacked: list[int] = []
+        self.unpacked: list[_Packed] | None = None  # collects while attribute() reads one
 
     def pack(self, tensor: torch.Tensor) -> _Packed:
-        # Detached: a Node that saves its own output would otherwise hold that output, and through
-        # it its own grad_fn, in a cycle through C++ that Python's gc cannot see or free.
-        inner = tensor.detach() if self.outer_pack is None else self.outer_pack(tensor)
+        if self.outer_pack is None:
+            # Detached: a Node that saves its own output would otherwise hold that output, and
+            # through it its own grad_fn, in a cycle through C++ that Python's gc cannot see or
+            # free. The alias shares the tensor's version counter, so the check still sees changes.
+            return _Packed(tensor.detach(), tensor._version, None)
+        inner = self.outer_pack(tensor)
         stored = next((t.device for t in _tensors_in(inner)), "elsewhere")
-        self.packs.append(
-            (tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(stored))
-        )
-        return _Packed(len(self.packs) - 1, inner)
+        described = (tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(stored))
+        return _Packed(inner, None, described)
 
     def unpack(self, packed: _Packed) -> torch.Tensor:
-        self.unpacked.append(packed.index)
+        if self.unpacked is not None:
+            self.unpacked.append(packed)
+        elif packed.version is not None and packed.inner._version != packed.version:
+            tensor = packed.inner
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: a {str(tensor.dtype).removeprefix('torch.')} tensor of shape "
+                f"{list(tensor.shape)} saved for backward is at version {tensor._version}; expected "
+                f"version {packed.version} instead. Make the in-place op that changed it out of place "
+                "(y = y * 2, not y.mul_(2); inplace=False), as plain PyTorch's backward also refuses it"
+            )
         return packed.inner if self.outer_unpack is None else self.outer_unpack(packed.inner)
+
+    @staticmethod
+    def _describe(packed: _Packed) -> tuple:
+        if packed.described is not None:
+            return packed.described
+        tensor = packed.inner
+        return (tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(tensor.device))
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         """The context manager to wrap forward in."""
@@ -408,8 +443,11 @@ class SavedTensorsRecorder:
         calling pack hooks. Such tensors are described from the tensor itself.
         """
         self.unpacked = []
-        value = getattr(fn, name)
-        found, self.unpacked = [self.packs[i] for i in self.unpacked], []
+        try:
+            value = getattr(fn, name)
+        finally:
+            packed, self.unpacked = self.unpacked, None
+        found = [self._describe(p) for p in packed]
         if found:
             return found, None
         if isinstance(value, bool):

@@ -56,6 +56,39 @@ def test_in_place_ops_on_data_never_change_the_users_tensor():
         hookviz.Session(model, (x,), loss_fn=_sum, input_grads=True).run()
 
 
+class DoublesASavedOutput(nn.Module):
+    """sigmoid saves its output for backward; mul_ then changes it: plain PyTorch refuses the backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = torch.sigmoid(self.fc(x))
+        y.mul_(2)
+        return y
+
+
+def test_a_saved_tensor_changed_in_place_is_refused_as_plain_pytorch_refuses_it():
+    torch.manual_seed(0)
+    model, x = DoublesASavedOutput(), torch.randn(2, 3)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        model(x).sum().backward()
+    model.zero_grad(set_to_none=True)
+    before = model_state(model)
+    with pytest.raises(
+        hookviz.BackwardError, match=r"modified by an inplace operation.*\[2, 3\].*out of place"
+    ):
+        hookviz.Session(model, (x,), loss_fn=_sum).run()
+    assert_same_state(before, model_state(model))
+    # The user's own saved-tensor hooks switch PyTorch's check off; hookviz then checks nothing
+    # either, and the gradients are those of plain PyTorch under the same hooks.
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach(), lambda t: t):
+        run = hookviz.Session(model, (x,), loss_fn=_sum).run()
+        model(x).sum().backward()
+    assert torch.equal(run.leaf_grad("fc.weight"), model.fc.weight.grad)
+
+
 def test_an_edit_that_cannot_apply_is_refused_at_edit():
     session = hookviz.Session(NoGradGate(), (torch.randn(2, 3),))
     with pytest.raises(hookviz.EditError, match=r"never call a full backward hook of module 'gate'.*no_grad"):
