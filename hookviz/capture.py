@@ -29,6 +29,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
+from hookviz import module_tree
 from hookviz.distributed import is_framework_hook
 from hookviz.edits import Edit, replace_slots
 from hookviz.run import Event, HookCall, HookInfo, LogEntry
@@ -201,7 +202,7 @@ class ForwardRecorder(TorchFunctionMode):
         self.snapshots: dict[tuple[int, int], torch.Tensor] = {}
         # A module registered under several names is known by its first (``named_modules`` order).
         self.names: dict[int, str] = {}
-        for name, module in model.named_modules(remove_duplicate=False):
+        for name, module in module_tree.named_modules(model, remove_duplicate=False):
             self.names.setdefault(id(module), name)
         self.calls: list[CallState] = []
         self.starts: list[int] = []  # sequence_start of each call, ascending (calls start in order)
@@ -215,7 +216,7 @@ class ForwardRecorder(TorchFunctionMode):
         self.intermediate_hooks: list[tuple[object, int, _UserHookWrapper]] = []
 
     def __enter__(self):
-        for module in dict.fromkeys(m for _, m in self.model.named_modules(remove_duplicate=False)):
+        for module in module_tree.modules(self.model):
             self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True))
             if module._forward_hooks:
                 # Prepended: sees the output as forward returned it, before the user's forward
@@ -697,7 +698,7 @@ def module_hook_kind(module: torch.nn.Module, attribute: str) -> str:
 def user_module_hooks(model: torch.nn.Module) -> dict[str, list[HookInfo]]:
     """Every hook registered on the model's modules, by module name."""
     found: dict[str, list[HookInfo]] = {}
-    for name, module in model.named_modules():
+    for name, module in module_tree.named_modules(model):
         for attribute in MODULE_HOOK_DICTS:
             for fn in getattr(module, attribute).values():
                 if is_framework_hook(fn):  # FSDP2's all-gather / reduce-scatter set-up, not the user's
@@ -779,7 +780,7 @@ def wrapped_user_hooks(
     """
     swapped: list[tuple[dict, object, object]] = []
     try:
-        for name, module in model.named_modules():
+        for name, module in module_tree.named_modules(model):
             for attribute in MODULE_HOOK_DICTS:
                 hooks = getattr(module, attribute)
                 for key, fn in list(hooks.items()):
@@ -815,7 +816,7 @@ def module_hook_state(model: torch.nn.Module) -> dict:
     """The hooks on every module now (copies of the dicts that are not empty), for
     :func:`module_hooks_as` to put back later."""
     state = {}
-    for module in model.modules():
+    for module in module_tree.modules(model):
         saved = {}
         for attribute in _MODULE_HOOK_STATE:
             value = getattr(module, attribute, None)
@@ -837,7 +838,7 @@ def module_hooks_as(model: torch.nn.Module, state: dict) -> Iterator[None]:
     removed or added some since."""
     kept = []
     try:
-        for module in model.modules():
+        for module in module_tree.modules(model):
             saved = state.get(module, {})
             current = {a: getattr(module, a, None) for a in _MODULE_HOOK_STATE}
             kept.append((module, current))
@@ -862,7 +863,7 @@ def buffers_kept(model: torch.nn.Module):
     Written through ``.data``: Nodes that saved a buffer (BatchNorm saves its running statistics)
     must not see its version change, or a re-run's backward would refuse them.
     """
-    before = [(b, b.detach().clone()) for b in model.buffers()]
+    before = [(b, b.detach().clone()) for _, b in module_tree.named_buffers(model)]
     try:
         yield
     finally:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
-from hookviz import distributed
+from hookviz import distributed, module_tree
 from hookviz.assemble import RunContext, build_run
 from hookviz.capture import (
     BackwardRecorder,
@@ -90,8 +90,8 @@ class RetainedForward:
         # Gradients that a full-hook view adds up are kept whole through backward.
         self.summed_later = frozenset(use for plan in self.plans for use in plan.summed_uses())
         self.read_later = frozenset(out for plan in self.plans for out in plan.read_outputs())
-        self.module_aliases = _aliases(self.model.named_modules(remove_duplicate=False))
-        every_parameter = list(self.model.named_parameters(remove_duplicate=False))
+        self.module_aliases = _aliases(module_tree.named_modules(self.model, remove_duplicate=False))
+        every_parameter = module_tree.named_parameters(self.model, remove_duplicate=False)
         self.parameter_aliases = _aliases(every_parameter)
         self.parameter_names = [n for n, _ in every_parameter if n not in self.parameter_aliases]
 
@@ -177,11 +177,11 @@ def record_forward(
         hooks, buffers and flags are as they were in every case.
     """
     leaf_names = {id(t): n for n, t in inputs.items() if t.grad_fn is None}
-    for name, parameter in model.named_parameters(remove_duplicate=False):
+    for name, parameter in module_tree.named_parameters(model, remove_duplicate=False):
         leaf_names.setdefault(id(parameter), name)
     boundary_names = {(id(t.grad_fn), t.output_nr): n for n, t in inputs.items() if t.grad_fn is not None}
     named_leaves = {n: t for n, t in inputs.items() if t.requires_grad} | {
-        n: p for n, p in model.named_parameters() if p.requires_grad
+        n: p for n, p in module_tree.named_parameters(model) if p.requires_grad
     }
     edit_sites = tuple(
         sorted(
@@ -279,7 +279,7 @@ def hook_signature(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> 
     """Which user hooks exist now (to notice hooks added or removed since a forward)."""
     modules = tuple(
         (name, attribute, tuple(getattr(m, attribute).keys()))
-        for name, m in model.named_modules()
+        for name, m in module_tree.named_modules(model)
         for attribute in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
         if getattr(m, attribute)
     )
@@ -418,7 +418,9 @@ def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch)
 
 def _eager(model: torch.nn.Module):
     """Run ``torch.compile``d submodules eagerly, so hookviz's per-op hooks see their ops."""
-    compiled = any(isinstance(getattr(m, "_orig_mod", None), torch.nn.Module) for m in model.modules())
+    compiled = any(
+        isinstance(getattr(m, "_orig_mod", None), torch.nn.Module) for m in module_tree.modules(model)
+    )
     return torch.compiler.set_stance("force_eager") if compiled else contextlib.nullcontext()
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from hookviz import distributed
+from hookviz import distributed, module_tree
 from hookviz.assemble import RunContext
 from hookviz.capture import BackwardRecorder, module_hook_state, module_hooks_as
 from hookviz.codegen import edits_as_code
@@ -256,7 +256,7 @@ class Session:
         their versions (a hook removed since shows as a gradient that differs). Buffers are left
         out: every forward in train mode bumps BatchNorm's ``num_batches_tracked``, hookviz's own
         included, and a buffer that changed values since shows as a gradient that differs."""
-        tensors = [*self.model.parameters(), *self._input_names.values()]
+        tensors = [*module_tree.parameters(self.model), *self._input_names.values()]
         return tuple((id(t), -1 if t.is_inference() else t._version) for t in tensors)  # no counter there
 
     def _needs_forward(self, device: str) -> bool:
