@@ -23,6 +23,7 @@ DEFAULT_FULL_TENSOR_LIMIT = 4096
 DEFAULT_HISTOGRAM_BINS = 32
 HISTOGRAM_SAMPLE = 1024
 SETTLE_ABOVE = 1 << 20  # elements; larger CPU gradients are summarised as soon as a hook sees them
+ALIKE_ABOVE = 1 << 12  # elements; a lazy batch looks whether a gradient this large is a view of another
 
 
 @dataclass(frozen=True)
@@ -229,14 +230,26 @@ class StatsBatch:
         self.versions.append(version)
         return key
 
-    def settle(self, tensor: torch.Tensor):
+    def settle(self, tensor: torch.Tensor, alike: tuple = ()):
         """During backward: summarise a large CPU tensor now and return a :class:`Settled` key in
         place of it, so hookviz does not hold the gradient and autograd can free or reuse it as it
         would without hookviz. Other tensors (small ones, and any on an accelerator, where summing
         now would force a host sync) are returned as they are, for :meth:`add` later. A lazy batch
         queues every tensor's norm now and returns a Settled key for each.
+
+        ``alike``: ``(tensor, settled)`` pairs, alive now, that ``tensor`` may be a view of (a
+        Node's grad_outputs, for its grad_inputs: ``TBackward0`` passes on the transpose of what it
+        received). A lazy batch takes the norm of such a view from the tensor it views instead of
+        reducing the same elements again (a ``Linear``'s weight gradient was reduced twice).
         """
         if self.source is not None:
+            if alike and tensor.numel() >= ALIKE_ABOVE:
+                elements = None
+                for other, settled in alike:
+                    if isinstance(settled, Settled) and other is not None and other.numel() == tensor.numel():
+                        elements = elements or _elements_key(tensor)
+                        if _elements_key(other) == elements:  # both alive: the same memory
+                            return Settled(self._queue_alike(tensor, settled.key))
             return Settled(self._queue_norm(tensor))
         if tensor.device.type != "cpu" or tensor.numel() <= max(self.full_limit, SETTLE_ABOVE):
             return tensor
@@ -283,6 +296,21 @@ class StatsBatch:
         meta = (tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype], _DEVICE_NAMES[tensor.device], tensor.numel())
         self._norms.append((meta, norm, note, nnz))
         return key
+
+    def _queue_alike(self, tensor: torch.Tensor, key: int) -> int:
+        """Lazy batch: the key of ``tensor``, a view of the same elements as the tensor of ``key``,
+        its norm that one's (no reduction)."""
+        identity = (id(tensor), tensor._version)
+        seen = self._refs.get(identity)
+        if seen is not None and seen[1]() is tensor:
+            return seen[0]
+        meta, norm, note, nnz = self._norms[key]
+        if norm is None:  # a whole record: nothing was reduced, so nothing is saved
+            return self._queue_norm(tensor)
+        alike = len(self._norms)
+        self._refs[identity] = (alike, weakref.ref(tensor))
+        self._norms.append(((tuple(tensor.shape), *meta[1:]), norm, note, nnz))
+        return alike
 
     def _compute_lazy(self) -> list[TensorRecord]:
         by_device: dict[str, list[int]] = {}

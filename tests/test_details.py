@@ -74,6 +74,29 @@ def test_lazy_run_fills_every_detail_as_an_eager_run_records_it():
         assert torch.equal(lazy.leaf_grad(name), eager.leaf_grad(name))
 
 
+def test_a_weight_gradient_and_its_transpose_are_reduced_once_and_keep_their_shapes(monkeypatch):
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(80, 64), nn.Tanh()), torch.randn(16, 80)
+    reduced = []
+    norm = torch.linalg.vector_norm
+
+    def counting(tensor, *args, **kwargs):
+        reduced.append(tensor.numel())
+        return norm(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "vector_norm", counting)
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    monkeypatch.undo()
+    assert reduced.count(64 * 80) == 1  # AddmmBackward0's mat2 gradient; TBackward0 passes on its view
+    transposed, weight = run.node("AddmmBackward0_0").grad_inputs[2], run.node("TBackward0_0").grad_inputs[0]
+    assert (transposed.shape, weight.shape) == ((80, 64), (64, 80))
+    plain = copy.deepcopy(model)
+    plain(x).sum().backward()
+    assert math.isclose(weight.norm, plain[0].weight.grad.norm().item(), rel_tol=1e-6)
+    assert weight.norm == transposed.norm and weight.min == transposed.min  # filled, and equal
+    assert not run.details_pending
+
+
 def test_a_backward_only_rerun_and_a_dropped_session_still_fill_their_details():
     model, x, loss_fn = _model_and_data()
     session = hookviz.Session(model, (x,), loss_fn=loss_fn)
