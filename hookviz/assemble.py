@@ -169,12 +169,14 @@ class _Assembler:
                     record.grad_inputs_before_edit = self._records(received_keys[node.id])
                 if node.id in before_out_keys:
                     record.grad_outputs_before_edit = self._records(before_out_keys[node.id])
-                outputs = len(node.fn._input_metadata)
-                record.sites = (
-                    [f"grad_inputs[{slot}]" for slot, _, _ in node.inputs]
-                    + [f"grad_outputs[{i}]" for i in range(outputs)]
-                    + ["grad"]
-                )
+                if node.sites is None:  # the same on every run of this forward
+                    outputs = len(node.fn._input_metadata)
+                    node.sites = (
+                        *(f"grad_inputs[{slot}]" for slot, _, _ in node.inputs),
+                        *(f"grad_outputs[{i}]" for i in range(outputs)),
+                        "grad",
+                    )
+                record.sites = list(node.sites)
             else:
                 key = leaf_keys.get(node.id)
                 record.grad_outputs = (records[key],) if key is not None else ()

@@ -41,6 +41,16 @@ class Deferrable:
             self.__dict__.pop(name, None)
         self.__dict__["_source"] = source
 
+    @classmethod
+    def pending_record(cls, source, fields: dict):
+        """The record ``cls(**fields)`` with every other deferred field left to ``source``: what
+        ``__init__`` then :meth:`defer` make, without running them (a lazy run makes one per
+        gradient). ``fields`` holds every field not in ``DEFERRED``."""
+        record = cls.__new__(cls)
+        record.__dict__.update(fields)
+        record.__dict__["_source"] = source
+        return record
+
     def settle(self, **values) -> None:
         """Set deferred fields (those not set yet) and forget the source once none is missing."""
         for name, value in values.items():

@@ -61,6 +61,13 @@ class Details:
         record.defer(names, self)
         self.deferred.append(record)
 
+    def pending(self, cls, fields: dict):
+        """A new record of ``cls`` holding ``fields``, its other deferred fields left to :meth:`fill`
+        (see :meth:`~hookviz.deferred.Deferrable.pending_record`)."""
+        record = cls.pending_record(self, fields)
+        self.deferred.append(record)
+        return record
+
     def bind(self, run, recompute: Callable) -> None:
         """Name the run these records belong to and how to record it again with full details."""
         self.run_ref, self.recompute = weakref.ref(run), recompute

@@ -327,9 +327,9 @@ class StatsBatch:
                 records.append(meta)
                 continue
             shape, dtype, device, numel = meta
-            record = TensorRecord(shape, dtype, device, numel, norm=values[key], note=note, nnz=nnz)
-            self.source.defer(record, _DEFERRED_BESIDE_NORM)
-            records.append(record)
+            fields = {"shape": shape, "dtype": dtype, "device": device, "numel": numel, "norm": values[key]}
+            fields["note"], fields["nnz"] = note, nnz
+            records.append(self.source.pending(TensorRecord, fields))
         self.records = records
         self._norms, self._refs = [], {}
         return records
@@ -642,4 +642,3 @@ def summarise(tensor: torch.Tensor, full_limit: int = DEFAULT_FULL_TENSOR_LIMIT)
 
 
 record_types(TensorRecord)
-_DEFERRED_BESIDE_NORM = tuple(f for f in TensorRecord.DEFERRED if f != "norm")  # a lazy gradient's
