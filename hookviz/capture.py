@@ -290,10 +290,10 @@ class ForwardRecorder(TorchFunctionMode):
     def _returned(self, module, args, kwargs, output):
         self.stack[-1].returned = [self._snapshot(t) for t in _tensors_in(output)]
 
-    def _snapshot(self, tensor: torch.Tensor) -> Edge:
+    def _snapshot(self, tensor: torch.Tensor, edge: Edge | None = None) -> Edge:
         if tensor.numel() <= self.snapshot_limit and not tensor.is_sparse:
             self.snapshots[(id(tensor), tensor._version)] = tensor.detach().clone()
-        return _edge_of(tensor)
+        return edge or _edge_of(tensor)
 
     def seen(self, tensor: torch.Tensor, version: int) -> tuple[torch.Tensor, int | None]:
         """``tensor`` as a hook saw it at ``version``: itself, or its copy when changed since."""
@@ -334,13 +334,16 @@ class ForwardRecorder(TorchFunctionMode):
         state.end = len(self.calls) - 1
         state.sequence_end = torch._C._autograd._get_sequence_nr()
         state.outputs, state.full_hook_fires = _top_level_outputs(output)
+        # One Edge per tensor of this output, whichever views list it (it is the same tensor, at
+        # the same version, seen at the same moment).
+        edges = {id(e.tensor): e for e in state.outputs if e is not None}
         final = _tensors_in(output)
         if not returns_seen:  # no forward hook of the user's ran: the output is as forward returned it
-            state.returned = [self._snapshot(t) for t in final]
+            state.returned = [self._snapshot(t, edges.get(id(t))) for t in final]
         elif [id(e.tensor) for e in state.returned] != [id(t) for t in final]:
-            state.replaced = [_edge_of(t) for t in final]
+            state.replaced = [edges.get(id(t)) or _edge_of(t) for t in final]
         legacy = legacy_hook_tensor(output)
-        state.legacy = None if legacy is None else _edge_of(legacy)
+        state.legacy = None if legacy is None else edges.get(id(legacy)) or _edge_of(legacy)
         state.in_place = any(
             e is not None and e.tensor is t and t._version != e.version for t in final for e in state.inputs
         )
