@@ -51,7 +51,10 @@ class Details:
     """
 
     def __init__(self):
-        self.deferred: list = []
+        # Weak: the records hold this source (to fill on first read) and the run holds them; a
+        # strong list here would make each unfilled run one reference cycle, freed only by the cyclic
+        # collector, after its records had filled the older generations.
+        self.deferred: list[weakref.ref] = []
         self.run_ref: weakref.ref | None = None
         self.recompute: Callable | None = None
         self.filled = False
@@ -59,13 +62,13 @@ class Details:
     def defer(self, record, names) -> None:
         """Leave ``names`` of ``record`` (a :class:`~hookviz.deferred.Deferrable`) to :meth:`fill`."""
         record.defer(names, self)
-        self.deferred.append(record)
+        self.deferred.append(weakref.ref(record))
 
     def pending(self, cls, fields: dict):
         """A new record of ``cls`` holding ``fields``, its other deferred fields left to :meth:`fill`
         (see :meth:`~hookviz.deferred.Deferrable.pending_record`)."""
         record = cls.pending_record(self, fields)
-        self.deferred.append(record)
+        self.deferred.append(weakref.ref(record))
         return record
 
     def bind(self, run, recompute: Callable) -> None:
@@ -90,8 +93,9 @@ class Details:
                 reason = f"recording them again failed: {type(error).__name__}: {error}"
                 interrupted = error
         note = f"details unavailable: {reason}"
-        for record in self.deferred:
-            if record.pending:
+        for reference in self.deferred:
+            record = reference()
+            if record is not None and record.pending:
                 _mark_unavailable(record, note)
         self.deferred, self.recompute = [], None
         if interrupted is not None and not isinstance(interrupted, Exception):

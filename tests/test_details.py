@@ -4,7 +4,9 @@ eager run's, or marked unavailable with the reason, never guessed."""
 from __future__ import annotations
 
 import copy
+import gc
 import math
+import weakref
 
 import pytest
 import torch
@@ -95,6 +97,23 @@ def test_a_weight_gradient_and_its_transpose_are_reduced_once_and_keep_their_sha
     assert math.isclose(weight.norm, plain[0].weight.grad.norm().item(), rel_tol=1e-6)
     assert weight.norm == transposed.norm and weight.min == transposed.min  # filled, and equal
     assert not run.details_pending
+
+
+def test_a_replaced_lazy_run_is_freed_at_once_not_left_to_the_cyclic_collector():
+    model, x, loss_fn = _model_and_data()
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    session.run()  # the baseline stays
+    run = session.run()
+    node = next(n for n in run.nodes.values() if n.kind == "op")
+    records = [weakref.ref(node), weakref.ref(node.grad_outputs[0]), weakref.ref(run.details)]
+    assert node.pending and node.grad_outputs[0].pending
+    gc.disable()
+    try:
+        del run, node
+        session.run()  # replaces last_run: nothing holds the old run's records any more
+        assert [r() for r in records] == [None, None, None]
+    finally:
+        gc.enable()
 
 
 def test_a_backward_only_rerun_and_a_dropped_session_still_fill_their_details():
