@@ -381,6 +381,12 @@ class _Packed:
         self.inner, self.version, self.described = inner, version, described
 
 
+def _described(tensor: torch.Tensor, stored_on=None) -> tuple:
+    """``(shape, dtype, nbytes, stored_on)`` of a saved tensor; ``stored_on`` defaults to its device."""
+    where = tensor.device if stored_on is None else stored_on
+    return tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(where)
+
+
 class SavedTensorsRecorder:
     """``torch.autograd.graph.saved_tensors_hooks`` that note every tensor saved for backward.
 
@@ -410,8 +416,7 @@ class SavedTensorsRecorder:
             return _Packed(tensor.detach(), tensor._version, None)
         inner = self.outer_pack(tensor)
         stored = next((t.device for t in _tensors_in(inner)), "elsewhere")
-        described = (tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(stored))
-        return _Packed(inner, None, described)
+        return _Packed(inner, None, _described(tensor, stored))
 
     def unpack(self, packed: _Packed) -> torch.Tensor:
         if self.unpacked is not None:
@@ -426,13 +431,6 @@ class SavedTensorsRecorder:
                 "(y = y * 2, not y.mul_(2); inplace=False), as plain PyTorch's backward also refuses it"
             )
         return packed.inner if self.outer_unpack is None else self.outer_unpack(packed.inner)
-
-    @staticmethod
-    def _describe(packed: _Packed) -> tuple:
-        if packed.described is not None:
-            return packed.described
-        tensor = packed.inner
-        return (tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(tensor.device))
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         """The context manager to wrap forward in."""
@@ -451,7 +449,7 @@ class SavedTensorsRecorder:
             value = getattr(fn, name)
         finally:
             packed, self.unpacked = self.unpacked, None
-        found = [self._describe(p) for p in packed]
+        found = [p.described or _described(p.inner) for p in packed]
         if found:
             return found, None
         if isinstance(value, bool):
@@ -461,11 +459,7 @@ class SavedTensorsRecorder:
         if isinstance(value, float):
             return [], value
         values = value if isinstance(value, (tuple, list)) else (value,)
-        described = [
-            (tuple(t.shape), t.dtype, t.numel() * t.element_size(), str(t.device))
-            for t in values
-            if isinstance(t, torch.Tensor)
-        ]
+        described = [_described(t) for t in values if isinstance(t, torch.Tensor)]
         wrapped = (
             isinstance(value, torch.Tensor)
             and value.dim() == 0
@@ -566,7 +560,7 @@ class BackwardRecorder:
         self.order[node_id] = len(self.order)
         self.events.append(Event(step, "node", node_id, op))
         self.grad_outputs[node_id] = outputs = self._held(node_id, grad_outputs, inputs=False)
-        alike = tuple(zip(grad_outputs, outputs))
+        alike = (grad_outputs, outputs)
         self.received_grad_inputs[node_id] = held = self._held(node_id, grad_inputs, alike=alike)
         edits = self.post_edits.get(node_id)
         if not edits:
@@ -579,8 +573,8 @@ class BackwardRecorder:
 
     def _held(self, node_id: str, grads: tuple, inputs: bool = True, alike: tuple = ()) -> tuple:
         """What to keep of a Node's grads until the run is assembled (see ``settle``). ``alike``:
-        for its grad_inputs, ``(grad_output, what is kept of it)`` pairs (a grad_input may be a
-        view of one)."""
+        for its grad_inputs, ``(grad_outputs, what is kept of them)`` (a grad_input may be a view
+        of one)."""
         if self.settle is None:
             return grads
         kept = self.keep if inputs else self.keep_outputs

@@ -237,20 +237,24 @@ class StatsBatch:
         now would force a host sync) are returned as they are, for :meth:`add` later. A lazy batch
         queues every tensor's norm now and returns a Settled key for each.
 
-        ``alike``: ``(tensor, settled)`` pairs, alive now, that ``tensor`` may be a view of (a
-        Node's grad_outputs, for its grad_inputs: ``TBackward0`` passes on the transpose of what it
-        received). A lazy batch takes the norm of such a view from the tensor it views instead of
-        reducing the same elements again (a ``Linear``'s weight gradient was reduced twice).
+        ``alike``: ``(tensors, settled)``, tensors alive now that ``tensor`` may be a view of and
+        what was kept of each (a Node's grad_outputs, for its grad_inputs: ``TBackward0`` passes on
+        the transpose of what it received). A lazy batch takes the norm of such a view from the
+        tensor it views instead of reducing the same elements again (a ``Linear``'s weight gradient
+        was reduced twice).
         """
         if self.source is not None:
+            like = None
             if alike and tensor.numel() >= ALIKE_ABOVE:
-                elements = None
-                for other, settled in alike:
-                    if isinstance(settled, Settled) and other is not None and other.numel() == tensor.numel():
-                        elements = elements or _elements_key(tensor)
-                        if _elements_key(other) == elements:  # both alive: the same memory
-                            return Settled(self._queue_alike(tensor, settled.key))
-            return Settled(self._queue_norm(tensor))
+                like = next(
+                    (
+                        kept.key
+                        for other, kept in zip(*alike)
+                        if isinstance(kept, Settled) and _same_elements(tensor, other)
+                    ),
+                    None,
+                )
+            return Settled(self._queue_norm(tensor, like))
         if tensor.device.type != "cpu" or tensor.numel() <= max(self.full_limit, SETTLE_ABOVE):
             return tensor
         identity = (id(tensor), tensor._version)
@@ -273,14 +277,19 @@ class StatsBatch:
         self._settled_refs[key] = weakref.ref(tensor)
         return Settled(key)
 
-    def _queue_norm(self, tensor: torch.Tensor) -> int:
-        """Lazy batch: the key of ``tensor``, its 2-norm queued (no host sync, nothing held)."""
+    def _queue_norm(self, tensor: torch.Tensor, like: int | None = None) -> int:
+        """Lazy batch: the key of ``tensor``, its 2-norm queued (no host sync, nothing held), or
+        taken from the entry ``like``, a tensor of the same elements (no reduction)."""
         identity = (id(tensor), tensor._version)
         seen = self._refs.get(identity)
         if seen is not None and seen[1]() is tensor:
             return seen[0]
         key = len(self._norms)
         self._refs[identity] = (key, weakref.ref(tensor))
+        if like is not None:
+            meta, norm, note, nnz = self._norms[like]
+            self._norms.append(((tuple(tensor.shape), *meta[1:]), norm, note, nnz))
+            return key
         note, nnz = "", None
         whole = self._whole_record(tensor)
         if whole is not None:
@@ -296,21 +305,6 @@ class StatsBatch:
         meta = (tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype], _DEVICE_NAMES[tensor.device], tensor.numel())
         self._norms.append((meta, norm, note, nnz))
         return key
-
-    def _queue_alike(self, tensor: torch.Tensor, key: int) -> int:
-        """Lazy batch: the key of ``tensor``, a view of the same elements as the tensor of ``key``,
-        its norm that one's (no reduction)."""
-        identity = (id(tensor), tensor._version)
-        seen = self._refs.get(identity)
-        if seen is not None and seen[1]() is tensor:
-            return seen[0]
-        meta, norm, note, nnz = self._norms[key]
-        if norm is None:  # a whole record: nothing was reduced, so nothing is saved
-            return self._queue_norm(tensor)
-        alike = len(self._norms)
-        self._refs[identity] = (alike, weakref.ref(tensor))
-        self._norms.append(((tuple(tensor.shape), *meta[1:]), norm, note, nnz))
-        return alike
 
     def _compute_lazy(self) -> list[TensorRecord]:
         by_device: dict[str, list[int]] = {}
@@ -608,6 +602,18 @@ def _elements_key(tensor: torch.Tensor) -> tuple:
         tensor.storage_offset(),
         tensor.dtype,
         tuple(sorted(zip(tensor.shape, tensor.stride()))),
+    )
+
+
+def _same_elements(a: torch.Tensor, b: torch.Tensor | None) -> bool:
+    """Two dense tensors, both alive, that view exactly the same elements of one storage."""
+    return (
+        b is not None
+        and a.layout == b.layout == torch.strided
+        and a.numel() == b.numel()
+        and a.device == b.device
+        and not a.is_meta
+        and _elements_key(a) == _elements_key(b)
     )
 
 
