@@ -91,7 +91,14 @@ def open_model(page, lab, name: str):
     root = harness.widget_root(page)
     root.scroll_into_view_if_needed()
     harness.wait_painted(page, 1, timeout=120_000)
-    page.wait_for_timeout(150)
+    # A large run's details arrive after the cell; the banner that says so then goes and the graph
+    # moves up. Wait for that, so that a click lands where the node is drawn.
+    page.wait_for_function(
+        "() => document.querySelector('.hookviz-widget').hookviz.model.get('details_pending') === false",
+        timeout=120_000,
+        polling=100,
+    )
+    page.wait_for_timeout(300)
     return root
 
 
