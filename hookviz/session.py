@@ -191,7 +191,7 @@ class Session:
         device = self.home_device if device is None else resolve_device(device)
         # Paused for the whole run, not only the recording: the walks before and after it allocate
         # too, and each collection they set off would scan the run's fresh records (on a
-        # 20,000-Node graph, three times as many collections).
+        # 20,000-Node graph, 8 runs set off 129 collections; paused throughout, 8).
         with cyclic_gc_paused():
             fresh = forward or self._needs_forward(device)
             edits, lazy = tuple(self.edits), self.details == "lazy"
