@@ -559,9 +559,8 @@ class BackwardRecorder:
         step = next(self.steps)
         self.order[node_id] = len(self.order)
         self.events.append(Event(step, "node", node_id, op))
-        self.grad_outputs[node_id] = outputs = self._held(node_id, grad_outputs, inputs=False)
-        alike = (grad_outputs, outputs)
-        self.received_grad_inputs[node_id] = held = self._held(node_id, grad_inputs, alike=alike)
+        self.grad_outputs[node_id] = self._held(node_id, grad_outputs, inputs=False)
+        self.received_grad_inputs[node_id] = held = self._held(node_id, grad_inputs)
         edits = self.post_edits.get(node_id)
         if not edits:
             self.grad_inputs[node_id] = held
@@ -571,16 +570,13 @@ class BackwardRecorder:
         self._edit_call(node_id, node_id, edits, grad_inputs, new)
         return new
 
-    def _held(self, node_id: str, grads: tuple, inputs: bool = True, alike: tuple = ()) -> tuple:
-        """What to keep of a Node's grads until the run is assembled (see ``settle``). ``alike``:
-        for its grad_inputs, ``(grad_outputs, what is kept of them)`` (a grad_input may be a view
-        of one)."""
+    def _held(self, node_id: str, grads: tuple, inputs: bool = True) -> tuple:
+        """What to keep of a Node's grads until the run is assembled (see ``settle``)."""
         if self.settle is None:
             return grads
         kept = self.keep if inputs else self.keep_outputs
         return tuple(
-            g if g is None or (node_id, slot) in kept else self.settle(g, alike)
-            for slot, g in enumerate(grads)
+            g if g is None or (node_id, slot) in kept else self.settle(g) for slot, g in enumerate(grads)
         )
 
     def node_pre(self, node_id: str, grad_outputs: tuple):

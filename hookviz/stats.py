@@ -23,7 +23,7 @@ DEFAULT_FULL_TENSOR_LIMIT = 4096
 DEFAULT_HISTOGRAM_BINS = 32
 HISTOGRAM_SAMPLE = 1024
 SETTLE_ABOVE = 1 << 20  # elements; larger CPU gradients are summarised as soon as a hook sees them
-ALIKE_ABOVE = 1 << 12  # elements; a lazy batch looks whether a gradient this large is a view of another
+VIEWS_ABOVE = 1 << 12  # elements; a lazy batch looks whether a gradient this large is a view of another
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,8 @@ class StatsBatch:
     # lazy: key -> (metadata, 0-dim norm tensor, note, nnz), or (its whole record, None, "", None)
     _norms: list = field(default_factory=list)
     _refs: dict[tuple, tuple[int, weakref.ref]] = field(default_factory=dict)
+    # lazy: (data pointer, numel, device, version) of a large dense tensor -> its key, a weak reference
+    _views: dict[tuple, tuple[int, weakref.ref]] = field(default_factory=dict)
     tensors: list[torch.Tensor] = field(default_factory=list)
     versions: list[int | None] = field(default_factory=list)
     records: list[TensorRecord] = field(default_factory=list)
@@ -230,31 +232,15 @@ class StatsBatch:
         self.versions.append(version)
         return key
 
-    def settle(self, tensor: torch.Tensor, alike: tuple = ()):
+    def settle(self, tensor: torch.Tensor):
         """During backward: summarise a large CPU tensor now and return a :class:`Settled` key in
         place of it, so hookviz does not hold the gradient and autograd can free or reuse it as it
         would without hookviz. Other tensors (small ones, and any on an accelerator, where summing
         now would force a host sync) are returned as they are, for :meth:`add` later. A lazy batch
         queues every tensor's norm now and returns a Settled key for each.
-
-        ``alike``: ``(tensors, settled)``, tensors alive now that ``tensor`` may be a view of and
-        what was kept of each (a Node's grad_outputs, for its grad_inputs: ``TBackward0`` passes on
-        the transpose of what it received). A lazy batch takes the norm of such a view from the
-        tensor it views instead of reducing the same elements again (a ``Linear``'s weight gradient
-        was reduced twice).
         """
         if self.source is not None:
-            like = None
-            if alike and tensor.numel() >= ALIKE_ABOVE:
-                like = next(
-                    (
-                        kept.key
-                        for other, kept in zip(*alike)
-                        if isinstance(kept, Settled) and _same_elements(tensor, other)
-                    ),
-                    None,
-                )
-            return Settled(self._queue_norm(tensor, like))
+            return Settled(self._queue_norm(tensor))
         if tensor.device.type != "cpu" or tensor.numel() <= max(self.full_limit, SETTLE_ABOVE):
             return tensor
         identity = (id(tensor), tensor._version)
@@ -277,19 +263,26 @@ class StatsBatch:
         self._settled_refs[key] = weakref.ref(tensor)
         return Settled(key)
 
-    def _queue_norm(self, tensor: torch.Tensor, like: int | None = None) -> int:
-        """Lazy batch: the key of ``tensor``, its 2-norm queued (no host sync, nothing held), or
-        taken from the entry ``like``, a tensor of the same elements (no reduction)."""
+    def _queue_norm(self, tensor: torch.Tensor) -> int:
+        """Lazy batch: the key of ``tensor``, its 2-norm queued (no host sync, nothing held). A view
+        of exactly the elements of a tensor queued before, still alive and unchanged, takes that
+        one's norm: ``TBackward0`` passes on the transpose of a ``Linear``'s weight gradient, which
+        was reduced twice."""
         identity = (id(tensor), tensor._version)
         seen = self._refs.get(identity)
         if seen is not None and seen[1]() is tensor:
             return seen[0]
         key = len(self._norms)
-        self._refs[identity] = (key, weakref.ref(tensor))
-        if like is not None:
-            meta, norm, note, nnz = self._norms[like]
-            self._norms.append(((tuple(tensor.shape), *meta[1:]), norm, note, nnz))
-            return key
+        reference = weakref.ref(tensor)
+        self._refs[identity] = (key, reference)
+        view = _view_key(tensor)
+        if view is not None:
+            known = self._views.get(view)
+            other = known[1]() if known is not None else None
+            if other is not None and _elements_key(other) == _elements_key(tensor):  # both alive
+                meta, norm, note, nnz = self._norms[known[0]]
+                self._norms.append(((tuple(tensor.shape), *meta[1:]), norm, note, nnz))
+                return key
         note, nnz = "", None
         whole = self._whole_record(tensor)
         if whole is not None:
@@ -304,6 +297,8 @@ class StatsBatch:
         norm = torch.linalg.vector_norm(measured.detach(), dtype=torch.float32 if low_precision else None)
         meta = (tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype], _DEVICE_NAMES[tensor.device], tensor.numel())
         self._norms.append((meta, norm, note, nnz))
+        if view is not None:
+            self._views[view] = (key, reference)
         return key
 
     def _compute_lazy(self) -> list[TensorRecord]:
@@ -325,7 +320,7 @@ class StatsBatch:
             fields["note"], fields["nnz"] = note, nnz
             records.append(self.source.pending(TensorRecord, fields))
         self.records = records
-        self._norms, self._refs = [], {}
+        self._norms, self._refs, self._views = [], {}, {}
         return records
 
     def compute(self) -> list[TensorRecord]:
@@ -605,17 +600,12 @@ def _elements_key(tensor: torch.Tensor) -> tuple:
     )
 
 
-def _same_elements(a: torch.Tensor, b: torch.Tensor | None) -> bool:
-    """Two dense tensors, both alive, that view exactly the same elements of one storage."""
-    return (
-        b is not None
-        and a.layout == b.layout == torch.strided
-        and not a.is_meta
-        and a.data_ptr() == b.data_ptr()  # cheap, and it rules out almost every pair
-        and a.numel() == b.numel()
-        and a.device == b.device
-        and _elements_key(a) == _elements_key(b)
-    )
+def _view_key(tensor: torch.Tensor) -> tuple | None:
+    """What two views of the same unchanged elements share (a lazy batch's lookup), for a dense
+    tensor of at least ``VIEWS_ABOVE`` elements; None for any other."""
+    if tensor.layout != torch.strided or tensor.is_meta or tensor.numel() < VIEWS_ABOVE:
+        return None
+    return tensor.data_ptr(), tensor.numel(), tensor.device, tensor._version
 
 
 def combined_norm(norms) -> float | None:
