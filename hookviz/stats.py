@@ -110,8 +110,12 @@ class TensorRecord(Deferrable):
             return math.isfinite(known["norm"])
         return self.nan_count == 0 and self.inf_count == 0
 
-    def to_dict(self) -> dict:
-        """A JSON-safe dict of every field; NaN/Inf become the strings "nan", "inf", "-inf"."""
+    def to_dict(self, fields: tuple[str, ...] | None = None) -> dict:
+        """A JSON-safe dict of every field, or of ``fields`` only (in that order; the others are
+        not read, so a lazy record fills nothing for them); NaN/Inf become the strings "nan",
+        "inf", "-inf"."""
+        if fields is not None:
+            return {name: _JSON_FIELD[name](self) for name in fields}
         return {
             "shape": list(self.shape),
             "dtype": self.dtype,
@@ -427,16 +431,14 @@ class StatsBatch:
     def _summarise(self, originals: list[torch.Tensor]) -> list[TensorRecord]:
         with torch.no_grad():
             # float16/bfloat16 sums and counts overflow: reduce those in float32
-            tensors = [
-                t.detach() if t.dtype in (torch.float32, torch.float64) else t.detach().float()
-                for t in originals
-            ]
-            # Tensors with the same element count are stacked into one [k, n] matrix, so each
-            # statistic is one kernel per size (a deep net has few sizes), not one per tensor.
-            by_size: dict[int, list[int]] = {}
+            # (no detach: nothing below records a graph under no_grad)
+            tensors = [t if t.dtype in (torch.float32, torch.float64) else t.float() for t in originals]
+            # Tensors of the same shape are stacked into one [k, n] matrix, so each statistic is
+            # one kernel per shape (a deep net has few), not one per tensor.
+            by_size: dict[object, list[int]] = {}
             for i, tensor in enumerate(tensors):
                 # A large tensor is reduced on its own: stacking would only add a copy.
-                size = tensor.numel() if tensor.numel() <= _STACK_BELOW else -1 - i
+                size = tensor.shape if tensor.numel() <= _STACK_BELOW else -1 - i
                 by_size.setdefault(size, []).append(i)
             order, columns, counts, samples = [], [], [], {}
             chunks = list(_bounded(by_size.values(), tensors))
@@ -455,7 +457,7 @@ class StatsBatch:
             for members in chunks:
                 if len(members) == 1:
                     continue
-                rows = torch.stack([tensors[i].reshape(-1) for i in members])
+                rows = torch.stack([tensors[i] for i in members]).reshape(len(members), -1)
                 # (amin and amax separately: aminmax along a dim is far slower on CPU; the L0
                 # "norm" is the fastest nonzero count, exact up to 2**24 elements per row)
                 columns.append(
@@ -479,12 +481,14 @@ class StatsBatch:
             for position, i in enumerate(order):
                 table[i], nonzero_counts[i] = table_rows[position], count_rows[position]
             histograms = self._histograms(samples, table, tensors[0].device)
-            small = [i for i, t in enumerate(tensors) if t.numel() <= self.full_limit]
+            # The small tensors' values: one copy per shape and dtype, each value a row of it.
+            by_shape: dict[tuple, list[int]] = {}
+            for i, t in enumerate(originals):
+                if t.numel() <= self.full_limit:
+                    by_shape.setdefault((t.shape, t.dtype), []).append(i)
             values = {}
-            if small:
-                small_flat = torch.cat([originals[i].detach().reshape(-1) for i in small]).cpu()
-                for i, piece in zip(small, small_flat.split([tensors[i].numel() for i in small])):
-                    values[i] = piece.reshape(tensors[i].shape)
+            for members in by_shape.values():
+                values.update(zip(members, torch.stack([originals[i] for i in members]).cpu().unbind(0)))
             records = []
             for i, (tensor, (norm, total, low, high)) in enumerate(zip(tensors, table)):
                 numel = tensor.numel()
@@ -639,3 +643,31 @@ def summarise(tensor: torch.Tensor, full_limit: int = DEFAULT_FULL_TENSOR_LIMIT)
 
 
 record_types(TensorRecord)
+
+
+def _json_value(record: TensorRecord):
+    value = record.value
+    if value is None:
+        return None
+    if value.dim() and not value.is_complex() and record.finite:  # plain floats or ints already
+        return value.tolist()
+    return _json_values(value.tolist()) if value.dim() > 0 else _json_number(value.item())
+
+
+# One field of TensorRecord.to_dict(fields=...) as JSON.
+_JSON_FIELD = {
+    "shape": lambda r: list(r.shape),
+    "dtype": lambda r: r.dtype,
+    "device": lambda r: r.device,
+    "numel": lambda r: r.numel,
+    "value": _json_value,
+    "norm": lambda r: _json_float(r.norm),
+    "mean": lambda r: _json_float(r.mean),
+    "min": lambda r: _json_float(r.min),
+    "max": lambda r: _json_float(r.max),
+    "nan_count": lambda r: r.nan_count,
+    "inf_count": lambda r: r.inf_count,
+    "zero_fraction": lambda r: r.zero_fraction,
+    "note": lambda r: r.note,
+    "nnz": lambda r: r.nnz,
+}

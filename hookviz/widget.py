@@ -23,11 +23,11 @@ computed. ``w.show_watch(watch)`` (or
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Any
 
 import anywidget
+import orjson
 import traitlets
 
 from hookviz import widget_data, widget_tree
@@ -45,8 +45,11 @@ VIEWS = ("ops", "modules")
 def _json_buffer(value: dict | list, widget=None) -> memoryview:
     """A large state value as one binary buffer of UTF-8 JSON. ipywidgets walks a nested state
     element by element looking for buffers (0.6 s for a 20,000-Node graph); a buffer it passes
-    as it is, and the page parses it once."""
-    return memoryview(json.dumps(value, allow_nan=False, separators=(",", ":")).encode())
+    as it is, and the page parses it once. Encoded by orjson: the 20,000-Node graph's 13 MB took
+    0.31 s with the standard library's json and take 0.04 s (most of it float formatting). The
+    values are JSON-safe already (``widget_data.json_float``); orjson would write a stray NaN as
+    null."""
+    return memoryview(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
 
 
 class Widget(anywidget.AnyWidget):

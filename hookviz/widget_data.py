@@ -446,12 +446,19 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
     return out
 
 
+LEAF_VALUE_LIMIT = 16
+# What the leaf table shows of a leaf's gradient (``value`` only up to LEAF_VALUE_LIMIT elements).
+LEAF_FIELDS = ("shape", "dtype", "numel", "norm", "min", "max", "nan_count", "inf_count", "value")
+
+
 def _summaries(tensors: dict) -> dict[str, dict | None]:
-    """Summaries of many tensors by name, reduced in one batch."""
-    batch = StatsBatch()
+    """Leaf-table summaries of many tensors by name, reduced in one batch: the fields of
+    :data:`LEAF_FIELDS`, the value only of a tensor of at most :data:`LEAF_VALUE_LIMIT` elements
+    (no histogram: the table draws none)."""
+    batch = StatsBatch(full_limit=LEAF_VALUE_LIMIT, histogram_bins=0)
     keys = {name: batch.add(t.detach()) for name, t in tensors.items() if t is not None}
     records = batch.compute()
-    return {name: (records[keys[name]].to_dict() if name in keys else None) for name in tensors}
+    return {name: (records[keys[name]].to_dict(LEAF_FIELDS) if name in keys else None) for name in tensors}
 
 
 def leaf_summary_json(
@@ -469,30 +476,16 @@ def leaf_summary_json(
     return [
         {
             "name": name,
-            "before": _compact(before.get(name)),
-            "after": _compact(after[name] if leaf.changed else before.get(name)),
+            "before": before.get(name),
+            "after": after[name] if leaf.changed else before.get(name),
             "changed": bool(leaf.changed),
         }
         for name, leaf in leaves.items()
     ]
 
 
-LEAF_VALUE_LIMIT = 16
-
-
-def _compact(summary: dict | None) -> dict | None:
-    """A leaf grad summary for the leaf table: the value only when it has at most
-    :data:`LEAF_VALUE_LIMIT` elements, else its norm, min and max; no histogram."""
-    if summary is None:
-        return None
-    keep = ("shape", "dtype", "numel", "norm", "min", "max", "nan_count", "inf_count")
-    out = {k: summary.get(k) for k in keep}
-    out["value"] = summary.get("value") if (summary.get("numel") or 0) <= LEAF_VALUE_LIMIT else None
-    return out
-
-
 def leaf_summaries(run: Run) -> dict[str, dict | None]:
-    """Summary of every leaf's grad in ``run``, by leaf name."""
+    """The leaf-table summary of every leaf's grad in ``run`` (see :func:`_summaries`), by leaf name."""
     return _summaries({name: run.leaf_grad(name) for name in run.leaf_names})
 
 

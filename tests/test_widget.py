@@ -8,6 +8,7 @@ the gradients of the module's last op (SubBackward0) and moves x.grad to [177779
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -994,3 +995,27 @@ def test_operand_hints_come_from_saved_numbers_also_in_a_lazy_run():
     assert hints["ClampBackward1"] == "max=1.5, min=-1.5"
     assert run.nodes["DivBackward0_0"].constants == {"other": 4}
     assert run.details is not None and not run.details.filled
+
+
+def test_the_leaf_table_gives_each_gradient_its_norm_min_max_and_exact_values_up_to_16_elements():
+    torch.manual_seed(0)
+    # weights of 32 and 24 elements (shown as norm, min, max), biases of 8 and 3 (shown whole);
+    # the second layer's weight is [3, 8] and the first's [8, 4]: two shapes of other sizes
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3))
+    x = torch.randn(5, 4)
+    widget = hookviz.show(model, (x,), loss_fn=lambda out: out.pow(2).sum())
+    plain = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3))
+    plain.load_state_dict(model.state_dict())
+    plain(x).pow(2).sum().backward()
+    for name, parameter in plain.named_parameters():
+        row = leaf_after(widget, name)["after"]
+        grad = parameter.grad
+        assert row["shape"] == list(grad.shape) and row["numel"] == grad.numel()
+        assert row["norm"] == pytest.approx(grad.norm().item(), rel=1e-6)
+        assert (row["min"], row["max"]) == (grad.min().item(), grad.max().item())
+        assert row["value"] == (grad.tolist() if grad.numel() <= 16 else None)
+    assert_json_safe(widget)
+    # A NaN gradient's values are written as the string "nan", which JSON can carry.
+    nan = hookviz.show(nn.Linear(2, 2), (torch.ones(1, 2),), loss_fn=lambda out: (out * math.nan).sum())
+    assert leaf_after(nan, "bias")["after"]["value"] == ["nan", "nan"]
+    assert_json_safe(nan)
