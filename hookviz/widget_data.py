@@ -236,18 +236,27 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
         while module and module not in called:
             called[module] = len(called)
             module = parent_module(module)
-    members: dict[str, list[dict]] = defaultdict(list)
+    # Each module's own nodes summed once, then added to it and every enclosing module: a walk
+    # up per module, not per node (20,000 nodes three modules deep).
+    totals: dict[str, list] = {}  # module -> [size, op norms, nan, edited, user hooks]
     for module, items in by_module.items():
+        norms = [_as_float(i["norm"]) for i in items if i["kind"] == "op"]
+        nan, edited = any(i["nan"] for i in items), any(i["edited"] for i in items)
+        hooks = sum(i["user_hooks"] for i in items)
         name = module
         while name:
-            members[name].extend(items)
+            total = totals.get(name)
+            if total is None:
+                totals[name] = [len(items), list(norms), nan, edited, hooks]
+            else:
+                total[0] += len(items)
+                total[1] += norms
+                total[2], total[3], total[4] = total[2] or nan, total[3] or edited, total[4] + hooks
             name = parent_module(name)
     groups = []
-    for module in sorted(members, key=lambda m: (m.count("."), called.get(m, len(called)), natural_key(m))):
-        items = members[module]
+    for module in sorted(totals, key=lambda m: (m.count("."), called.get(m, len(called)), natural_key(m))):
+        size, norms, nan, edited, hooks = totals[module]
         norm = boundary.get(module)
-        if norm is None:
-            norm = _combine([_as_float(i["norm"]) for i in items if i["kind"] == "op"])
         groups.append(
             {
                 "id": group_id(module),
@@ -255,11 +264,11 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
                 "parent": None if parent_module(module) is None else group_id(parent_module(module)),
                 "label": short_name(module),
                 "type": types.get(module, ""),
-                "size": len(items),
-                "norm": json_float(norm),
-                "nan": any(i["nan"] for i in items),
-                "edited": module in edited_targets or any(i["edited"] for i in items),
-                "user_hooks": module_hooks.get(module, 0) + sum(i["user_hooks"] for i in items),
+                "size": size,
+                "norm": json_float(norm if norm is not None else _combine(norms)),
+                "nan": nan,
+                "edited": module in edited_targets or edited,
+                "user_hooks": module_hooks.get(module, 0) + hooks,
             }
         )
     return groups

@@ -77,15 +77,18 @@ def mark_repeats(groups: list[dict], nodes: list[dict], leaf_shapes: dict | None
     leaf id -> shape), so a ``Linear(64, 3)`` head is not one of the ``Linear(64, 64)`` layers.
     """
     leaf_shapes = leaf_shapes or {}
-    ops: dict[str, Counter] = defaultdict(Counter)
+    own: dict[str, Counter] = defaultdict(Counter)
     for item in nodes:
         if item["kind"] == "op":
             key = item["op"]
         else:
             key = f"{item['kind']}{list(leaf_shapes.get(item['id'], ()))}"
-        name = item["module"]
+        own[item["module"]][key] += 1
+    ops: dict[str, Counter] = defaultdict(Counter)  # a module's own ops and those of all inside it
+    for module, counts in own.items():  # a walk up per module, not per node
+        name = module
         while name:
-            ops[name][key] += 1
+            ops[name].update(counts)
             name = parent_module(name)
     by_class: dict[tuple, list[dict]] = defaultdict(list)
     for group in groups:

@@ -1019,3 +1019,21 @@ def test_the_leaf_table_gives_each_gradient_its_norm_min_max_and_exact_values_up
     nan = hookviz.show(nn.Linear(2, 2), (torch.ones(1, 2),), loss_fn=lambda out: (out * math.nan).sum())
     assert leaf_after(nan, "bias")["after"]["value"] == ["nan", "nan"]
     assert_json_safe(nan)
+
+
+def test_a_module_box_sums_the_nodes_of_every_module_inside_it():
+    torch.manual_seed(0)
+    model = ResidualStack(3, width=4)
+    handle = model.blocks[1].norm.register_forward_hook(lambda module, args, output: None)
+    try:
+        widget = hookviz.show(model, (torch.randn(2, 4),))
+    finally:
+        handle.remove()
+    nodes, groups = widget.graph["nodes"], {g["module"]: g for g in widget.graph["groups"]}
+    assert {"blocks", "blocks.1", "blocks.1.norm", "head"} <= set(groups)
+    for module, group in groups.items():
+        inside = [n for n in nodes if n["module"] == module or n["module"].startswith(module + ".")]
+        assert group["size"] == len(inside) > 0
+        assert group["nan"] == any(n["nan"] for n in inside)
+        # a module's own hook counts in its own box; its nodes' hooks in every box around them
+        assert group["user_hooks"] == sum(n["user_hooks"] for n in inside) + (module == "blocks.1.norm")
