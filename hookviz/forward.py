@@ -205,7 +205,10 @@ def record_forward(
         ):
             forward_start = torch._C._autograd._get_sequence_nr()
             with forward_recorder, saved_recorder.hooks(), distributed.quiet_reducer(model):
-                output = _call_model(model, args, kwargs, forward_recorder, bool(edit_sites), asked_grads)
+                try:
+                    output = _call_model(model, args, kwargs, forward_recorder, bool(edit_sites), asked_grads)
+                finally:  # a forward may register modules or reassign buffers: list the model afresh
+                    module_tree.relist(model)
                 loss, differentiates = _loss_watching_backward(output, loss_fn)
     finally:
         state.active = None

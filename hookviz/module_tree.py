@@ -8,11 +8,52 @@ to walk the model a dozen times. These functions give the same pairs in the same
 ``remove_duplicate=False``), built in one loop, several times faster. Like PyTorch's, they read
 ``_modules`` directly; a module class that overrides ``named_modules`` itself is not consulted.
 Source: ``torch.nn.Module.named_modules`` and ``Module._named_members`` (torch/nn/modules/module.py).
+
+Inside a ``with listed_once(model):`` block (a whole recorded run) each listing is made once and
+reused: a fresh run asked for one 14 times. Code in the block that runs the model's forward,
+which may register modules or reassign buffers, calls :func:`relist` after it.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+
+# id(model) -> {(listing, remove_duplicate): pairs}, for each model inside a listed_once block
+_listings: dict[int, dict[tuple, list]] = {}
+
+
+@contextlib.contextmanager
+def listed_once(model: torch.nn.Module):
+    """Within this block the listings of ``model`` are made once each (see the module docstring);
+    nested blocks on one model share the outermost's."""
+    outermost = id(model) not in _listings
+    if outermost:
+        _listings[id(model)] = {}
+    try:
+        yield
+    finally:
+        if outermost:
+            del _listings[id(model)]
+
+
+def relist(model: torch.nn.Module) -> None:
+    """Forget the listings of ``model`` made in the open :func:`listed_once` block (after code that
+    may have changed its modules, parameters or buffers: its forward)."""
+    listings = _listings.get(id(model))
+    if listings is not None:
+        listings.clear()
+
+
+def _listed(model: torch.nn.Module, key: tuple, make) -> list:
+    listings = _listings.get(id(model))
+    if listings is None:
+        return make()
+    found = listings.get(key)
+    if found is None:
+        found = listings[key] = make()
+    return list(found)  # a copy: a caller may change its list
 
 
 def named_modules(model: torch.nn.Module, remove_duplicate: bool = True) -> list[tuple[str, torch.nn.Module]]:
@@ -21,6 +62,10 @@ def named_modules(model: torch.nn.Module, remove_duplicate: bool = True) -> list
     With ``remove_duplicate`` (the default) a module reachable under several names is listed
     once, under its first name, and its children are not walked again.
     """
+    return _listed(model, ("modules", remove_duplicate), lambda: _walk(model, remove_duplicate))
+
+
+def _walk(model: torch.nn.Module, remove_duplicate: bool) -> list[tuple[str, torch.nn.Module]]:
     found: list[tuple[str, torch.nn.Module]] = []
     seen: set[int] = set()
     stack = [("", model)]
@@ -64,6 +109,10 @@ def parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def _named_members(model: torch.nn.Module, attribute: str, remove_duplicate: bool) -> list:
+    return _listed(model, (attribute, remove_duplicate), lambda: _members(model, attribute, remove_duplicate))
+
+
+def _members(model: torch.nn.Module, attribute: str, remove_duplicate: bool) -> list:
     found = []
     seen: set[int] = set()
     for prefix, module in named_modules(model, remove_duplicate):

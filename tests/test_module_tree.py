@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from zoo import NAMES, build
 
+import hookviz
 from hookviz import module_tree
 
 
@@ -58,3 +59,44 @@ def test_same_names_objects_and_order_as_pytorch(name):
             "d",
         ]
         assert [n for n, _ in module_tree.named_parameters(model)] == ["a.weight", "a.bias", "d.bias"]
+
+
+class GrowsOnItsFirstCall(nn.Module):
+    """Registers a submodule inside its first forward (as lazily built models do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(3, 3)
+
+    def forward(self, x):
+        if not hasattr(self, "second"):
+            self.second = nn.Linear(3, 1)
+        return self.second(self.first(x)).sum()
+
+
+def test_inside_listed_once_a_listing_is_made_once_until_relist_and_outside_it_every_time():
+    model = nn.Sequential(nn.Linear(3, 3))
+    with module_tree.listed_once(model):
+        first = module_tree.named_parameters(model)
+        model.append(nn.Linear(3, 1))  # not seen until relist: the block promises no change
+        assert module_tree.named_parameters(model) == first
+        module_tree.relist(model)
+        assert module_tree.named_parameters(model) == list(model.named_parameters())
+        assert len(module_tree.named_parameters(model)) == 4
+    model.append(nn.Tanh())
+    assert module_tree.named_modules(model) == list(model.named_modules())
+
+
+def test_a_module_that_the_forward_registers_is_a_named_leaf_from_the_next_fresh_run():
+    # The first run binds leaf names before the forward, so there the new parameters are leaf_0 and
+    # leaf_1; a fresh forward lists the model again.
+    torch.manual_seed(0)
+    model, x = GrowsOnItsFirstCall(), torch.randn(2, 3)
+    session = hookviz.Session(model, (x,))
+    session.run()
+    run = session.run(forward=True)
+    assert {"second.weight", "second.bias"} <= set(run.leaf_names)
+    model.zero_grad()
+    model(x).backward()
+    for name in ("second.weight", "first.weight"):
+        assert torch.equal(run.leaf_grad(name), model.get_parameter(name).grad)
