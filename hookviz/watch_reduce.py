@@ -148,14 +148,22 @@ class StepReducer:
         rows = workspace[: len(grads)]
         torch.stack([grad.reshape(-1) for grad in grads], out=rows)
         wide = torch.float32 if dtype.itemsize < 4 else dtype  # half precision sums in float32
+        # In place, since the rows are a copy: |x| has the same 2-norm, gives max_abs in one pass
+        # (NaN propagates), and sign(|x|) summed counts the nonzeros exactly (float32 holds integers
+        # to 2^24); on CPU this runs several times faster than count_nonzero along a dim. sign(NaN) is
+        # 0, but a NaN row's norm is NaN, which sends it to the exact recount in _take.
+        rows.abs_()
         norm = torch.linalg.vector_norm(rows, dim=1, dtype=wide)
-        # In place, since the rows are a copy: |x| gives max_abs in one pass (NaN propagates), and
-        # sign(|x|) summed counts the nonzeros exactly (float32 holds integers to 2^24); on CPU this runs
-        # several times faster than count_nonzero along a dim. sign(NaN) is 0, but a NaN row's norm is
-        # NaN, which sends it to the exact recount in _take.
-        max_abs = rows.abs_().amax(1)
-        nonzero = rows.sign_().sum(1, dtype=wide)
-        return torch.stack([norm, max_abs.to(wide), nonzero])
+        max_abs = rows.amax(1).to(wide)
+        if device.type != "cpu":  # no host sync inside a backward: count every row
+            return torch.stack([norm, max_abs, rows.sign_().sum(1, dtype=wide)])
+        # On CPU only rows that hold an exact zero are counted: min |x| > 0 says there is none
+        # (one read, where counting is a write and a read; dense gradients rarely hold zeros).
+        nonzero = torch.full_like(norm, size)
+        holes = (rows.amin(1) == 0).nonzero().flatten()
+        if len(holes):
+            nonzero[holes] = rows[holes].sign_().sum(1, dtype=wide)
+        return torch.stack([norm, max_abs, nonzero])
 
 
 def _one_by_one(grads: list[torch.Tensor]) -> torch.Tensor:

@@ -246,7 +246,8 @@ def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspa
     """Every statistic of the batched reduction equals the one taken on the gradient alone: stacked
     rows (also of half precision, where a count past 2,048 must stay exact), gradients too large to
     stack, sparse and complex ones, NaN and Inf, a column with two gradients, and a second step with
-    fewer rows than the first (the workspace is reused, not stale)."""
+    fewer rows than the first (the workspace is reused, not stale), stacked rows with and without
+    an exact zero (on CPU only those with one are counted)."""
     from hookviz.watch_reduce import StepReducer
 
     torch.manual_seed(0)
@@ -270,13 +271,15 @@ def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspa
             (9, sparse_zeros(32)),
             (9, sparse_zeros(32)),  # one column, two gradients (a module called twice)
             (10, torch.full((40,), 3e20)),  # float32 squares overflow; the norm must not
+            (11, torch.randn(32)),  # stacked with column 9's rows, and no exact zero in it
+            (12, torch.arange(32.0)),  # one exact zero
         ],
         [(0, sparse_zeros(65536, torch.float16)), (2, sparse_zeros((256, 64), torch.bfloat16))],
     ]
     reducer = StepReducer()
     for pairs in steps:
-        row = reducer(pairs, 12)
-        for column in range(12):
+        row = reducer(pairs, 13)
+        for column in range(13):
             grads = [g for c, g in pairs if c == column]
             if not grads:
                 assert row[column].isnan().all()
