@@ -19,6 +19,7 @@ from collections import defaultdict
 import torch
 
 from hookviz.errors import TargetError
+from hookviz.graph import LOSS_MODULE
 from hookviz.run import Run, leaf_diffs, records_equal
 from hookviz.stats import StatsBatch, combined_norm
 from hookviz.widget_tree import (
@@ -144,8 +145,10 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
             "hint": operand_hint(record) if kind == "op" else "",
         }
         nodes.append(item)
-        by_module[item["module"]].append(item)
     edges = _edges_json(run)
+    _box_the_loss_ops(nodes, edges)
+    for item in nodes:
+        by_module[item["module"]].append(item)
 
     boundary = module_norms(run)
     module_hooks = defaultdict(int)
@@ -165,6 +168,44 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         "groups": groups,
         "color_range": _color_range(scale_norms),
     }
+
+
+def _box_the_loss_ops(nodes: list[dict], edges: list[list]) -> None:
+    """Draw in the ``(loss)`` box, where ``loss_fn``'s ops go, the ops that the model's own forward
+    runs after its last submodule: the loss a Hugging Face model computes inside ``forward``
+    (GPT-2's ``View``, ``LogSoftmax``, ``NllLoss`` after ``lm_head``). Those are the root module's
+    ops that no submodule's op follows and some submodule's op precedes. Only when ``loss_fn`` made
+    no ops, and only the drawing: the run's records keep the module that made each Node (``""``).
+    Changes ``nodes[i]["module"]`` in place."""
+    if any(item["module"] == LOSS_MODULE for item in nodes):
+        return
+    inside = [item["id"] for item in nodes if item["module"] not in ("", LOSS_MODULE)]
+    if not inside:
+        return  # a model of root ops alone (the canonical example): nothing to set apart
+    after, before = defaultdict(list), defaultdict(list)
+    for source, target, _ in edges:
+        after[source].append(target)
+        before[target].append(source)
+
+    def reached(starts, step) -> set:
+        seen, todo = set(starts), list(starts)
+        while todo:
+            for other in step[todo.pop()]:
+                if other not in seen:
+                    seen.add(other)
+                    todo.append(other)
+        return seen
+
+    followed_by_a_submodule = reached(inside, before)
+    after_a_submodule = reached(inside, after)
+    for item in nodes:
+        if (
+            item["module"] == ""
+            and item["kind"] == "op"
+            and item["id"] in after_a_submodule
+            and item["id"] not in followed_by_a_submodule
+        ):
+            item["module"] = LOSS_MODULE
 
 
 def operand_hint(record) -> str:

@@ -396,7 +396,8 @@ def test_large_graph_opens_as_its_module_tree():
     assert labels["blocks.3"] == "blocks.3" and labels["blocks.3.fc"] == "blocks.3.fc"
     # A box opens one level at a time, in place.
     widget.collapse_all()
-    assert set(widget.collapsed) == {"blocks", "head"}
+    # (the sum after head, which the root's forward runs, is drawn in the (loss) box)
+    assert set(widget.collapsed) == {"blocks", "head", "(loss)"}
     assert widget.toggle_group("blocks")
     assert "blocks" not in widget.collapsed
     assert {f"blocks.{i}" for i in range(40)} <= set(widget.collapsed)
@@ -452,7 +453,7 @@ def test_search_and_select_open_the_boxes_around_a_match():
     # An exact node id needs no search; replay steps do not open boxes.
     widget.collapse_all()
     assert widget.select("head.weight", reveal=False)
-    assert set(widget.collapsed) == {"blocks", "head"}
+    assert set(widget.collapsed) == {"blocks", "head", "(loss)"}
     assert not widget.search("no such thing") and "search" in widget.errors
     assert widget.handle_message({"type": "search", "query": "head"})["ok"]
     assert widget.selected == "head" and "search" not in widget.errors
@@ -527,7 +528,7 @@ def test_module_tree_view_opens_the_tree_while_its_columns_fit():
     assert widget_tree.tree_collapsed(groups, budget=24) == []
     assert widget_tree.tree_collapsed(groups, budget=11) == ["blocks", *widget.collapsed]
     # Siblings in the order the forward ran them, outer before inner.
-    assert [g["module"] for g in groups][:3] == ["blocks", "head", "blocks.0"]
+    assert [g["module"] for g in groups][:4] == ["blocks", "head", "(loss)", "blocks.0"]
     assert widget.select("module:blocks.0.fc")
     data = widget.inspector
     assert data["kind"] == "module" and data["grad_input"]
@@ -1037,3 +1038,44 @@ def test_a_module_box_sums_the_nodes_of_every_module_inside_it():
         assert group["nan"] == any(n["nan"] for n in inside)
         # a module's own hook counts in its own box; its nodes' hooks in every box around them
         assert group["user_hooks"] == sum(n["user_hooks"] for n in inside) + (module == "blocks.1.norm")
+
+
+class LossInside(nn.Module):
+    """Computes its loss in its own forward, after its last submodule (as Hugging Face models do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(2.0))
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x, labels):
+        return F.cross_entropy(self.fc(x * self.scale).view(-1, 3), labels)
+
+
+def test_the_ops_a_model_runs_after_its_last_submodule_are_drawn_in_the_loss_box():
+    torch.manual_seed(0)
+    x, labels = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    widget = hookviz.show(LossInside(), (x, labels))
+    boxes = {n["id"]: n["module"] for n in widget.graph["nodes"]}
+    in_loss = {node for node, module in boxes.items() if module == "(loss)"}
+    assert {"ViewBackward0_0", "LogSoftmaxBackward0_0", "NllLossBackward0_0"} <= in_loss
+    assert boxes["MulBackward0_0"] == ""  # x * scale runs before fc: not the loss
+    assert {n for n in in_loss if not n.startswith(("View", "LogSoftmax", "NllLoss"))} == set()
+    assert all(widget.run.nodes[node].module == "" for node in in_loss)  # the records are unchanged
+    assert "(loss)" in {g["module"] for g in widget.graph["groups"]}
+    # With a loss_fn, its ops alone are the (loss) box; a model of root ops alone has none.
+    with_fn = hookviz.show(nn.Linear(4, 3), (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
+    assert {n["module"] for n in with_fn.graph["nodes"] if n["kind"] == "op"} == {"", "(loss)"}
+    root_only = hookviz.show(Scaled(), (x,))
+    assert {n["module"] for n in root_only.graph["nodes"]} == {""}
+
+
+class Scaled(nn.Module):
+    """Root ops alone: no submodule, so nothing runs after one."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x):
+        return (x * self.scale).sum()

@@ -2,7 +2,7 @@
 // a web worker, fitted to the box, labels drawn only where they are readable.
 import cytoscape from "cytoscape";
 import { elkLayout, warmUp } from "./elk.js";
-import { BOX_PADDING, elkGraph, fitZoom, positionsOf } from "./layout.js";
+import { BOX_PADDING, elkGraph, fitZoom, positionsOf, wrapsIntoRows } from "./layout.js";
 import {
   EDIT_COLOR,
   HOOK_COLOR,
@@ -21,8 +21,6 @@ const FONT_SIZE = 12;
 const FONT = `${FONT_SIZE}px -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif`;
 // A label drawn smaller than this many pixels on screen is hidden (shown on hover or zoom).
 export const MIN_LABEL_PX = 8;
-// A first view whose labels would be smaller than this is laid out again, wrapped into rows.
-const READABLE_PX = 10;
 // A fit never zooms in further than this: a small graph is drawn at its natural size.
 const MAX_FIT_ZOOM = 1.4;
 const ANIMATION_MS = 300;
@@ -352,8 +350,9 @@ export class GraphView {
   }
 
   /**
-   * ELK positions of the drawn elements. Left to right first; when that is too long to read in
-   * this view (a deep chain), again with the chain wrapped into rows, and the larger of the two.
+   * ELK positions of the drawn elements. Left to right first; when its labels would be too small
+   * to draw in this view (a deep chain, see wrapsIntoRows), again wrapped into rows, and the
+   * larger of the two.
    */
   layOut(els, nodes, tree = false) {
     const compound = new Set(nodes.map((e) => e.data.parent).filter(Boolean));
@@ -371,7 +370,7 @@ export class GraphView {
     return elkLayout(elkGraph(items, edges, aspect)).then((result) => {
       const straight = positionsOf(result);
       // A tree has one column per depth: rows would only tangle its edges.
-      if (tree || fitZoom(straight, width, height) * FONT_SIZE >= READABLE_PX) return straight;
+      if (tree || !wrapsIntoRows(fitZoom(straight, width, height), FONT_SIZE, MIN_LABEL_PX)) return straight;
       return elkLayout(elkGraph(items, edges, aspect, true)).then((wrapped) => {
         const rows = positionsOf(wrapped);
         return fitZoom(rows, width, height) > fitZoom(straight, width, height) ? rows : straight;

@@ -82,6 +82,17 @@ export function positionsOf(result) {
   return out;
 }
 
+/**
+ * Whether a drawing is laid out again wrapped into rows: only when, laid out left to right, it
+ * would fit this view only with labels smaller than `minLabelPx` on screen (`straightZoom` x
+ * `fontSize`), which the page hides. A straight drawing with readable labels is kept: wrapping
+ * cuts the data flow into rows whose joining edges run back across the view (a GPT-2's loss ops
+ * wrapped under its transformer box).
+ */
+export function wrapsIntoRows(straightZoom, fontSize, minLabelPx) {
+  return straightZoom * fontSize < minLabelPx;
+}
+
 /** The zoom at which a laid-out drawing (from positionsOf) fits a view of width x height. */
 export function fitZoom(positions, width, height) {
   let x1 = Infinity;

@@ -444,9 +444,7 @@ export class WatchBar {
     this.error = errorLine("");
     // A gathered history (DDP / FSDP2): reduced norms or one rank's local, pre-reduce ones.
     this.rank = h("select", { class: "hv-watch-rank", "aria-label": "rank" });
-    this.rank.addEventListener("change", () =>
-      onRank(this.rank.value === "reduced" ? null : Number(this.rank.value)),
-    );
+    this.rank.addEventListener("change", () => onRank(this.rank.value === "reduced" ? null : Number(this.rank.value)));
     const close = h("button", { class: "hv-watch-close", onclick: onClose }, "Back to the run");
     fill(el, h("div", { class: "hv-row" }, this.title, this.slider, this.label, this.rank, close), this.error);
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import ELK from "elkjs/lib/elk.bundled.js";
-import { elkGraph, fitZoom, positionsOf } from "../src/layout.js";
+import { elkGraph, fitZoom, positionsOf, wrapsIntoRows } from "../src/layout.js";
 import { visibleGraph } from "../src/logic.js";
 // The canonical example's `graph` traitlet, as hookviz.widget_data.graph_json wrote it.
 import canonical from "./fixtures/canonical.json";
@@ -55,6 +55,14 @@ describe("ELK layout of the module tree", () => {
     expect(rows.size).toBeGreaterThan(1);
     const ids = Object.keys(pos);
     for (const a of ids) for (const b of ids) if (a < b) expect(overlaps(pos[a], pos[b])).toBe(false);
+  });
+
+  it("wraps only a drawing whose labels would otherwise be too small to draw", () => {
+    // 12 px labels, hidden below 8 px on screen: a fit at zoom 0.78 (9.4 px, a GPT-2 with its
+    // loss ops) stays left to right; at zoom 0.5 (6 px, a 20-layer MLP) it is wrapped.
+    expect(wrapsIntoRows(0.78, 12, 8)).toBe(false);
+    expect(wrapsIntoRows(2 / 3, 12, 8)).toBe(false);
+    expect(wrapsIntoRows(0.5, 12, 8)).toBe(true);
   });
 
   it("lays out the canonical graph with one place per drawn node", async () => {
