@@ -140,6 +140,7 @@ function render({ model, el }) {
     "Re-run backward",
   );
   const summary = h("span", { class: "hv-summary" });
+  const diagnosing = h("span", { class: "hv-diagnosing", hidden: true }, "diagnosing this run…");
   const rerunError = errorLine("");
   const viewError = errorLine("");
   const toolbar = h(
@@ -151,6 +152,7 @@ function render({ model, el }) {
     h("span", { class: "hv-group" }, collapseAll, expandAll, fitBtn, fullscreen),
     h("span", { class: "hv-group" }, h("label", {}, "device ", device), rerun, staleNote, rerunError),
     summary,
+    diagnosing,
   );
 
   const cyEl = h("div", { class: "hv-cy", tabindex: "0" });
@@ -402,7 +404,10 @@ function render({ model, el }) {
     mark("tap");
     send({ type: "select", node: id });
   };
-  const drawBanner = () => renderBanner(bannerEl, model.get("diagnosis"), selectNode);
+  const drawBanner = () => {
+    diagnosing.hidden = !(model.get("diagnosis") || {}).pending;
+    renderBanner(bannerEl, model.get("diagnosis"), selectNode);
+  };
   const drawHeatmap = () => {
     if (!graphView) return; // drawn once the widget is in the page (plotly needs a width)
     const view = model.get("watch_view") || {};

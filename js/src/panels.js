@@ -374,13 +374,10 @@ export function renderBanner(el, diagnosis, onSelect) {
   const d = diagnosis || {};
   const findings = d.findings || [];
   el.replaceChildren();
-  if (d.pending) {
-    // A large run is drawn first; its diagnosis comes with its details (hookviz.Widget.fill_details).
-    el.hidden = false;
-    el.append(h("div", { class: "hv-muted hv-banner-pending" }, "Diagnosing this run (recording its values)…"));
-    return;
-  }
-  el.hidden = !findings.length && !d.error;
+  // A large run is drawn first; its diagnosis comes with its details (hookviz.Widget.fill_details).
+  // Meanwhile the toolbar says so (index.js): a banner here would push the graph down, then let it
+  // jump back up when the run has nothing to report.
+  el.hidden = d.pending || (!findings.length && !d.error);
   if (el.hidden) return;
   const where = d.source === "watch" ? `Watch step ${d.step}` : "This run";
   const lines = groupFindings(findings, d.counts).map(([kind, list]) => {

@@ -58,6 +58,8 @@ def lab(tmp_path_factory):
         [
             "import hookviz.widget\nhookviz.widget.CHEAP_DETAILS_NODES = 0\n" + MLP,
             'print("pending", w.details_pending, w.run.details_pending, len(w.diagnosis["findings"]))',
+            'from hookviz import widget_data\nw.diagnosis = widget_data.diagnosis_json([], "run", pending=True)',
+            'w.diagnosis = widget_data.diagnosis_json([], "run")',
         ],
     )
     with harness.jupyter_lab(root) as base:
@@ -279,6 +281,18 @@ def test_a_large_run_is_painted_first_and_diagnosed_when_the_page_asks(lab):
         output.wait_for(state="visible", timeout=30_000)
         words = output.inner_text().split()
         assert words[:3] == ["pending", "False", "False"] and int(words[3]) > 0
+
+        # While a diagnosis is pending the toolbar says so, not a banner above the graph, so a run
+        # with nothing to report leaves the graph where it was drawn.
+        graph_top = "() => document.querySelector('.hookviz-widget .hv-cy').getBoundingClientRect().top"
+        harness.run_cell(page, 2)
+        root.locator(".hv-diagnosing").wait_for(state="visible", timeout=30_000)
+        assert root.locator(".hv-banner").is_hidden()
+        pending_top = page.evaluate(graph_top)
+        harness.run_cell(page, 3)
+        root.locator(".hv-diagnosing").wait_for(state="hidden", timeout=30_000)
+        assert root.locator(".hv-banner").is_hidden()
+        assert page.evaluate(graph_top) == pending_top
         assert not [line for line in console if line.startswith("pageerror")]
 
 
