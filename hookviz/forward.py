@@ -212,6 +212,8 @@ def record_forward(
                 loss, differentiates = _loss_watching_backward(output, loss_fn)
     finally:
         state.active = None
+    for name, parameter in module_tree.named_parameters(model, remove_duplicate=False):
+        leaf_names.setdefault(id(parameter), name)  # one the forward registered (a lazily built model)
     leaf_names |= distributed.forward_parameter_names(model)  # FSDP2's all-gathered parameters
     walk = walk_graph(loss.grad_fn, forward_start, leaf_names, boundary_names)
     _refuse_unsupported(walk)

@@ -87,14 +87,11 @@ def test_inside_listed_once_a_listing_is_made_once_until_relist_and_outside_it_e
     assert module_tree.named_modules(model) == list(model.named_modules())
 
 
-def test_a_module_that_the_forward_registers_is_a_named_leaf_from_the_next_fresh_run():
-    # The first run binds leaf names before the forward, so there the new parameters are leaf_0 and
-    # leaf_1; a fresh forward lists the model again.
+def test_a_module_that_the_forward_registers_is_a_named_leaf_in_that_same_run():
+    # A run lists the model once before its forward and once after (module_tree.listed_once).
     torch.manual_seed(0)
     model, x = GrowsOnItsFirstCall(), torch.randn(2, 3)
-    session = hookviz.Session(model, (x,))
-    session.run()
-    run = session.run(forward=True)
+    run = hookviz.Session(model, (x,)).run()
     assert {"second.weight", "second.bias"} <= set(run.leaf_names)
     model.zero_grad()
     model(x).backward()
