@@ -118,7 +118,9 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
 
     Returns:
         ``{"structure", "nodes", "edges", "groups", "color_range"}``. Node: ``{id, op, module,
-        kind, order, norm, nan, edited, user_hooks, hint}`` (hint: :func:`operand_hint`); edge:
+        kind, order, norm, nan, edited, user_hooks, hint}`` (module: the box it is drawn in, the
+        module that made it except for the loss ops of :func:`_box_the_loss_ops`; hint:
+        :func:`operand_hint`); edge:
         ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, label, type,
         size, norm, nan, edited, user_hooks, signature, repeat}``
         (see :func:`hookviz.widget_tree.mark_repeats`).
