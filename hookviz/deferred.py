@@ -23,7 +23,7 @@ class Deferrable:
         if name in type(self).DEFERRED:
             source = self.__dict__.get("_source")
             if source is not None:
-                source.fill()
+                source.fill(self)
                 if name in self.__dict__:
                     return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -36,7 +36,7 @@ class Deferrable:
         )
 
     def defer(self, names, source) -> None:
-        """Leave ``names`` out until ``source.fill()`` sets them (see :meth:`settle`)."""
+        """Leave ``names`` out until ``source.fill(record)`` sets them (see :meth:`settle`)."""
         for name in names:
             self.__dict__.pop(name, None)
         self.__dict__["_source"] = source
@@ -61,7 +61,7 @@ class Deferrable:
     def __getstate__(self):
         # A source is a live link to a session; a copy or a pickle is of the values as they are now.
         if self.pending:
-            self.__dict__["_source"].fill()
+            self.__dict__["_source"].fill(self)
         return {k: v for k, v in self.__dict__.items() if k != "_source"}
 
     def __setstate__(self, state) -> None:

@@ -51,37 +51,40 @@ class Details:
     """
 
     def __init__(self):
-        # Weak: the records hold this source (to fill on first read) and the run holds them; a
-        # strong list here would make each unfilled run one reference cycle, freed only by the cyclic
-        # collector, after its records had filled the older generations.
-        self.deferred: list[weakref.ref] = []
+        self.deferred: list = []  # the records with fields left to fill
+        # The records reach this source through one link that holds it weakly: a record holding it
+        # would make each unfilled run one reference cycle, freed only by the cyclic collector
+        # after its records had filled the older generations (and a weak reference per record
+        # instead was a seventh of the objects a run keeps).
+        self.link = _Link(self)
         self.run_ref: weakref.ref | None = None
         self.recompute: Callable | None = None
         self.filled = False
 
     def defer(self, record, names) -> None:
         """Leave ``names`` of ``record`` (a :class:`~hookviz.deferred.Deferrable`) to :meth:`fill`."""
-        record.defer(names, self)
-        self.deferred.append(weakref.ref(record))
+        record.defer(names, self.link)
+        self.deferred.append(record)
 
     def pending(self, cls, fields: dict):
         """A new record of ``cls`` holding ``fields``, its other deferred fields left to :meth:`fill`
         (see :meth:`~hookviz.deferred.Deferrable.pending_record`)."""
-        record = cls.pending_record(self, fields)
-        self.deferred.append(weakref.ref(record))
+        record = cls.pending_record(self.link, fields)
+        self.deferred.append(record)
         return record
 
     def bind(self, run, recompute: Callable) -> None:
         """Name the run these records belong to and how to record it again with full details."""
         self.run_ref, self.recompute = weakref.ref(run), recompute
 
-    def fill(self) -> None:
-        """Fill every deferred field of the run (one full re-run), or mark them unavailable."""
+    def fill(self, record=None) -> None:
+        """Fill every deferred field of the run (one full re-run), or mark them unavailable.
+        (``record``: the record whose read asked; every one is filled.)"""
         if self.filled:
             return
         self.filled = True  # also while filling: a read inside recompute must not recurse
         run = self.run_ref() if self.run_ref is not None else None
-        reason = "the run they belong to is gone"
+        reason = _GONE
         interrupted = None
         if run is not None and self.recompute is not None:
             try:
@@ -93,13 +96,33 @@ class Details:
                 reason = f"recording them again failed: {type(error).__name__}: {error}"
                 interrupted = error
         note = f"details unavailable: {reason}"
-        for reference in self.deferred:
-            record = reference()
-            if record is not None and record.pending:
+        for record in self.deferred:
+            if record.pending:
                 _mark_unavailable(record, note)
         self.deferred, self.recompute = [], None
         if interrupted is not None and not isinstance(interrupted, Exception):
             raise interrupted  # KeyboardInterrupt and SystemExit still stop the caller
+
+
+_GONE = "the run they belong to is gone"
+
+
+class _Link:
+    """What the records of one lazy run hold to reach its :class:`Details`: it weakly, so that
+    the records keep it from nothing (the run does). A record read after its run and its
+    Details are gone is marked unavailable."""
+
+    __slots__ = ("details",)
+
+    def __init__(self, details: Details):
+        self.details = weakref.ref(details)
+
+    def fill(self, record=None) -> None:
+        details = self.details()
+        if details is not None:
+            details.fill(record)
+        elif record is not None and record.pending:
+            _mark_unavailable(record, f"details unavailable: {_GONE}")
 
 
 def _mark_unavailable(record, note: str) -> None:

@@ -116,6 +116,20 @@ def test_a_replaced_lazy_run_is_freed_at_once_not_left_to_the_cyclic_collector()
         gc.enable()
 
 
+def test_a_record_kept_after_its_run_is_gone_says_its_details_are_unavailable():
+    model, x, loss_fn = _model_and_data()
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    session.run()
+    run = session.run()
+    grad = next(n for n in run.nodes.values() if n.kind == "op").grad_outputs[0]
+    norm = grad.norm
+    del run
+    session.run()  # replaces last_run: the record alone is left
+    assert grad.pending and grad.norm == norm
+    assert grad.min is None and not grad.pending
+    assert "details unavailable: the run they belong to is gone" in grad.note
+
+
 def test_a_backward_only_rerun_and_a_dropped_session_still_fill_their_details():
     model, x, loss_fn = _model_and_data()
     session = hookviz.Session(model, (x,), loss_fn=loss_fn)
