@@ -114,31 +114,7 @@ class TensorRecord(Deferrable):
         """A JSON-safe dict of every field, or of ``fields`` only (in that order; the others are
         not read, so a lazy record fills nothing for them); NaN/Inf become the strings "nan",
         "inf", "-inf"."""
-        if fields is not None:
-            return {name: _JSON_FIELD[name](self) for name in fields}
-        return {
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "device": self.device,
-            "numel": self.numel,
-            "value": None
-            if self.value is None
-            else _json_values(self.value.tolist())
-            if self.value.dim() > 0
-            else _json_number(self.value.item()),
-            "norm": _json_float(self.norm),
-            "mean": _json_float(self.mean),
-            "min": _json_float(self.min),
-            "max": _json_float(self.max),
-            "nan_count": self.nan_count,
-            "inf_count": self.inf_count,
-            "zero_fraction": self.zero_fraction,
-            "histogram": None
-            if self.histogram is None
-            else {"counts": self.histogram[0], "edges": [_json_float(e) for e in self.histogram[1]]},
-            "note": self.note,
-            "nnz": self.nnz,
-        }
+        return {name: _JSON_FIELD[name](self) for name in (fields or _JSON_FIELD)}
 
     def __repr__(self) -> str:
         if self.pending:
@@ -649,12 +625,19 @@ def _json_value(record: TensorRecord):
     value = record.value
     if value is None:
         return None
-    if value.dim() and not value.is_complex() and record.finite:  # plain floats or ints already
+    if value.dim() and value.is_floating_point() and record.finite:  # JSON-safe floats already
         return value.tolist()
     return _json_values(value.tolist()) if value.dim() > 0 else _json_number(value.item())
 
 
-# One field of TensorRecord.to_dict(fields=...) as JSON.
+def _json_histogram(record: TensorRecord):
+    if record.histogram is None:
+        return None
+    counts, edges = record.histogram
+    return {"counts": counts, "edges": [_json_float(e) for e in edges]}
+
+
+# Each field of TensorRecord.to_dict as JSON, in its order.
 _JSON_FIELD = {
     "shape": lambda r: list(r.shape),
     "dtype": lambda r: r.dtype,
@@ -668,6 +651,7 @@ _JSON_FIELD = {
     "nan_count": lambda r: r.nan_count,
     "inf_count": lambda r: r.inf_count,
     "zero_fraction": lambda r: r.zero_fraction,
+    "histogram": _json_histogram,
     "note": lambda r: r.note,
     "nnz": lambda r: r.nnz,
 }
