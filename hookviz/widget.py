@@ -12,9 +12,9 @@ so every interaction can be driven from Python:
 
 After every run the widget calls ``run.diagnose()`` and shows the findings in a banner above the
 graph (``diagnosis``); clicking one selects its node. Runs are recorded lazily (norms first, see
-:mod:`hookviz.details`): a small run's details are recorded at once, a large one's once the cell
-that showed it ends or when the page asks after drawing it, whichever comes first
-(:meth:`Widget.fill_details`), so the graph of GPT-2 appears before its values and diagnosis are
+:mod:`hookviz.details`): a small run's details are recorded at once, a large one's when the page
+asks after drawing it, or at the latest two seconds after the cell that showed it ends, or before
+the next cell (:meth:`Widget.fill_details`), so the graph of GPT-2 appears before its values and diagnosis are
 computed. ``w.show_watch(watch)`` (or
 ``hookviz.show_watch(watch, session)``) colours the graph by the gradient norms a
 :class:`hookviz.Watch` recorded at one training step, with a step slider and the watch's heatmap.
@@ -22,6 +22,7 @@ computed. ``w.show_watch(watch)`` (or
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 from typing import Any
@@ -209,9 +210,10 @@ class Widget(anywidget.AnyWidget):
 
     def fill_details(self) -> bool:
         """Record the details of the run on screen (values, statistics, forward values) if they
-        are still pending, then diagnose it and refresh the inspector. In IPython this runs when
-        the cell that showed a large run ends; the page also asks once it has drawn the graph;
-        call it from Python to have ``diagnosis`` at once.
+        are still pending, then diagnose it and refresh the inspector. The page asks for it once it
+        has drawn the graph; in IPython it also runs before the next cell, and in a kernel at
+        the latest :data:`DETAILS_WAIT_FOR_THE_PAGE_S` after the cell that showed a large run
+        (at once in a terminal IPython); call it from Python to have ``diagnosis`` at once.
         Recording them is one more forward + backward of the model (:mod:`hookviz.details`).
 
         Returns:
@@ -689,12 +691,20 @@ class Widget(anywidget.AnyWidget):
         return bool(handler(content)), None
 
 
+# In a kernel, how long after the cell that showed a large run its details wait for the page to
+# ask for them (it asks once it has drawn the graph). Recorded at once, they took the machine's
+# cores while the page drew: a 20,000-Node graph's first paint came about 1.1 s later.
+DETAILS_WAIT_FOR_THE_PAGE_S = 2.0
+
+
 def _fill_before_the_next_cell(widget: Widget) -> None:
-    """In IPython, record ``widget``'s pending details once the cell that showed it has ended (its
-    state is already on the way to the page, which draws without the kernel) and in any case
-    before another cell runs: a training step in the next cell would change the parameters, and
-    the details could no longer be recorded. The page asks for them too; whichever comes first
-    records them, the other finds nothing to do."""
+    """In IPython, record ``widget``'s pending details after the cell that showed it has ended
+    and in any case before another cell runs: a training step in the next cell would change the
+    parameters, and the details could no longer be recorded. In a kernel (an event loop runs)
+    they wait up to :data:`DETAILS_WAIT_FOR_THE_PAGE_S` for the page, which asks for them once it
+    has drawn the graph (its state is already on the way, and it draws without the kernel);
+    without one they are recorded when the cell ends. Whichever comes first records them; the
+    others find nothing to do."""
     try:
         from IPython import get_ipython
     except ImportError:  # no IPython: the page's request (or w.fill_details()) does it
@@ -712,8 +722,18 @@ def _fill_before_the_next_cell(widget: Widget) -> None:
         except Exception:  # never break the user's cell; the records say why details are missing
             pass
 
-    for event in ("post_run_cell", "pre_run_cell"):
-        shell.events.register(event, fill)
+    def after_the_cell(*_) -> None:
+        with contextlib.suppress(ValueError):
+            shell.events.unregister("post_run_cell", after_the_cell)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a terminal IPython: no page draws meanwhile
+            fill()
+            return
+        loop.call_later(DETAILS_WAIT_FOR_THE_PAGE_S, fill)
+
+    shell.events.register("post_run_cell", after_the_cell)
+    shell.events.register("pre_run_cell", fill)
 
 
 # A run this small gets its details at once (one more recording of tens of milliseconds), so
@@ -774,8 +794,8 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
         kwargs: keyword inputs.
         loss_fn: ``loss_fn(output) -> scalar tensor``; None when the output is already a scalar.
         **session_options: passed to :class:`hookviz.Session` (lazy details by default: a large
-            run is drawn from its norms and its details are recorded once the cell ends or the
-            page asks, see :meth:`Widget.fill_details`); ``visible_budget`` and
+            run is drawn from its norms and its details are recorded when the page asks, or
+            soon after the cell ends, see :meth:`Widget.fill_details`); ``visible_budget`` and
             ``vanishing_threshold`` go to :class:`Widget`.
 
     Returns:

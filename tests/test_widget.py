@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -676,6 +677,46 @@ def test_in_ipython_a_large_runs_details_are_recorded_when_its_cell_ends(monkeyp
             assert all(getattr(f, "__name__", "") != "fill" for f in shell.events.callbacks[event])
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one():
+    """In a kernel the details wait DETAILS_WAIT_FOR_THE_PAGE_S for the page's request, so they do
+    not take the cores while it draws the graph; with no page, they come that long after the cell,
+    with no next cell needed."""
+    from jupyter_client.manager import start_new_kernel
+
+    wait = hookviz_widget.DETAILS_WAIT_FOR_THE_PAGE_S
+    kernel, client = start_new_kernel(kernel_name="python3")
+
+    def run(code: str) -> str:
+        reply = client.execute_interactive(code, timeout=120, output_hook=lambda m: out.append(m))
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
+
+    try:
+        out: list = []
+        run(
+            "import time, hookviz, hookviz.widget as hw\n"
+            "from hookviz.examples import Canonical, canonical_inputs\n"
+            "hw.CHEAP_DETAILS_NODES = 0\n"
+            "filled, original = [], hw.Widget.fill_details\n"
+            "def spy(self):\n"
+            "    filled.append((time.time(), self.details_pending))\n"
+            "    return original(self)\n"
+            "hw.Widget.fill_details = spy\n"
+            "x, y, z, target = canonical_inputs()\n"
+            "w = hookviz.show(Canonical(), (x, y, z), loss_fn=lambda out: ((out - target) ** 2).mean())\n"
+            "pending_inside, ended = w.details_pending, time.time()"
+        )
+        time.sleep(wait + 1.5)
+        out = []
+        words = run("print(pending_inside, filled[0][0] - ended, filled[0][1], w.details_pending)").split()
+        assert words[0] == "True"  # the cell itself was not slowed down
+        assert wait - 0.2 <= float(words[1]) <= wait + 1.4, words  # not at once, and not at the next cell
+        assert words[2:] == ["True", "False"]
+    finally:
+        client.stop_channels()
+        kernel.shutdown_kernel(now=True)
 
 
 def test_selecting_a_node_of_a_large_run_records_its_details_first(monkeypatch):
