@@ -702,9 +702,9 @@ def _fill_before_the_next_cell(widget: Widget) -> None:
     and in any case before another cell runs: a training step in the next cell would change the
     parameters, and the details could no longer be recorded. In a kernel (an event loop runs)
     they wait up to :data:`DETAILS_WAIT_FOR_THE_PAGE_S` for the page, which asks for them once it
-    has drawn the graph (its state is already on the way, and it draws without the kernel);
-    without one they are recorded when the cell ends. Whichever comes first records them; the
-    others find nothing to do."""
+    has drawn the graph (its state is already on the way, and it draws without the kernel); in
+    a terminal IPython they are recorded when the cell ends. Whichever comes first records them;
+    the others find nothing to do."""
     try:
         from IPython import get_ipython
     except ImportError:  # no IPython: the page's request (or w.fill_details()) does it

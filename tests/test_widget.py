@@ -689,12 +689,12 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
     kernel, client = start_new_kernel(kernel_name="python3")
 
     def run(code: str) -> str:
-        reply = client.execute_interactive(code, timeout=120, output_hook=lambda m: out.append(m))
+        out: list = []
+        reply = client.execute_interactive(code, timeout=120, output_hook=out.append)
         assert reply["content"]["status"] == "ok", reply["content"]
         return "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
 
     try:
-        out: list = []
         run(
             "import time, hookviz, hookviz.widget as hw\n"
             "from hookviz.examples import Canonical, canonical_inputs\n"
@@ -709,7 +709,6 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
             "pending_inside, ended = w.details_pending, time.time()"
         )
         time.sleep(wait + 1.5)
-        out = []
         words = run("print(pending_inside, filled[0][0] - ended, filled[0][1], w.details_pending)").split()
         assert words[0] == "True"  # the cell itself was not slowed down
         assert wait - 0.2 <= float(words[1]) <= wait + 1.4, words  # not at once, and not at the next cell
