@@ -584,3 +584,46 @@ def test_cyclic_gc_is_paused_while_recording_and_restored_after_success_or_error
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_large_builds_objects_go_to_the_oldest_generation_when_the_pause_ends():
+    import gc
+    import weakref
+
+    from hookviz.gcpause import PROMOTE_ABOVE, cyclic_gc_paused
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+    def garbage_cycle() -> weakref.ref:
+        return weakref.ref(Cycle())  # only the collector can free it
+
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with cyclic_gc_paused():
+        built = [[i] for i in range(PROMOTE_ABOVE + 10_000)]
+        young_garbage = garbage_cycle()
+    # Nothing left for the youngest generation to scan: the next allocation sets off no collection.
+    assert gc.get_count()[0] < gc.get_threshold()[0]
+    assert gc.get_freeze_count() == 0  # moved, not frozen
+    gc.collect(1)
+    assert young_garbage() is not None  # it waits for a full collection...
+    gc.collect()
+    assert young_garbage() is None  # ...which frees it
+    del built
+
+    # A small build is left to the collector as before.
+    with cyclic_gc_paused():
+        small_garbage = garbage_cycle()
+    gc.collect(0)
+    assert small_garbage() is None
+
+    # Objects the caller froze stay frozen.
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with cyclic_gc_paused():
+            built = [[i] for i in range(PROMOTE_ABOVE + 10_000)]
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
