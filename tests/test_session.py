@@ -624,6 +624,6 @@ def test_a_large_builds_objects_go_to_the_oldest_generation_when_the_pause_ends(
         frozen = gc.get_freeze_count()
         with cyclic_gc_paused():
             built = [[i] for i in range(PROMOTE_ABOVE + 10_000)]
-        assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen and len(built) > PROMOTE_ABOVE
     finally:
         gc.unfreeze()
