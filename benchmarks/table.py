@@ -10,7 +10,11 @@ interleaved with it, so load on a shared machine hits both alike:
 - ``wandb.watch(model, log="gradients", log_freq=1)`` in offline mode;
 - torchlens ``trace(model, inputs)`` (forward only, saves every layer, its default);
 - torchviz ``make_dot`` of the loss plus the backward (no layout, no Graphviz);
-- the floor: a plain step plus one ``torch._foreach_norm`` over the parameter gradients.
+- the floor: a plain step plus one ``torch._foreach_norm`` over the parameter gradients;
+- the floor of any recorder that reads each gradient once, as hookviz does (one 2-norm per
+  gradient a Node passes on, taken in a do-nothing-else Node post-hook, then one host transfer):
+  on a retained graph, as a re-run (``autograd.grad(..., retain_graph=True)``), and fresh (forward,
+  walk the graph, hook every Node, backward).
 
 Then peak memory over a plain step's: on CPU each is measured in a fresh process (this script run
 with ``--peak``), as its peak resident set during one step above the resident set before it
@@ -165,7 +169,45 @@ def _peers(model, args, loss_fn, device):
         torch.stack(torch._foreach_norm([p.grad for p in model.parameters() if p.grad is not None])).tolist()
 
     rows["floor: plain step + one _foreach_norm"] = floor
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    retained = loss_fn(model(*args))
+    norms = _norm_every_gradient(retained)
+
+    def norms_rerun():
+        norms.clear()
+        torch.autograd.grad(retained, trainable, retain_graph=True)
+        torch.stack(norms).tolist()
+
+    rows["floor: re-run, a norm per gradient"] = norms_rerun
+
+    def norms_fresh():
+        model.zero_grad(set_to_none=True)
+        loss = loss_fn(model(*args))
+        found = _norm_every_gradient(loss)
+        loss.backward()
+        torch.stack(found).tolist()
+
+    rows["floor: fresh, a norm per gradient"] = norms_fresh
     return plain_step, session, rows
+
+
+def _norm_every_gradient(loss: torch.Tensor) -> list[torch.Tensor]:
+    """Hang a Node post-hook on every Node of ``loss``'s graph that queues the 2-norm of each
+    gradient the Node passes on (no host sync); returns the list they fill."""
+    norms: list[torch.Tensor] = []
+
+    def hook(grad_inputs, grad_outputs):
+        norms.extend(torch.linalg.vector_norm(g) for g in grad_inputs if g is not None)
+
+    seen, stack = set(), [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        node.register_hook(hook)
+        stack.extend(child for child, _ in node.next_functions)
+    return norms
 
 
 def _model(model_name: str, device: str):
