@@ -1119,3 +1119,19 @@ class Scaled(nn.Module):
 
     def forward(self, x):
         return (x * self.scale).sum()
+
+
+def test_the_page_gets_an_unchanged_leafs_summary_once(widget):
+    def sent_rows():
+        return {row["name"]: row for row in json.loads(bytes(widget.get_state()["leaf_summary"]))}
+
+    first = sent_rows()
+    assert set(first) == {"x", "y", "z"}
+    assert all("after" not in row and row["before"]["value"] for row in first.values())
+    send = widget.handle_message
+    assert send({"type": "apply_edit", "target": "x", "slot": "grad", "expression": "grad * 3"})["ok"]
+    assert send({"type": "rerun"})["ok"]
+    edited = sent_rows()
+    assert edited["x"]["changed"] and edited["x"]["after"]["value"] == [48.0, -36.0]
+    assert edited["x"]["before"] == first["x"]["before"]
+    assert "after" not in edited["y"] and "after" not in edited["z"]

@@ -66,7 +66,12 @@ function render({ model, el }) {
   };
   const graphOf = () => jsonState("graph", {});
   const replayOf = () => jsonState("replay", []);
-  const leavesOf = () => jsonState("leaf_summary", []);
+  // A leaf whose gradient did not change comes without "after" (hookviz.widget._leaf_rows_buffer).
+  const leavesOf = () => {
+    const leaves = jsonState("leaf_summary", []);
+    for (const leaf of leaves) if (!("after" in leaf)) leaf.after = leaf.before;
+    return leaves;
+  };
   const root = h("div", { class: "hookviz-widget" });
   el.append(h("style", {}, css), root);
 
