@@ -82,7 +82,6 @@ class Widget(anywidget.AnyWidget):
     """
 
     _esm = _STATIC / "widget.js"
-    _opening_later = False
 
     graph = traitlets.Dict(value_trait=traitlets.Any(), key_trait=traitlets.Unicode()).tag(
         sync=True, to_json=_json_buffer
@@ -140,12 +139,12 @@ class Widget(anywidget.AnyWidget):
         vanishing_threshold: float = widget_data.VANISHING_RATIO,
         **kwargs: Any,
     ) -> None:
-        # The comm to the page opens once the first run is recorded and its state is set: opening
-        # it sends the 3.6 MB bundle, which the page loads at once, and on two cores that and the
-        # run slowed each other (a 20,000-Node graph's first paint came 1.2-1.7 s later). One
-        # message then carries the whole state.
+        # The first run is recorded before the comm to the page opens: opening it sends the 3.6 MB
+        # bundle, which the page loads at once. On two cores, loaded during the run (OpenMP
+        # regions waiting on the busy core), the 20,000-Node graph's first paint came 1.2-1.7 s
+        # later; loaded while the page's state is built (one Python thread), it costs nothing.
+        # Opened after that instead, it came 0.5-1 s later.
         run = session.last_run if session.last_run is not None else session.run()
-        self._opening_later = True
         super().__init__(**kwargs)
         self.session = session
         self.visible_budget = visible_budget
@@ -160,14 +159,6 @@ class Widget(anywidget.AnyWidget):
         self.read_only = READ_ONLY_NOTE if getattr(session, "read_only", False) else ""
         self._show_run(run)
         self.on_msg(self._handle_message)
-        self._opening_later = False
-        self.open()
-
-    def open(self) -> None:
-        """Open the comm to the page (ipywidgets' ``Widget.open``), not before the end of
-        ``__init__``: see there."""
-        if not self._opening_later:
-            super().open()
 
     # ----- the runs --------------------------------------------------------------------------
 
