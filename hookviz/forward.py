@@ -133,7 +133,7 @@ class RetainedForward:
         except HookvizError:
             raise
         except RuntimeError as error:
-            raise BackwardError(f"backward raised: {error}") from error
+            raise BackwardError(f"backward raised: {error}{_fix_for(error)}") from error
         finally:
             self.state.active = None
             for handle in handles:
@@ -267,6 +267,16 @@ def record_forward(
         call_outputs=summary[2],
         call_outputs_replaced=summary[3],
     )
+
+
+def _fix_for(error: RuntimeError) -> str:
+    """The fix to add to a backward error hookviz knows a fix for."""
+    if "modified by an inplace operation" in str(error):
+        return (
+            "\nTo fix it, make the in-place op that changed a tensor saved for backward out of place "
+            "(y = y * 2, not y.mul_(2); inplace=False): plain PyTorch's backward refuses it too"
+        )
+    return ""
 
 
 def _aliases(named) -> dict[str, str]:
