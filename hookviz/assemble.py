@@ -108,11 +108,14 @@ class _Assembler:
 
     def build(self) -> Run:
         graph, recorder, walk = self.graph, self.recorder, self.graph.walk
-        forward_calls = graph.recorder.calls
-        in_keys = {n: self._keys(g) for n, g in recorder.grad_inputs.items()}
-        received_keys = {n: self._keys(g) for n, g in recorder.received_grad_inputs.items()}
-        out_grad_keys = {n: self._keys(g) for n, g in recorder.grad_outputs.items()}
-        before_out_keys = {n: self._keys(g) for n, g in recorder.grad_outputs_before_edit.items()}
+        static = graph.assembly_static
+        if static is None:  # once per forward: what every run on it shares
+            static = graph.assembly_static = _StaticParts(graph, self.context.user_model)
+        keys = self._keys
+        in_keys = {n: keys(g) for n, g in recorder.grad_inputs.items()}
+        received_keys = {n: keys(g) for n, g in recorder.received_grad_inputs.items()}
+        out_grad_keys = {n: keys(g) for n, g in recorder.grad_outputs.items()}
+        before_out_keys = {n: keys(g) for n, g in recorder.grad_outputs_before_edit.items()}
         leaf_keys = {n: None if g is None else self.batch.add(g) for n, g in self.leaf_grads.items()}
         # Only hooks that ran in this run: a backward-only re-run ran no forward hooks.
         # What hook calls saw is summarised in full even in a lazy run: the user may remove the
@@ -121,15 +124,18 @@ class _Assembler:
         if self.batch.source is not None:
             hook_batch = StatsBatch(self.batch.full_limit, self.batch.histogram_bins)
         hook_keys = [
-            (call, self._keys(before, hook_batch), self._keys(after, hook_batch))
+            (call, keys(before, hook_batch), keys(after, hook_batch))
             for call, before, after in recorder.hook_calls
         ]
         full_views = self._full_hook_views()
-        hidden_keys = {i: (self._keys(gi), self._keys(go)) for i, (gi, go) in recorder.hidden_seen.items()}
+        hidden_keys = {i: (keys(gi), keys(go)) for i, (gi, go) in recorder.hidden_seen.items()}
         self.batch.compute()
         if hook_batch is not self.batch:
             hook_batch.compute()
         records = self.batch.records
+
+        def records_of(keys) -> tuple:
+            return tuple(None if k is None else records[k] for k in keys)
 
         hook_calls = []
         for call, before, after in hook_keys:
@@ -139,50 +145,27 @@ class _Assembler:
         events = sorted(recorder.events, key=lambda e: e.step)
         _attach_post_hooks_to_nodes(events, hook_calls)
 
-        order = _execution_order(recorder.order, walk)
-        user_modules = user_module_hooks(self.context.user_model)
-        user_tensors = user_tensor_hooks(graph.leaves)
-        parameters = {*graph.parameter_names, *graph.parameter_aliases}
-        ran = {call.module for call in forward_calls}
+        order = static.execution_order(recorder.order)
         details = self.batch.source  # a lazy run's: forward values are filled on first read
         nodes: dict[str, NodeRecord] = {}
-        for node in walk.nodes.values():
-            call_index = node.call
-            call = forward_calls[call_index] if call_index is not None else None
-            record = NodeRecord(
-                id=node.id,
-                op=node.op,
-                kind=node.kind,
-                module=call.module if call is not None else _leaf_module(node.id, node.kind, parameters, ran),
-                module_call=call.call if call is not None else 0,
-                order=order.get(node.id),
-                output=node.output,
-                saved=list(node.saved),
-                constants=dict(node.constants),
-            )
-            if node.kind == "op":
+        post_edits = recorder.post_edits
+        for node_id, fields in static.node_fields.items():
+            fields = {**fields, "order": order.get(node_id), **_fresh_lists(fields)}
+            if fields["kind"] == "op":
+                fields["grad_outputs"] = records_of(out_grad_keys.get(node_id, ()))
+                fields["grad_inputs"] = records_of(in_keys.get(node_id, ()))
+                if node_id in post_edits and node_id in received_keys:
+                    fields["grad_inputs_before_edit"] = records_of(received_keys[node_id])
+                if node_id in before_out_keys:
+                    fields["grad_outputs_before_edit"] = records_of(before_out_keys[node_id])
                 if details is not None:
-                    details.defer(record, NodeRecord.DEFERRED)
-                record.grad_outputs = self._records(out_grad_keys.get(node.id, ()))
-                record.grad_inputs = self._records(in_keys.get(node.id, ()))
-                if node.id in recorder.post_edits and node.id in received_keys:
-                    record.grad_inputs_before_edit = self._records(received_keys[node.id])
-                if node.id in before_out_keys:
-                    record.grad_outputs_before_edit = self._records(before_out_keys[node.id])
-                if node.sites is None:  # the same on every run of this forward
-                    outputs = len(node.fn._input_metadata)
-                    node.sites = (
-                        *(f"grad_inputs[{slot}]" for slot, _, _ in node.inputs),
-                        *(f"grad_outputs[{i}]" for i in range(outputs)),
-                        "grad",
-                    )
-                record.sites = list(node.sites)
+                    del fields["output"]
+                    nodes[node_id] = details.pending(NodeRecord, fields)
+                    continue
             else:
-                key = leaf_keys.get(node.id)
-                record.grad_outputs = (records[key],) if key is not None else ()
-                record.sites = ["grad"] if node.id in graph.leaves else []
-                record.user_hooks = list(user_tensors.get(node.id, []))
-            nodes[node.id] = record
+                key = leaf_keys.get(node_id)
+                fields["grad_outputs"] = (records[key],) if key is not None else ()
+            nodes[node_id] = NodeRecord.from_fields(fields)
 
         # A module's edit hooks fire once per call, last call first.
         module_edits: dict[tuple[str, str], list[HookCall]] = {}
@@ -195,85 +178,54 @@ class _Assembler:
         for hook_call in hook_calls:
             if hook_call.kind == "full backward pre-hook":
                 user_pre_hooks.setdefault(hook_call.where, []).append(hook_call)
-        pre_hooks_per_call = {
-            name: sum(h.kind == "full backward pre-hook" for h in hooks)
-            for name, hooks in user_modules.items()
-        }
         calls = []
-        for i, state in enumerate(forward_calls):
-            output_node = None
-            if state.legacy is not None and state.legacy.grad_fn is not None:
-                fn, _ = resolve_hidden(state.legacy.grad_fn, state.legacy.output_nr)
-                output_node = walk.node_id(fn)
-            legacy_in, legacy_out = (), ()
+        for i, fields in enumerate(static.call_fields):
+            module, output_node = fields["module"], fields["output_node"]
+            fields = {**fields, "user_hooks": list(fields["user_hooks"])}
             if i in hidden_keys:  # the legacy hook hangs on a full hook's identity Node
-                legacy_in, legacy_out = self._records(hidden_keys[i][0]), self._records(hidden_keys[i][1])
+                fields["legacy_grad_input"] = records_of(hidden_keys[i][0])
+                fields["legacy_grad_output"] = records_of(hidden_keys[i][1])
             elif output_node is not None and nodes[output_node].kind == "op":
                 first_legacy = next(
                     (h for h in hook_calls if h.kind == "legacy backward hook" and h.node == output_node),
                     None,
                 )
-                legacy_in = (
-                    first_legacy.before if first_legacy else self._records(received_keys.get(output_node, ()))
+                fields["legacy_grad_input"] = (
+                    first_legacy.before if first_legacy else records_of(received_keys.get(output_node, ()))
                 )
-                legacy_out = nodes[output_node].grad_outputs
-            module_hooks = list(user_modules.get(state.module, []))
+                fields["legacy_grad_output"] = nodes[output_node].grad_outputs
             fires, input_keys, output_keys = full_views[i]
-            grad_input, grad_output = self._records(input_keys), self._records(output_keys)
-            grad_input_before_edit = grad_output_before_edit = None
-            if fires and user_pre_hooks.get(state.module):
-                fired = user_pre_hooks[state.module]
+            grad_input, grad_output = records_of(input_keys), records_of(output_keys)
+            if fires and user_pre_hooks.get(module):
+                fired = user_pre_hooks[module]
                 grad_output = fired[-1].after  # the last pre-hook of the last call still recorded
-                del fired[-pre_hooks_per_call.get(state.module, 1) :]
-            if module_edits.get((state.module, "grad_output")):
-                grad_output_before_edit = grad_output
-                grad_output = module_edits[(state.module, "grad_output")].pop().after
-            if module_edits.get((state.module, "grad_input")):
-                grad_input_before_edit, grad_input = (
-                    grad_input,
-                    module_edits[(state.module, "grad_input")].pop().after,
-                )
-            call_record = ModuleCall(
-                module=state.module,
-                call=state.call,
-                type=state.type,
-                inputs=graph.call_inputs[i],
-                output=graph.call_outputs[i],
-                output_replaced=graph.call_outputs_replaced[i],
-                full_hook_fires=fires,
-                grad_input=grad_input,
-                grad_input_before_edit=grad_input_before_edit,
-                grad_output=grad_output,
-                grad_output_before_edit=grad_output_before_edit,
-                legacy_grad_input=legacy_in,
-                legacy_grad_output=legacy_out,
-                output_node=output_node,
-                user_hooks=module_hooks,
-                in_place=state.in_place,
-                output_changed_later=state.output_changed_later,
-                output_requires_grad=any(e.requires_grad for e in state.returned + (state.replaced or [])),
-                grad_enabled=state.grad_enabled,
-                output_kind_hookable=state.full_hook_fires,
-                shared_inputs=graph.plans[i].shared_inputs,
-            )
+                del fired[-static.pre_hooks_per_call.get(module, 1) :]
+            if module_edits.get((module, "grad_output")):
+                fields["grad_output_before_edit"] = grad_output
+                grad_output = module_edits[(module, "grad_output")].pop().after
+            if module_edits.get((module, "grad_input")):
+                fields["grad_input_before_edit"] = grad_input
+                grad_input = module_edits[(module, "grad_input")].pop().after
+            fields.update(full_hook_fires=fires, grad_input=grad_input, grad_output=grad_output)
             if details is not None:
-                details.defer(call_record, ModuleCall.DEFERRED)
-            calls.append(call_record)
-            if output_node in nodes and state.call == 0:
-                nodes[output_node].user_hooks.extend(
-                    h for h in module_hooks if h.kind == "legacy backward hook"
+                calls.append(details.pending(ModuleCall, fields))
+            else:
+                calls.append(
+                    ModuleCall.from_fields(
+                        {
+                            **fields,
+                            "inputs": graph.call_inputs[i],
+                            "output": graph.call_outputs[i],
+                            "output_replaced": graph.call_outputs_replaced[i],
+                        }
+                    )
                 )
-        for _, _, wrapper in graph.recorder.intermediate_hooks:
-            if wrapper.node in nodes:
-                nodes[wrapper.node].user_hooks.append(HookInfo("tensor hook", wrapper.name, wrapper.where))
 
         leaf_grads = {n: (None if g is None else g.detach()) for n, g in self.leaf_grads.items()}
         return Run(
             loss=graph.loss.detach().cpu().reshape(()),
             device=graph.device,
-            edges=[
-                (producer, node.id, slot) for node in walk.nodes.values() for slot, producer, _ in node.inputs
-            ],
+            edges=list(static.edges),
             nodes=nodes,
             root=walk.root,
             leaf_grads=_ordered_leaves(leaf_grads, self.context, graph),
@@ -290,6 +242,119 @@ class _Assembler:
             module_aliases=dict(graph.module_aliases),
             parameter_aliases=dict(graph.parameter_aliases),
         )
+
+
+def _fresh_lists(fields: dict) -> dict:
+    """Copies of a template's containers: each run's records are its own."""
+    return {
+        "saved": list(fields["saved"]),
+        "constants": dict(fields["constants"]),
+        "user_hooks": list(fields["user_hooks"]),
+        "sites": list(fields["sites"]),
+    }
+
+
+class _StaticParts:
+    """What every run on one retained forward shares, worked out by its first run: each record's
+    fields that only the forward decides, the user's hooks (a run on a retained forward has the
+    hooks its forward had: :meth:`hookviz.session.Session.run` starts a fresh forward when they
+    change), the edges, and the execution order of the last Node order seen."""
+
+    def __init__(self, graph, user_model: torch.nn.Module):
+        walk, forward_calls = graph.walk, graph.recorder.calls
+        user_modules = user_module_hooks(user_model)
+        user_tensors = user_tensor_hooks(graph.leaves)
+        parameters = {*graph.parameter_names, *graph.parameter_aliases}
+        ran = {call.module for call in forward_calls}
+        self.node_fields: dict[str, dict] = {}
+        for node in walk.nodes.values():
+            call = forward_calls[node.call] if node.call is not None else None
+            module = call.module if call is not None else _leaf_module(node.id, node.kind, parameters, ran)
+            fields = {
+                "id": node.id,
+                "op": node.op,
+                "kind": node.kind,
+                "module": module,
+                "module_call": call.call if call is not None else 0,
+                "order": None,
+                "output": node.output,
+                "grad_outputs": (),
+                "grad_inputs": (),
+                "grad_inputs_before_edit": None,
+                "grad_outputs_before_edit": None,
+                "saved": list(node.saved),
+                "constants": dict(node.constants),
+                "user_hooks": [],
+                "sites": [],
+            }
+            if node.kind == "op":
+                outputs = len(node.fn._input_metadata)
+                fields["sites"] = [
+                    *(f"grad_inputs[{slot}]" for slot, _, _ in node.inputs),
+                    *(f"grad_outputs[{i}]" for i in range(outputs)),
+                    "grad",
+                ]
+            else:
+                fields["sites"] = ["grad"] if node.id in graph.leaves else []
+                fields["user_hooks"] = list(user_tensors.get(node.id, []))
+            self.node_fields[node.id] = fields
+        self.pre_hooks_per_call = {
+            name: sum(h.kind == "full backward pre-hook" for h in hooks)
+            for name, hooks in user_modules.items()
+        }
+        self.call_fields: list[dict] = []
+        for i, state in enumerate(forward_calls):
+            output_node = None
+            if state.legacy is not None and state.legacy.grad_fn is not None:
+                fn, _ = resolve_hidden(state.legacy.grad_fn, state.legacy.output_nr)
+                output_node = walk.node_id(fn)
+            module_hooks = list(user_modules.get(state.module, []))
+            self.call_fields.append(
+                {
+                    "module": state.module,
+                    "call": state.call,
+                    "type": state.type,
+                    "full_hook_fires": True,
+                    "grad_input": (),
+                    "grad_output": (),
+                    "grad_input_before_edit": None,
+                    "grad_output_before_edit": None,
+                    "legacy_grad_input": (),
+                    "legacy_grad_output": (),
+                    "output_node": output_node,
+                    "user_hooks": module_hooks,
+                    "in_place": state.in_place,
+                    "output_changed_later": state.output_changed_later,
+                    "output_requires_grad": any(
+                        e.requires_grad for e in state.returned + (state.replaced or [])
+                    ),
+                    "grad_enabled": state.grad_enabled,
+                    "output_kind_hookable": state.full_hook_fires,
+                    "shared_inputs": graph.plans[i].shared_inputs,
+                }
+            )
+            if output_node in self.node_fields and state.call == 0:
+                self.node_fields[output_node]["user_hooks"].extend(
+                    h for h in module_hooks if h.kind == "legacy backward hook"
+                )
+        for _, _, wrapper in graph.recorder.intermediate_hooks:
+            if wrapper.node in self.node_fields:
+                self.node_fields[wrapper.node]["user_hooks"].append(
+                    HookInfo("tensor hook", wrapper.name, wrapper.where)
+                )
+        self.edges = [
+            (producer, node.id, slot) for node in walk.nodes.values() for slot, producer, _ in node.inputs
+        ]
+        self._walk = walk
+        self._order_seen: tuple | None = None
+        self._order: dict[str, int] = {}
+
+    def execution_order(self, order: dict[str, int]) -> dict[str, int]:
+        """:func:`_execution_order` of ``order``, worked out again only when it changed."""
+        seen = tuple(order)
+        if seen != self._order_seen:
+            self._order_seen, self._order = seen, _execution_order(order, self._walk)
+        return self._order
 
 
 def _attach_post_hooks_to_nodes(events: list[Event], hook_calls: list[HookCall]) -> None:

@@ -51,6 +51,14 @@ class Deferrable:
         record.__dict__["_source"] = source
         return record
 
+    @classmethod
+    def from_fields(cls, fields: dict):
+        """The record ``cls(**fields)``, made without running ``__init__`` (a run makes one per
+        Node): ``fields`` holds every field."""
+        record = cls.__new__(cls)
+        record.__dict__.update(fields)
+        return record
+
     def settle(self, **values) -> None:
         """Set deferred fields (those not set yet) and forget the source once none is missing."""
         for name, value in values.items():

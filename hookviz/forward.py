@@ -75,6 +75,8 @@ class RetainedForward:
     parameter_names: list[str] = field(init=False)  # first names, in model order
     module_aliases: dict[str, str] = field(init=False)  # other name -> first name (tied modules)
     parameter_aliases: dict[str, str] = field(init=False)  # other name -> first name (tied weights)
+    # What every run's records share, made by the first run on this forward (hookviz.assemble):
+    assembly_static: object = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.leaf_ids = {id(n.tensor): n.id for n in self.walk.nodes.values() if n.tensor is not None}
@@ -291,14 +293,18 @@ def _aliases(named) -> dict[str, str]:
 
 
 def hook_signature(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> tuple:
-    """Which user hooks exist now (to notice hooks added or removed since a forward)."""
+    """Which user hooks exist now: a run on a retained forward needs the forward's (a change starts
+    a fresh forward), and its records share the forward's list of them (:mod:`hookviz.assemble`)."""
     modules = tuple(
         (name, attribute, tuple(getattr(m, attribute).keys()))
         for name, m in module_tree.named_modules(model)
         for attribute in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
         if getattr(m, attribute)
     )
-    tensor_hooks = tuple((n, tuple((t._backward_hooks or {}).keys())) for n, t in tensors.items())
+    tensor_hooks = tuple(
+        (n, tuple(t._backward_hooks or ()), tuple(getattr(t, "_post_accumulate_grad_hooks", None) or ()))
+        for n, t in tensors.items()
+    )
     return modules, tensor_hooks
 
 

@@ -43,7 +43,6 @@ class WalkedNode:
         saved: what it saved for backward (:class:`hookviz.run.SavedTensor`, filled after forward).
         constants: the Python numbers it saved for backward, by name (filled after forward).
         output: summary of its forward value (a :class:`hookviz.stats.TensorRecord`), when seen.
-        sites: its editable slots, worked out by the first run on it.
     """
 
     id: str
@@ -57,7 +56,6 @@ class WalkedNode:
     saved: list = field(default_factory=list)
     constants: dict = field(default_factory=dict)
     output: object = None
-    sites: tuple[str, ...] | None = None
 
 
 @dataclass
