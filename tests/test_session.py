@@ -164,6 +164,29 @@ def test_user_tensor_hook_and_full_backward_hook_run_as_always():
     handle_tensor.remove()
 
 
+def test_a_rerun_lists_the_hooks_the_model_has_at_that_run():
+    # Re-runs on one retained forward share its list of the user's hooks: any hook added or removed
+    # since must start a fresh forward, and the run must list the hooks as they are.
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    session = hookviz.Session(model, (torch.randn(3, 2),), loss_fn=lambda out: out.sum())
+    assert session.run().node("0.weight").user_hooks == []
+    again = session.run()
+    assert again.forward_reused and again.node("0.weight").user_hooks == []
+    accumulated = model[0].weight.register_post_accumulate_grad_hook(lambda p: None)
+    with_hook = session.run()
+    assert not with_hook.forward_reused
+    assert [h.kind for h in with_hook.node("0.weight").user_hooks] == ["post-accumulate-grad hook"]
+    forward_hook = model[1].register_forward_hook(lambda m, i, o: None)
+    with_module_hook = session.run()
+    assert not with_module_hook.forward_reused
+    assert [h.kind for h in with_module_hook.module_io("1").user_hooks] == ["forward hook"]
+    accumulated.remove()
+    forward_hook.remove()
+    after = session.run()
+    assert after.node("0.weight").user_hooks == [] and after.module_io("1").user_hooks == []
+    assert session.run().forward_reused
+
+
 def test_forward_hooks_are_recorded_once_and_leaves_belong_to_their_module():
     model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
     handle = model[0].register_forward_hook(lambda module, args, output: print("fwd", output.shape))
