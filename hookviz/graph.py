@@ -171,11 +171,14 @@ def saved_tensor_names(fn) -> list[str]:
 
     Source: PyTorch "Autograd mechanics", section "Saved tensors": ``grad_fn._saved_<name>``. A
     custom ``autograd.Function``'s Node has what ``ctx.save_for_backward`` saved in ``saved_tensors``.
+    The sizes and strides a Node keeps of a tensor (``_saved_mat1_sym_sizes``, ``..._sym_strides``,
+    tuples of ints) are left out: they are neither a tensor nor a number, and reading them made
+    tuples on every Node (half the attributes of ``AddmmBackward0``).
     """
     cls = type(fn)
     names = _SAVED_NAMES.get(cls)
     if names is None:
-        names = [a for a in dir(fn) if a.startswith("_saved_")]
+        names = [a for a in dir(fn) if a.startswith("_saved_") and not a.endswith(_SHAPE_SUFFIXES)]
         if isinstance(fn, torch.autograd.function.BackwardCFunction):
             names.append("saved_tensors")
         _SAVED_NAMES[cls] = names
@@ -183,6 +186,7 @@ def saved_tensor_names(fn) -> list[str]:
 
 
 _SAVED_NAMES: dict[type, list[str]] = {}
+_SHAPE_SUFFIXES = ("_sym_sizes", "_sym_strides")
 
 
 def _op(fn) -> str:
