@@ -157,8 +157,20 @@ def forget_tensors(recorder: ForwardRecorder) -> None:
     recorder.outputs.clear()
     recorder.snapshots.clear()
 
+    # One Edge is often listed twice (outputs and returned): forgotten once. The original is held
+    # with its copy so that its id is not reused while this runs.
+    forgotten: dict[int, tuple[Edge, Edge]] = {}
+
     def forget(edges):
-        return [e if e is None or e.grad_fn is None else e._replace(tensor=None) for e in edges]
+        kept = []
+        for edge in edges:
+            if edge is not None and edge.grad_fn is not None:
+                found = forgotten.get(id(edge))
+                if found is None:  # NamedTuple._replace costs several times this
+                    found = forgotten[id(edge)] = (edge, tuple.__new__(Edge, (None, *edge[1:])))
+                edge = found[1]
+            kept.append(edge)
+        return kept
 
     for call in recorder.calls:
         call.output_changed_later = any(
@@ -216,8 +228,10 @@ class ForwardRecorder(TorchFunctionMode):
         self.intermediate_hooks: list[tuple[object, int, _UserHookWrapper]] = []
 
     def __enter__(self):
+        # With no function mode (values=False) there is nothing to switch off around the hooks.
+        pre, post = (self._pre, self._post) if self.values else (self._enter, self._post_unmoded)
         for module in module_tree.modules(self.model):
-            self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True))
+            self.handles.append(module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True))
             if module._forward_hooks:
                 # Prepended: sees the output as forward returned it, before the user's forward
                 # hooks. A module without hooks of the user's needs no such hook: _post sees the
@@ -226,7 +240,7 @@ class ForwardRecorder(TorchFunctionMode):
                     module.register_forward_hook(self._returned, with_kwargs=True, prepend=True)
                 )
                 self.returns_seen.add(id(module))
-            self.handles.append(module.register_forward_hook(self._post, with_kwargs=True))
+            self.handles.append(module.register_forward_hook(post, with_kwargs=True))
         self._original_register_hook = torch.Tensor.register_hook
         recorder = self
 
@@ -304,6 +318,9 @@ class ForwardRecorder(TorchFunctionMode):
     def _post(self, module, args, kwargs, output):
         with torch._C.DisableTorchFunction():
             self._exit(output, id(module) in self.returns_seen)
+
+    def _post_unmoded(self, module, args, kwargs, output):
+        self._exit(output, id(module) in self.returns_seen)
 
     def _enter(self, module, args, kwargs) -> None:
         name = self.names.get(id(module), type(module).__name__)
