@@ -150,22 +150,26 @@ class _Assembler:
         nodes: dict[str, NodeRecord] = {}
         post_edits = recorder.post_edits
         for node_id, fields in static.node_fields.items():
-            fields = {**fields, "order": order.get(node_id), **_fresh_lists(fields)}
+            # The record gets its own dict of the template's fields, then its own containers.
+            lazy_op = details is not None and fields["kind"] == "op"
+            record = details.pending(NodeRecord, fields) if lazy_op else NodeRecord.from_fields(fields)
+            own = record.__dict__
+            own["order"] = order.get(node_id)
+            own["saved"], own["constants"] = list(fields["saved"]), dict(fields["constants"])
+            own["user_hooks"], own["sites"] = list(fields["user_hooks"]), list(fields["sites"])
             if fields["kind"] == "op":
-                fields["grad_outputs"] = records_of(out_grad_keys.get(node_id, ()))
-                fields["grad_inputs"] = records_of(in_keys.get(node_id, ()))
+                own["grad_outputs"] = records_of(out_grad_keys.get(node_id, ()))
+                own["grad_inputs"] = records_of(in_keys.get(node_id, ()))
                 if node_id in post_edits and node_id in received_keys:
-                    fields["grad_inputs_before_edit"] = records_of(received_keys[node_id])
+                    own["grad_inputs_before_edit"] = records_of(received_keys[node_id])
                 if node_id in before_out_keys:
-                    fields["grad_outputs_before_edit"] = records_of(before_out_keys[node_id])
-                if details is not None:
-                    del fields["output"]
-                    nodes[node_id] = details.pending(NodeRecord, fields)
-                    continue
+                    own["grad_outputs_before_edit"] = records_of(before_out_keys[node_id])
+                if lazy_op:
+                    del own["output"]  # filled with the other details on first read
             else:
                 key = leaf_keys.get(node_id)
-                fields["grad_outputs"] = (records[key],) if key is not None else ()
-            nodes[node_id] = NodeRecord.from_fields(fields)
+                own["grad_outputs"] = (records[key],) if key is not None else ()
+            nodes[node_id] = record
 
         # A module's edit hooks fire once per call, last call first.
         module_edits: dict[tuple[str, str], list[HookCall]] = {}
@@ -181,19 +185,25 @@ class _Assembler:
         calls = []
         for i, fields in enumerate(static.call_fields):
             module, output_node = fields["module"], fields["output_node"]
-            fields = {**fields, "user_hooks": list(fields["user_hooks"])}
+            lazy = details is not None
+            record = details.pending(ModuleCall, fields) if lazy else ModuleCall.from_fields(fields)
+            own = record.__dict__
+            own["user_hooks"] = list(fields["user_hooks"])
+            if not lazy:
+                own["inputs"], own["output"] = graph.call_inputs[i], graph.call_outputs[i]
+                own["output_replaced"] = graph.call_outputs_replaced[i]
             if i in hidden_keys:  # the legacy hook hangs on a full hook's identity Node
-                fields["legacy_grad_input"] = records_of(hidden_keys[i][0])
-                fields["legacy_grad_output"] = records_of(hidden_keys[i][1])
+                own["legacy_grad_input"] = records_of(hidden_keys[i][0])
+                own["legacy_grad_output"] = records_of(hidden_keys[i][1])
             elif output_node is not None and nodes[output_node].kind == "op":
                 first_legacy = next(
                     (h for h in hook_calls if h.kind == "legacy backward hook" and h.node == output_node),
                     None,
                 )
-                fields["legacy_grad_input"] = (
+                own["legacy_grad_input"] = (
                     first_legacy.before if first_legacy else records_of(received_keys.get(output_node, ()))
                 )
-                fields["legacy_grad_output"] = nodes[output_node].grad_outputs
+                own["legacy_grad_output"] = nodes[output_node].grad_outputs
             fires, input_keys, output_keys = full_views[i]
             grad_input, grad_output = records_of(input_keys), records_of(output_keys)
             if fires and user_pre_hooks.get(module):
@@ -201,25 +211,13 @@ class _Assembler:
                 grad_output = fired[-1].after  # the last pre-hook of the last call still recorded
                 del fired[-static.pre_hooks_per_call.get(module, 1) :]
             if module_edits.get((module, "grad_output")):
-                fields["grad_output_before_edit"] = grad_output
+                own["grad_output_before_edit"] = grad_output
                 grad_output = module_edits[(module, "grad_output")].pop().after
             if module_edits.get((module, "grad_input")):
-                fields["grad_input_before_edit"] = grad_input
+                own["grad_input_before_edit"] = grad_input
                 grad_input = module_edits[(module, "grad_input")].pop().after
-            fields.update(full_hook_fires=fires, grad_input=grad_input, grad_output=grad_output)
-            if details is not None:
-                calls.append(details.pending(ModuleCall, fields))
-            else:
-                calls.append(
-                    ModuleCall.from_fields(
-                        {
-                            **fields,
-                            "inputs": graph.call_inputs[i],
-                            "output": graph.call_outputs[i],
-                            "output_replaced": graph.call_outputs_replaced[i],
-                        }
-                    )
-                )
+            own["full_hook_fires"], own["grad_input"], own["grad_output"] = fires, grad_input, grad_output
+            calls.append(record)
 
         leaf_grads = {n: (None if g is None else g.detach()) for n, g in self.leaf_grads.items()}
         return Run(
@@ -242,16 +240,6 @@ class _Assembler:
             module_aliases=dict(graph.module_aliases),
             parameter_aliases=dict(graph.parameter_aliases),
         )
-
-
-def _fresh_lists(fields: dict) -> dict:
-    """Copies of a template's containers: each run's records are its own."""
-    return {
-        "saved": list(fields["saved"]),
-        "constants": dict(fields["constants"]),
-        "user_hooks": list(fields["user_hooks"]),
-        "sites": list(fields["sites"]),
-    }
 
 
 class _StaticParts:
