@@ -7,6 +7,7 @@ views (full and legacy backward hook), the event order and the graph's edges.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -276,12 +277,9 @@ class _StaticParts:
                 "sites": [],
             }
             if node.kind == "op":
-                outputs = len(node.fn._input_metadata)
-                fields["sites"] = [
-                    *(f"grad_inputs[{slot}]" for slot, _, _ in node.inputs),
-                    *(f"grad_outputs[{i}]" for i in range(outputs)),
-                    "grad",
-                ]
+                fields["sites"] = _op_sites(
+                    tuple(slot for slot, _, _ in node.inputs), len(node.fn._input_metadata)
+                )
             else:
                 fields["sites"] = ["grad"] if node.id in graph.leaves else []
                 fields["user_hooks"] = list(user_tensors.get(node.id, []))
@@ -343,6 +341,17 @@ class _StaticParts:
         if seen != self._order_seen:
             self._order_seen, self._order = seen, _execution_order(order, self._walk)
         return self._order
+
+
+@functools.cache
+def _op_sites(slots: tuple[int, ...], outputs: int) -> tuple[str, ...]:
+    """The editable slots of an op Node whose ``grad_inputs`` reach the graph at ``slots`` (few
+    patterns recur over a whole graph, so each is spelled once)."""
+    return (
+        *(f"grad_inputs[{slot}]" for slot in slots),
+        *(f"grad_outputs[{i}]" for i in range(outputs)),
+        "grad",
+    )
 
 
 def _attach_post_hooks_to_nodes(events: list[Event], hook_calls: list[HookCall]) -> None:
