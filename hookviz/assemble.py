@@ -75,10 +75,6 @@ class _Assembler:
         batch = batch or self.batch
         return tuple(None if g is None else g.key if isinstance(g, Settled) else batch.add(g) for g in grads)
 
-    def _records(self, keys, batch: StatsBatch | None = None) -> tuple:
-        records = (batch or self.batch).records
-        return tuple(None if k is None else records[k] for k in keys)
-
     def _arriving(self, node_id: str, output_nr: int):
         """The gradient that reached output ``output_nr`` of a node (a leaf's: its grad)."""
         if node_id is None:
@@ -133,14 +129,11 @@ class _Assembler:
         self.batch.compute()
         if hook_batch is not self.batch:
             hook_batch.compute()
-        records = self.batch.records
-
-        def records_of(keys) -> tuple:
-            return tuple(None if k is None else records[k] for k in keys)
+        records, hook_records = self.batch.records, hook_batch.records
 
         hook_calls = []
         for call, before, after in hook_keys:
-            call.before, call.after = self._records(before, hook_batch), self._records(after, hook_batch)
+            call.before, call.after = _picked(hook_records, before), _picked(hook_records, after)
             hook_calls.append(call)
         hook_calls.sort(key=lambda c: c.step)
         events = sorted(recorder.events, key=lambda e: e.step)
@@ -149,22 +142,22 @@ class _Assembler:
         order = static.execution_order(recorder.order)
         details = self.batch.source  # a lazy run's: forward values are filled on first read
         nodes: dict[str, NodeRecord] = {}
-        post_edits = recorder.post_edits
+        post_edits, lazy = recorder.post_edits, details is not None
         for node_id, fields in static.node_fields.items():
             # The record gets its own dict of the template's fields, then its own containers.
-            lazy_op = details is not None and fields["kind"] == "op"
+            lazy_op = lazy and fields["kind"] == "op"
             record = details.pending(NodeRecord, fields) if lazy_op else NodeRecord.from_fields(fields)
             own = record.__dict__
             own["order"] = order.get(node_id)
             own["saved"], own["constants"] = list(fields["saved"]), dict(fields["constants"])
             own["user_hooks"], own["sites"] = list(fields["user_hooks"]), list(fields["sites"])
             if fields["kind"] == "op":
-                own["grad_outputs"] = records_of(out_grad_keys.get(node_id, ()))
-                own["grad_inputs"] = records_of(in_keys.get(node_id, ()))
+                own["grad_outputs"] = _picked(records, out_grad_keys.get(node_id, ()))
+                own["grad_inputs"] = _picked(records, in_keys.get(node_id, ()))
                 if node_id in post_edits and node_id in received_keys:
-                    own["grad_inputs_before_edit"] = records_of(received_keys[node_id])
+                    own["grad_inputs_before_edit"] = _picked(records, received_keys[node_id])
                 if node_id in before_out_keys:
-                    own["grad_outputs_before_edit"] = records_of(before_out_keys[node_id])
+                    own["grad_outputs_before_edit"] = _picked(records, before_out_keys[node_id])
                 if lazy_op:
                     del own["output"]  # filled with the other details on first read
             else:
@@ -186,7 +179,6 @@ class _Assembler:
         calls = []
         for i, fields in enumerate(static.call_fields):
             module, output_node = fields["module"], fields["output_node"]
-            lazy = details is not None
             record = details.pending(ModuleCall, fields) if lazy else ModuleCall.from_fields(fields)
             own = record.__dict__
             own["user_hooks"] = list(fields["user_hooks"])
@@ -194,19 +186,21 @@ class _Assembler:
                 own["inputs"], own["output"] = graph.call_inputs[i], graph.call_outputs[i]
                 own["output_replaced"] = graph.call_outputs_replaced[i]
             if i in hidden_keys:  # the legacy hook hangs on a full hook's identity Node
-                own["legacy_grad_input"] = records_of(hidden_keys[i][0])
-                own["legacy_grad_output"] = records_of(hidden_keys[i][1])
+                own["legacy_grad_input"] = _picked(records, hidden_keys[i][0])
+                own["legacy_grad_output"] = _picked(records, hidden_keys[i][1])
             elif output_node is not None and nodes[output_node].kind == "op":
                 first_legacy = next(
                     (h for h in hook_calls if h.kind == "legacy backward hook" and h.node == output_node),
                     None,
                 )
                 own["legacy_grad_input"] = (
-                    first_legacy.before if first_legacy else records_of(received_keys.get(output_node, ()))
+                    first_legacy.before
+                    if first_legacy
+                    else _picked(records, received_keys.get(output_node, ()))
                 )
                 own["legacy_grad_output"] = nodes[output_node].grad_outputs
             fires, input_keys, output_keys = full_views[i]
-            grad_input, grad_output = records_of(input_keys), records_of(output_keys)
+            grad_input, grad_output = _picked(records, input_keys), _picked(records, output_keys)
             if fires and user_pre_hooks.get(module):
                 fired = user_pre_hooks[module]
                 grad_output = fired[-1].after  # the last pre-hook of the last call still recorded
@@ -271,17 +265,16 @@ class _StaticParts:
                 "grad_inputs": (),
                 "grad_inputs_before_edit": None,
                 "grad_outputs_before_edit": None,
-                "saved": list(node.saved),
-                "constants": dict(node.constants),
+                "saved": node.saved,  # each run's record gets its own copy of the containers
+                "constants": node.constants,
                 "user_hooks": [],
-                "sites": [],
+                "sites": ["grad"] if node.id in graph.leaves else [],
             }
             if node.kind == "op":
                 fields["sites"] = _op_sites(
                     tuple(slot for slot, _, _ in node.inputs), len(node.fn._input_metadata)
                 )
             else:
-                fields["sites"] = ["grad"] if node.id in graph.leaves else []
                 fields["user_hooks"] = list(user_tensors.get(node.id, []))
             self.node_fields[node.id] = fields
         self.pre_hooks_per_call = {
@@ -352,6 +345,11 @@ def _op_sites(slots: tuple[int, ...], outputs: int) -> tuple[str, ...]:
         *(f"grad_outputs[{i}]" for i in range(outputs)),
         "grad",
     )
+
+
+def _picked(records: list, keys) -> tuple:
+    """The records at ``keys`` of a computed batch (None stays None)."""
+    return tuple(None if k is None else records[k] for k in keys)
 
 
 def _attach_post_hooks_to_nodes(events: list[Event], hook_calls: list[HookCall]) -> None:
