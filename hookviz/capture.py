@@ -678,6 +678,10 @@ class ModuleEditHook:
 # The user's own hooks
 # ----------------------------------------------------------------------------------------------
 
+TENSOR_HOOK_DICTS = {
+    "_backward_hooks": "tensor hook",
+    "_post_accumulate_grad_hooks": "post-accumulate-grad hook",
+}
 MODULE_HOOK_DICTS = {
     "_forward_pre_hooks": "forward pre-hook",
     "_forward_hooks": "forward hook",
@@ -717,10 +721,7 @@ def user_tensor_hooks(tensors: dict[str, torch.Tensor]) -> dict[str, list[HookIn
     """Tensor hooks (``register_hook``, ``register_post_accumulate_grad_hook``) by leaf name."""
     found: dict[str, list[HookInfo]] = {}
     for name, tensor in tensors.items():
-        for attribute, kind in (
-            ("_backward_hooks", "tensor hook"),
-            ("_post_accumulate_grad_hooks", "post-accumulate-grad hook"),
-        ):
+        for attribute, kind in TENSOR_HOOK_DICTS.items():
             for fn in (getattr(tensor, attribute, None) or {}).values():
                 found.setdefault(name, []).append(HookInfo(kind, _hook_name(fn), name))
     return found

@@ -20,6 +20,8 @@ from torch.utils import _pytree as pytree
 from hookviz import distributed, module_tree
 from hookviz.assemble import RunContext, build_run
 from hookviz.capture import (
+    MODULE_HOOK_DICTS,
+    TENSOR_HOOK_DICTS,
     BackwardRecorder,
     CallState,
     ForwardRecorder,
@@ -298,11 +300,11 @@ def hook_signature(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> 
     modules = tuple(
         (name, attribute, tuple(getattr(m, attribute).keys()))
         for name, m in module_tree.named_modules(model)
-        for attribute in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+        for attribute in MODULE_HOOK_DICTS
         if getattr(m, attribute)
     )
     tensor_hooks = tuple(
-        (n, tuple(t._backward_hooks or ()), tuple(getattr(t, "_post_accumulate_grad_hooks", None) or ()))
+        (n, *(tuple(getattr(t, attribute, None) or ()) for attribute in TENSOR_HOOK_DICTS))
         for n, t in tensors.items()
     )
     return modules, tensor_hooks
