@@ -46,8 +46,7 @@ class Deferrable:
         """The record ``cls(**fields)`` with every other deferred field left to ``source``: what
         ``__init__`` then :meth:`defer` make, without running them (a lazy run makes one per
         gradient). ``fields`` holds every field not in ``DEFERRED``."""
-        record = cls.__new__(cls)
-        record.__dict__.update(fields)
+        record = cls.from_fields(fields)
         record.__dict__["_source"] = source
         return record
 
