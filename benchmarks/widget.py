@@ -78,8 +78,9 @@ def show_to_first_paint(page, base: str, notebook: str) -> tuple[float, str]:
     harness.run_cell(page, 0)
     harness.widget_root(page)
     harness.wait_painted(page, 1, timeout=300_000)
-    painted_at = page.evaluate(
-        "() => (performance.timeOrigin + document.querySelector('.hookviz-widget').hookviz.paints[0].at) / 1000"
+    painted_at, rendered_at = page.evaluate(
+        "() => { const h = document.querySelector('.hookviz-widget').hookviz;"
+        " return [h.paints[0].at, h.marks.render].map(t => (performance.timeOrigin + t) / 1000); }"
     )
     output = page.locator(".jp-Notebook .jp-Cell").nth(0).locator(".jp-OutputArea-output").first
     line = output.inner_text().strip().splitlines()[0]
@@ -92,7 +93,10 @@ def show_to_first_paint(page, base: str, notebook: str) -> tuple[float, str]:
         polling=100,
     )
     details = page.evaluate("() => Date.now() / 1000") - painted_at
-    return painted_at - started_at, f"{line.rsplit(';', 1)[0]}; details {details:.1f} s after the paint"
+    return painted_at - started_at, (
+        f"{line.rsplit(';', 1)[0]}; render() {rendered_at - started_at:.2f} s after show(); "
+        f"details {details:.1f} s after the paint"
+    )
 
 
 def restart_kernel(page) -> None:

@@ -105,13 +105,15 @@ class Widget(anywidget.AnyWidget):
     errors = traitlets.Dict(value_trait=traitlets.Unicode(), key_trait=traitlets.Unicode()).tag(sync=True)
     """Control name -> the error shown beside that control."""
     leaf_summary = traitlets.List(traitlets.Dict()).tag(sync=True, to_json=_leaf_rows_buffer)
-    """The leaf table: one row per leaf, its gradient now and in the baseline run (one buffer)."""
+    """The leaf table: one row per leaf, its gradient now and in the baseline run (one buffer);
+    empty while a large run's wait for the page (:meth:`fill_details` sends them first)."""
     log = traitlets.List(traitlets.Dict()).tag(sync=True)
     """What the user's hooks printed during the run on screen."""
     replay = traitlets.List(traitlets.Dict()).tag(sync=True, to_json=_json_buffer)
     """Backward step by step, in execution order, for the replay slider (one buffer)."""
     chart = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
-    """The gradient-flow chart's data: per-layer norms now and in the baseline."""
+    """The gradient-flow chart's data: per-layer norms now and in the baseline; {} while a large
+    run's wait for the page, as ``leaf_summary``."""
     summary = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
     """Loss, baseline loss, device, run number and size of the run on screen."""
     diagnosis = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
@@ -148,6 +150,7 @@ class Widget(anywidget.AnyWidget):
         self._structure: str | None = None
         self._run_count = 0
         self._baseline_leaves: tuple[object, dict] | None = None
+        self._tables_pending = False  # the leaf table and chart of the run on screen wait for the page
         self._run_diagnosis: dict = {}
         self.watch = None  # the hookviz.Watch on screen (show_watch), or None
         self._watch_range: dict = {}
@@ -199,15 +202,19 @@ class Widget(anywidget.AnyWidget):
                 "forward_reused": bool(run.forward_reused),
                 "nodes": len(run.nodes),
             }
-            self.leaf_summary = widget_data.leaf_summary_json(
-                run, baseline, self._baseline_leaf_summaries(run)
-            )
-            self.chart = widget_data.chart_json(run, baseline, self.vanishing_threshold)
             self.replay = widget_data.replay_json(run)
             self.log = widget_data.log_json(run)
             if run.details_pending and _cheap_details(run):
                 run.fill_details()
             self.details_pending = run.details_pending
+            # A large run's leaf table and chart (the page draws them below the graph, after it)
+            # come when the page asks for its details: on a 20,000-Node graph they took a tenth
+            # of show().
+            self._tables_pending = self.details_pending
+            if self._tables_pending:
+                self.leaf_summary, self.chart = [], {}
+            else:
+                self._show_tables(run)
             self._run_diagnosis = (
                 widget_data.diagnosis_json([], "run", pending=True)
                 if self.details_pending
@@ -225,16 +232,19 @@ class Widget(anywidget.AnyWidget):
 
     def fill_details(self) -> bool:
         """Record the details of the run on screen (values, statistics, forward values) if they
-        are still pending, then diagnose it and refresh the inspector. The page asks for it once it
-        has drawn the graph; in IPython it also runs before the next cell, and in a kernel at
-        the latest :data:`DETAILS_WAIT_FOR_THE_PAGE_S` after the cell that showed a large run
-        (at once in a terminal IPython); call it from Python to have ``diagnosis`` at once.
+        are still pending, then diagnose it and refresh the inspector. A large run's leaf table
+        and chart, which wait with them, are sent first (they need no second recording).
+        The page asks for it once it has drawn the graph; in IPython it also runs before the
+        next cell, and in a kernel at the latest :data:`DETAILS_WAIT_FOR_THE_PAGE_S` after the
+        cell that showed a large run (at once in a terminal IPython); call it from Python to
+        have ``diagnosis`` at once.
         Recording them is one more forward + backward of the model (:mod:`hookviz.details`).
 
         Returns:
             True (also when nothing was pending).
         """
         run = self.run
+        self._show_pending_tables()
         if not self.details_pending or run is None:
             return True
         try:
@@ -248,6 +258,20 @@ class Widget(anywidget.AnyWidget):
             if self.selected:
                 self._inspect(self.selected, quiet=True)
         return True
+
+    def _show_tables(self, run) -> None:
+        """The leaf table and the chart of ``run`` (norms and leaf gradients: no details needed)."""
+        baseline = self.baseline
+        self.leaf_summary = widget_data.leaf_summary_json(run, baseline, self._baseline_leaf_summaries(run))
+        self.chart = widget_data.chart_json(run, baseline, self.vanishing_threshold)
+
+    def _show_pending_tables(self) -> None:
+        """Send the leaf table and the chart of the run on screen if they still wait (before its
+        details: they need no second recording, so the page gets them at once)."""
+        if self._tables_pending and self.run is not None:
+            self._tables_pending = False
+            with self.hold_sync():
+                self._show_tables(self.run)
 
     def _diagnose_run(self, run) -> dict:
         """``run.diagnose()`` as the banner's JSON, with the chart's vanishing rule; a finding the
@@ -507,6 +531,7 @@ class Widget(anywidget.AnyWidget):
         """The gradient-flow chart as a ``plotly.graph_objects.Figure``: per-module norm of the
         gradient into the module's inputs, log scale, this run vs the baseline, and the vanishing
         threshold as a dashed line. Display it (``fig.show()``) or save it (``fig.write_html``)."""
+        self._show_pending_tables()
         return widget_data.chart_figure(self.chart)
 
     # ----- the watch view ----------------------------------------------------------------------

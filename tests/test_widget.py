@@ -630,9 +630,10 @@ def test_graph_payload_is_the_runs_autograd_graph(case):
 
 
 def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(monkeypatch):
-    """Past the cheap-details limit the first paint needs no second recording: graph, leaf table
-    and chart are those of an eager run; the page's "details" request records the rest, and
-    then diagnosis and inspector are the eager run's too."""
+    """Past the cheap-details limit the first paint needs no second recording: the graph is that
+    of an eager run. The leaf table and the chart, drawn below it, wait for the page's "details"
+    request, which sends them (the eager run's) and records the rest; then diagnosis and
+    inspector are the eager run's too. Python asking for the chart gets it at once."""
     torch.manual_seed(0)
     model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
     x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
@@ -646,15 +647,23 @@ def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(mo
     assert lazy.details_pending and lazy.run.details_pending  # nothing read a deferred field
     assert lazy.diagnosis["pending"] and lazy.diagnosis["findings"] == []
     assert lazy.graph == eager.graph
-    assert lazy.leaf_summary == eager.leaf_summary and lazy.chart == eager.chart
     assert lazy.replay == eager.replay
+    assert lazy.leaf_summary == [] and lazy.chart == {}
 
+    pending_when_sent = []
+    lazy.observe(lambda _: pending_when_sent.append(lazy.run.details_pending), "leaf_summary")
     reply = lazy.handle_message({"type": "details"})
     assert reply["ok"] and not lazy.details_pending and not lazy.run.details_pending
+    assert lazy.leaf_summary == eager.leaf_summary and lazy.chart == eager.chart
+    assert pending_when_sent == [True]  # the table went out before the second recording
     assert lazy.diagnosis == eager.diagnosis and lazy.diagnosis["counts"]["vanishing"] > 0
     lazy.select("AddmmBackward0_0")
     eager.select("AddmmBackward0_0")
     assert lazy.inspector == eager.inspector
+
+    charted = hookviz_widget.show(model, (x,), loss_fn=loss)
+    assert charted.details_pending and charted.chart == {}
+    assert charted.chart_figure().data and charted.chart == eager.chart and charted.details_pending
 
 
 def test_in_ipython_a_large_runs_details_are_recorded_when_its_cell_ends(monkeypatch):

@@ -405,6 +405,7 @@ function render({ model, el }) {
       model.get("edit_state") || {},
     );
   const drawChart = () => renderChart(chartEl, model.get("chart"));
+  const drawLeaves = () => renderLeaves(leavesEl, leavesOf(), undefined, model.get("details_pending"));
   const selectNode = (id) => {
     mark("tap");
     send({ type: "select", node: id });
@@ -445,7 +446,8 @@ function render({ model, el }) {
     "change:edits": drawEdits,
     "change:edit_state": drawEditState,
     "change:code": drawEdits,
-    "change:leaf_summary": () => renderLeaves(leavesEl, leavesOf()),
+    "change:leaf_summary": drawLeaves,
+    "change:details_pending": drawLeaves,
     "change:log": () => renderLog(logEl, model.get("log")),
     "change:replay": () => replay.setSteps(replayOf()),
     "change:chart": drawChart,
@@ -475,7 +477,7 @@ function render({ model, el }) {
     makeGraphView();
     // The graph first; the leaf table and the chart once it is on screen.
     drawGraph().then(() => {
-      renderLeaves(leavesEl, leavesOf());
+      drawLeaves();
       drawChart();
       drawHeatmap();
     });

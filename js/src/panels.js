@@ -153,12 +153,13 @@ export function leafRatio(leaf) {
   return now / then;
 }
 
-/** Every leaf's grad, baseline -> current run, in sortable columns (click a header). */
-export function renderLeaves(el, leaves, sort = { key: null, descending: true }) {
+/** Every leaf's grad, baseline -> current run, in sortable columns (click a header). `pending`:
+ * a large run's table comes after its graph is drawn (hookviz.Widget.fill_details). */
+export function renderLeaves(el, leaves, sort = { key: null, descending: true }, pending = false) {
   el.replaceChildren();
   add(el, h("h4", {}, "Leaf gradients (this run, against the baseline)"));
   if (!leaves || !leaves.length) {
-    add(el, h("div", { class: "hv-muted" }, "No leaves."));
+    add(el, h("div", { class: "hv-muted" }, pending ? "Summarising the leaves after the graph…" : "No leaves."));
     return;
   }
   let rows = [...leaves.filter((l) => l.changed), ...leaves.filter((l) => !l.changed)];
