@@ -13,6 +13,27 @@ const workerAsText = {
   },
 };
 
+// Plotly as the text of an ES module (src/chart.js evaluates it on the first chart, not on load).
+const plotly = await build({
+  stdin: { contents: 'export { default } from "plotly.js-cartesian-dist-min";', resolveDir: "." },
+  bundle: true,
+  format: "esm",
+  minify: true,
+  target: "es2020",
+  legalComments: "eof",
+  write: false,
+});
+const plotlyAsText = {
+  name: "plotly-as-text",
+  setup(b) {
+    b.onResolve({ filter: /^plotly-esm-text$/ }, () => ({ path: "plotly-esm-text", namespace: "plotly-text" }));
+    b.onLoad({ filter: /.*/, namespace: "plotly-text" }, () => ({
+      contents: plotly.outputFiles[0].text,
+      loader: "text",
+    }));
+  },
+};
+
 await build({
   entryPoints: ["src/index.js"],
   bundle: true,
@@ -21,7 +42,7 @@ await build({
   target: "es2020",
   loader: { ".css": "text" },
   legalComments: "eof",
-  plugins: [workerAsText],
+  plugins: [workerAsText, plotlyAsText],
   outfile: "../hookviz/static/widget.js",
   logLevel: "info",
 });

@@ -1,10 +1,34 @@
 // Plotly charts: the gradient flow chart (per-module gradient norm on a log scale, this run vs the
 // baseline) and the watch heatmap (names x training steps, drawn from the figure plotly.py made).
-import Plotly from "plotly.js-cartesian-dist-min";
+//
+// Plotly is bundled as the text of an ES module (build.mjs) and evaluated on the first draw, from a
+// blob URL as elk.js starts its worker: evaluated when the widget loaded, it took 0.42-0.62 s of
+// the page's main thread before the graph could be drawn (headless Chromium, 2 cores), and the
+// chart is drawn after the graph anyway.
+import plotlySource from "plotly-esm-text";
 import { chartSeries, heatmapWithStep } from "./logic.js";
+
+let plotlyLoading = null;
+let loadedPlotly = null;
+
+function plotly() {
+  plotlyLoading ??= import(URL.createObjectURL(new Blob([plotlySource], { type: "text/javascript" }))).then(
+    (module) => (loadedPlotly = module.default),
+  );
+  return plotlyLoading;
+}
+
+/** Run draw(Plotly) on `el` once plotly is loaded, unless a later draw or clear of `el` came first. */
+function drawWith(el, draw) {
+  const token = (el.hvDraw = (el.hvDraw || 0) + 1);
+  return plotly().then((Plotly) => {
+    if (el.hvDraw === token) draw(Plotly);
+  });
+}
 
 export function renderChart(el, chart) {
   if (!chart || !chart.modules || !chart.modules.length) {
+    destroyChart(el);
     el.textContent = "";
     return;
   }
@@ -73,16 +97,19 @@ export function renderChart(el, chart) {
         ]
       : [],
   };
-  Plotly.react(el, traces, layout, {
-    displaylogo: false,
-    responsive: true,
-    modeBarButtonsToRemove: ["lasso2d", "select2d"],
-  });
+  drawWith(el, (Plotly) =>
+    Plotly.react(el, traces, layout, {
+      displaylogo: false,
+      responsive: true,
+      modeBarButtonsToRemove: ["lasso2d", "select2d"],
+    }),
+  );
 }
 
 export function destroyChart(el) {
+  el.hvDraw = (el.hvDraw || 0) + 1; // a draw still waiting for plotly is dropped
   try {
-    Plotly.purge(el);
+    loadedPlotly?.purge(el);
   } catch {
     // nothing was drawn
   }
@@ -108,17 +135,19 @@ export function renderHeatmap(el, figure, step, onStep) {
     height: Math.min(600, 140 + 16 * rows),
     margin: { l: 110, r: 20, t: 40, b: 40 },
   };
-  Plotly.react(el, data, sized, {
-    displaylogo: false,
-    responsive: true,
-    modeBarButtonsToRemove: ["lasso2d", "select2d"],
-  });
-  if (!el.hvClickBound) {
-    el.hvClickBound = true;
-    el.on("plotly_click", (event) => {
-      const x = event?.points?.[0]?.x;
-      if (typeof x === "number") el.hvOnStep?.(x);
-    });
-  }
   el.hvOnStep = onStep;
+  drawWith(el, (Plotly) => {
+    Plotly.react(el, data, sized, {
+      displaylogo: false,
+      responsive: true,
+      modeBarButtonsToRemove: ["lasso2d", "select2d"],
+    });
+    if (!el.hvClickBound) {
+      el.hvClickBound = true;
+      el.on("plotly_click", (event) => {
+        const x = event?.points?.[0]?.x;
+        if (typeof x === "number") el.hvOnStep?.(x);
+      });
+    }
+  });
 }
