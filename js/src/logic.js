@@ -160,21 +160,25 @@ export function visibleGraph(graph, collapsed) {
   const markUsed = (ids) => {
     for (const id of ids) if (!usedGroups.has(id)) usedGroups.set(id, collapsedSet.has(byId.get(id).module));
   };
+  // Per module, not per node (20,000 nodes in a few thousand modules): its outermost collapsed
+  // box (null when every box around it is open), and the boxes it shows, marked on first sight.
+  const closedBoxOf = new Map();
+  const closedBox = (module) => {
+    let rep = closedBoxOf.get(module);
+    if (rep !== undefined) return rep;
+    const c = chain(groupId(module));
+    const k = c.findIndex((id) => collapsedSet.has(byId.get(id).module));
+    rep = k < 0 ? null : c[k];
+    markUsed(k < 0 ? c : c.slice(0, k + 1));
+    closedBoxOf.set(module, rep);
+    return rep;
+  };
   for (const n of graph.nodes) {
-    const c = chain(groupId(n.module));
-    let rep = null;
-    let k = 0;
-    for (; k < c.length; k++) {
-      if (collapsedSet.has(byId.get(c[k]).module)) {
-        rep = c[k];
-        break;
-      }
-    }
+    const rep = closedBox(n.module);
     if (rep) {
-      markUsed(c.slice(0, k + 1));
       representative.set(n.id, rep);
     } else {
-      markUsed(c);
+      const c = chain(groupId(n.module));
       representative.set(n.id, n.id);
       nodes.push({ node: n, parent: c.length ? c[c.length - 1] : null });
     }
@@ -184,17 +188,23 @@ export function visibleGraph(graph, collapsed) {
     const g = byId.get(id);
     groups.push({ group: g, collapsed: isCollapsed, parent: g.parent && usedGroups.has(g.parent) ? g.parent : null });
   }
-  const merged = new Map();
+  const edges = [];
+  const merged = new Map(); // source -> target -> its edge
   for (const [u, v] of graph.edges) {
     const a = representative.get(u);
     const b = representative.get(v);
     if (a === undefined || b === undefined || a === b) continue;
-    const key = `${a}\u0000${b}`;
-    const e = merged.get(key);
+    let targets = merged.get(a);
+    if (!targets) merged.set(a, (targets = new Map()));
+    const e = targets.get(b);
     if (e) e.count += 1;
-    else merged.set(key, { id: `e:${a}->${b}`, source: a, target: b, count: 1 });
+    else {
+      const edge = { id: `e:${a}->${b}`, source: a, target: b, count: 1 };
+      targets.set(b, edge);
+      edges.push(edge);
+    }
   }
-  return { nodes, groups, edges: [...merged.values()], representative };
+  return { nodes, groups, edges, representative };
 }
 
 /**
