@@ -93,7 +93,7 @@ class Session:
                 "per-op hooks; edits apply to these runs, not to the compiled model"
             )
             model = model._orig_mod
-        frozen = [n for n, p in model.named_parameters() if p.is_inference()]
+        frozen = [n for n, p in module_tree.named_parameters(model) if p.is_inference()]
         if frozen:
             raise HookvizError(
                 f"the parameters {', '.join(map(repr, frozen[:3]))}{' ...' if len(frozen) > 3 else ''} were "
