@@ -181,31 +181,36 @@ def _box_the_loss_ops(nodes: list[dict], edges: list[list]) -> None:
     Changes ``nodes[i]["module"]`` in place."""
     if any(item["module"] == LOSS_MODULE for item in nodes):
         return
-    inside = [item["id"] for item in nodes if item["module"] not in ("", LOSS_MODULE)]
-    if not inside:
+    inside = {item["id"] for item in nodes if item["module"] not in ("", LOSS_MODULE)}
+    root_ops = [item for item in nodes if item["module"] == "" and item["kind"] == "op"]
+    if not inside or not root_ops:
         return  # a model of root ops alone (the canonical example): nothing to set apart
     after, before = defaultdict(list), defaultdict(list)
     for source, target, _ in edges:
         after[source].append(target)
         before[target].append(source)
 
-    def reached(starts, step) -> set:
-        seen, todo = set(starts), list(starts)
+    def reaches_a_submodule(start: str, step, known: dict[str, bool]) -> bool:
+        # Walked from each root op, not from every submodule op: a root op next to a submodule's
+        # op stops at once. ``known`` keeps what earlier walks proved (in forward order, a chain
+        # of loss ops is walked once per direction).
+        seen, todo = {start}, [start]
         while todo:
             for other in step[todo.pop()]:
-                if other not in seen:
+                if other in inside or known.get(other):
+                    known[start] = True
+                    return True
+                if other not in seen and other not in known:
                     seen.add(other)
                     todo.append(other)
-        return seen
+        known.update(dict.fromkeys(seen, False))  # nothing they reach is a submodule's op
+        return False
 
-    followed_by_a_submodule = reached(inside, before)
-    after_a_submodule = reached(inside, after)
-    for item in nodes:
-        if (
-            item["module"] == ""
-            and item["kind"] == "op"
-            and item["id"] in after_a_submodule
-            and item["id"] not in followed_by_a_submodule
+    backward_known: dict[str, bool] = {}
+    forward_known: dict[str, bool] = {}
+    for item in root_ops:
+        if reaches_a_submodule(item["id"], before, backward_known) and not reaches_a_submodule(
+            item["id"], after, forward_known
         ):
             item["module"] = LOSS_MODULE
 

@@ -63,9 +63,16 @@ def short_name(module: str) -> str:
     return parts[-1]
 
 
-def _signature(group: dict, member_ops: Counter) -> str:
-    """Equal for two modules of one type that recorded the same ops (identical blocks)."""
-    text = group.get("type", "") + "|" + ",".join(f"{op}:{n}" for op, n in sorted(member_ops.items()))
+def _signature(group: dict, own_ops: Counter, child_signatures: list[str]) -> str:
+    """Equal for two modules of one type that recorded the same ops themselves and whose children
+    are identical in pairs (identical blocks)."""
+    text = "|".join(
+        (
+            group.get("type", ""),
+            ",".join(f"{op}:{n}" for op, n in sorted(own_ops.items())),
+            ",".join(sorted(child_signatures)),
+        )
+    )
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
@@ -73,26 +80,27 @@ def mark_repeats(groups: list[dict], nodes: list[dict], leaf_shapes: dict | None
     """Give each group ``signature`` and, when siblings share it, ``repeat = {index, count}``
     (1-based index among its identical siblings), so the page can show ``h.3`` as block 4 of 6.
 
-    Identical: same module type, same ops, and parameters of the same shapes (``leaf_shapes``:
-    leaf id -> shape), so a ``Linear(64, 3)`` head is not one of the ``Linear(64, 64)`` layers.
+    Identical: same module type, the same ops of its own, parameters of the same shapes
+    (``leaf_shapes``: leaf id -> shape), so a ``Linear(64, 3)`` head is not one of the
+    ``Linear(64, 64)`` layers, and children identical in pairs. Signatures are made innermost
+    first, each from its children's: one hash per module, no walk up per module.
     """
     leaf_shapes = leaf_shapes or {}
-    own: dict[str, Counter] = defaultdict(Counter)
+    keys: dict[str, list[str]] = defaultdict(list)
     for item in nodes:
         if item["kind"] == "op":
-            key = item["op"]
+            keys[item["module"]].append(item["op"])
         else:
-            key = f"{item['kind']}{list(leaf_shapes.get(item['id'], ()))}"
-        own[item["module"]][key] += 1
-    ops: dict[str, Counter] = defaultdict(Counter)  # a module's own ops and those of all inside it
-    for module, counts in own.items():  # a walk up per module, not per node
-        name = module
-        while name:
-            ops[name].update(counts)
-            name = parent_module(name)
+            keys[item["module"]].append(f"{item['kind']}{list(leaf_shapes.get(item['id'], ()))}")
+    own = {module: Counter(found) for module, found in keys.items()}  # counted in C
+    children: dict[str | None, list[dict]] = defaultdict(list)
+    for group in groups:
+        children[group["parent"]].append(group)
+    for group in sorted(groups, key=lambda g: -g["module"].count(".")):
+        inner = [child["signature"] for child in children.get(group["id"], ())]
+        group["signature"] = _signature(group, own.get(group["module"], Counter()), inner)
     by_class: dict[tuple, list[dict]] = defaultdict(list)
     for group in groups:
-        group["signature"] = _signature(group, ops[group["module"]])
         by_class[(group["parent"], group["signature"])].append(group)
     for members in by_class.values():
         members.sort(key=lambda g: natural_key(g["module"]))
