@@ -271,7 +271,9 @@ class Widget(anywidget.AnyWidget):
         details: they need no second recording, so the page gets them at once)."""
         if self._tables_pending and self.run is not None:
             self._tables_pending = False
-            with self.hold_sync():
+            # (collections meanwhile would scan the run's objects and free nothing: 1.0-1.4 s
+            # here on the 20,000-Node graph, against 0.25 s paused)
+            with cyclic_gc_paused(), self.hold_sync():
                 self._show_tables(self.run)
 
     def _diagnose_run(self, run) -> dict:

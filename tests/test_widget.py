@@ -7,6 +7,7 @@ the gradients of the module's last op (SubBackward0) and moves x.grad to [177779
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import time
@@ -650,12 +651,14 @@ def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(mo
     assert lazy.replay == eager.replay
     assert lazy.leaf_summary == [] and lazy.chart == {}
 
-    pending_when_sent = []
-    lazy.observe(lambda _: pending_when_sent.append(lazy.run.details_pending), "leaf_summary")
+    when_sent = []
+    lazy.observe(lambda _: when_sent.append((lazy.run.details_pending, gc.isenabled())), "leaf_summary")
+    assert gc.isenabled()
     reply = lazy.handle_message({"type": "details"})
     assert reply["ok"] and not lazy.details_pending and not lazy.run.details_pending
     assert lazy.leaf_summary == eager.leaf_summary and lazy.chart == eager.chart
-    assert pending_when_sent == [True]  # the table went out before the second recording
+    # The table went out before the second recording, made with the cyclic collector paused.
+    assert when_sent == [(True, False)]
     assert lazy.diagnosis == eager.diagnosis and lazy.diagnosis["counts"]["vanishing"] > 0
     lazy.select("AddmmBackward0_0")
     eager.select("AddmmBackward0_0")
