@@ -447,7 +447,8 @@ function render({ model, el }) {
     "change:edit_state": drawEditState,
     "change:code": drawEdits,
     "change:leaf_summary": drawLeaves,
-    "change:details_pending": drawLeaves,
+    // Only the "summarising…" line depends on it: a drawn table keeps the order the user sorted.
+    "change:details_pending": () => leavesOf().length || drawLeaves(),
     "change:log": () => renderLog(logEl, model.get("log")),
     "change:replay": () => replay.setSteps(replayOf()),
     "change:chart": drawChart,

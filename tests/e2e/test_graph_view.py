@@ -270,6 +270,10 @@ def test_a_large_run_is_painted_first_and_diagnosed_when_the_page_asks(lab):
         # The page asked for the details after its first paint: the banner then shows the findings.
         root.locator(".hv-banner .hv-banner-head").wait_for(state="visible", timeout=60_000)
         assert "vanishing" in root.locator(".hv-banner").inner_text()
+        # The leaf table and the chart came with that request, before the details were recorded.
+        assert root.locator(".hv-leaves tr[data-leaf]").count() > 0
+        assert "Summarising" not in root.locator(".hv-leaves").inner_text()
+        root.locator(".hv-chart .main-svg").first.wait_for(state="visible", timeout=30_000)
         assert (
             page.evaluate(
                 "() => document.querySelector('.hookviz-widget').hookviz.model.get('details_pending')"
