@@ -73,7 +73,9 @@ class _Assembler:
     def _keys(self, grads, batch: StatsBatch | None = None) -> tuple:
         """Stats keys of grads: tensors are added to the batch; settled ones already have one."""
         batch = batch or self.batch
-        return tuple(None if g is None else g.key if isinstance(g, Settled) else batch.add(g) for g in grads)
+        # (a list comprehension: tuple() of a generator costs twice as much on these short tuples)
+        keys = [None if g is None else g.key if isinstance(g, Settled) else batch.add(g) for g in grads]
+        return tuple(keys)
 
     def _arriving(self, node_id: str, output_nr: int):
         """The gradient that reached output ``output_nr`` of a node (a leaf's: its grad)."""
@@ -349,7 +351,7 @@ def _op_sites(slots: tuple[int, ...], outputs: int) -> tuple[str, ...]:
 
 def _picked(records: list, keys) -> tuple:
     """The records at ``keys`` of a computed batch (None stays None)."""
-    return tuple(None if k is None else records[k] for k in keys)
+    return tuple([None if k is None else records[k] for k in keys])
 
 
 def _attach_post_hooks_to_nodes(events: list[Event], hook_calls: list[HookCall]) -> None:

@@ -583,7 +583,7 @@ class BackwardRecorder:
             return grads
         kept = self.keep if inputs else self.keep_outputs
         return tuple(
-            g if g is None or (node_id, slot) in kept else self.settle(g) for slot, g in enumerate(grads)
+            [g if g is None or (node_id, slot) in kept else self.settle(g) for slot, g in enumerate(grads)]
         )
 
     def node_pre(self, node_id: str, grad_outputs: tuple):
