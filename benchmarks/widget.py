@@ -14,6 +14,9 @@ show(), the kernel's wall clock when ``hookviz.show()`` starts:
 3. a graph of about 20,000 nodes (a deep residual stack, opens collapsed): ``show()`` to first
    paint (target < 3 s).
 
+For 2 and 3 each run also prints how long ``show()`` took in the kernel and when the page's
+``render()`` came, so a slow paint can be told apart from a slow kernel.
+
 The machine is shared and has 2 cores: run it when nothing else does, and read the spread.
 """
 
