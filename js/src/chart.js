@@ -21,9 +21,15 @@ function plotly() {
 /** Run draw(Plotly) on `el` once plotly is loaded, unless a later draw or clear of `el` came first. */
 function drawWith(el, draw) {
   const token = (el.hvDraw = (el.hvDraw || 0) + 1);
-  return plotly().then((Plotly) => {
-    if (el.hvDraw === token) draw(Plotly);
-  });
+  return plotly().then(
+    (Plotly) => {
+      if (el.hvDraw === token) draw(Plotly);
+    },
+    // A page that refuses blob: modules (a strict Content-Security-Policy) says so in place.
+    (error) => {
+      if (el.hvDraw === token) el.textContent = `The chart could not load plotly: ${error?.message || error}`;
+    },
+  );
 }
 
 export function renderChart(el, chart) {
