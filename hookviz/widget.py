@@ -106,14 +106,15 @@ class Widget(anywidget.AnyWidget):
     """Control name -> the error shown beside that control."""
     leaf_summary = traitlets.List(traitlets.Dict()).tag(sync=True, to_json=_leaf_rows_buffer)
     """The leaf table: one row per leaf, its gradient now and in the baseline run (one buffer);
-    empty while a large run's wait for the page (:meth:`fill_details` sends them first)."""
+    empty while a large run's leaf table and chart wait for the page (:meth:`fill_details` sends
+    them first)."""
     log = traitlets.List(traitlets.Dict()).tag(sync=True)
     """What the user's hooks printed during the run on screen."""
     replay = traitlets.List(traitlets.Dict()).tag(sync=True, to_json=_json_buffer)
     """Backward step by step, in execution order, for the replay slider (one buffer)."""
     chart = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
     """The gradient-flow chart's data: per-layer norms now and in the baseline; {} while a large
-    run's wait for the page, as ``leaf_summary``."""
+    run's chart waits for the page, as ``leaf_summary`` does."""
     summary = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
     """Loss, baseline loss, device, run number and size of the run on screen."""
     diagnosis = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
