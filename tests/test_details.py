@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hookviz
+from hookviz import stats
 from hookviz.errors import HookvizError
 from hookviz.examples import sigmoid_mlp
 
@@ -97,6 +98,81 @@ def test_a_weight_gradient_and_its_transpose_are_reduced_once_and_keep_their_sha
     assert math.isclose(weight.norm, plain[0].weight.grad.norm().item(), rel_tol=1e-6)
     assert weight.norm == transposed.norm and weight.min == transposed.min  # filled, and equal
     assert not run.details_pending
+
+
+def test_small_gradients_are_held_to_the_run_end_and_take_the_norms_a_per_tensor_call_gives(monkeypatch):
+    """A lazy run takes the norms of small CPU gradients in one torch._foreach_norm call at the
+    end. Every norm equals, bit for bit, the one a torch.linalg.vector_norm call per gradient gives
+    (holding nothing), also when the memory bound stops the holding part way; float32 and float64
+    gradients alike."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16).double(), nn.Tanh(), nn.Linear(16, 16).double(), nn.Sigmoid())
+    head = nn.Linear(16, 3)  # float32 from here on
+
+    def loss_fn(out):
+        return head(out.float()).pow(2).sum()
+
+    x = torch.randn(6, 8, dtype=torch.float64)
+    foreach_norm, held = torch._foreach_norm, []
+
+    def counting(tensors, *args, **kwargs):
+        held.append(len(tensors))
+        return foreach_norm(tensors, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "_foreach_norm", counting)
+    runs, counts, default = {}, {}, stats.HOLD_SMALL_UP_TO
+    for bound in (default, 200, -1):
+        monkeypatch.setattr(stats, "HOLD_SMALL_UP_TO", bound)
+        held.clear()
+        runs[bound] = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+        counts[bound] = sum(held)
+    every, part, none = runs.values()
+    assert counts[-1] == 0 < counts[200] < counts[default]
+
+    def norms(run):
+        return {
+            (node_id, name, i): record.norm
+            for node_id, node in run.nodes.items()
+            for name in ("grad_inputs", "grad_outputs")
+            for i, record in enumerate(getattr(node, name))
+            if record is not None
+        }
+
+    assert norms(every) == norms(part) == norms(none)
+    assert {r.dtype for n in every.nodes.values() for r in n.grad_outputs if r} == {"float32", "float64"}
+    model.zero_grad()
+    loss_fn(model(x)).backward()
+    for name, parameter in model.named_parameters():
+        assert every.node(name).grad_outputs[0].norm == torch.linalg.vector_norm(parameter.grad).item()
+
+
+def test_a_gradient_a_hook_changes_in_place_after_hookviz_saw_it_is_marked_not_misreported():
+    """PyTorch's hooks must not modify their argument; one that does (``grad.mul_(2)``) changes a
+    gradient a Node hook already saw. The lazy record of it says so; it never shows the norm of
+    the changed values as the one the Node sent."""
+
+    class Doubling(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            h = torch.tanh(self.a(x))
+            h.register_hook(self.double_in_place)
+            return self.b(h)
+
+        @staticmethod
+        def double_in_place(grad):
+            grad.mul_(2)  # and returns None
+
+    torch.manual_seed(0)
+    model, x = Doubling(), torch.randn(5, 3)
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    sent = run.node("AddmmBackward0_1").grad_inputs[1]  # b's gradient w.r.t. h, before the hook
+    assert sent.norm is None and "modified in place after it was recorded" in sent.note
+    received = run.node("TanhBackward0_0").grad_outputs[0]  # after the hook doubled it
+    plain = torch.ones(5, 2) @ model.b.weight * 2
+    assert received.norm == pytest.approx(torch.linalg.vector_norm(plain).item(), rel=1e-6)
 
 
 def test_a_replaced_lazy_run_is_freed_at_once_not_left_to_the_cyclic_collector():
