@@ -5,8 +5,10 @@
 to walk the model a dozen times. These functions give the same pairs in the same order
 (``named_modules``' pre-order over ``Module._modules``, each module's ``_parameters`` /
 ``_buffers`` in insertion order, ``None`` entries skipped, duplicates by identity dropped unless
-``remove_duplicate=False``), built in one loop, several times faster. Like PyTorch's, they read
-``_modules`` directly; a module class that overrides ``named_modules`` itself is not consulted.
+``remove_duplicate=False``), built in one loop, several times faster. A listing without
+duplicates is the one with them, each object kept under its first name: one walk serves both.
+Like PyTorch's, they read ``_modules`` directly; a module class that overrides ``named_modules``
+itself is not consulted.
 Source: ``torch.nn.Module.named_modules`` and ``Module._named_members`` (torch/nn/modules/module.py).
 
 Inside a ``with listed_once(model):`` block (a whole recorded run) each listing is made once and
@@ -62,19 +64,29 @@ def named_modules(model: torch.nn.Module, remove_duplicate: bool = True) -> list
     With ``remove_duplicate`` (the default) a module reachable under several names is listed
     once, under its first name, and its children are not walked again.
     """
-    return _listed(model, ("modules", remove_duplicate), lambda: _walk(model, remove_duplicate))
+    if remove_duplicate:
+        return _listed(model, ("modules", True), lambda: _first_of_each(named_modules(model, False)))
+    return _listed(model, ("modules", False), lambda: _walk(model))
 
 
-def _walk(model: torch.nn.Module, remove_duplicate: bool) -> list[tuple[str, torch.nn.Module]]:
-    found: list[tuple[str, torch.nn.Module]] = []
+def _first_of_each(pairs: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """``pairs`` with each object (by identity) kept only under its first name. The listing with
+    duplicates removed is this of the one without: a module met again is met after its first
+    visit, which listed its whole subtree and its members; so one walk serves both listings."""
     seen: set[int] = set()
+    found = []
+    for name, thing in pairs:
+        if id(thing) not in seen:
+            seen.add(id(thing))
+            found.append((name, thing))
+    return found
+
+
+def _walk(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    found: list[tuple[str, torch.nn.Module]] = []
     stack = [("", model)]
     while stack:
         name, module = stack.pop()
-        if remove_duplicate:
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
         found.append((name, module))
         children = module._modules
         if children:
@@ -109,21 +121,19 @@ def parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def _named_members(model: torch.nn.Module, attribute: str, remove_duplicate: bool) -> list:
-    return _listed(model, (attribute, remove_duplicate), lambda: _members(model, attribute, remove_duplicate))
+    if remove_duplicate:
+        return _listed(
+            model, (attribute, True), lambda: _first_of_each(_named_members(model, attribute, False))
+        )
+    return _listed(model, (attribute, False), lambda: _members(model, attribute))
 
 
-def _members(model: torch.nn.Module, attribute: str, remove_duplicate: bool) -> list:
+def _members(model: torch.nn.Module, attribute: str) -> list:
     found = []
-    seen: set[int] = set()
-    for prefix, module in named_modules(model, remove_duplicate):
+    for prefix, module in named_modules(model, False):
         members = getattr(module, attribute)
         if not members:
             continue
         dot = prefix + "." if prefix else ""
-        for key, value in members.items():
-            if value is None or id(value) in seen:
-                continue
-            if remove_duplicate:
-                seen.add(id(value))
-            found.append((dot + key, value))
+        found += [(dot + key, value) for key, value in members.items() if value is not None]
     return found
