@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import torch
 
@@ -104,24 +105,30 @@ def walk_graph(
     found[id(root_fn)] = root_fn
     boundary_edge_name: dict[int, str] = {}
     looked_through = False
+    # (One pass over ~20,000 Nodes on a large graph: the op name is read from the type inline.)
     while queue:
         fn = queue.popleft()
         order.append(fn)
-        is_boundary = _op(fn) != "AccumulateGrad" and fn._sequence_nr() < forward_start
+        is_boundary = type(fn).__name__ != "AccumulateGrad" and fn._sequence_nr() < forward_start
         if is_boundary or not hasattr(fn, "next_functions"):
             continue
         node_edges = []
         for slot, (child, output_nr) in enumerate(fn.next_functions):
-            looked_through |= child is not None and _op(child) in HIDDEN_OPS
-            child, output_nr = resolve_hidden(child, output_nr)
             if child is None:
                 continue
-            node_edges.append((slot, id(child), output_nr))
-            name = boundary_names.get((id(child), output_nr))
-            if name is not None:
-                boundary_edge_name.setdefault(id(child), name)
-            if id(child) not in found:
-                found[id(child)] = child
+            if type(child).__name__ in HIDDEN_OPS:
+                looked_through = True
+                child, output_nr = resolve_hidden(child, output_nr)
+                if child is None:
+                    continue
+            child_id = id(child)
+            node_edges.append((slot, child_id, output_nr))
+            if boundary_names:
+                name = boundary_names.get((child_id, output_nr))
+                if name is not None:
+                    boundary_edge_name.setdefault(child_id, name)
+            if child_id not in found:
+                found[child_id] = child
                 queue.append(child)
         edges[id(fn)] = node_edges
 
@@ -136,8 +143,8 @@ def walk_graph(
         used.add(candidate)
         return candidate
 
-    leaves = [fn for fn in order if _op(fn) == "AccumulateGrad"]
-    ops = [fn for fn in order if _op(fn) != "AccumulateGrad"]
+    leaves = [fn for fn in order if type(fn).__name__ == "AccumulateGrad"]
+    ops = [fn for fn in order if type(fn).__name__ != "AccumulateGrad"]
     unnamed_leaves = 0
     for fn in leaves:
         tensor = fn.variable
@@ -148,9 +155,9 @@ def walk_graph(
         nodes[node_id] = WalkedNode(node_id, fn, "AccumulateGrad", "leaf", fn._sequence_nr(), tensor)
         id_of[id(fn)] = node_id
     counts: Counter[str] = Counter()
-    for fn in sorted(ops, key=lambda f: f._sequence_nr()):
-        op = _op(fn)
-        if fn._sequence_nr() < forward_start:
+    for sequence_nr, fn in sorted([(fn._sequence_nr(), fn) for fn in ops], key=itemgetter(0)):
+        op = type(fn).__name__
+        if sequence_nr < forward_start:
             name = boundary_edge_name.get(id(fn)) or f"outside_{op}_{counts['outside_' + op]}"
             counts["outside_" + op] += 1
             kind = "boundary"
@@ -159,7 +166,7 @@ def walk_graph(
             counts[op] += 1
             kind = "op"
         node_id = unique(name)
-        nodes[node_id] = WalkedNode(node_id, fn, op, kind, fn._sequence_nr())
+        nodes[node_id] = WalkedNode(node_id, fn, op, kind, sequence_nr)
         id_of[id(fn)] = node_id
     for fn_id, node_edges in edges.items():
         nodes[id_of[fn_id]].inputs = [(slot, id_of[child], nr) for slot, child, nr in node_edges]
