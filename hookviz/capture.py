@@ -400,7 +400,13 @@ class _Packed:
 def _described(tensor: torch.Tensor, stored_on=None) -> tuple:
     """``(shape, dtype, nbytes, stored_on)`` of a saved tensor; ``stored_on`` defaults to its device."""
     where = tensor.device if stored_on is None else stored_on
-    return tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), str(where)
+    text = _PLACES.get(where)
+    if text is None:
+        text = _PLACES[where] = str(where)
+    return tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), text
+
+
+_PLACES: dict = {}  # device (or "elsewhere") -> its text: str(torch.device) costs a call per saved tensor
 
 
 class SavedTensorsRecorder:
@@ -451,14 +457,17 @@ class SavedTensorsRecorder:
         Python number: PyTorch saves the ``2`` of ``2 * x`` as a one-element CPU tensor without
         calling pack hooks. Such tensors are described from the tensor itself.
         """
-        self.unpacked = []
-        try:
+        if self.needed:  # the user's pack hooks ran: what they stored is described by ours
+            self.unpacked = []
+            try:
+                value = getattr(fn, name)
+            finally:
+                packed, self.unpacked = self.unpacked, None
+            found = [p.described for p in packed]
+            if found:
+                return found, None
+        else:
             value = getattr(fn, name)
-        finally:
-            packed, self.unpacked = self.unpacked, None
-        found = [p.described for p in packed]
-        if found:
-            return found, None
         if isinstance(value, bool):
             return [], value
         if isinstance(value, int):  # PyTorch hands a saved int64 over as uint64: -1 arrives as 2**64 - 1

@@ -39,7 +39,7 @@ from hookviz.errors import BackwardError, ForwardError, HookvizError, LossError,
 from hookviz.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
 from hookviz.module_views import CallPlan, plan_call
 from hookviz.run import Run, SavedTensor
-from hookviz.stats import StatsBatch
+from hookviz.stats import StatsBatch, dtype_name
 
 
 @dataclass
@@ -483,7 +483,7 @@ def _saved(fn, recorder: SavedTensorsRecorder) -> tuple[list[SavedTensor], dict]
             constants[base] = number
         for i, (shape, dtype, nbytes, stored) in enumerate(packs):
             name = base + (f"[{i}]" if len(packs) > 1 else "")
-            entries.append(SavedTensor(name, shape, str(dtype).removeprefix("torch."), nbytes, stored))
+            entries.append(SavedTensor(name, shape, dtype_name(dtype), nbytes, stored))
     return entries, constants
 
 

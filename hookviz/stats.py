@@ -136,8 +136,8 @@ class TensorRecord(Deferrable):
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.float32`` -> ``"float32"``."""
-    return str(dtype).removeprefix("torch.")
+    """``torch.float32`` -> ``"float32"`` (worked out once per dtype: it is asked per tensor)."""
+    return _DTYPE_NAMES[dtype]
 
 
 class _Names(dict):
@@ -152,7 +152,7 @@ class _Names(dict):
         return name
 
 
-_DTYPE_NAMES = _Names(dtype_name)
+_DTYPE_NAMES = _Names(lambda dtype: str(dtype).removeprefix("torch."))
 _DEVICE_NAMES = _Names(str)
 
 
