@@ -228,13 +228,14 @@ class StatsBatch:
         """During backward: summarise a large CPU tensor now and return a :class:`Settled` key in
         place of it, so hookviz does not hold the gradient and autograd can free or reuse it as it
         would without hookviz. Other tensors (small ones, and any on an accelerator, where summing
-        now would force a host sync) are returned as they are, for :meth:`add` later. A lazy batch
-        queues every tensor's norm now and returns a Settled key for each.
+        now would force a host sync) are added now with the version seen (:meth:`add`), and
+        summarised by :meth:`compute`: one changed in place meanwhile gets a record that says so.
+        A lazy batch queues every tensor's norm now. Returns a Settled key in every case.
         """
         if self.source is not None:
             return Settled(self._queue_norm(tensor))
         if tensor.device.type != "cpu" or tensor.numel() <= max(self.full_limit, SETTLE_ABOVE):
-            return tensor
+            return Settled(self.add(tensor, tensor._version))
         identity = (id(tensor), tensor._version)
         key = self._keys.get(identity)
         reference = self._settled_refs.get(key) if key is not None else None

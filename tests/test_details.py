@@ -146,10 +146,11 @@ def test_small_gradients_are_held_to_the_run_end_and_take_the_norms_a_per_tensor
         assert every.node(name).grad_outputs[0].norm == torch.linalg.vector_norm(parameter.grad).item()
 
 
-def test_a_gradient_a_hook_changes_in_place_after_hookviz_saw_it_is_marked_not_misreported():
+@pytest.mark.parametrize("details", ["lazy", "eager"])
+def test_a_gradient_a_hook_changes_in_place_after_hookviz_saw_it_is_marked_not_misreported(details):
     """PyTorch's hooks must not modify their argument; one that does (``grad.mul_(2)``) changes a
-    gradient a Node hook already saw. The lazy record of it says so; it never shows the norm of
-    the changed values as the one the Node sent."""
+    gradient a Node hook already saw. The record of it says so, in a lazy and an eager run alike;
+    it never shows the changed values as the ones the Node sent."""
 
     class Doubling(nn.Module):
         def __init__(self):
@@ -167,9 +168,10 @@ def test_a_gradient_a_hook_changes_in_place_after_hookviz_saw_it_is_marked_not_m
 
     torch.manual_seed(0)
     model, x = Doubling(), torch.randn(5, 3)
-    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum(), details=details).run()
     sent = run.node("AddmmBackward0_1").grad_inputs[1]  # b's gradient w.r.t. h, before the hook
-    assert sent.norm is None and "modified in place after it was recorded" in sent.note
+    assert sent.norm is None and sent.value is None
+    assert "modified in place after it was recorded" in sent.note
     received = run.node("TanhBackward0_0").grad_outputs[0]  # after the hook doubled it
     plain = torch.ones(5, 2) @ model.b.weight * 2
     assert received.norm == pytest.approx(torch.linalg.vector_norm(plain).item(), rel=1e-6)
