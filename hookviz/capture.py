@@ -33,6 +33,7 @@ from hookviz import module_tree
 from hookviz.distributed import is_framework_hook
 from hookviz.edits import Edit, replace_slots
 from hookviz.run import Event, HookCall, HookInfo, LogEntry
+from hookviz.stats import device_name
 
 # ----------------------------------------------------------------------------------------------
 # Forward
@@ -400,13 +401,7 @@ class _Packed:
 def _described(tensor: torch.Tensor, stored_on=None) -> tuple:
     """``(shape, dtype, nbytes, stored_on)`` of a saved tensor; ``stored_on`` defaults to its device."""
     where = tensor.device if stored_on is None else stored_on
-    text = _PLACES.get(where)
-    if text is None:
-        text = _PLACES[where] = str(where)
-    return tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), text
-
-
-_PLACES: dict = {}  # device (or "elsewhere") -> its text: str(torch.device) costs a call per saved tensor
+    return tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), device_name(where)
 
 
 class SavedTensorsRecorder:

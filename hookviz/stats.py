@@ -140,6 +140,12 @@ def dtype_name(dtype: torch.dtype) -> str:
     return _DTYPE_NAMES[dtype]
 
 
+def device_name(device) -> str:
+    """``torch.device("cuda", 0)`` -> ``"cuda:0"`` (worked out once per device; any other key, say
+    ``"elsewhere"``, as ``str`` gives it)."""
+    return _DEVICE_NAMES[device]
+
+
 class _Names(dict):
     """``names[key]`` is ``name_of(key)``, computed once per key (looked up per gradient in backward)."""
 
