@@ -322,17 +322,30 @@ class StatsBatch:
     def _compute_lazy(self) -> list[TensorRecord]:
         values: dict[int, float] = {}
         held: set[int] = set()
-        by_dtype: dict[str, list[int]] = {}
+        # Contiguous tensors of one shape and dtype are stacked, and their norms taken along the
+        # rows in one kernel; the rest in one torch._foreach_norm call per dtype. Either way each
+        # norm is bit-equal to torch.linalg.vector_norm of that tensor alone (a row of a contiguous
+        # matrix is reduced as the contiguous tensor is; a transposed view is not, so it goes to
+        # _foreach_norm, which runs torch.linalg.vector_norm per tensor on CPU).
+        same_shape: dict[tuple, list[int]] = {}
         for key, version in self._held:
             meta, tensor, _, _ = self._norms[key]
             held.add(key)
-            if tensor._version == version:
-                by_dtype.setdefault(meta[1], []).append(key)
-            else:  # changed in place since a hook saw it (against the hook rules): its norm is lost
+            if tensor._version != version:  # changed in place since a hook saw it: norm lost
                 changed = _metadata_record(tensor, "modified in place after it was recorded")
                 self._norms[key] = (changed, None, "", None)
+            else:
+                group = (meta[1], meta[0]) if tensor.is_contiguous() else (meta[1], None)
+                same_shape.setdefault(group, []).append(key)
+        one_by_one: dict[str, list[int]] = {}
         with torch.no_grad():  # (a gradient made under create_graph requires grad)
-            for keys in by_dtype.values():  # CPU: per tensor, as torch.linalg.vector_norm takes it
+            for (dtype, shape), keys in same_shape.items():
+                if shape is None or len(keys) == 1:
+                    one_by_one.setdefault(dtype, []).extend(keys)
+                    continue
+                rows = torch.stack([self._norms[k][1] for k in keys]).reshape(len(keys), -1)
+                values.update(zip(keys, torch.linalg.vector_norm(rows, dim=1).double().tolist()))
+            for keys in one_by_one.values():
                 norms = torch._foreach_norm([self._norms[k][1] for k in keys])
                 values.update(zip(keys, torch.stack(norms).double().tolist()))
         by_device: dict[str, list[int]] = {}

@@ -101,10 +101,11 @@ def test_a_weight_gradient_and_its_transpose_are_reduced_once_and_keep_their_sha
 
 
 def test_small_gradients_are_held_to_the_run_end_and_take_the_norms_a_per_tensor_call_gives(monkeypatch):
-    """A lazy run takes the norms of small CPU gradients in one torch._foreach_norm call at the
-    end. Every norm equals, bit for bit, the one a torch.linalg.vector_norm call per gradient gives
-    (holding nothing), also when the memory bound stops the holding part way; float32 and float64
-    gradients alike."""
+    """A lazy run takes the norms of small CPU gradients at its end, a few calls for all of them:
+    contiguous ones of one shape along the rows of their stack, the rest (a weight gradient's
+    transposed view) in one torch._foreach_norm call. Every norm equals, bit for bit, the one a
+    torch.linalg.vector_norm call per gradient gives (holding nothing), also when the memory bound
+    stops the holding part way; float32 and float64 gradients alike."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16).double(), nn.Tanh(), nn.Linear(16, 16).double(), nn.Sigmoid())
     head = nn.Linear(16, 3)  # float32 from here on
@@ -113,21 +114,27 @@ def test_small_gradients_are_held_to_the_run_end_and_take_the_norms_a_per_tensor
         return head(out.float()).pow(2).sum()
 
     x = torch.randn(6, 8, dtype=torch.float64)
-    foreach_norm, held = torch._foreach_norm, []
+    vector_norm, foreach_norm, calls = torch.linalg.vector_norm, torch._foreach_norm, []
 
-    def counting(tensors, *args, **kwargs):
-        held.append(len(tensors))
-        return foreach_norm(tensors, *args, **kwargs)
+    def counting(function, name):
+        def counted(*args, **kwargs):
+            calls.append(name)
+            return function(*args, **kwargs)
 
-    monkeypatch.setattr(torch, "_foreach_norm", counting)
+        return counted
+
+    monkeypatch.setattr(torch.linalg, "vector_norm", counting(vector_norm, "vector_norm"))
+    monkeypatch.setattr(torch, "_foreach_norm", counting(foreach_norm, "foreach"))
     runs, counts, default = {}, {}, stats.HOLD_SMALL_UP_TO
     for bound in (default, 200, -1):
         monkeypatch.setattr(stats, "HOLD_SMALL_UP_TO", bound)
-        held.clear()
+        calls.clear()
         runs[bound] = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
-        counts[bound] = sum(held)
+        counts[bound] = (calls.count("vector_norm"), calls.count("foreach"))
+    monkeypatch.undo()
     every, part, none = runs.values()
-    assert counts[-1] == 0 < counts[200] < counts[default]
+    assert counts[-1][1] == 0 and counts[default][1] >= 1  # nothing held, or some one by one
+    assert counts[default][0] < counts[200][0] < counts[-1][0]  # fewer calls the more is held
 
     def norms(run):
         return {
