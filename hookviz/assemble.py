@@ -112,7 +112,11 @@ class _Assembler:
             static = graph.assembly_static = _StaticParts(graph, self.context.user_model)
         keys = self._keys
         in_keys = {n: keys(g) for n, g in recorder.grad_inputs.items()}
-        received_keys = {n: keys(g) for n, g in recorder.received_grad_inputs.items()}
+        # Where no edit fired, a Node's grad_inputs are the very tuple it received.
+        sent = recorder.grad_inputs
+        received_keys = {
+            n: in_keys[n] if g is sent.get(n) else keys(g) for n, g in recorder.received_grad_inputs.items()
+        }
         out_grad_keys = {n: keys(g) for n, g in recorder.grad_outputs.items()}
         before_out_keys = {n: keys(g) for n, g in recorder.grad_outputs_before_edit.items()}
         leaf_keys = {n: None if g is None else self.batch.add(g) for n, g in self.leaf_grads.items()}
@@ -178,6 +182,10 @@ class _Assembler:
         for hook_call in hook_calls:
             if hook_call.kind == "full backward pre-hook":
                 user_pre_hooks.setdefault(hook_call.where, []).append(hook_call)
+        first_legacy: dict[str, HookCall] = {}  # output Node -> the first legacy hook call on it
+        for hook_call in hook_calls:
+            if hook_call.kind == "legacy backward hook":
+                first_legacy.setdefault(hook_call.node, hook_call)
         calls = []
         for i, fields in enumerate(static.call_fields):
             module, output_node = fields["module"], fields["output_node"]
@@ -191,14 +199,9 @@ class _Assembler:
                 own["legacy_grad_input"] = _picked(records, hidden_keys[i][0])
                 own["legacy_grad_output"] = _picked(records, hidden_keys[i][1])
             elif output_node is not None and nodes[output_node].kind == "op":
-                first_legacy = next(
-                    (h for h in hook_calls if h.kind == "legacy backward hook" and h.node == output_node),
-                    None,
-                )
+                legacy = first_legacy.get(output_node)
                 own["legacy_grad_input"] = (
-                    first_legacy.before
-                    if first_legacy
-                    else _picked(records, received_keys.get(output_node, ()))
+                    legacy.before if legacy else _picked(records, received_keys.get(output_node, ()))
                 )
                 own["legacy_grad_output"] = nodes[output_node].grad_outputs
             fires, input_keys, output_keys = full_views[i]
