@@ -35,6 +35,11 @@ class Deferrable:
             name not in self.__dict__ for name in type(self).DEFERRED
         )
 
+    def fill_deferred(self) -> None:
+        """Fill every deferred field now (nothing when none is missing)."""
+        if self.pending:
+            self.__dict__["_source"].fill(self)
+
     def defer(self, names, source) -> None:
         """Leave ``names`` out until ``source.fill(record)`` sets them (see :meth:`settle`)."""
         for name in names:
@@ -67,8 +72,7 @@ class Deferrable:
 
     def __getstate__(self):
         # A source is a live link to a session; a copy or a pickle is of the values as they are now.
-        if self.pending:
-            self.__dict__["_source"].fill(self)
+        self.fill_deferred()
         return {k: v for k, v in self.__dict__.items() if k != "_source"}
 
     def __setstate__(self, state) -> None:

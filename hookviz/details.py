@@ -84,6 +84,8 @@ class Details:
             return
         self.filled = True  # also while filling: a read inside recompute must not recurse
         run = self.run_ref() if self.run_ref is not None else None
+        if run is not None:
+            run.fill_deferred()  # its records first: they register here as they are made
         reason = _GONE
         interrupted = None
         if run is not None and self.recompute is not None:

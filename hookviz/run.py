@@ -228,9 +228,15 @@ class ModuleGrads:
     fires: bool = True
 
 
+@deferrable
 @dataclass
-class Run:
+class Run(Deferrable):
     """One recorded forward + backward (see :meth:`hookviz.Session.run`).
+
+    A recorded run makes its records on first read: ``edges``, ``nodes``, ``calls``, ``events``
+    and ``hook_calls`` are assembled, all at once, the first time one of them is read (the
+    statistics in them were taken during backward; see :mod:`hookviz.assemble`). ``loss``,
+    ``leaf_grads`` and the other fields are there from the start.
 
     Attributes:
         loss: the 0-dim loss, detached, on CPU.
@@ -279,6 +285,8 @@ class Run:
     # hookviz.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce
     # whose result leaf_grads holds; None for a model that is not data-parallel.
     local_leaf_grads: dict[str, torch.Tensor | None] | None = None
+
+    DEFERRED = ("edges", "nodes", "calls", "events", "hook_calls")
 
     @cached_property
     def graph(self) -> nx.DiGraph:

@@ -92,3 +92,37 @@ def test_release_removes_every_hook_hookviz_registered():
     assert nodes_recorded() == 0  # ... and gone after release()
     assert session._forward is None
     assert_same_state(before, model_state(model, (data,)))  # module hooks and flags as they were
+
+
+def test_a_run_not_yet_read_keeps_none_of_its_forwards_activations():
+    """A run makes its records on first read; until then it holds its own gradients and plain
+    data, not the retained forward: once the session lets that forward go, the activations it
+    saved for backward are freed, and the run still reads what plain PyTorch computes."""
+    import weakref
+
+    activations = []
+
+    class Probe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            hidden = torch.sigmoid(self.fc(x))
+            activations.append(weakref.ref(hidden))
+            return (hidden * hidden).sum()  # MulBackward0 saves hidden itself
+
+    torch.manual_seed(0)
+    model, data = Probe(), torch.randn(4, 16)
+    session = hookviz.Session(model, (data,))
+    run = session.run()
+    assert "nodes" not in run.__dict__  # not assembled yet
+    session.release()
+    assert activations[0]() is None
+    plain = Probe()
+    plain.load_state_dict(model.state_dict())
+    plain(data).backward()
+    assert torch.equal(run.leaf_grad("fc.weight"), plain.fc.weight.grad)
+    hidden = torch.sigmoid(plain.fc(data))
+    sigmoid = next(n for n in run.nodes.values() if n.op == "SigmoidBackward0")
+    assert sigmoid.grad_outputs[0].norm == (2 * hidden).norm().item()
