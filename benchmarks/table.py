@@ -4,8 +4,9 @@ Rows, each a median time over a plain step's (``zero_grad``, forward, loss, ``ba
 interleaved with it, so load on a shared machine hits both alike:
 
 - hookviz fresh run (``Session.run(forward=True)``, default settings: lazy details) and
-  backward-only re-run (``Session.run()`` on the retained graph); the fresh run with every detail
-  read (``fill_details()``: one full re-run) and with ``details="eager"``;
+  backward-only re-run (``Session.run()`` on the retained graph); each again with its records
+  read (``run.nodes``: a run makes its NodeRecords and ModuleCalls on first read); the fresh run
+  with every detail read (``fill_details()``: one full re-run) and with ``details="eager"``;
 - ``hookviz.watch`` on a training step;
 - ``wandb.watch(model, log="gradients", log_freq=1)`` in offline mode;
 - torchlens ``trace(model, inputs)`` (forward only, saves every layer, its default);
@@ -95,6 +96,9 @@ def _peers(model, args, loss_fn, device):
     session = hookviz.Session(model, args, loss_fn=loss_fn)
     rows["hookviz fresh run"] = lambda: session.run(forward=True)
     rows["hookviz backward-only re-run"] = session.run
+    # A run makes its records on first read: what reading them (any of run.nodes, calls, ...) adds.
+    rows["hookviz fresh run + records read"] = lambda: session.run(forward=True).nodes
+    rows["hookviz re-run + records read"] = lambda: session.run().nodes
     # What reading a lazy run's details costs: the run, then every detail (one full re-run).
     rows["hookviz fresh run + every detail read"] = lambda: session.run(forward=True).fill_details()
     eager = hookviz.Session(model, args, loss_fn=loss_fn, details="eager")
