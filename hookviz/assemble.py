@@ -45,14 +45,95 @@ def build_run(
     context: RunContext,
     reused: bool,
 ) -> Run:
-    """The :class:`Run` of one backward on a :class:`~hookviz.forward.RetainedForward`.
+    """The :class:`Run` of one backward on a :class:`~hookviz.forward.RetainedForward`, its
+    records left to :class:`_PendingRecords` (made on first read).
+
+    What may change after the run returns is read now: every gradient is added to the statistics
+    batch with its version (one changed in place later is marked, not misread), the Node order and
+    the user's hooks; what a full backward hook sees is rebuilt now only for a call that re-runs
+    its module (:func:`split_shared_inputs` reads the model).
 
     Args:
         forward: the retained forward the backward ran on. recorder: what that backward recorded.
         leaf_grads: leaf name -> gradient (after leaf edits). batch: the statistics batch the
             recorder settled large gradients into. reused: only backward ran again.
     """
-    return _Assembler(forward, recorder, leaf_grads, batch, context, reused).build()
+    static = forward.assembly_static
+    if static is None:  # once per forward: what every run on it shares
+        static = forward.assembly_static = _StaticParts(forward, context.user_model)
+
+    def keys(grads) -> tuple:
+        return _stats_keys(grads, batch)
+
+    in_keys = {n: keys(g) for n, g in recorder.grad_inputs.items()}
+    # Where no edit fired, a Node's grad_inputs are the very tuple it received.
+    sent = recorder.grad_inputs
+    received_keys = {
+        n: in_keys[n] if g is sent.get(n) else keys(g) for n, g in recorder.received_grad_inputs.items()
+    }
+    # Only hooks that ran in this run: a backward-only re-run ran no forward hooks.
+    # What hook calls saw is summarised in full even in a lazy run: the user may remove the
+    # hook before reading it, and then a second run would no longer call it.
+    hook_batch = batch
+    if batch.source is not None:
+        hook_batch = StatsBatch(batch.full_limit, batch.histogram_bins)
+    forward_calls = forward.recorder.calls
+    full_views = None
+    if any(call.shared is not None for call in forward_calls):
+
+        def split(i: int, grad_output: tuple, grad_input: tuple) -> tuple:
+            call = forward_calls[i]
+            if call.shared is None:
+                return grad_input
+            return split_shared_inputs(forward.model, call, grad_output, grad_input)
+
+        full_views = _full_hook_views(forward.plans, recorder, leaf_grads, batch, split)
+    pending = _PendingRecords(
+        node_fields=static.node_fields,  # the static parts' plain fields: they also hold the walk
+        call_fields=static.call_fields,
+        edges=static.edges,
+        pre_hooks_per_call=static.pre_hooks_per_call,
+        order=static.execution_order(recorder.order),
+        forward_values=(forward.call_inputs, forward.call_outputs, forward.call_outputs_replaced),
+        plans=forward.plans,
+        recorder=recorder,
+        leaf_grads=leaf_grads,
+        batch=batch,
+        in_keys=in_keys,
+        received_keys=received_keys,
+        out_grad_keys={n: keys(g) for n, g in recorder.grad_outputs.items()},
+        before_out_keys={n: keys(g) for n, g in recorder.grad_outputs_before_edit.items()},
+        leaf_keys={n: None if g is None else batch.add(g) for n, g in leaf_grads.items()},
+        hidden_keys={i: (keys(gi), keys(go)) for i, (gi, go) in recorder.hidden_seen.items()},
+        hook_batch=hook_batch,
+        hook_keys=[
+            (call, _stats_keys(before, hook_batch), _stats_keys(after, hook_batch))
+            for call, before, after in recorder.hook_calls
+        ],
+        full_views=full_views,
+    )
+    detached = {n: (None if g is None else g.detach()) for n, g in leaf_grads.items()}
+    run = Run.from_fields(
+        {
+            "loss": forward.loss.detach().cpu().reshape(()),
+            "device": forward.device,
+            "root": forward.walk.root,
+            "leaf_grads": _ordered_leaves(detached, context, forward),
+            "log": list(recorder.log),
+            "edits": tuple(context.edits),
+            "forward_reused": reused,
+            "model_ref": weakref.ref(context.user_model),
+            "asked_grads": list(context.asked_grads),
+            "notes": list(context.notes),
+            "loss_differentiates": forward.loss_differentiates,
+            "module_aliases": dict(forward.module_aliases),
+            "parameter_aliases": dict(forward.parameter_aliases),
+            "details": None,
+            "local_leaf_grads": None,
+        }
+    )
+    run.__dict__["_source"] = pending
+    return run
 
 
 def _stats_keys(grads, batch: StatsBatch) -> tuple:
@@ -62,168 +143,68 @@ def _stats_keys(grads, batch: StatsBatch) -> tuple:
     return tuple(keys)
 
 
-class _Assembler:
-    """The steps of :func:`build_run`, sharing the batch of statistics they fill."""
+def _full_hook_views(
+    plans: list, recorder: BackwardRecorder, leaf_grads: dict, batch: StatsBatch, split=None
+) -> list[tuple[bool, tuple, tuple]]:
+    """Per module call: (fires, grad_input, grad_output) of a full backward hook, as stats keys.
+    ``split(call index, grad_output, grad_input) -> grad_input`` splits a shared input's."""
 
-    def __init__(
-        self,
-        graph,
-        recorder: BackwardRecorder,
-        leaf_grads,
-        batch: StatsBatch,
-        context: RunContext,
-        reused: bool,
-    ):
-        self.graph, self.recorder, self.context = graph, recorder, context
-        self.leaf_grads, self.reused, self.batch = leaf_grads, reused, batch
+    def sent(use):
+        grads = recorder.grad_inputs.get(use[0])
+        return grads[use[1]] if grads is not None and use[1] < len(grads) else None
 
-    def build(self) -> Run:
-        """The run, its records left to :class:`_PendingRecords` (made on first read).
-
-        What may change after the run returns is read now: every gradient is added to the
-        statistics batch with its version (one changed in place later is marked, not misread),
-        the Node order and the user's hooks; what a full backward hook sees is rebuilt now only
-        for a call that re-runs its module (:func:`split_shared_inputs` reads the model).
-        """
-        graph, recorder = self.graph, self.recorder
-        static = graph.assembly_static
-        if static is None:  # once per forward: what every run on it shares
-            static = graph.assembly_static = _StaticParts(graph, self.context.user_model)
-        batch = self.batch
-
-        def keys(grads, into: StatsBatch = batch) -> tuple:
-            return _stats_keys(grads, into)
-
-        in_keys = {n: keys(g) for n, g in recorder.grad_inputs.items()}
-        # Where no edit fired, a Node's grad_inputs are the very tuple it received.
-        sent = recorder.grad_inputs
-        received_keys = {
-            n: in_keys[n] if g is sent.get(n) else keys(g) for n, g in recorder.received_grad_inputs.items()
-        }
-        pending = _PendingRecords(
-            static,
-            graph.plans,
-            recorder,
-            self.batch,
-            self.leaf_grads,
-            in_keys,
-            received_keys,
-            static.execution_order(recorder.order),
-            (graph.call_inputs, graph.call_outputs, graph.call_outputs_replaced),
-        )
-        pending.out_grad_keys = {n: keys(g) for n, g in recorder.grad_outputs.items()}
-        pending.before_out_keys = {n: keys(g) for n, g in recorder.grad_outputs_before_edit.items()}
-        pending.leaf_keys = {n: None if g is None else batch.add(g) for n, g in self.leaf_grads.items()}
-        pending.hidden_keys = {i: (keys(gi), keys(go)) for i, (gi, go) in recorder.hidden_seen.items()}
-        # Only hooks that ran in this run: a backward-only re-run ran no forward hooks.
-        # What hook calls saw is summarised in full even in a lazy run: the user may remove the
-        # hook before reading it, and then a second run would no longer call it.
-        hook_batch = batch
-        if batch.source is not None:
-            hook_batch = StatsBatch(batch.full_limit, batch.histogram_bins)
-        pending.hook_batch = hook_batch
-        pending.hook_keys = [
-            (call, keys(before, hook_batch), keys(after, hook_batch))
-            for call, before, after in recorder.hook_calls
-        ]
-        forward_calls = graph.recorder.calls
-        if any(call.shared is not None for call in forward_calls):
-
-            def split(i: int, grad_output: tuple, grad_input: tuple) -> tuple:
-                call = forward_calls[i]
-                if call.shared is None:
-                    return grad_input
-                return split_shared_inputs(graph.model, call, grad_output, grad_input)
-
-            pending.full_views = pending.full_hook_views(split)
-        leaf_grads = {n: (None if g is None else g.detach()) for n, g in self.leaf_grads.items()}
-        run = Run.from_fields(
-            {
-                "loss": graph.loss.detach().cpu().reshape(()),
-                "device": graph.device,
-                "root": graph.walk.root,
-                "leaf_grads": _ordered_leaves(leaf_grads, self.context, graph),
-                "log": list(recorder.log),
-                "edits": tuple(self.context.edits),
-                "forward_reused": self.reused,
-                "model_ref": weakref.ref(self.context.user_model),
-                "asked_grads": list(self.context.asked_grads),
-                "notes": list(self.context.notes),
-                "loss_differentiates": graph.loss_differentiates,
-                "module_aliases": dict(graph.module_aliases),
-                "parameter_aliases": dict(graph.parameter_aliases),
-                "details": None,
-                "local_leaf_grads": None,
-            }
-        )
-        run.__dict__["_source"] = pending
-        return run
-
-
-class _PendingRecords:
-    """A run's records, made on first read of one of them (``Run.DEFERRED``): the statistics
-    batch computed, then a NodeRecord per Node and a ModuleCall per module call. Holds plain data
-    and the run's own gradients, never the retained forward (its live graph may be freed first)."""
-
-    def __init__(
-        self,
-        static: _StaticParts,
-        plans: list,
-        recorder: BackwardRecorder,
-        batch: StatsBatch,
-        leaf_grads: dict,
-        in_keys: dict,
-        received_keys: dict,
-        order: dict[str, int],
-        forward_values: tuple[list, list, list],
-    ):
-        # The static parts' plain fields only: _StaticParts also holds the walk (live Nodes).
-        self.node_fields, self.call_fields = static.node_fields, static.call_fields
-        self.edges, self.pre_hooks_per_call = static.edges, static.pre_hooks_per_call
-        self.plans, self.recorder, self.batch = plans, recorder, batch
-        self.leaf_grads, self.in_keys, self.received_keys = leaf_grads, in_keys, received_keys
-        self.order, self.forward_values = order, forward_values
-        self.out_grad_keys: dict = {}
-        self.before_out_keys: dict = {}
-        self.leaf_keys: dict = {}
-        self.hook_batch: StatsBatch = batch
-        self.hook_keys: list = []
-        self.hidden_keys: dict = {}
-        self.full_views: list | None = None
-
-    def _arriving(self, node_id: str, output_nr: int):
+    def arriving(producer):
         """The gradient that reached output ``output_nr`` of a node (a leaf's: its grad)."""
+        node_id, output_nr = producer
         if node_id is None:
             return None
-        if node_id in self.leaf_grads:
-            return self.leaf_grads[node_id]
-        grads = self.recorder.grad_outputs.get(node_id)
+        if node_id in leaf_grads:
+            return leaf_grads[node_id]
+        grads = recorder.grad_outputs.get(node_id)
         return grads[output_nr] if grads is not None and output_nr < len(grads) else None
 
-    def full_hook_views(self, split=None) -> list[tuple[bool, tuple, tuple]]:
-        """Per module call: (fires, grad_input, grad_output) of a full backward hook, as stats keys.
-        ``split(call index, grad_output, grad_input) -> grad_input`` splits a shared input's."""
-        recorder, batch = self.recorder, self.batch
+    views = []
+    for i, plan in enumerate(plans):
+        fires, grad_input, grad_output = full_hook_view(plan, sent, arriving, recorder.order.__contains__)
+        if fires and split is not None:
+            grad_input = split(i, grad_output, grad_input)
+        views.append((fires, _stats_keys(grad_input, batch), _stats_keys(grad_output, batch)))
+    return views
 
-        def sent(use):
-            grads = recorder.grad_inputs.get(use[0])
-            return grads[use[1]] if grads is not None and use[1] < len(grads) else None
 
-        def arriving(producer):
-            return self._arriving(*producer)
+@dataclass
+class _PendingRecords:
+    """A run's records, made on first read of one of them (``Run.DEFERRED``): the statistics
+    batch computed, then a NodeRecord per Node and a ModuleCall per module call. Holds plain data,
+    stats keys and the run's own gradients, never the retained forward (its live graph may be
+    freed first)."""
 
-        views = []
-        for i, plan in enumerate(self.plans):
-            fires, grad_input, grad_output = full_hook_view(plan, sent, arriving, recorder.order.__contains__)
-            if fires and split is not None:
-                grad_input = split(i, grad_output, grad_input)
-            views.append((fires, _stats_keys(grad_input, batch), _stats_keys(grad_output, batch)))
-        return views
+    node_fields: dict[str, dict]
+    call_fields: list[dict]
+    edges: list
+    pre_hooks_per_call: dict[str, int]
+    order: dict[str, int]
+    forward_values: tuple[list, list, list]
+    plans: list
+    recorder: BackwardRecorder
+    leaf_grads: dict
+    batch: StatsBatch
+    in_keys: dict
+    received_keys: dict
+    out_grad_keys: dict
+    before_out_keys: dict
+    leaf_keys: dict
+    hidden_keys: dict
+    hook_batch: StatsBatch
+    hook_keys: list
+    full_views: list | None
 
     def fill(self, run: Run) -> None:
         """Make the records and set them on ``run`` (once: the run forgets this source)."""
-        recorder, records_of = self.recorder, _picked
-        full_views = self.full_views if self.full_views is not None else self.full_hook_views()
+        recorder = self.recorder
+        full_views = self.full_views
+        if full_views is None:
+            full_views = _full_hook_views(self.plans, recorder, self.leaf_grads, self.batch)
         hook_batch = self.hook_batch
         self.batch.compute()
         if hook_batch is not self.batch:
@@ -234,7 +215,7 @@ class _PendingRecords:
 
         hook_calls = []
         for call, before, after in self.hook_keys:
-            call.before, call.after = records_of(hook_records, before), records_of(hook_records, after)
+            call.before, call.after = _picked(hook_records, before), _picked(hook_records, after)
             hook_calls.append(call)
         hook_calls.sort(key=lambda c: c.step)
         events = sorted(recorder.events, key=lambda e: e.step)
@@ -253,12 +234,12 @@ class _PendingRecords:
             own["saved"], own["constants"] = list(fields["saved"]), dict(fields["constants"])
             own["user_hooks"], own["sites"] = list(fields["user_hooks"]), list(fields["sites"])
             if fields["kind"] == "op":
-                own["grad_outputs"] = records_of(records, out_grad_keys.get(node_id, ()))
-                own["grad_inputs"] = records_of(records, in_keys.get(node_id, ()))
+                own["grad_outputs"] = _picked(records, out_grad_keys.get(node_id, ()))
+                own["grad_inputs"] = _picked(records, in_keys.get(node_id, ()))
                 if node_id in post_edits and node_id in received_keys:
-                    own["grad_inputs_before_edit"] = records_of(records, received_keys[node_id])
+                    own["grad_inputs_before_edit"] = _picked(records, received_keys[node_id])
                 if node_id in before_out_keys:
-                    own["grad_outputs_before_edit"] = records_of(records, before_out_keys[node_id])
+                    own["grad_outputs_before_edit"] = _picked(records, before_out_keys[node_id])
                 if lazy_op:
                     del own["output"]  # filled with the other details on first read
             else:
@@ -293,16 +274,16 @@ class _PendingRecords:
                 own["inputs"], own["output"] = call_inputs[i], call_outputs[i]
                 own["output_replaced"] = call_outputs_replaced[i]
             if i in hidden_keys:  # the legacy hook hangs on a full hook's identity Node
-                own["legacy_grad_input"] = records_of(records, hidden_keys[i][0])
-                own["legacy_grad_output"] = records_of(records, hidden_keys[i][1])
+                own["legacy_grad_input"] = _picked(records, hidden_keys[i][0])
+                own["legacy_grad_output"] = _picked(records, hidden_keys[i][1])
             elif output_node is not None and nodes[output_node].kind == "op":
                 legacy = first_legacy.get(output_node)
                 own["legacy_grad_input"] = (
-                    legacy.before if legacy else records_of(records, received_keys.get(output_node, ()))
+                    legacy.before if legacy else _picked(records, received_keys.get(output_node, ()))
                 )
                 own["legacy_grad_output"] = nodes[output_node].grad_outputs
             fires, input_keys, output_keys = full_views[i]
-            grad_input, grad_output = records_of(records, input_keys), records_of(records, output_keys)
+            grad_input, grad_output = _picked(records, input_keys), _picked(records, output_keys)
             if fires and user_pre_hooks.get(module):
                 fired = user_pre_hooks[module]
                 grad_output = fired[-1].after  # the last pre-hook of the last call still recorded
