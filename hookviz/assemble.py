@@ -113,7 +113,8 @@ def build_run(
         full_views=full_views,
     )
     detached = {n: (None if g is None else g.detach()) for n, g in leaf_grads.items()}
-    run = Run.from_fields(
+    return Run.pending_record(
+        pending,
         {
             "loss": forward.loss.detach().cpu().reshape(()),
             "device": forward.device,
@@ -130,10 +131,8 @@ def build_run(
             "parameter_aliases": dict(forward.parameter_aliases),
             "details": None,
             "local_leaf_grads": None,
-        }
+        },
     )
-    run.__dict__["_source"] = pending
-    return run
 
 
 def _stats_keys(grads, batch: StatsBatch) -> tuple:
