@@ -22,6 +22,10 @@ from hookviz.saving import record_types
 DEFAULT_FULL_TENSOR_LIMIT = 4096
 DEFAULT_HISTOGRAM_BINS = 32
 HISTOGRAM_SAMPLE = 1024
+# Tensors of more elements than this get a histogram: the inspector shows a tensor of up to 16
+# elements as its numbers (js/src/inspector.js, SHOWN_ELEMENTS) and any larger one as statistics
+# and a histogram.
+HISTOGRAM_ABOVE = 16
 SETTLE_ABOVE = 1 << 20  # elements; larger CPU gradients are summarised as soon as a hook sees them
 VIEWS_ABOVE = 1 << 12  # elements; a lazy batch looks whether a gradient this large is a view of another
 # A lazy batch holds smaller float CPU gradients to the end of the run and takes their norms in one
@@ -182,7 +186,8 @@ class StatsBatch:
 
     Args:
         full_limit: tensors with at most this many elements keep a full CPU copy in ``value``.
-        histogram_bins: bins of the histogram of each larger tensor; 0 disables histograms.
+        histogram_bins: bins of the histogram of each tensor of more than ``HISTOGRAM_ABOVE``
+            elements; 0 disables histograms.
         source: None for full records. Otherwise the :class:`hookviz.details.Details` of a lazy
             run: each tensor's 2-norm is queued the moment it is added (nothing else is computed,
             and the tensor is not held, so autograd frees it as it would without hookviz; only
@@ -561,22 +566,35 @@ class StatsBatch:
             return records
 
     def _sample(self, rows: torch.Tensor, members: list[int], samples: dict) -> None:
-        """Keep a fixed sample of each row that will get a histogram (see :meth:`_histograms`)."""
-        if self.histogram_bins > 0 and rows.shape[1] > max(self.full_limit, HISTOGRAM_SAMPLE):
-            for i, sample in zip(members, rows[:, _sample_indices(rows.shape[1], rows.device)]):
+        """Keep each row that will get a histogram (see :meth:`_histograms`): whole when it has at
+        most ``HISTOGRAM_SAMPLE`` elements, else a fixed sample of it."""
+        if self.histogram_bins > 0 and rows.shape[1] > HISTOGRAM_ABOVE:
+            if rows.shape[1] > HISTOGRAM_SAMPLE:
+                rows = rows[:, _sample_indices(rows.shape[1], rows.device)]
+            for i, sample in zip(members, rows):
                 samples[i] = sample
 
     def _histograms(self, samples: dict[int, torch.Tensor], table: list, device) -> dict[int, tuple]:
-        """Histograms over [min, max] of a fixed sample of each large tensor, in a few batched ops.
+        """Histograms over [min, max] of each tensor of more than ``HISTOGRAM_ABOVE`` elements, in
+        a few batched ops (one set per sample length).
 
-        Only tensors above the full-tensor limit and above ``HISTOGRAM_SAMPLE`` elements get one.
-        The sample (``HISTOGRAM_SAMPLE`` elements at indices ``i * 2654435761 mod numel``; no random
-        number generator is used) keeps the cost independent of the tensor's size.
+        A tensor of up to ``HISTOGRAM_SAMPLE`` elements is counted whole, so its counts are exact.
+        A larger one is counted on a fixed sample (``HISTOGRAM_SAMPLE`` elements at indices
+        ``i * 2654435761 mod numel``; no random number generator is used), which keeps the cost
+        independent of the tensor's size.
         """
+        found = {}
+        by_length: dict[int, list[int]] = {}
+        for i, sample in samples.items():
+            if math.isfinite(table[i][2]) and math.isfinite(table[i][3]):
+                by_length.setdefault(len(sample), []).append(i)
+        for wanted in by_length.values():
+            found.update(self._histograms_of(wanted, samples, table, device))
+        return found
+
+    def _histograms_of(self, wanted: list[int], samples: dict, table: list, device) -> dict[int, tuple]:
+        """The histograms of samples of one length, in one ``bincount``."""
         bins = self.histogram_bins
-        wanted = [i for i in samples if math.isfinite(table[i][2]) and math.isfinite(table[i][3])]
-        if not wanted:
-            return {}
         stacked = torch.stack([samples[i] for i in wanted]).float()
         low = torch.tensor([table[i][2] for i in wanted], device=device)
         high = torch.tensor([table[i][3] for i in wanted], device=device)

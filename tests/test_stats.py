@@ -37,6 +37,30 @@ def test_batched_statistics_equal_per_tensor_reductions():
     assert sum(counts) == 1024 and len(edges) == 33  # a fixed 1024-element sample
 
 
+def test_every_tensor_of_more_than_16_elements_gets_a_histogram_exact_up_to_the_sample():
+    """The inspector shows up to 16 elements as numbers and any larger tensor as statistics and a
+    histogram: one of up to 1,024 elements is counted whole (equal to ``torch.histc`` over its
+    range), a larger one on its fixed 1,024-element sample; stacked (equal shapes) or alone."""
+    tensors = [
+        torch.arange(16.0),  # shown as numbers: no histogram
+        torch.arange(100.0),  # alone
+        torch.arange(300.0).reshape(10, 30),  # two of one shape: stacked rows
+        -torch.arange(300.0).reshape(10, 30),
+        torch.linspace(-1, 1, 3000),  # sampled
+    ]
+    batch = StatsBatch(full_limit=4096)
+    keys = [batch.add(t) for t in tensors]
+    records = batch.compute()
+    assert records[keys[0]].histogram is None
+    for key, tensor in zip(keys[1:4], tensors[1:4]):
+        counts, edges = records[key].histogram
+        expected = torch.histc(tensor, bins=32, min=tensor.min().item(), max=tensor.max().item())
+        assert counts == expected.long().tolist() and sum(counts) == tensor.numel()
+        assert edges[0] == tensor.min().item() and edges[-1] == pytest.approx(tensor.max().item())
+    counts, _ = records[keys[4]].histogram
+    assert sum(counts) == 1024 and records[keys[4]].value is not None
+
+
 def test_nan_inf_and_empty_tensors():
     record = summarise(torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0]))
     assert (record.nan_count, record.inf_count, record.zero_fraction) == (1, 2, 0.2)

@@ -245,7 +245,9 @@ def test_history_to_pandas_without_pandas_is_a_clear_error():
 def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspaces():
     """Every statistic of the batched reduction equals the one taken on the gradient alone: stacked
     rows (also of half precision, where a count past 2,048 must stay exact), gradients too large to
-    stack, sparse and complex ones, NaN and Inf, a column with two gradients, and a second step with
+    stack (over a million elements, zeros or NaN only at the end, not contiguous, half precision,
+    a float32 norm that overflows), sparse and complex ones, NaN and Inf, a column with two
+    gradients, and a second step with
     fewer rows than the first (the workspace is reused, not stale), stacked rows with and without
     an exact zero (on CPU only those with one are counted)."""
     from hookviz.watch_reduce import StepReducer
@@ -273,13 +275,19 @@ def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspa
             (10, torch.full((40,), 3e20)),  # float32 squares overflow; the norm must not
             (11, torch.randn(32)),  # stacked with column 9's rows, and no exact zero in it
             (12, torch.arange(32.0)),  # one exact zero
+            # Too large to stack: zeros only at the end
+            (13, torch.cat([torch.rand(17 * 65536) + 0.5, torch.zeros(5), torch.rand(100) + 0.5])),
+            (14, sparse_zeros((1100, 1000)).t()),  # not contiguous, zeros in every row
+            (15, torch.cat([torch.rand(3 * 65536) + 0.5, torch.tensor([math.nan])])),  # NaN only at the end
+            (16, sparse_zeros((2, 70000), torch.float16)),  # half precision
+            (17, torch.full((65537,), 3e20)),  # float32 squares overflow
         ],
         [(0, sparse_zeros(65536, torch.float16)), (2, sparse_zeros((256, 64), torch.bfloat16))],
     ]
     reducer = StepReducer()
     for pairs in steps:
-        row = reducer(pairs, 13)
-        for column in range(13):
+        row = reducer(pairs, 18)
+        for column in range(18):
             grads = [g for c, g in pairs if c == column]
             if not grads:
                 assert row[column].isnan().all()

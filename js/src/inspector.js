@@ -4,8 +4,8 @@ import { formatNumber, formatValue, parseNumber } from "./logic.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
-/** A small bar chart of a histogram ({counts, edges}). */
-export function histogram(hist) {
+/** A small bar chart of a histogram ({counts, edges}) of a tensor of `numel` elements. */
+export function histogram(hist, numel) {
   if (!hist || !hist.counts || !hist.counts.length) return null;
   const counts = hist.counts;
   const w = 160;
@@ -26,11 +26,13 @@ export function histogram(hist) {
     svg.append(r);
   });
   const edges = hist.edges || [];
+  const counted = counts.reduce((a, b) => a + b, 0);
+  const sampled = numel > counted ? ` · a fixed sample of ${counted} of ${numel} elements` : "";
   return h(
     "div",
     { class: "hv-histwrap" },
     svg,
-    h("div", { class: "hv-muted" }, `${formatNumber(edges[0])} … ${formatNumber(edges[edges.length - 1])}`),
+    h("div", { class: "hv-muted" }, `${formatNumber(edges[0])} … ${formatNumber(edges[edges.length - 1])}${sampled}`),
   );
 }
 
@@ -101,10 +103,18 @@ export function tensorView(t) {
           (bad ? ` · NaN ${t.nan_count} · Inf ${t.inf_count}` : ""),
       ),
     );
-    parts.push(histogram(t.histogram));
+    parts.push(histogram(t.histogram, t.numel));
     if (hasValue) {
       parts.push(heatmap(t.value));
       parts.push(rawValues(t.value));
+    } else {
+      parts.push(
+        h(
+          "div",
+          { class: "hv-muted hv-small hv-not-kept" },
+          "values not kept: more elements than the session's full_tensor_limit",
+        ),
+      );
     }
   }
   return h("div", { class: "hv-tensor" }, parts);

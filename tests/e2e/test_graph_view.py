@@ -179,6 +179,12 @@ def test_gpt2_opens_as_its_fitted_module_tree(lab):
         selected = harness.view_report(page)
         assert "transformer.h.0.mlp.c_fc.weight" not in selected["outside"]
         assert "c_fc.weight" in root.locator(".hv-inspector").inner_text()
+        # Its gradient, [128, 512], is past the full-tensor limit: statistics and a histogram of a
+        # sample, and a note that its values were not kept.
+        tensor = root.locator(".hv-inspector .hv-tensor").first
+        assert tensor.locator(".hv-hist rect").count() == 32
+        assert "a fixed sample of 1024 of 65536 elements" in tensor.locator(".hv-histwrap").inner_text()
+        assert "values not kept" in tensor.locator(".hv-not-kept").inner_text()
         root.screenshot(path=str(ARTIFACTS / "gpt2_selected.png"))
 
         # Closing the side panel gives the graph the whole width; a click brings it back.
@@ -259,6 +265,37 @@ def test_deep_mlp_first_view_is_fitted_and_readable(lab):
         )
         assert "38.weight" not in opened["outside"]
         root.screenshot(path=str(ARTIFACTS / "mlp_38_open.png"))
+
+        # Its weight's gradient, [3, 64]: shape, statistics, an exact histogram and a heatmap, the
+        # raw values behind a toggle, never a wall of numbers; the edit controls come first.
+        harness.click_node(page, "38.weight")
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget .hv-inspector .hv-title')?.textContent.includes('AccumulateGrad')"
+        )
+        view = page.evaluate(
+            """() => {
+                const root = document.querySelector('.hookviz-widget');
+                const tensor = root.querySelector('.hv-inspector .hv-tensor');
+                const raw = tensor.querySelector('details.hv-raw');
+                const editor = root.querySelector('.hv-editor .hv-expr');
+                return {
+                    head: tensor.querySelector('.hv-shape').textContent,
+                    stats: tensor.querySelector('.hv-stats').textContent,
+                    bars: tensor.querySelectorAll('.hv-hist rect').length,
+                    caption: tensor.querySelector('.hv-histwrap .hv-muted').textContent,
+                    heatmap: tensor.querySelector('canvas.hv-heat')?.width || 0,
+                    raw_open: raw ? raw.open : null,
+                    numbers_shown: [...tensor.querySelectorAll('code.hv-value')].filter(c => !c.closest('details') || c.textContent).length,
+                    editor_first: !!editor && !!(editor.compareDocumentPosition(tensor) & Node.DOCUMENT_POSITION_FOLLOWING),
+                };
+            }"""
+        )
+        assert "[3, 64]" in view["head"] and "norm" in view["stats"], view
+        assert view["bars"] == 32 and "sample" not in view["caption"], view
+        assert view["heatmap"] > 0 and view["raw_open"] is False and view["numbers_shown"] == 0, view
+        assert view["editor_first"], view
+        root.locator(".hv-inspector details.hv-raw summary").first.click()
+        assert root.locator(".hv-inspector details.hv-raw code.hv-value").first.inner_text().count(",") >= 100
 
 
 def test_a_large_run_is_painted_first_and_diagnosed_when_the_page_asks(lab):
