@@ -817,6 +817,25 @@ def test_diagnosis_follows_every_rerun(widget):
     assert widget.diagnosis["findings"] == [] and widget.diagnosis["error"] is None
 
 
+def test_dead_gradients_made_by_the_users_own_zeroing_edit_say_so():
+    """``grad * 0`` on the head's grad_input kills every gradient below it: the banner reports the
+    blocks as dead, each finding marked as the edit's doing, and the head's own weight (whose
+    gradient the edit does not touch) as healthy; after Reset and a re-run, nothing."""
+    torch.manual_seed(0)
+    widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),))
+    assert widget.diagnosis["findings"] == []
+    assert widget.apply_edit("head", "grad_input[0]", "grad * 0") and widget.rerun()
+    findings = widget.diagnosis["findings"]
+    assert {f["module"] for f in findings if f["kind"] == "dead"} == {
+        f"blocks.{i}.{part}" for i in range(3) for part in ("fc", "norm")
+    }
+    assert findings and all(f["from_edit"] for f in findings)
+    assert widget.run.leaf_grad("blocks.0.fc.weight").count_nonzero() == 0
+    assert widget.run.leaf_grad("head.weight").count_nonzero() > 0
+    widget.reset_edits()
+    assert widget.rerun() and widget.diagnosis["findings"] == []
+
+
 def test_a_failing_diagnosis_is_shown_and_the_widget_keeps_going(monkeypatch):
     def broken(run, **thresholds):
         raise RuntimeError("diagnosis exploded")

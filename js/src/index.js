@@ -405,7 +405,7 @@ function render({ model, el }) {
       model.get("edit_state") || {},
     );
   const drawChart = () => renderChart(chartEl, model.get("chart"));
-  const drawLeaves = () => renderLeaves(leavesEl, leavesOf(), undefined, model.get("details_pending"));
+  const drawLeaves = () => renderLeaves(leavesEl, leavesOf(), model.get("details_pending"));
   const selectNode = (id) => {
     mark("tap");
     send({ type: "select", node: id });

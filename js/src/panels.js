@@ -153,9 +153,11 @@ export function leafRatio(leaf) {
   return now / then;
 }
 
-/** Every leaf's grad, baseline -> current run, in sortable columns (click a header). `pending`:
- * a large run's table comes after its graph is drawn (hookviz.Widget.fill_details). */
-export function renderLeaves(el, leaves, sort = { key: null, descending: true }, pending = false) {
+/** Every leaf's grad, baseline -> current run, in sortable columns (click a header). The sort
+ * the user chose stays on `el` and holds for every later run. `pending`: a large run's table
+ * comes after its graph is drawn (hookviz.Widget.fill_details). */
+export function renderLeaves(el, leaves, pending = false) {
+  const sort = el.hvSort || { key: null, descending: true };
   el.replaceChildren();
   add(el, h("h4", {}, "Leaf gradients (this run, against the baseline)"));
   if (!leaves || !leaves.length) {
@@ -183,8 +185,10 @@ export function renderLeaves(el, leaves, sort = { key: null, descending: true },
         class: "hv-sortable",
         "data-sort": c.key,
         title: "sort",
-        onclick: () =>
-          renderLeaves(el, leaves, { key: c.key, descending: sort.key === c.key ? !sort.descending : true }),
+        onclick: () => {
+          el.hvSort = { key: c.key, descending: sort.key === c.key ? !sort.descending : true };
+          renderLeaves(el, leaves, pending);
+        },
       },
       c.title + (sort.key === c.key ? (sort.descending ? " ▼" : " ▲") : ""),
     ),

@@ -88,6 +88,8 @@ def test_edit_and_rerun_in_jupyterlab(lab):
         # Applied, not yet run: the edits and the Re-run button say so.
         assert root.locator(".hv-rerun.hv-pending").count() == 1
         assert root.locator(".hv-edits-list .hv-badge-pending").count() == 2
+        # Sorted by norm, largest first: the sort holds for the re-run's table.
+        root.locator('.hv-leaves-table th[data-sort="norm"]').click()
         root.locator(".hv-rerun").click()
         page.wait_for_function(
             "() => document.querySelector('.hookviz-widget tr[data-leaf=\"x\"] .hv-leaf-after')?.textContent.includes('1777792, 1777764')",
@@ -97,6 +99,10 @@ def test_edit_and_rerun_in_jupyterlab(lab):
         assert root.locator(".hv-rerun.hv-pending").count() == 0
         assert "[2666688, 2666646]" in _leaf_text(page, "y")
         assert "[-3888925, -3888855]" in _leaf_text(page, "z")
+        assert root.locator('.hv-leaves-table th[data-sort="norm"]').inner_text().endswith("▼")
+        assert root.locator(".hv-leaves-table tr[data-leaf]").evaluate_all(
+            "rows => rows.map(r => r.dataset.leaf)"
+        ) == ["z", "y", "x"]
         # The inspector shows before -> after for the selected node.
         assert "before" in root.locator(".hv-inspector").inner_text()
         assert root.locator(".hv-error:not(:empty)").count() == 0
