@@ -253,7 +253,7 @@ export class GraphView {
     this.onError = onError || ((message) => console.error(message));
     this.tooltip = tooltip;
     this.layoutKey = null;
-    this.layouts = new Map(); // expansion state -> positions ELK computed for it
+    this.layouts = new Map(); // expansion state and view size -> positions ELK computed for them
     this.representative = new Map();
     this.rendering = Promise.resolve();
     this.cy = cytoscape({
@@ -329,11 +329,14 @@ export class GraphView {
     this.layoutKey = key;
     const generation = (this.generation = (this.generation || 0) + 1);
     const nodes = els.filter((e) => e.group === "nodes");
-    const cached = this.layouts.get(key);
+    // ELK is given the view's aspect ratio and the choice to wrap into rows depends on the view's
+    // size: a layout is reused only in a view of about the same size (full screen makes new ones).
+    const sized = `${key}|${Math.round(this.cy.width() / 100)}x${Math.round(this.cy.height() / 100)}`;
+    const cached = this.layouts.get(sized);
     const positions = cached ? Promise.resolve(cached) : this.layOut(els, nodes, tree);
     this.rendering = positions.then((pos) => {
       if (generation !== this.generation) return null; // a newer state is being drawn
-      this.layouts.set(key, pos);
+      this.layouts.set(sized, pos);
       const before = new Map(this.cy.nodes().map((n) => [n.id(), { ...n.position() }]));
       const changed = this.place(els, pos, before, representative);
       this.onPlaced(performance.now() - t0);
