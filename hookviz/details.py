@@ -35,6 +35,7 @@ UNAVAILABLE = {
     "inf_count": 0,
     "zero_fraction": math.nan,
     "histogram": None,
+    "overview": None,
 }
 
 

@@ -26,6 +26,8 @@ HISTOGRAM_SAMPLE = 1024
 # elements as its numbers (js/src/inspector.js, SHOWN_ELEMENTS) and any larger one as statistics
 # and a histogram.
 HISTOGRAM_ABOVE = 16
+# A 2-D tensor too large to keep whole gets an overview of at most this many blocks per side.
+OVERVIEW_BLOCKS = 32
 SETTLE_ABOVE = 1 << 20  # elements; larger CPU gradients are summarised as soon as a hook sees them
 VIEWS_ABOVE = 1 << 12  # elements; a lazy batch looks whether a gradient this large is a view of another
 # A lazy batch holds smaller float CPU gradients to the end of the run and takes their norms in one
@@ -82,7 +84,11 @@ class TensorRecord(Deferrable):
         nan_count, inf_count: number of NaN and of +/-Inf elements.
         zero_fraction: fraction of elements exactly equal to 0 (0.0 for an empty tensor).
         histogram: ``(counts, edges)`` with ``len(edges) == len(counts) + 1`` over ``[min, max]``,
-            for tensors above the full-tensor limit with finite min and max; else None.
+            for tensors of more than ``HISTOGRAM_ABOVE`` (16) elements with finite min and max
+            (exact up to ``HISTOGRAM_SAMPLE`` elements, of a fixed sample above); else None.
+        overview: of a 2-D tensor above the full-tensor limit, for a heatmap: float32
+            ``[min(rows, 32), min(columns, 32)]``, the root mean square of each block of rows x
+            columns (``adaptive_avg_pool2d`` of ``x**2``, square-rooted: no sign cancels); else None.
         note: why something is missing, e.g. the value was modified in place after it was recorded,
             or what the statistics are of: a complex tensor's are of its magnitude ``|z|``, a
             sparse tensor's of its stored values (the zeros it does not store count in
@@ -104,10 +110,22 @@ class TensorRecord(Deferrable):
     inf_count: int = 0
     zero_fraction: float = 0.0
     histogram: tuple[list[int], list[float]] | None = None
+    overview: torch.Tensor | None = None
     note: str = ""
     nnz: int | None = None
 
-    DEFERRED = ("value", "norm", "mean", "min", "max", "nan_count", "inf_count", "zero_fraction", "histogram")
+    DEFERRED = (
+        "value",
+        "norm",
+        "mean",
+        "min",
+        "max",
+        "nan_count",
+        "inf_count",
+        "zero_fraction",
+        "histogram",
+        "overview",
+    )
 
     @property
     def finite(self) -> bool:
@@ -466,6 +484,7 @@ class StatsBatch:
                 zero_fraction=(numel - nonzero) / numel,
                 nnz=nnz,
                 histogram=None,
+                overview=None,
                 note=_STAND_IN_NOTE["sparse"],
             )
         return replace(
@@ -561,9 +580,20 @@ class StatsBatch:
                         inf_count=inf_count,
                         zero_fraction=(numel - nonzero_counts[i]) / numel,
                         histogram=histograms.get(i),
+                        overview=self._overview(originals[i]),
                     )
                 )
             return records
+
+    def _overview(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """The block root-mean-square overview of a 2-D tensor too large to keep (see
+        :class:`TensorRecord`); None for any other, and with histograms off (the inspector draws
+        both; the leaf table neither)."""
+        if tensor.dim() != 2 or tensor.numel() <= self.full_limit or self.histogram_bins <= 0:
+            return None
+        blocks = (min(tensor.shape[0], OVERVIEW_BLOCKS), min(tensor.shape[1], OVERVIEW_BLOCKS))
+        squares = tensor.detach().float().square()[None, None]
+        return torch.nn.functional.adaptive_avg_pool2d(squares, blocks)[0, 0].sqrt_().cpu()
 
     def _sample(self, rows: torch.Tensor, members: list[int], samples: dict) -> None:
         """Keep each row that will get a histogram (see :meth:`_histograms`): whole when it has at
@@ -736,6 +766,7 @@ _JSON_FIELD = {
     "inf_count": lambda r: r.inf_count,
     "zero_fraction": lambda r: r.zero_fraction,
     "histogram": _json_histogram,
+    "overview": lambda r: None if r.overview is None else _json_values(r.overview.tolist()),
     "note": lambda r: r.note,
     "nnz": lambda r: r.nnz,
 }

@@ -61,6 +61,21 @@ def test_every_tensor_of_more_than_16_elements_gets_a_histogram_exact_up_to_the_
     assert sum(counts) == 1024 and records[keys[4]].value is not None
 
 
+def test_a_2d_tensor_too_large_to_keep_gets_a_block_overview_for_its_heatmap():
+    """[64, 64] in 32 x 32 blocks of 2 x 2: each cell is the root mean square of its block (no sign
+    cancels); tensors kept whole, and those that are not 2-D, get none."""
+    torch.manual_seed(0)
+    matrix = torch.randn(64, 64)
+    matrix[:, :10] = -matrix[:, :10].abs()  # signs that a block mean would cancel
+    batch = StatsBatch(full_limit=1000)
+    keys = [batch.add(t) for t in (matrix, torch.randn(20, 20), torch.randn(5000))]
+    records = batch.compute()
+    expected = matrix.reshape(32, 2, 32, 2).square().mean((1, 3)).sqrt()
+    assert torch.allclose(records[keys[0]].overview, expected, rtol=1e-6)
+    assert records[keys[0]].to_dict()["overview"][3][4] == pytest.approx(expected[3, 4].item(), rel=1e-6)
+    assert records[keys[1]].overview is None and records[keys[2]].overview is None
+
+
 def test_nan_inf_and_empty_tensors():
     record = summarise(torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0]))
     assert (record.nan_count, record.inf_count, record.zero_fraction) == (1, 2, 0.2)

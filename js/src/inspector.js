@@ -39,8 +39,11 @@ export function histogram(hist, numel) {
 // A tensor with more elements than this shows as statistics + histogram, never as numbers.
 export const SHOWN_ELEMENTS = 16;
 
-/** A small heatmap of a 2-D value (rows x columns), one cell per element, diverging around 0. */
-export function heatmap(value) {
+/**
+ * A small heatmap of a 2-D value (rows x columns), one cell per element, diverging around 0;
+ * `caption` replaces the default one (an overview's says what its cells are).
+ */
+export function heatmap(value, caption = null) {
   if (!Array.isArray(value) || !Array.isArray(value[0])) return null;
   const rows = value.length;
   const cols = value[0].length;
@@ -67,7 +70,11 @@ export function heatmap(value) {
     "div",
     { class: "hv-heatwrap" },
     canvas,
-    h("div", { class: "hv-muted hv-small" }, `${rows}×${cols}: blue < 0 < red, |max| ${formatNumber(top)}`),
+    h(
+      "div",
+      { class: "hv-muted hv-small" },
+      caption ? `${caption}, max ${formatNumber(top)}` : `${rows}×${cols}: blue < 0 < red, |max| ${formatNumber(top)}`,
+    ),
   );
 }
 
@@ -83,7 +90,8 @@ function rawValues(value) {
 
 /**
  * One tensor summary: header line, then the value when it has at most SHOWN_ELEMENTS elements;
- * else statistics, a histogram, a heatmap for 2-D values, and the raw values behind a toggle.
+ * else statistics, a histogram, a heatmap for 2-D values, and the raw values behind a toggle; a
+ * tensor too large to keep has no values, and a 2-D one a heatmap of its block overview.
  */
 export function tensorView(t) {
   if (!t) return h("span", { class: "hv-muted" }, "None");
@@ -108,6 +116,11 @@ export function tensorView(t) {
       parts.push(heatmap(t.value));
       parts.push(rawValues(t.value));
     } else {
+      if (t.overview && t.shape?.length === 2) {
+        const [rows, cols] = t.shape;
+        const blocks = `${t.overview.length}×${t.overview[0]?.length ?? 0}`;
+        parts.push(heatmap(t.overview, `${rows}×${cols} in ${blocks} blocks: root mean square of each`));
+      }
       parts.push(
         h(
           "div",

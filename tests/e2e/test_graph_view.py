@@ -179,12 +179,14 @@ def test_gpt2_opens_as_its_fitted_module_tree(lab):
         selected = harness.view_report(page)
         assert "transformer.h.0.mlp.c_fc.weight" not in selected["outside"]
         assert "c_fc.weight" in root.locator(".hv-inspector").inner_text()
-        # Its gradient, [128, 512], is past the full-tensor limit: statistics and a histogram of a
-        # sample, and a note that its values were not kept.
+        # Its gradient, [128, 512], is past the full-tensor limit: statistics, a histogram of a
+        # sample, a heatmap of its block overview, and a note that its values were not kept.
         tensor = root.locator(".hv-inspector .hv-tensor").first
         assert tensor.locator(".hv-hist rect").count() == 32
         assert "a fixed sample of 1024 of 65536 elements" in tensor.locator(".hv-histwrap").inner_text()
         assert "values not kept" in tensor.locator(".hv-not-kept").inner_text()
+        assert tensor.locator("canvas.hv-heat").count() == 1
+        assert "128×512 in 32×32 blocks" in tensor.locator(".hv-heatwrap").inner_text()
         root.screenshot(path=str(ARTIFACTS / "gpt2_selected.png"))
 
         # Closing the side panel gives the graph the whole width; a click brings it back.
