@@ -297,6 +297,9 @@ def test_deep_mlp_first_view_is_fitted_and_readable(lab):
         assert view["heatmap"] > 0 and view["raw_open"] is False and view["numbers_shown"] == 0, view
         assert view["editor_first"], view
         root.locator(".hv-inspector details.hv-raw summary").first.click()
+        page.wait_for_function(  # the values are formatted on the toggle event, after the click
+            "() => !!document.querySelector('.hookviz-widget .hv-inspector details.hv-raw code.hv-value')?.textContent"
+        )
         assert root.locator(".hv-inspector details.hv-raw code.hv-value").first.inner_text().count(",") >= 100
 
 
