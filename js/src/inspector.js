@@ -125,7 +125,8 @@ export function tensorView(t) {
         h(
           "div",
           { class: "hv-muted hv-small hv-not-kept" },
-          "values not kept: more elements than the session's full_tensor_limit",
+          // a record's own note says why it has no values (e.g. changed in place after it was recorded)
+          t.note || "values not kept: more elements than the session's full_tensor_limit",
         ),
       );
     }
