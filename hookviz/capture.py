@@ -444,9 +444,10 @@ class SavedTensorsRecorder:
             return contextlib.nullcontext()
         return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
-    def attribute(self, fn, name: str) -> tuple[list[tuple], bool | int | float | None]:
-        """``(shape, dtype, nbytes, stored_on)`` of each tensor behind ``fn.<name>``, and the
-        Python number it holds, if it is one.
+    def attribute(self, fn, name: str) -> tuple[list[tuple], list[torch.Tensor], bool | int | float | None]:
+        """``(shape, dtype, nbytes, stored_on)`` of each tensor behind ``fn.<name>``, the tensors
+        themselves as unpacking hands them over (empty when that count differs), and the Python
+        number it holds, if it is one.
 
         A number is a saved scalar argument (``_saved_alpha``, ``_saved_exponent``) or a wrapped
         Python number: PyTorch saves the ``2`` of ``2 * x`` as a one-element CPU tensor without
@@ -460,17 +461,18 @@ class SavedTensorsRecorder:
                 packed, self.unpacked = self.unpacked, None
             found = [p.described for p in packed]
             if found:
-                return found, None
+                tensors = _tensors_in(value)
+                return found, tensors if len(tensors) == len(found) else [], None
         else:
             value = getattr(fn, name)
         if isinstance(value, bool):
-            return [], value
+            return [], [], value
         if isinstance(value, int):  # PyTorch hands a saved int64 over as uint64: -1 arrives as 2**64 - 1
-            return [], value - 2**64 if value >= 2**63 else value
+            return [], [], value - 2**64 if value >= 2**63 else value
         if isinstance(value, float):
-            return [], value
+            return [], [], value
         values = value if isinstance(value, (tuple, list)) else (value,)
-        described = [_described(t) for t in values if isinstance(t, torch.Tensor)]
+        tensors = [t for t in values if isinstance(t, torch.Tensor)]
         wrapped = (
             isinstance(value, torch.Tensor)
             and value.dim() == 0
@@ -478,7 +480,7 @@ class SavedTensorsRecorder:
             and not value.requires_grad
             and not value.is_complex()
         )
-        return described, value.item() if wrapped else None
+        return [_described(t) for t in tensors], tensors, value.item() if wrapped else None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -251,7 +251,7 @@ def record_forward(
     for node in walk.nodes.values():
         if node.kind == "op":
             node.call = forward_recorder.call_of(node.sequence_nr)
-            node.saved, node.constants = _saved(node.fn, saved_recorder)
+            node.saved, node.constants = _saved(node.fn, saved_recorder, leaf_names)
             node.output = summary[0].get(node.id)
     return RetainedForward(
         device=device,
@@ -467,15 +467,16 @@ def _consumers(walk: Walk) -> dict[tuple[str, int], list[tuple[str, int]]]:
     return found
 
 
-def _saved(fn, recorder: SavedTensorsRecorder) -> tuple[list[SavedTensor], dict]:
+def _saved(fn, recorder: SavedTensorsRecorder, leaf_names: dict[int, str]) -> tuple[list[SavedTensor], dict]:
     """What a Node saved for backward: the tensors and the Python numbers (by name without
     ``_saved_``). ``grad_fn._saved_<name>`` names each, and hookviz's pack hook (which reading the
     attribute unpacks) gives a tensor's shape, dtype, bytes and where the user's own pack hook
-    stored it."""
+    stored it. A saved tensor that is a leaf of ``leaf_names`` (``id`` -> name), or a view of
+    one, is named by it: PyTorch saves a leaf itself, not a copy (``SavedVariable``)."""
     entries, constants = [], {}
     for attribute in saved_tensor_names(fn):
         try:
-            packs, number = recorder.attribute(fn, attribute)
+            packs, tensors, number = recorder.attribute(fn, attribute)
         except RuntimeError:
             continue
         base = attribute.removeprefix("_saved_")
@@ -483,8 +484,17 @@ def _saved(fn, recorder: SavedTensorsRecorder) -> tuple[list[SavedTensor], dict]
             constants[base] = number
         for i, (shape, dtype, nbytes, stored) in enumerate(packs):
             name = base + (f"[{i}]" if len(packs) > 1 else "")
-            entries.append(SavedTensor(name, shape, dtype_name(dtype), nbytes, stored))
+            of = _leaf_behind(tensors[i], leaf_names) if tensors else ""
+            entries.append(SavedTensor(name, shape, dtype_name(dtype), nbytes, stored, of))
     return entries, constants
+
+
+def _leaf_behind(tensor: torch.Tensor, leaf_names: dict[int, str]) -> str:
+    """The name of the leaf ``tensor`` is, or is a view of (``weight.t()``), else ""."""
+    found = leaf_names.get(id(tensor))
+    if found is None and tensor._base is not None:
+        found = leaf_names.get(id(tensor._base))
+    return found or ""
 
 
 def _call_input_keys(batch: StatsBatch, call: CallState, recorder: ForwardRecorder) -> dict:

@@ -34,6 +34,9 @@ class SavedTensor:
         nbytes: ``numel * element_size`` in bytes (several Nodes may share one storage).
         stored_on: where it waits for backward: its device, or another one when a
             ``saved_tensors_hooks`` of the user's (e.g. ``save_on_cpu``) moved it there.
+        of: the leaf it is, or is a view of, by name: a model input or a parameter (``Linear``
+            saves ``mat2 = weight.t()``, a view of ``"weight"``); "" for an intermediate tensor
+            or one a saved-tensor hook of the user's replaced with a copy.
     """
 
     name: str
@@ -41,6 +44,7 @@ class SavedTensor:
     dtype: str
     nbytes: int
     stored_on: str = ""
+    of: str = ""
 
 
 @dataclass

@@ -333,6 +333,8 @@ class StatsBatch:
         if tensor.is_sparse or tensor.is_complex():
             measured, nnz = _stand_in(tensor)
             note = _STAND_IN_NOTE["sparse" if tensor.is_sparse else "complex"]
+        if not measured.is_floating_point():  # the int64 zeros a full hook sees for token ids
+            measured = measured.float()
         # detach(): no graph is recorded even under create_graph (cheaper than a no_grad block)
         low_precision = measured.dtype not in (torch.float32, torch.float64)
         norm = torch.linalg.vector_norm(measured.detach(), dtype=torch.float32 if low_precision else None)

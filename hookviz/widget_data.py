@@ -216,17 +216,28 @@ def _box_the_loss_ops(nodes: list[dict], edges: list[list]) -> None:
 
 
 def operand_hint(record) -> str:
-    """A short hint that tells ops of one kind apart, read from the Python numbers the Node saved
-    for backward (:attr:`~hookviz.run.NodeRecord.constants`): ``"×2"`` for the ``MulBackward0``
-    of ``2 * x``, ``"÷3"`` for ``x / 3``, ``"^2"`` for ``x ** 2``, ``"α=2"`` for
+    """A short hint that tells ops of one kind apart, read from what the Node saved for backward.
+
+    First its Python numbers (:attr:`~hookviz.run.NodeRecord.constants`): ``"×2"`` for the
+    ``MulBackward0`` of ``2 * x``, ``"÷3"`` for ``x / 3``, ``"^2"`` for ``x ** 2``, ``"α=2"`` for
     ``torch.add(x, y, alpha=2)``, else up to two ``name=value`` pairs of numbers, leaving out
     defaults such as ``alpha=1``, flags and sizes (``"negative_slope=0.2"``, ``"max=1, min=-1"``,
-    ``"dim=-1"``).
-    Empty when the Node saved no number."""
-    if record is None or not record.constants:
+    ``"dim=-1"``). Failing those, the leaves among its saved tensors
+    (:attr:`~hookviz.run.SavedTensor.of`): ``"x×y"`` for the ``MulBackward0`` of ``x * y``,
+    ``"x"`` for the ``AddmmBackward0`` of a ``Linear`` fed the input ``x``. The parameters of the
+    Node's own module are left out (its box names them); another module's parameter is named
+    by its last two parts (``"wte.weight"``).
+    Empty when the Node saved neither."""
+    if record is None:
+        return ""
+    return _number_hint(record) or _leaf_hint(record)
+
+
+def _number_hint(record) -> str:
+    if not record.constants:
         return ""
     constants = dict(record.constants)
-    op = record.op.rstrip("0123456789").removesuffix("Backward")
+    op = _op_kind(record.op)
     if op == "Mul" and "other" in constants:
         return f"×{_number(constants['other'])}"
     if op == "Div" and "other" in constants:
@@ -242,6 +253,24 @@ def operand_hint(record) -> str:
         if "sym" not in name and not isinstance(value, bool) and (name, value) not in _DEFAULTS
     ][:2]
     return ", ".join(f"{name}={_number(value)}" for name, value in shown)
+
+
+def _leaf_hint(record) -> str:
+    own = record.module + "." if record.module else ""
+    names = {}
+    for saved in record.saved:
+        if saved.of and not (own and saved.of.startswith(own)):
+            names.setdefault(saved.name, ".".join(saved.of.split(".")[-2:]))
+    op = _op_kind(record.op)
+    sign = {"Mul": "×", "Div": "÷"}.get(op)
+    if sign and ("self" in names or "other" in names):
+        return f"{names.get('self', '')}{sign}{names.get('other', '')}"
+    return ", ".join(list(dict.fromkeys(names.values()))[:2])
+
+
+def _op_kind(op: str) -> str:
+    """``"MulBackward0"`` -> ``"Mul"``."""
+    return op.rstrip("0123456789").removesuffix("Backward")
 
 
 _DEFAULTS = {("alpha", 1), ("beta", 1), ("padding_idx", -1)}
@@ -425,7 +454,7 @@ def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> 
         "grad_inputs": tensors_json(record.grad_inputs),
         "grad_inputs_before_edit": tensors_json(record.grad_inputs_before_edit),
         "saved": [
-            {"name": s.name, "shape": list(s.shape), "dtype": s.dtype, "nbytes": s.nbytes}
+            {"name": s.name, "shape": list(s.shape), "dtype": s.dtype, "nbytes": s.nbytes, "of": s.of}
             for s in record.saved
         ],
         "hooks": _hooks_json(run, node_id, record),

@@ -1069,6 +1069,38 @@ def test_operand_hints_come_from_saved_numbers_also_in_a_lazy_run():
     assert run.details is not None and not run.details.filled
 
 
+def test_ops_of_one_kind_that_saved_leaves_are_told_apart_by_those_leaves():
+    """``x * y`` and ``x * z`` save no number; they save ``x`` and ``y`` / ``z`` themselves, so
+    the hint names them. A parameter of the op's own module goes unnamed (its box names it); a
+    tied weight from another module is named by its last two parts."""
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = torch.nn.Embedding(5, 3)
+            self.fc = torch.nn.Linear(3, 3)
+
+        def forward(self, x, y, z, tokens):
+            h = self.fc(x * y + x * z) + self.wte(tokens)
+            return torch.nn.functional.linear(h, self.wte.weight) / z.sum()
+
+    torch.manual_seed(0)
+    x, y, z = (torch.randn(2, 3, requires_grad=True) for _ in range(3))
+    tokens = torch.tensor([1, 4])
+    widget = hookviz_widget.show(Tied(), (x, y, z, tokens), loss_fn=lambda out: out.sum())
+    run = widget.session.last_run
+    hints = {record.id: widget_data.operand_hint(record) for record in run.nodes.values()}
+    assert [hints["MulBackward0_0"], hints["MulBackward0_1"]] == ["x×y", "x×z"]
+    addmm = [r for r in run.nodes.values() if r.op == "AddmmBackward0"]
+    assert len(addmm) == 1 and addmm[0].module == "fc" and hints[addmm[0].id] == ""
+    assert {s.name: s.of for s in addmm[0].saved}["mat2"] == "fc.weight"  # weight.t(), a view
+    mm = next(r for r in run.nodes.values() if r.op == "MmBackward0")
+    assert mm.module == "" and hints[mm.id] == "wte.weight"
+    # The inspector says where each saved tensor came from.
+    assert widget.select("MulBackward0_1")
+    assert {s["name"]: s["of"] for s in widget.inspector["saved"]} == {"self": "x", "other": "z"}
+
+
 def test_the_leaf_table_gives_each_gradient_its_norm_min_max_and_exact_values_up_to_16_elements():
     torch.manual_seed(0)
     # weights of 32 and 24 elements (shown as norm, min, max), biases of 8 and 3 (shown whole);

@@ -144,6 +144,17 @@ class Embedded(nn.Module):
         return self.head(self.embedding(tokens))
 
 
+class ScaledEmbedding(nn.Module):
+    """``x * embedding(tokens)``: a full hook on this module sees int64 zeros for ``tokens``."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(10, 3)
+
+    def forward(self, x, tokens):
+        return x * self.embedding(tokens)
+
+
 class InPlace(nn.Module):
     """In-place ops on the data input, on an intermediate, by ``ReLU(inplace=True)`` and on a view."""
 
@@ -346,6 +357,12 @@ def build(name: str):
         "multihead_attention_xxx": lambda: (SelfAttention(), (torch.randn(2, 5, 8),), {}, _sum),
         "embedding_dense": lambda: (Embedded(False), (torch.tensor([[1, 2, 4], [4, 3, 9]]),), {}, _sum),
         "embedding_sparse": lambda: (Embedded(True), (torch.tensor([[1, 2, 4], [4, 3, 9]]),), {}, _sum),
+        "token_ids_beside_a_float_input": lambda: (
+            ScaledEmbedding(),
+            (torch.randn(4, 3, requires_grad=True), torch.tensor([1, 2, 4, 9])),
+            {},
+            _sum,
+        ),
         "in_place": lambda: (InPlace(), (x,), {}, _sum),
         "outputs_tuple_dict_nested_dataclass": lambda: (Outputs(), (x,), {}, lambda out: out[0]),
         "keywords_only": lambda: (KeywordsOnly(), (), {"x": x, "scale": torch.tensor(2.0)}, _sum),
@@ -379,6 +396,7 @@ NAMES = [
     "multihead_attention_xxx",
     "embedding_dense",
     "embedding_sparse",
+    "token_ids_beside_a_float_input",
     "in_place",
     "outputs_tuple_dict_nested_dataclass",
     "keywords_only",

@@ -257,7 +257,11 @@ export function renderInspector(el, data) {
                 "tr",
                 {},
                 h("td", { class: "hv-slot" }, s.name),
-                h("td", {}, `${s.dtype}[${(s.shape || []).join(", ")}] · ${s.nbytes} bytes`),
+                h(
+                  "td",
+                  {},
+                  `${s.dtype}[${(s.shape || []).join(", ")}] · ${s.nbytes} bytes${s.of ? ` · from ${s.of}` : ""}`,
+                ),
               ),
             ),
           ),
