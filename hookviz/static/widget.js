@@ -124,8 +124,9 @@ var Ef=Object.create;var fs=Object.defineProperty;var Lf=Object.getOwnPropertyDe
 .hookviz-widget:fullscreen {
   overflow: auto;
 }
+/* !important: a height the user dragged is an inline style, and full screen must still win. */
 .hookviz-widget:fullscreen .hv-main {
-  height: calc(100vh - 140px);
+  height: calc(100vh - 140px) !important;
 }
 .hv-graph {
   position: relative;

@@ -85,9 +85,11 @@ def test_edit_and_rerun_in_jupyterlab(lab):
                 f"() => document.querySelectorAll('.hookviz-widget .hv-edits-list li').length === {count}",
                 timeout=30_000,
             )
-        # Applied, not yet run: the edits and the Re-run button say so.
+        # Applied, not yet run: the edits, the edited node and the Re-run button say so.
         assert root.locator(".hv-rerun.hv-pending").count() == 1
         assert root.locator(".hv-edits-list .hv-badge-pending").count() == 2
+        assert _data(page, "SubBackward0_0", "pending") is True
+        assert not _data(page, "MulBackward0_0", "pending")
         # Sorted by norm, largest first: the sort holds for the re-run's table.
         root.locator('.hv-leaves-table th[data-sort="norm"]').click()
         root.locator(".hv-rerun").click()
@@ -97,6 +99,7 @@ def test_edit_and_rerun_in_jupyterlab(lab):
         )
         assert "[1777792, 1777764]" in _leaf_text(page, "x")
         assert root.locator(".hv-rerun.hv-pending").count() == 0
+        assert not _data(page, "SubBackward0_0", "pending")
         assert "[2666688, 2666646]" in _leaf_text(page, "y")
         assert "[-3888925, -3888855]" in _leaf_text(page, "z")
         assert root.locator('.hv-leaves-table th[data-sort="norm"]').inner_text().endswith("▼")
@@ -110,7 +113,23 @@ def test_edit_and_rerun_in_jupyterlab(lab):
         page.wait_for_timeout(300)
         root.screenshot(path=str(ARTIFACTS / "widget.png"))
 
-        # Replay: step 2 of the recorded backward order lights what ran, and the inspector follows.
+        # A device the kernel refuses (here one the picker offered before the machine lost it)
+        # does not stay picked, and the run on screen stays.
+        page.evaluate(
+            "() => document.querySelector('.hookviz-widget .hv-device').append(new Option('cuda:7'))"
+        )
+        root.locator(".hv-device").select_option("cuda:7")
+        root.locator(".hv-rerun").click()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.hookviz-widget .hv-error')].some(e => e.textContent.includes('cuda:7'))",
+            timeout=30_000,
+        )
+        assert root.locator(".hv-device").input_value() == "cpu"
+        assert "[1777792, 1777764]" in _leaf_text(page, "x")
+
+        # Replay: step 2 of the recorded backward order lights what ran, the view follows it (here
+        # from a view panned far off), and the inspector follows.
+        page.evaluate("() => document.querySelector('.hookviz-widget').cy.pan({x: -4000, y: -4000})")
         root.locator(".hv-slider").fill("1")
         page.wait_for_function(
             "() => document.querySelector('.hookviz-widget').cy.nodes('.running').length === 1",
@@ -120,6 +139,12 @@ def test_edit_and_rerun_in_jupyterlab(lab):
             "() => document.querySelector('.hookviz-widget').cy.nodes('.running')[0].id()"
         )
         assert running == "SubBackward0_0"
+        page.wait_for_function(
+            "() => { const cy = document.querySelector('.hookviz-widget').cy;"
+            " const b = cy.getElementById('SubBackward0_0').renderedBoundingBox();"
+            " return !cy.animated() && b.x1 >= 0 && b.y1 >= 0 && b.x2 <= cy.width() && b.y2 <= cy.height(); }",
+            timeout=10_000,
+        )
         page.wait_for_function(
             "() => document.querySelector('.hookviz-widget .hv-inspector .hv-title')?.textContent.includes('SubBackward0')"
         )
@@ -152,11 +177,15 @@ def test_edit_and_rerun_in_jupyterlab(lab):
         assert root.locator(".hv-rerun.hv-pending").count() == 0
 
 
-def _color(page, node_id: str) -> str:
+def _data(page, node_id: str, key: str):
     return page.evaluate(
-        "(id) => document.querySelector('.hookviz-widget').cy.getElementById(id).data('color')",
-        node_id,
+        "([id, key]) => document.querySelector('.hookviz-widget').cy.getElementById(id).data(key)",
+        [node_id, key],
     )
+
+
+def _color(page, node_id: str) -> str:
+    return _data(page, node_id, "color")
 
 
 def test_diagnosis_banner_and_watch_view(lab):
@@ -171,9 +200,19 @@ def test_diagnosis_banner_and_watch_view(lab):
         first = banner.locator(".hv-finding").first
         node = first.get_attribute("data-node")
         assert node and node.endswith(".weight")
+        harness.wait_painted(page, 1)
+        page.evaluate("() => document.querySelector('.hookviz-widget').cy.pan({x: 5000, y: 5000})")
         first.click()
         page.wait_for_function(
             "(node) => document.querySelector('.hookviz-widget .hv-inspector')?.textContent.includes(node)",
+            arg=node,
+            timeout=30_000,
+        )
+        # The finding's node, in a box the click opened, is brought into view.
+        page.wait_for_function(
+            "(id) => { const cy = document.querySelector('.hookviz-widget').cy; const n = cy.getElementById(id);"
+            " if (n.empty() || cy.animated()) return false; const b = n.renderedBoundingBox();"
+            " return b.x1 >= 0 && b.y1 >= 0 && b.x2 <= cy.width() && b.y2 <= cy.height(); }",
             arg=node,
             timeout=30_000,
         )

@@ -303,6 +303,127 @@ def test_deep_mlp_first_view_is_fitted_and_readable(lab):
         assert root.locator(".hv-inspector details.hv-raw code.hv-value").first.inner_text().count(",") >= 100
 
 
+def _rect(page, selector: str) -> dict:
+    return page.evaluate(
+        "(s) => { const r = document.querySelector('.hookviz-widget ' + s).getBoundingClientRect();"
+        " return {left: r.left, top: r.top, right: r.right, bottom: r.bottom, width: r.width}; }",
+        selector,
+    )
+
+
+def _cy(page, expression: str):
+    return page.evaluate(
+        f"() => {{ const cy = document.querySelector('.hookviz-widget').cy; return {expression}; }}"
+    )
+
+
+def test_deep_mlp_space_resize_full_screen_hover_animation_and_following_a_click(lab):
+    """The widget's space (full cell width, a legend beside the graph, not on it, a height the user
+    drags, full screen), labels on hover once they are too small to draw, the animated opening
+    of a box, and a click at an unreadable zoom that brings the node into a readable view."""
+    with (
+        harness.chromium_page(width=1280, height=1100) as page,
+        harness.diagnostics(page, ARTIFACTS / "mlp_space_failure.png") as console,
+    ):
+        root = open_model(page, lab, "mlp.ipynb")
+        graph, legend = _rect(page, ".hv-graph"), _rect(page, ".hv-legend")
+        cell = page.evaluate(
+            "() => document.querySelector('.hookviz-widget').closest('.jp-OutputArea-output')"
+            ".getBoundingClientRect().width"
+        )
+        assert graph["width"] >= 0.95 * cell, (graph, cell)
+        assert legend["top"] >= graph["bottom"] - 0.5, (legend, graph)
+
+        # Drag the corner of the graph's box 200 px down: the graph grows and is fitted again.
+        main = _rect(page, ".hv-main")
+        height = _cy(page, "cy.height()")
+        page.mouse.move(main["right"] - 3, main["bottom"] - 3)
+        page.mouse.down()
+        page.mouse.move(main["right"] - 3, main["bottom"] + 197, steps=8)
+        page.mouse.up()
+        page.wait_for_function(
+            "(h) => document.querySelector('.hookviz-widget').cy.height() >= h + 150",
+            arg=height,
+            timeout=10_000,
+        )
+        page.wait_for_timeout(200)
+        grown = harness.view_report(page)
+        assert grown["outside"] == [] and grown["zoom"] > 0, grown
+        assert _rect(page, ".hv-legend")["top"] >= _rect(page, ".hv-graph")["bottom"] - 0.5
+
+        # Full screen and back: the graph takes the screen and is fitted in it.
+        height = _cy(page, "cy.height()")
+        root.locator(".hv-fullscreen").click()
+        page.wait_for_function(
+            "() => document.fullscreenElement === document.querySelector('.hookviz-widget')", timeout=10_000
+        )
+        page.wait_for_function(
+            "(h) => document.querySelector('.hookviz-widget').cy.height() > h", arg=height, timeout=10_000
+        )
+        page.wait_for_timeout(200)
+        full = harness.view_report(page)
+        assert full["outside"] == [], full
+        assert _rect(page, ".hv-legend")["top"] >= _rect(page, ".hv-graph")["bottom"] - 0.5
+        root.locator(".hv-fullscreen").click()
+        page.wait_for_function("() => document.fullscreenElement === null", timeout=10_000)
+        page.wait_for_function(
+            "(h) => document.querySelector('.hookviz-widget').cy.height() === h", arg=height, timeout=10_000
+        )
+
+        # Opening a box is animated: nodes and the view move over several frames.
+        page.evaluate(
+            "() => { const root = document.querySelector('.hookviz-widget'); root.hvFrames = [];"
+            " root.cy.on('render', () => root.hvFrames.push(root.cy.animated()"
+            " || root.cy.nodes().some((n) => n.animated()))); }"
+        )
+        painted = harness.paint_count(page)
+        harness.click_node(page, "group:38")
+        wait_settled(page, painted, kind="layout")
+        frames = page.evaluate("() => document.querySelector('.hookviz-widget').hvFrames")
+        assert sum(frames) >= 3, f"{sum(frames)} animated frames of {len(frames)}"
+
+        # Zoomed out with the wheel until labels are too small to draw: they are hidden, and a
+        # node's label shows when the pointer is on it.
+        graph = _rect(page, ".hv-cy")
+        page.mouse.move(graph["left"] + graph["width"] / 2, (graph["top"] + graph["bottom"]) / 2)
+        for _ in range(30):
+            if harness.view_report(page)["hidden_labels"]:
+                break
+            page.mouse.wheel(0, 400)
+            page.wait_for_timeout(60)
+        zoomed_out = harness.view_report(page)
+        assert zoomed_out["hidden_labels"] > 0 and zoomed_out["smallest_label_px"] >= 8, zoomed_out
+        assert "38.weight" not in zoomed_out["outside"]
+        weight = page.evaluate(
+            "() => { const root = document.querySelector('.hookviz-widget');"
+            " const p = root.cy.getElementById('38.weight').renderedPosition();"
+            " const r = root.cy.container().getBoundingClientRect(); return {x: r.left + p.x, y: r.top + p.y}; }"
+        )
+        page.mouse.move(weight["x"], weight["y"])
+        tooltip = root.locator(".hv-tooltip")
+        tooltip.wait_for(state="visible", timeout=5_000)
+        assert tooltip.inner_text().startswith("weight")
+        page.mouse.move(graph["left"] + 2, graph["top"] + 2)
+        tooltip.wait_for(state="hidden", timeout=5_000)
+
+        # A click on it at this zoom selects it and zooms so that its label can be read.
+        painted = harness.paint_count(page)
+        page.mouse.click(weight["x"], weight["y"])
+        page.wait_for_function(
+            "() => document.querySelector('.hookviz-widget .hv-inspector')?.textContent.includes('38.weight')",
+            timeout=30_000,
+        )
+        page.wait_for_function(
+            "() => { const cy = document.querySelector('.hookviz-widget').cy;"
+            " return !cy.animated() && cy.zoom() * 12 >= 8; }",
+            timeout=10_000,
+        )
+        page.wait_for_timeout(150)
+        followed = harness.view_report(page)
+        assert "38.weight" not in followed["outside"], followed
+        assert not [line for line in console if line.startswith("pageerror")]
+
+
 def test_a_large_run_is_painted_first_and_diagnosed_when_the_page_asks(lab):
     with (
         harness.chromium_page(width=1280, height=1100) as page,
