@@ -613,7 +613,9 @@ def test_a_large_builds_objects_go_to_the_oldest_generation_when_the_pause_ends(
     import gc
     import weakref
 
-    from hookviz.gcpause import PROMOTE_ABOVE, cyclic_gc_paused
+    from hookviz.gcpause import cyclic_gc_paused
+
+    over = gc.get_threshold()[0] + 1_000  # past what sets off a young collection
 
     class Cycle:
         def __init__(self):
@@ -624,7 +626,7 @@ def test_a_large_builds_objects_go_to_the_oldest_generation_when_the_pause_ends(
 
     assert gc.isenabled() and gc.get_freeze_count() == 0
     with cyclic_gc_paused():
-        built = [[i] for i in range(PROMOTE_ABOVE + 10_000)]
+        built = [[i] for i in range(over)]
         young_garbage = garbage_cycle()
     # Nothing left for the youngest generation to scan: the next allocation sets off no collection.
     assert gc.get_count()[0] < gc.get_threshold()[0]
@@ -636,6 +638,7 @@ def test_a_large_builds_objects_go_to_the_oldest_generation_when_the_pause_ends(
     del built
 
     # A small build is left to the collector as before.
+    gc.collect()
     with cyclic_gc_paused():
         small_garbage = garbage_cycle()
     gc.collect(0)
@@ -646,7 +649,7 @@ def test_a_large_builds_objects_go_to_the_oldest_generation_when_the_pause_ends(
     try:
         frozen = gc.get_freeze_count()
         with cyclic_gc_paused():
-            built = [[i] for i in range(PROMOTE_ABOVE + 10_000)]
-        assert gc.get_freeze_count() == frozen and len(built) > PROMOTE_ABOVE
+            built = [[i] for i in range(over)]
+        assert gc.get_freeze_count() == frozen and len(built) == over
     finally:
         gc.unfreeze()
