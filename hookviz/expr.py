@@ -141,8 +141,10 @@ def parse(source: str) -> ast.Expression:
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as error:
+        # Parsed without its leading spaces: the column counts them again, as the user typed it.
+        column = (error.offset or 1) + len(source) - len(source.lstrip())
         raise ExpressionError(
-            f"syntax error in {source!r} at column {error.offset}: {error.msg}; "
+            f"syntax error in {source!r} at column {column}: {error.msg}; "
             "write an expression over grad such as 'grad * 3' or 'zeros_like(grad)'"
         ) from None
     nodes = list(ast.walk(tree))

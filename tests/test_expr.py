@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hookviz.errors import ExpressionError
-from hookviz.expr import Expression
+from hookviz.expr import Expression, parse
 
 GRAD = torch.tensor([8.0, -6.0])
 
@@ -82,3 +82,11 @@ def test_as_torch_code_is_plain_pytorch():
         eval(code, {"torch": torch, "math": math, "grad": GRAD}),
         Expression("clamp(grad * [1, 2], min=0) + pi")(GRAD),
     )
+
+
+def test_a_syntax_error_names_the_column_as_typed_leading_spaces_included():
+    # "grad +* 2": the parser stops at the "*", column 7; three leading spaces move it to 10.
+    for source, column in (("grad +* 2", 7), ("   grad +* 2", 10)):
+        with pytest.raises(ExpressionError, match=f"at column {column}:"):
+            parse(source)
+        assert source[column - 1] == "*"
