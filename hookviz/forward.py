@@ -247,11 +247,16 @@ def record_forward(
         unknown = [None] * len(forward_recorder.calls)
         summary = ({}, unknown, unknown, unknown)
     forget_tensors(forward_recorder)
+    # A saved input is named by its first name: GPT-2's input_ids may be its labels as well.
+    input_names: dict[int, str] = {}
+    for name, tensor in inputs.items():
+        input_names.setdefault(id(tensor), name)
+    operand_names = leaf_names | input_names
     # What forward taught about each Node goes on its one live record, the WalkedNode.
     for node in walk.nodes.values():
         if node.kind == "op":
             node.call = forward_recorder.call_of(node.sequence_nr)
-            node.saved, node.constants = _saved(node.fn, saved_recorder, leaf_names)
+            node.saved, node.constants = _saved(node.fn, saved_recorder, operand_names)
             node.output = summary[0].get(node.id)
     return RetainedForward(
         device=device,
@@ -467,12 +472,13 @@ def _consumers(walk: Walk) -> dict[tuple[str, int], list[tuple[str, int]]]:
     return found
 
 
-def _saved(fn, recorder: SavedTensorsRecorder, leaf_names: dict[int, str]) -> tuple[list[SavedTensor], dict]:
+def _saved(fn, recorder: SavedTensorsRecorder, names: dict[int, str]) -> tuple[list[SavedTensor], dict]:
     """What a Node saved for backward: the tensors and the Python numbers (by name without
     ``_saved_``). ``grad_fn._saved_<name>`` names each, and hookviz's pack hook (which reading the
     attribute unpacks) gives a tensor's shape, dtype, bytes and where the user's own pack hook
-    stored it. A saved tensor that is a leaf of ``leaf_names`` (``id`` -> name), or a view of
-    one, is named by it: PyTorch saves a leaf itself, not a copy (``SavedVariable``)."""
+    stored it. A saved tensor that is one of ``names`` (``id`` -> name: the inputs and
+    parameters), or a view of one, is named by it: PyTorch saves a leaf itself, not a copy
+    (``SavedVariable``)."""
     entries, constants = [], {}
     for attribute in saved_tensor_names(fn):
         try:
@@ -484,7 +490,7 @@ def _saved(fn, recorder: SavedTensorsRecorder, leaf_names: dict[int, str]) -> tu
             constants[base] = number
         for i, (shape, dtype, nbytes, stored) in enumerate(packs):
             name = base + (f"[{i}]" if len(packs) > 1 else "")
-            of = _leaf_behind(tensors[i], leaf_names) if tensors else ""
+            of = _leaf_behind(tensors[i], names) if tensors else ""
             entries.append(SavedTensor(name, shape, dtype_name(dtype), nbytes, stored, of))
     return entries, constants
 

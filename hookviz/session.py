@@ -130,6 +130,9 @@ class Session:
         moved: dict[int, torch.Tensor] = {}
         by_name: dict[str, torch.Tensor] = {}
         for name, tensor in self._input_names.items():
+            if id(tensor) in moved:  # one tensor under two names (input_ids and labels): one copy
+                by_name[name] = moved[id(tensor)]
+                continue
             prepared = tensor
             if str(tensor.device) != device:
                 prepared = tensor.detach().to(device).requires_grad_(tensor.requires_grad)

@@ -1080,14 +1080,15 @@ def test_ops_of_one_kind_that_saved_leaves_are_told_apart_by_those_leaves():
             self.wte = torch.nn.Embedding(5, 3)
             self.fc = torch.nn.Linear(3, 3)
 
-        def forward(self, x, y, z, tokens):
-            h = self.fc(x * y + x * z) + self.wte(tokens)
+        def forward(self, x, y, z, tokens, labels):
+            h = self.fc(x * y + x * z) + self.wte(tokens) + 0 * labels[:, None]
             return torch.nn.functional.linear(h, self.wte.weight) / z.sum()
 
     torch.manual_seed(0)
     x, y, z = (torch.randn(2, 3, requires_grad=True) for _ in range(3))
     tokens = torch.tensor([1, 4])
-    widget = hookviz_widget.show(Tied(), (x, y, z, tokens), loss_fn=lambda out: out.sum())
+    # The token ids passed twice, as GPT-2 takes input_ids and labels: named by their first name.
+    widget = hookviz_widget.show(Tied(), (x, y, z, tokens, tokens), loss_fn=lambda out: out.sum())
     run = widget.session.last_run
     hints = {record.id: widget_data.operand_hint(record) for record in run.nodes.values()}
     assert [hints["MulBackward0_0"], hints["MulBackward0_1"]] == ["x×y", "x×z"]
@@ -1096,6 +1097,7 @@ def test_ops_of_one_kind_that_saved_leaves_are_told_apart_by_those_leaves():
     assert {s.name: s.of for s in addmm[0].saved}["mat2"] == "fc.weight"  # weight.t(), a view
     mm = next(r for r in run.nodes.values() if r.op == "MmBackward0")
     assert mm.module == "" and hints[mm.id] == "wte.weight"
+    assert hints["EmbeddingBackward0_0"] == "tokens"
     # The inspector says where each saved tensor came from.
     assert widget.select("MulBackward0_1")
     assert {s["name"]: s["of"] for s in widget.inspector["saved"]} == {"self": "x", "other": "z"}
