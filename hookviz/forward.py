@@ -495,11 +495,12 @@ def _saved(fn, recorder: SavedTensorsRecorder, names: dict[int, str]) -> tuple[l
     return entries, constants
 
 
-def _leaf_behind(tensor: torch.Tensor, leaf_names: dict[int, str]) -> str:
-    """The name of the leaf ``tensor`` is, or is a view of (``weight.t()``), else ""."""
-    found = leaf_names.get(id(tensor))
+def _leaf_behind(tensor: torch.Tensor, names: dict[int, str]) -> str:
+    """The name in ``names`` of the input or parameter ``tensor`` is, or is a view of
+    (``weight.t()``), else ""."""
+    found = names.get(id(tensor))
     if found is None and tensor._base is not None:
-        found = leaf_names.get(id(tensor._base))
+        found = names.get(id(tensor._base))
     return found or ""
 
 
