@@ -6,18 +6,25 @@ A :class:`StepReducer` is fed the ``(column, gradient)`` pairs of one backward a
 (:meth:`StepReducer.finish`). It is what a watch spends its time on in every backward, so it is built
 for speed:
 
-- Gradients of up to 65,536 elements and equal size (module outputs of one width, the weights of
-  equal layers) are copied into the rows of one ``[k, n]`` matrix and reduced row-wise, one kernel
-  per statistic: per-op overhead dominates small tensors. The matrix is kept and reused across steps
-  (a fresh allocation each step costs page faults that exceed the reductions).
+- On CPU a float32 or float64 gradient laid out densely (contiguous, or a contiguous matrix's
+  transpose) is reduced the moment its hook hands it over, while it is still in cache, by one
+  compiled pass that yields all four statistics (:mod:`hookviz._fused`, a small C loop that AVX2
+  vectorises). Stock CPU kernels need three passes (``vector_norm``, ``aminmax``,
+  ``count_nonzero``; the last one compute-bound) or a copy first: on 25.5 million float32 elements
+  3.2 ms against 11.3 ms, and 60 MLP-sized gradients in 0.23 ms against ~1.8 ms. Its squares are
+  summed in double precision over float32 blocks, so its norm is closer to the exact one than
+  ``torch.linalg.vector_norm``'s (which drifts by 1e-3 relative at that size). An install built
+  without a C compiler lacks it, and every gradient takes the paths below.
+- Other gradients of up to 65,536 elements and equal size (module outputs of one width, the weights
+  of equal layers) are copied into the rows of one ``[k, n]`` matrix and reduced row-wise, one
+  kernel per statistic: per-op overhead dominates small tensors. The matrix is kept and reused
+  across steps (a fresh allocation each step costs page faults that exceed the reductions).
 - Larger gradients are reduced without copies, all of one device and dtype in one batch
   (``torch._foreach_norm`` for their norms, ``aminmax`` and ``count_nonzero`` each).
 - On CPU a batch is reduced during the backward once it holds ``FLUSH_BYTES`` (16 MiB) of gradients,
-  so a large model's gradients (GPT-2's logits gradient: 100 MB) are not all held until the backward
-  ends. Smaller batches wait for the end, where fewer, larger batches cost fewer kernel launches
-  (reducing every 1 MiB during a 20-layer MLP's backward cost 5 % more of a step). On other devices
-  everything is reduced at the end, with one host transfer per device, so hooks never wait for the
-  device.
+  so a large model's gradients are not all held until the backward ends. Smaller batches wait for
+  the end, where fewer, larger batches cost fewer kernel launches. On other devices everything is
+  reduced at the end, with one host transfer per device, so hooks never wait for the device.
 - A second look only at a gradient whose norm is not finite (to count NaN and Inf, and to take the
   norm again in float64 when float32 squares overflowed, past ~1e19).
 
@@ -35,6 +42,14 @@ import math
 import torch
 
 from hookviz.history import STATISTICS
+
+try:
+    from hookviz import _fused
+except ImportError:  # built without a C compiler: PyTorch's kernels reduce every gradient
+    _fused = None
+
+# dtype -> the compiled one-pass reduction of a dense CPU buffer of it
+ONE_PASS = {torch.float32: _fused.stats_f32, torch.float64: _fused.stats_f64} if _fused is not None else {}
 
 STACK_LIMIT = 1 << 16  # gradients up to this many elements are stacked and reduced row-wise
 FLUSH_BYTES = 1 << 24  # on CPU, a batch this large is reduced during the backward, not held to its end
@@ -86,6 +101,10 @@ class StepReducer:
         columns = [column]
         self._last = (grad, columns)
         if not numel:
+            return
+        one_pass = ONE_PASS.get(grad.dtype)
+        if one_pass is not None and grad.device.type == "cpu" and _dense(grad):
+            self._done.append((columns, numel, *_one_pass(one_pass, grad, numel)))
             return
         key = (grad.device, grad.dtype, numel if numel <= STACK_LIMIT else 0)
         batch = self._batches.setdefault(key, [])
@@ -164,6 +183,23 @@ class StepReducer:
         if len(holes):
             nonzero[holes] = rows[holes].sign_().sum(1, dtype=wide)
         return torch.stack([norm, max_abs, nonzero])
+
+
+def _dense(grad: torch.Tensor) -> bool:
+    """Whether ``grad``'s elements fill ``numel`` items from its data pointer on (the statistics do
+    not depend on their order): a contiguous tensor, or the transpose of a contiguous matrix."""
+    return grad.is_contiguous() or (grad.dim() == 2 and grad.t().is_contiguous())
+
+
+def _one_pass(reduce, grad: torch.Tensor, numel: int) -> tuple[float, float, int, int]:
+    """``(norm, max_abs, nonzero, nonfinite)`` of a dense CPU gradient from one compiled pass."""
+    sum_of_squares, max_abs, zeros, nans, infs = reduce(grad.data_ptr(), numel)
+    norm = math.sqrt(sum_of_squares)
+    if nans:
+        max_abs = math.nan  # as amax gives it: NaN propagates
+    elif math.isinf(norm) and not infs:  # float32 squares overflow past ~1.8e19: exploding gradients
+        norm = torch.linalg.vector_norm(grad.detach(), dtype=torch.float64).item()
+    return norm, max_abs, numel - zeros, nans + infs
 
 
 def _one_by_one(grads: list[torch.Tensor]) -> torch.Tensor:

@@ -242,16 +242,26 @@ def test_history_to_pandas_without_pandas_is_a_clear_error():
         assert len(w.history.to_pandas()) == len(w.names)
 
 
-def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspaces():
-    """Every statistic of the batched reduction equals the one taken on the gradient alone: stacked
+@pytest.mark.parametrize("one_pass", [True, False], ids=["compiled one pass", "torch kernels"])
+def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspaces(one_pass, monkeypatch):
+    """Every statistic of the batched reduction equals the one taken on the gradient alone, with the
+    compiled one-pass reduction (dense float32 / float64 CPU gradients) and without it (an install
+    built with no C compiler: every gradient takes PyTorch's kernels): stacked
     rows (also of half precision, where a count past 2,048 must stay exact), gradients too large to
     stack (over a million elements, zeros or NaN only at the end, not contiguous, half precision,
     a float32 norm that overflows), sparse and complex ones, NaN and Inf, a column with two
     gradients, and a second step with
     fewer rows than the first (the workspace is reused, not stale), stacked rows with and without
     an exact zero (on CPU only those with one are counted)."""
+    import hookviz.watch_reduce
     from hookviz.watch_reduce import StepReducer
 
+    if one_pass:
+        assert hookviz.watch_reduce.ONE_PASS, (
+            "hookviz._fused was not built: install a C compiler (gcc) and reinstall hookviz"
+        )
+    else:
+        monkeypatch.setattr(hookviz.watch_reduce, "ONE_PASS", {})
     torch.manual_seed(0)
 
     def sparse_zeros(shape, dtype=torch.float32):
@@ -307,3 +317,35 @@ def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspa
             assert max_abs == finite.abs().max().item()
     reducer.clear()
     assert reducer(steps[1], 3)[0, 3].item() == (steps[1][0][1] == 0).double().mean().item()
+
+
+def test_one_pass_kernel_counts_what_the_statistics_count_on_any_length():
+    """The compiled pass against a float64 reference, on lengths around its 16 lanes and 4096-element
+    blocks: -0.0 is a zero, NaN and Inf are counted apart (max |x| skips NaN, takes Inf), the sum of
+    squares is taken in double precision (no drift on a large tensor, where float32 accumulation
+    drifts), and an empty buffer gives zeros."""
+    from hookviz import _fused
+
+    torch.manual_seed(0)
+    for dtype, reduce in ((torch.float32, _fused.stats_f32), (torch.float64, _fused.stats_f64)):
+        for n in (0, 1, 15, 16, 17, 4095, 4096, 4097, 65_541):
+            x = torch.randn(n, dtype=dtype)
+            x[::5] = 0
+            x[1::11] = -0.0
+            if n > 3:
+                x[3] = math.nan
+                x[n // 2] = -math.inf
+            sum_of_squares, max_abs, zeros, nans, infs = reduce(x.data_ptr(), n)
+            finite = x[x.isfinite()].double()
+            assert zeros == int((x == 0).sum())
+            assert nans == int(x.isnan().sum()) and infs == int(x.isinf().sum())
+            if n > 3:  # an Inf is the max; the NaN makes the sum NaN
+                assert math.isinf(max_abs) and math.isnan(sum_of_squares)
+            else:
+                assert max_abs == (finite.abs().max().item() if n else 0.0)
+                assert sum_of_squares == pytest.approx((finite**2).sum().item(), rel=1e-6)
+    infinite = torch.tensor([1.0, -math.inf, 2.0])
+    assert _fused.stats_f32(infinite.data_ptr(), 3)[:2] == (math.inf, math.inf)
+    large = torch.rand(25_000_000) + 0.5
+    exact = (large.double() ** 2).sum().item()
+    assert _fused.stats_f32(large.data_ptr(), large.numel())[0] == pytest.approx(exact, rel=1e-7)
