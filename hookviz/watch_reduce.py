@@ -37,6 +37,7 @@ dense first (one copy); a complex one is replaced by its magnitude ``|z|``.
 
 from __future__ import annotations
 
+import array
 import math
 
 import torch
@@ -95,16 +96,22 @@ class StepReducer:
             if column not in last[1]:
                 last[1].append(column)
             return
+        # The common case first, with as few reads of the tensor as can tell it (a watched MLP
+        # step adds 80 gradients: each microsecond here is 1.5 % of its step).
+        one_pass = ONE_PASS.get(grad.dtype)
+        if one_pass is not None and grad.is_cpu and grad.layout is torch.strided and _dense(grad):
+            columns = [column]
+            self._last = (grad, columns)
+            numel = grad.numel()
+            if numel:
+                self._done.append((columns, numel, *_one_pass(one_pass, grad, numel)))
+            return
         if grad.layout != torch.strided or grad.is_complex():
             grad = plain(grad)
         numel = grad.numel()
         columns = [column]
         self._last = (grad, columns)
         if not numel:
-            return
-        one_pass = ONE_PASS.get(grad.dtype)
-        if one_pass is not None and grad.device.type == "cpu" and _dense(grad):
-            self._done.append((columns, numel, *_one_pass(one_pass, grad, numel)))
             return
         key = (grad.device, grad.dtype, numel if numel <= STACK_LIMIT else 0)
         batch = self._batches.setdefault(key, [])
@@ -226,10 +233,12 @@ def _row(done: list[tuple], width: int) -> torch.Tensor:
                 total[2] += nonfinite
                 total[3] += numel - nonzero
                 total[4] += numel
-    row = [[math.nan] * len(STATISTICS) for _ in range(width)]
+    row = [math.nan] * (width * len(STATISTICS))  # one flat list: a list per column costs twice
     for column, (norm, max_abs, nonfinite, zeros, numel) in found.items():
-        row[column] = [norm, max_abs, float(nonfinite), zeros / numel]
-    return torch.tensor(row, dtype=torch.float64)
+        at = column * len(STATISTICS)
+        row[at : at + 4] = norm, max_abs, float(nonfinite), zeros / numel
+    # from a buffer: torch.tensor() of a list reads it number by number, 20 us for 80 columns
+    return torch.frombuffer(array.array("d", row), dtype=torch.float64).view(width, len(STATISTICS))
 
 
 def plain(grad: torch.Tensor) -> torch.Tensor:
