@@ -128,6 +128,29 @@ def test_watch_changes_no_gradient_and_leaves_no_hook():
     assert_same_state(before, model_state(model))
 
 
+def test_an_output_gradient_is_seen_as_its_node_receives_it_after_the_users_tensor_hooks():
+    """The watch reads a module output's gradient in a pre-hook of the Node that made the output,
+    so a tensor hook of the user's on that output has run first, whenever it was registered (in a
+    forward hook of the module, before the watch's, or on the output after forward)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Sigmoid())
+    x = torch.randn(5, 4)
+
+    def triple_its_gradient(module, args, out):
+        out.register_hook(lambda g: g * 3)  # returns None: the output stays as it is
+
+    model[0].register_forward_hook(triple_its_gradient)
+    with watch(model) as w:
+        out = model(x)
+        out.register_hook(lambda g: g * 2)  # on the Sigmoid's output, after its forward hooks
+        out.sum().backward()
+    norms = w.norms(kind="output")
+    assert norms["1"] == pytest.approx(2 * math.sqrt(out.numel()), rel=1e-6)
+    sigmoid = torch.sigmoid(model[0](x))
+    received = 3 * 2 * sigmoid * (1 - sigmoid)  # what the Linear's Node receives
+    assert norms["0"] == pytest.approx(torch.linalg.vector_norm(received).item(), rel=1e-6)
+
+
 def test_hooks_are_removed_when_the_loop_raises():
     model = small_mlp()
     before = model_state(model)
