@@ -43,31 +43,29 @@ def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
         sync(device)
         return time.perf_counter() - start
 
-    # Time spent reducing gradients, measured by wrapping the reducer (a side channel): its batches
-    # reduced during the backward plus its end-of-backward finish, summed per step.
+    # Time spent reducing gradients, measured by wrapping the reducer (a side channel): its add(),
+    # which reduces a dense float CPU gradient at once (and on CPU a full batch), plus its
+    # end-of-backward finish(), summed per step.
     reduce_times: list[float] = []
     step_total = [0.0]
-    in_finish = [False]
-    original_reduce, original_finish = reduce_module.StepReducer._reduce, reduce_module.StepReducer.finish
+    original_add, original_finish = reduce_module.StepReducer.add, reduce_module.StepReducer.finish
 
-    def timed_reduce(*a):
+    def timed_add(*a):
         start = time.perf_counter()
-        result = original_reduce(*a)
-        if not in_finish[0]:
+        try:
+            return original_add(*a)
+        finally:
             step_total[0] += time.perf_counter() - start
-        return result
 
     def timed_finish(*a):
         start = time.perf_counter()
-        in_finish[0] = True
         try:
             return original_finish(*a)
         finally:
-            in_finish[0] = False
             reduce_times.append(step_total[0] + time.perf_counter() - start)
             step_total[0] = 0.0
 
-    reduce_module.StepReducer._reduce, reduce_module.StepReducer.finish = timed_reduce, timed_finish
+    reduce_module.StepReducer.add, reduce_module.StepReducer.finish = timed_add, timed_finish
     try:
         with watch(watched_model) as w:
             for _ in range(2):  # warm-up
@@ -83,7 +81,7 @@ def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
                     watched.append(step(watched_model))
                     plain.append(step(plain_model))
     finally:
-        reduce_module.StepReducer._reduce, reduce_module.StepReducer.finish = original_reduce, original_finish
+        reduce_module.StepReducer.add, reduce_module.StepReducer.finish = original_add, original_finish
     plain_median, watched_median = statistics.median(plain), statistics.median(watched)
     reduce_median = statistics.median(reduce_times)
     hooks = watched_median - plain_median - reduce_median
