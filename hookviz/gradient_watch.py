@@ -202,8 +202,9 @@ class Watch:
             if measured:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
                 row[[c for c, _ in measured]] = torch.stack([t for _, t in measured]).cpu()
             self._store(self.step, row)
-            for position, column in enumerate(arrived):
-                self._order.setdefault(column, position)
+            if len(self._order) < len(self.names):  # once every column has a place, none moves
+                for position, column in enumerate(arrived):
+                    self._order.setdefault(column, position)
             if self._ranks is not None:
                 self._ranks.finish(self.step)
         self.step += 1
@@ -544,10 +545,11 @@ def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) 
         return  # FSDP2 calls a shard's hooks with the reduced .grad, from its end-of-backward callback
     if self is not None and not self.closed and self._begin():
         self._arrived.append(column)
+        grad = parameter.grad
         if self._ranks is not None:  # DDP / FSDP2: .grad is the local gradient only now
-            self._measured.append((column, watch_gather.local_statistics(parameter.grad)))
-        elif parameter.grad is not None:
-            self._reducer.add(column, parameter.grad)
+            self._measured.append((column, watch_gather.local_statistics(grad)))
+        elif grad is not None:
+            self._reducer.add(column, grad)
 
 
 def _parameter_hook(reference: weakref.ref, column: int):
@@ -577,6 +579,12 @@ def _on_forward(reference: weakref.ref, column: int, module, args, output) -> No
     self = reference()
     if self is None or self.closed or not self.recording or not torch.is_grad_enabled():
         return
+    if type(output) is torch.Tensor:  # the common case, without building a list
+        node = output.grad_fn
+        if node is not None:
+            hook = node.register_prehook(partial(_on_output_grads, reference, column, output.output_nr))
+            self._tensor_handles.append(hook)
+            return
     tensors = [output] if isinstance(output, torch.Tensor) else pytree.tree_leaves(output)
     for tensor in tensors:
         if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
