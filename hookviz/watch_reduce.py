@@ -8,7 +8,7 @@ for speed:
 
 - On CPU a float32 or float64 gradient laid out densely (contiguous, or a contiguous matrix's
   transpose) is reduced the moment its hook hands it over, while it is still in cache, by one
-  compiled pass that yields all four statistics (:mod:`hookviz._fused`, a small C loop that AVX2
+  compiled pass that yields all four statistics (:mod:`hookviz.one_pass`, a small C loop that AVX2
   vectorises). Stock CPU kernels need three passes (``vector_norm``, ``aminmax``,
   ``count_nonzero``; the last one compute-bound) or a copy first: on 25.5 million float32 elements
   3.2 ms against 11.3 ms, and 60 MLP-sized gradients in 0.23 ms against ~1.8 ms. Its squares are
@@ -42,15 +42,8 @@ import math
 
 import torch
 
+from hookviz import one_pass
 from hookviz.history import STATISTICS
-
-try:
-    from hookviz import _fused
-except ImportError:  # built without a C compiler: PyTorch's kernels reduce every gradient
-    _fused = None
-
-# dtype -> the compiled one-pass reduction of a dense CPU buffer of it
-ONE_PASS = {torch.float32: _fused.stats_f32, torch.float64: _fused.stats_f64} if _fused is not None else {}
 
 STACK_LIMIT = 1 << 16  # gradients up to this many elements are stacked and reduced row-wise
 FLUSH_BYTES = 1 << 24  # on CPU, a batch this large is reduced during the backward, not held to its end
@@ -96,15 +89,13 @@ class StepReducer:
             if column not in last[1]:
                 last[1].append(column)
             return
-        # The common case first, with as few reads of the tensor as can tell it (a watched MLP
-        # step adds 80 gradients: each microsecond here is 1.5 % of its step).
-        one_pass = ONE_PASS.get(grad.dtype)
-        if one_pass is not None and grad.is_cpu and grad.layout is torch.strided and _dense(grad):
+        # The common case first (a watched MLP step adds 80 gradients: each microsecond here is
+        # 1.5 % of its step): a dense float CPU gradient, reduced now in one compiled pass.
+        found = one_pass.summary(grad)
+        if found is not None:
             columns = [column]
             self._last = (grad, columns)
-            numel = grad.numel()
-            if numel:
-                self._done.append((columns, numel, *_one_pass(one_pass, grad, numel)))
+            self._done.append((columns, grad.numel(), *_from_summary(found, grad)))
             return
         if grad.layout != torch.strided or grad.is_complex():
             grad = plain(grad)
@@ -192,21 +183,17 @@ class StepReducer:
         return torch.stack([norm, max_abs, nonzero])
 
 
-def _dense(grad: torch.Tensor) -> bool:
-    """Whether ``grad``'s elements fill ``numel`` items from its data pointer on (the statistics do
-    not depend on their order): a contiguous tensor, or the transpose of a contiguous matrix."""
-    return grad.is_contiguous() or (grad.dim() == 2 and grad.t().is_contiguous())
-
-
-def _one_pass(reduce, grad: torch.Tensor, numel: int) -> tuple[float, float, int, int]:
-    """``(norm, max_abs, nonzero, nonfinite)`` of a dense CPU gradient from one compiled pass."""
-    sum_of_squares, max_abs, zeros, nans, infs = reduce(grad.data_ptr(), numel)
+def _from_summary(found: tuple, grad: torch.Tensor) -> tuple[float, float, int, int]:
+    """``(norm, max_abs, nonzero, nonfinite)`` from :func:`hookviz.one_pass.summary` of ``grad``."""
+    sum_of_squares, _, low, high, zeros, nans, infs = found
     norm = math.sqrt(sum_of_squares)
     if nans:
         max_abs = math.nan  # as amax gives it: NaN propagates
-    elif math.isinf(norm) and not infs:  # float32 squares overflow past ~1.8e19: exploding gradients
-        norm = torch.linalg.vector_norm(grad.detach(), dtype=torch.float64).item()
-    return norm, max_abs, numel - zeros, nans + infs
+    else:
+        max_abs = max(high, -low)
+        if math.isinf(norm) and not infs:  # float32 squares overflow past ~1.8e19: exploding gradients
+            norm = torch.linalg.vector_norm(grad.detach(), dtype=torch.float64).item()
+    return norm, max_abs, grad.numel() - zeros, nans + infs
 
 
 def _one_by_one(grads: list[torch.Tensor]) -> torch.Tensor:

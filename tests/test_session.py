@@ -568,11 +568,13 @@ def test_large_gradients_summarised_during_backward_match_plain_pytorch():
     model(x).pow(2).mean().backward()
     weight = run.node("fc.weight").grad_outputs[0]
     assert weight.numel == 1100 * 1100 > SETTLE_ABOVE and weight.value is None
-    assert weight.norm == pytest.approx(model.fc.weight.grad.norm().item(), rel=1e-5)
+    # Against the exact norm (float64): float32 accumulation over 1.2 million elements drifts by
+    # ~1e-5, which torch.linalg.vector_norm on CPU does and hookviz's compiled pass does not.
+    assert weight.norm == pytest.approx(model.fc.weight.grad.double().norm().item(), rel=1e-6)
     assert weight.min == model.fc.weight.grad.min().item() and weight.max == model.fc.weight.grad.max().item()
     assert torch.equal(run.leaf_grad("x"), x.grad)
     (grad_input,) = run.module_grads("").grad_input  # summed over the three uses of x
-    assert grad_input.norm == pytest.approx(x.grad.norm().item(), rel=1e-5)
+    assert grad_input.norm == pytest.approx(x.grad.double().norm().item(), rel=1e-6)
     assert grad_input.mean == pytest.approx(x.grad.mean().item(), rel=1e-4, abs=1e-9)
     for node in run.nodes.values():
         for record in (*node.grad_inputs, *node.grad_outputs):

@@ -276,15 +276,15 @@ def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspa
     gradients, and a second step with
     fewer rows than the first (the workspace is reused, not stale), stacked rows with and without
     an exact zero (on CPU only those with one are counted)."""
-    import hookviz.watch_reduce
+    import hookviz.one_pass
     from hookviz.watch_reduce import StepReducer
 
     if one_pass:
-        assert hookviz.watch_reduce.ONE_PASS, (
+        assert hookviz.one_pass.KERNELS, (
             "hookviz._fused was not built: install a C compiler (gcc) and reinstall hookviz"
         )
     else:
-        monkeypatch.setattr(hookviz.watch_reduce, "ONE_PASS", {})
+        monkeypatch.setattr(hookviz.one_pass, "KERNELS", {})
     torch.manual_seed(0)
 
     def sparse_zeros(shape, dtype=torch.float32):
@@ -344,13 +344,13 @@ def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspa
 
 def test_one_pass_kernel_counts_what_the_statistics_count_on_any_length():
     """The compiled pass against a float64 reference, on lengths around its 16 lanes and 4096-element
-    blocks: -0.0 is a zero, NaN and Inf are counted apart (max |x| skips NaN, takes Inf), the sum of
-    squares is taken in double precision (no drift on a large tensor, where float32 accumulation
-    drifts), and an empty buffer gives zeros."""
+    blocks: -0.0 is a zero, NaN and Inf are counted apart (min and max skip NaN, take Inf), the sums
+    are taken in double precision over float32 blocks (no drift on a large tensor, where float32
+    accumulation drifts), and an empty buffer gives zeros and an empty range."""
     from hookviz import _fused
 
     torch.manual_seed(0)
-    for dtype, reduce in ((torch.float32, _fused.stats_f32), (torch.float64, _fused.stats_f64)):
+    for dtype, summary in ((torch.float32, _fused.summary_f32), (torch.float64, _fused.summary_f64)):
         for n in (0, 1, 15, 16, 17, 4095, 4096, 4097, 65_541):
             x = torch.randn(n, dtype=dtype)
             x[::5] = 0
@@ -358,17 +358,20 @@ def test_one_pass_kernel_counts_what_the_statistics_count_on_any_length():
             if n > 3:
                 x[3] = math.nan
                 x[n // 2] = -math.inf
-            sum_of_squares, max_abs, zeros, nans, infs = reduce(x.data_ptr(), n)
-            finite = x[x.isfinite()].double()
+            sum_of_squares, total, low, high, zeros, nans, infs = summary(x.data_ptr(), n)
+            rest = x[~x.isnan()].double()
             assert zeros == int((x == 0).sum())
             assert nans == int(x.isnan().sum()) and infs == int(x.isinf().sum())
-            if n > 3:  # an Inf is the max; the NaN makes the sum NaN
-                assert math.isinf(max_abs) and math.isnan(sum_of_squares)
+            assert (low, high) == ((rest.min().item(), rest.max().item()) if n else (math.inf, -math.inf))
+            if n > 3:  # the NaN makes both sums NaN
+                assert math.isnan(sum_of_squares) and math.isnan(total)
             else:
-                assert max_abs == (finite.abs().max().item() if n else 0.0)
-                assert sum_of_squares == pytest.approx((finite**2).sum().item(), rel=1e-6)
+                assert sum_of_squares == pytest.approx((rest**2).sum().item(), rel=1e-6)
+                assert total == pytest.approx(rest.sum().item(), rel=1e-6, abs=1e-6)
     infinite = torch.tensor([1.0, -math.inf, 2.0])
-    assert _fused.stats_f32(infinite.data_ptr(), 3)[:2] == (math.inf, math.inf)
+    assert _fused.summary_f32(infinite.data_ptr(), 3)[:4] == (math.inf, -math.inf, -math.inf, 2.0)
     large = torch.rand(25_000_000) + 0.5
-    exact = (large.double() ** 2).sum().item()
-    assert _fused.stats_f32(large.data_ptr(), large.numel())[0] == pytest.approx(exact, rel=1e-7)
+    exact = large.double()
+    sum_of_squares, total = _fused.summary_f32(large.data_ptr(), large.numel())[:2]
+    assert sum_of_squares == pytest.approx((exact**2).sum().item(), rel=1e-8)
+    assert total == pytest.approx(exact.sum().item(), rel=1e-8)
