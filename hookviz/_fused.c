@@ -50,7 +50,7 @@ typedef struct {
         while (i < n) {                                                                           \
             int64_t end = n - i > BLOCK ? i + BLOCK : n;                                          \
             TYPE sq[LANES] = {0}, sm[LANES] = {0}, lo[LANES], hi[LANES];                          \
-            int32_t zero[LANES] = {0}, nan[LANES] = {0}, inf[LANES] = {0};                        \
+            int32_t zero[LANES] = {0};                                                            \
             for (int l = 0; l < LANES; ++l) lo[l] = (TYPE)INFINITY, hi[l] = -(TYPE)INFINITY;      \
             for (; i + LANES <= end; i += LANES) {                                                \
                 for (int l = 0; l < LANES; ++l) {                                                 \
@@ -60,8 +60,6 @@ typedef struct {
                     lo[l] = v < lo[l] ? v : lo[l];                                                \
                     hi[l] = v > hi[l] ? v : hi[l];                                                \
                     zero[l] += v == 0;                                                            \
-                    nan[l] += v != v;                                                             \
-                    inf[l] += ABS(v) == (TYPE)INFINITY;                                           \
                 }                                                                                 \
             }                                                                                     \
             for (; i < end; ++i) {                                                                \
@@ -71,8 +69,6 @@ typedef struct {
                 lo[0] = v < lo[0] ? v : lo[0];                                                    \
                 hi[0] = v > hi[0] ? v : hi[0];                                                    \
                 zero[0] += v == 0;                                                                \
-                nan[0] += v != v;                                                                 \
-                inf[0] += ABS(v) == (TYPE)INFINITY;                                               \
             }                                                                                     \
             for (int l = 0; l < LANES; ++l) {                                                     \
                 squares += sq[l];                                                                 \
@@ -80,8 +76,14 @@ typedef struct {
                 low = lo[l] < low ? lo[l] : low;                                                  \
                 high = hi[l] > high ? hi[l] : high;                                               \
                 z += zero[l];                                                                     \
-                q += nan[l];                                                                      \
-                f += inf[l];                                                                      \
+            }                                                                                     \
+        }                                                                                         \
+        /* A NaN or Inf element makes the sum of squares NaN or Inf, so finite sums prove there  \
+           is none; only otherwise are they counted, in a second pass. */                         \
+        if (!isfinite(squares) || !isfinite(total)) {                                             \
+            for (int64_t k = 0; k < n; ++k) {                                                     \
+                q += p[k] != p[k];                                                                \
+                f += ABS(p[k]) == (TYPE)INFINITY;                                                 \
             }                                                                                     \
         }                                                                                         \
         out->sum_of_squares = squares, out->sum = total, out->min = low, out->max = high;         \
