@@ -9,6 +9,8 @@ statistics, a pass each (see :mod:`hookviz.stats` and :mod:`hookviz.watch_reduce
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 try:
@@ -36,3 +38,13 @@ def summary(tensor: torch.Tensor) -> tuple[float, float, float, float, int, int,
         return None
     numel = tensor.numel()
     return kernel(tensor.data_ptr(), numel) if numel else None
+
+
+def norm(found: tuple, tensor: torch.Tensor) -> float:
+    """The 2-norm of ``tensor`` from its :func:`summary`: the root of its sum of squares, taken again
+    in float64 when float32 squares overflowed (|x| past ~1.8e19, with no NaN or Inf among the
+    elements: exploding gradients get there). NaN when an element is NaN, Inf when one is Inf."""
+    value = math.sqrt(found[0])
+    if math.isinf(value) and not found[5] and not found[6]:
+        value = tensor.double().norm().item()
+    return value

@@ -722,12 +722,7 @@ def _compiled_norm(tensor: torch.Tensor) -> float | None:
     if tensor.dtype in (torch.float16, torch.bfloat16) and tensor.is_cpu and one_pass.KERNELS:
         tensor = tensor.float()
     found = one_pass.summary(tensor)
-    if found is None:
-        return None
-    norm = math.sqrt(found[0])
-    if math.isinf(norm) and not found[5] and not found[6]:  # finite elements whose squares overflowed
-        norm = tensor.double().norm().item()
-    return norm
+    return None if found is None else one_pass.norm(found, tensor)
 
 
 def _elements_key(tensor: torch.Tensor) -> tuple:

@@ -185,15 +185,9 @@ class StepReducer:
 
 def _from_summary(found: tuple, grad: torch.Tensor) -> tuple[float, float, int, int]:
     """``(norm, max_abs, nonzero, nonfinite)`` from :func:`hookviz.one_pass.summary` of ``grad``."""
-    sum_of_squares, _, low, high, zeros, nans, infs = found
-    norm = math.sqrt(sum_of_squares)
-    if nans:
-        max_abs = math.nan  # as amax gives it: NaN propagates
-    else:
-        max_abs = max(high, -low)
-        if math.isinf(norm) and not infs:  # float32 squares overflow past ~1.8e19: exploding gradients
-            norm = torch.linalg.vector_norm(grad.detach(), dtype=torch.float64).item()
-    return norm, max_abs, grad.numel() - zeros, nans + infs
+    _, _, low, high, zeros, nans, infs = found
+    max_abs = math.nan if nans else max(high, -low)  # as amax gives it: NaN propagates
+    return one_pass.norm(found, grad), max_abs, grad.numel() - zeros, nans + infs
 
 
 def _one_by_one(grads: list[torch.Tensor]) -> torch.Tensor:
