@@ -34,17 +34,25 @@ import hookviz
 from hookviz.examples import sigmoid_mlp
 
 
-def _python_floor(model, data, loss_fn, parameters, modules, kept):
+def _forward(model, data, loss_fn, modules, brackets: bool) -> torch.Tensor:
+    """The loss of one forward on a copy of ``data``; with ``brackets``, under module forward pre-
+    and post-hooks that note each call's sequence-number range (what hookviz needs to tell each
+    Node's module), removed after."""
     sequence_nr = torch._C._autograd._get_sequence_nr
     calls, handles = [], []
-    for module in modules:
-        handles.append(module.register_forward_pre_hook(lambda m, a: calls.append((m, sequence_nr()))))
-        handles.append(module.register_forward_hook(lambda m, a, o: calls.append((m, sequence_nr()))))
+    if brackets:
+        for module in modules:
+            handles.append(module.register_forward_pre_hook(lambda m, a: calls.append((m, sequence_nr()))))
+            handles.append(module.register_forward_hook(lambda m, a, o: calls.append((m, sequence_nr()))))
     try:
-        loss = loss_fn(model(data.clone()))
+        return loss_fn(model(data.clone()))
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _python_floor(model, data, loss_fn, parameters, modules, kept):
+    loss = _forward(model, data, loss_fn, modules, brackets=True)
     norms = []
 
     def hook(grad_inputs, grad_outputs):
@@ -59,25 +67,15 @@ def _python_floor(model, data, loss_fn, parameters, modules, kept):
         if type(node).__name__ != "AccumulateGrad":
             node.register_hook(hook)
         stack.extend(child for child, _ in node.next_functions)
+    # Held until the next call, as hookviz holds a run's gradients: freeing them at once would
+    # hand their pages back to the system and fault them in again next step.
     kept[:] = [torch.autograd.grad(loss, parameters, retain_graph=True), loss]
     torch.stack(norms).tolist()
 
 
 def _compiled_floor(extension, model, data, loss_fn, parameters, modules, kept, brackets):
-    sequence_nr = torch._C._autograd._get_sequence_nr
-    calls, handles = [], []
-    if brackets:
-        for module in modules:
-            handles.append(module.register_forward_pre_hook(lambda m, a: calls.append((m, sequence_nr()))))
-            handles.append(module.register_forward_hook(lambda m, a, o: calls.append((m, sequence_nr()))))
-    try:
-        loss = loss_fn(model(data.clone()))
-    finally:
-        for handle in handles:
-            handle.remove()
+    loss = _forward(model, data, loss_fn, modules, brackets)
     recording = extension.hook_every_node(loss)
-    # Held until the next call, as hookviz holds a run's gradients: freeing them at once would
-    # hand their pages back to the system and fault them in again next step.
     kept[:] = [torch.autograd.grad(loss, parameters, retain_graph=True), loss, recording]
     norms, *graph = recording.collect()
     norms.tolist()
