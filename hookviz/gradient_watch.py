@@ -579,13 +579,7 @@ def _on_forward(reference: weakref.ref, column: int, module, args, output) -> No
     self = reference()
     if self is None or self.closed or not self.recording or not torch.is_grad_enabled():
         return
-    if type(output) is torch.Tensor:  # the common case, without building a list
-        node = output.grad_fn
-        if node is not None:
-            hook = node.register_prehook(partial(_on_output_grads, reference, column, output.output_nr))
-            self._tensor_handles.append(hook)
-            return
-    tensors = [output] if isinstance(output, torch.Tensor) else pytree.tree_leaves(output)
+    tensors = (output,) if isinstance(output, torch.Tensor) else pytree.tree_leaves(output)
     for tensor in tensors:
         if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
             node = tensor.grad_fn

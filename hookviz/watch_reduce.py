@@ -217,7 +217,7 @@ def _row(done: list[tuple], width: int) -> torch.Tensor:
     row = [math.nan] * (width * len(STATISTICS))  # one flat list: a list per column costs twice
     for column, (norm, max_abs, nonfinite, zeros, numel) in found.items():
         at = column * len(STATISTICS)
-        row[at : at + 4] = norm, max_abs, float(nonfinite), zeros / numel
+        row[at : at + len(STATISTICS)] = norm, max_abs, float(nonfinite), zeros / numel
     # from a buffer: torch.tensor() of a list reads it number by number, 20 us for 80 columns
     return torch.frombuffer(array.array("d", row), dtype=torch.float64).view(width, len(STATISTICS))
 
