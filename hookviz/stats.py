@@ -300,54 +300,57 @@ class StatsBatch:
         of them in one call (a per-tensor call costs microseconds of dispatch, a 20,000-Node graph
         makes 22,000 of them); a larger one is not held, so autograd frees it as it would without
         hookviz."""
-        identity = (id(tensor), tensor._version)
+        # Each attribute is read once: a hook calls this for every gradient a Node sends or gets.
+        version = tensor._version
+        identity = (id(tensor), version)
         seen = self._refs.get(identity)
         if seen is not None:
             known = seen[1]
             if known is tensor or (type(known) is weakref.ReferenceType and known() is tensor):
                 return seen[0]
         key = len(self._norms)
-        numel = tensor.numel()
+        numel, dtype = tensor.numel(), tensor.dtype
+        strided = tensor.layout == torch.strided
         if (
             0 < numel < VIEWS_ABOVE
+            and strided
             and tensor.is_cpu
-            and tensor.layout == torch.strided
-            and tensor.dtype in _HELD_DTYPES
+            and dtype in _HELD_DTYPES
             and self._held_elements + numel <= HOLD_SMALL_UP_TO
         ):
             self._held_elements += numel
             self._refs[identity] = (key, tensor)  # held: its id cannot be reused meanwhile
-            self._held.append((key, identity[1]))
-            meta = (tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype], _DEVICE_NAMES[tensor.device], numel)
+            self._held.append((key, version))
+            meta = (tuple(tensor.shape), _DTYPE_NAMES[dtype], _DEVICE_NAMES[tensor.device], numel)
             self._norms.append((meta, tensor, "", None))
             return key
         reference = weakref.ref(tensor)
         self._refs[identity] = (key, reference)
-        view = _view_key(tensor)
+        meta = (tuple(tensor.shape), _DTYPE_NAMES[dtype], _DEVICE_NAMES[tensor.device], numel)
+        if not strided or not numel or tensor.is_meta:
+            whole = self._whole_record(tensor)
+            if whole is not None:  # nothing to reduce
+                self._norms.append((whole, None, "", None))
+                return key
+        view = (tensor.data_ptr(), numel, meta[2], version) if strided and numel >= VIEWS_ABOVE else None
         if view is not None:
             known = self._views.get(view)
             other = known[1]() if known is not None else None
             if other is not None and _elements_key(other) == _elements_key(tensor):  # both alive
-                meta, norm, note, nnz = self._norms[known[0]]
-                self._norms.append(((tuple(tensor.shape), *meta[1:]), norm, note, nnz))
+                _, norm, note, nnz = self._norms[known[0]]
+                self._norms.append((meta, norm, note, nnz))
                 return key
-        note, nnz = "", None
-        whole = self._whole_record(tensor)
-        if whole is not None:
-            self._norms.append((whole, None, note, nnz))
-            return key
-        measured = tensor
-        if tensor.is_sparse or tensor.is_complex():
+        note, nnz, measured = "", None, tensor
+        if not strided or tensor.is_complex():  # sparse COO (other layouts have a whole record)
             measured, nnz = _stand_in(tensor)
-            note = _STAND_IN_NOTE["sparse" if tensor.is_sparse else "complex"]
-        if not measured.is_floating_point():  # the int64 zeros a full hook sees for token ids
+            note = _STAND_IN_NOTE["complex" if strided else "sparse"]
+        if not measured.dtype.is_floating_point:  # the int64 zeros a full hook sees for token ids
             measured = measured.float()
         norm = _compiled_norm(measured)  # a float now: the CPU is done with it
         if norm is None:
             # detach(): no graph is recorded even under create_graph (cheaper than a no_grad block)
             low_precision = measured.dtype not in (torch.float32, torch.float64)
             norm = torch.linalg.vector_norm(measured.detach(), dtype=torch.float32 if low_precision else None)
-        meta = (tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype], _DEVICE_NAMES[tensor.device], tensor.numel())
         self._norms.append((meta, norm, note, nnz))
         if view is not None:
             self._views[view] = (key, reference)
