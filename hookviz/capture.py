@@ -40,7 +40,7 @@ from hookviz.stats import device_name
 # ----------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class CallState:
     """One module call seen in forward (turned into a ModuleCall after the run).
 
@@ -113,16 +113,21 @@ def _tensors_in(value) -> list[torch.Tensor]:
 
 
 def _edge_of(tensor: torch.Tensor) -> Edge:
+    # Runs twice per module call: tuple.__new__ skips NamedTuple's Python-level __new__, and the
+    # shape stays the torch.Size it is (a tuple).
     fn = tensor.grad_fn
-    return Edge(
-        tensor,
-        fn,
-        tensor.output_nr if fn is not None else 0,
-        tensor._version,
-        tensor.requires_grad,
-        tuple(tensor.shape),
-        tensor.dtype,
-        tensor.device,
+    return tuple.__new__(
+        Edge,
+        (
+            tensor,
+            fn,
+            tensor.output_nr if fn is not None else 0,
+            tensor._version,
+            tensor.requires_grad,
+            tensor.shape,
+            tensor.dtype,
+            tensor.device,
+        ),
     )
 
 
@@ -306,7 +311,7 @@ class ForwardRecorder(TorchFunctionMode):
         self.stack[-1].returned = [self._snapshot(t) for t in _tensors_in(output)]
 
     def _snapshot(self, tensor: torch.Tensor, edge: Edge | None = None) -> Edge:
-        if tensor.numel() <= self.snapshot_limit and not tensor.is_sparse:
+        if self.snapshot_limit and tensor.numel() <= self.snapshot_limit and not tensor.is_sparse:
             self.snapshots[(id(tensor), tensor._version)] = tensor.detach().clone()
         return edge or _edge_of(tensor)
 
