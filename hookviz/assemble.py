@@ -217,7 +217,7 @@ class _PendingRecords:
             call.before, call.after = _picked(hook_records, before), _picked(hook_records, after)
             hook_calls.append(call)
         hook_calls.sort(key=lambda c: c.step)
-        events = sorted(recorder.events, key=lambda e: e.step)
+        events = recorder.all_events()
         _attach_post_hooks_to_nodes(events, hook_calls)
 
         order = self.order

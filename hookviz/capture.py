@@ -533,7 +533,8 @@ class BackwardRecorder:
         self.received_grad_inputs: dict[str, tuple] = {}
         self.grad_outputs_before_edit: dict[str, tuple] = {}
         self.hidden_seen: dict[int, tuple[tuple, tuple]] = {}  # call index -> legacy view on a hidden Node
-        self.events: list[Event] = []
+        self.events: list[Event] = []  # user hook and edit events; Node events are node_steps
+        self.node_steps: list[tuple[int, str, str]] = []  # (step, node id, op) of each Node run
         self.hook_calls: list[tuple[HookCall, tuple, tuple]] = []  # with live before/after grads
         self.log: list[LogEntry] = []
 
@@ -574,28 +575,38 @@ class BackwardRecorder:
 
     def node_ran(self, node_id: str, op: str, grad_inputs: tuple, grad_outputs: tuple):
         """Called by the Node post-hook; returns replacement grad_inputs when an edit applies."""
+        # Runs once per Node of every backward: its Event is made when the run is read
+        # (:meth:`all_events`), and a Node with no gradient kept whole settles each in one pass.
         step = next(self.steps)
         self.order[node_id] = len(self.order)
-        self.events.append(Event(step, "node", node_id, op))
-        self.grad_outputs[node_id] = self._held(node_id, grad_outputs, inputs=False)
-        self.received_grad_inputs[node_id] = held = self._held(node_id, grad_inputs)
+        self.node_steps.append((step, node_id, op))
+        self.grad_outputs[node_id] = self._held(node_id, grad_outputs, self.keep_outputs)
+        self.received_grad_inputs[node_id] = held = self._held(node_id, grad_inputs, self.keep)
         edits = self.post_edits.get(node_id)
         if not edits:
             self.grad_inputs[node_id] = held
             return None
         new, _ = replace_slots(grad_inputs, edits)
-        self.grad_inputs[node_id] = self._held(node_id, new)
+        self.grad_inputs[node_id] = self._held(node_id, new, self.keep)
         self._edit_call(node_id, node_id, edits, grad_inputs, new)
         return new
 
-    def _held(self, node_id: str, grads: tuple, inputs: bool = True) -> tuple:
-        """What to keep of a Node's grads until the run is assembled (see ``settle``)."""
-        if self.settle is None:
+    def _held(self, node_id: str, grads: tuple, kept: frozenset) -> tuple:
+        """What to keep of a Node's grads until the run is assembled (see ``settle``): ``kept``
+        holds the (node, slot) pairs kept whole."""
+        settle = self.settle
+        if settle is None:
             return grads
-        kept = self.keep if inputs else self.keep_outputs
+        if not kept:
+            return tuple([None if g is None else settle(g) for g in grads])
         return tuple(
-            [g if g is None or (node_id, slot) in kept else self.settle(g) for slot, g in enumerate(grads)]
+            [g if g is None or (node_id, slot) in kept else settle(g) for slot, g in enumerate(grads)]
         )
+
+    def all_events(self) -> list[Event]:
+        """Every event of the backward, in the order it happened."""
+        nodes = [Event(step, "node", node_id, op) for step, node_id, op in self.node_steps]
+        return sorted(nodes + self.events, key=lambda e: e.step)
 
     def node_pre(self, node_id: str, grad_outputs: tuple):
         """Called by an edit's Node pre-hook; returns the edited grad_outputs."""
