@@ -332,6 +332,7 @@ class StatsBatch:
             if whole is not None:  # nothing to reduce
                 self._norms.append((whole, None, "", None))
                 return key
+        # What two views of the same unchanged elements share (a dense tensor this large only)
         view = (tensor.data_ptr(), numel, meta[2], version) if strided and numel >= VIEWS_ABOVE else None
         if view is not None:
             known = self._views.get(view)
@@ -736,14 +737,6 @@ def _elements_key(tensor: torch.Tensor) -> tuple:
         tensor.dtype,
         tuple(sorted(zip(tensor.shape, tensor.stride()))),
     )
-
-
-def _view_key(tensor: torch.Tensor) -> tuple | None:
-    """What two views of the same unchanged elements share (a lazy batch's lookup), for a dense
-    tensor of at least ``VIEWS_ABOVE`` elements; None for any other."""
-    if tensor.layout != torch.strided or tensor.is_meta or tensor.numel() < VIEWS_ABOVE:
-        return None
-    return tensor.data_ptr(), tensor.numel(), tensor.device, tensor._version
 
 
 def combined_norm(norms) -> float | None:
