@@ -9,15 +9,13 @@ two interleaved (so load on a shared machine hits both alike). Also the backward
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
+import cases
 import torch
-import torch.nn.functional as F
 from timing import timed
 
 import hookviz
-from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
 
 
 def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
@@ -59,40 +57,17 @@ def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--only", choices=["mlp", "gpt"])
-    options = parser.parse_args()
-    torch.manual_seed(0)
-    print(
-        f"torch {torch.__version__}, device {options.device}, threads {torch.get_num_threads()}, "
-        f"medians of {options.repeats}"
-    )
+    options = cases.options(__doc__.splitlines()[0], repeats=15)
+    print(f"medians of {options.repeats}")
     if options.only in (None, "mlp"):
-        mlp = sigmoid_mlp(depth=20, width=256, inputs=64, classes=10)
-        data, labels = torch.randn(128, 64), torch.randint(0, 10, (128,))
-        measure(
-            "20-layer sigmoid MLP, width 256",
-            mlp,
-            (data,),
-            lambda out: F.cross_entropy(out, labels.to(out.device)),
-            options.repeats,
-            options.device,
-        )
+        measure(*cases.mlp(), options.repeats, options.device)
     if options.only in (None, "gpt"):
-        gpt = TinyGPT(vocab=50257, context=1024, layers=12, width=768, heads=12, dropout=0.0)
+        gpt = cases.tiny_gpt()
         # One short sequence (parameter gradients dominate), then a training-sized batch.
         for batch, length in ((1, 128), (4, 256)):
-            tokens = torch.randint(0, 50257, (batch, length))
-            measure(
-                f"GPT-2-small-like, 12x768, {batch}x{length} tok",
-                gpt,
-                (tokens,),
-                lambda out, tokens=tokens: next_token_loss(out, tokens.to(out.device)),
-                max(3, options.repeats // 3),
-                options.device,
-            )
+            tokens, loss_fn = cases.tokens_and_loss(batch, length)
+            name = f"GPT-2-small-like, 12x768, {batch}x{length} tok"
+            measure(name, gpt, (tokens,), loss_fn, max(3, options.repeats // 3), options.device)
 
 
 if __name__ == "__main__":

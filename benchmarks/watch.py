@@ -11,17 +11,15 @@ where the watch's time goes: the hooks during forward + backward, and the end-of
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
 
+import cases
 import torch
-import torch.nn.functional as F
 from timing import sync
 
 import hookviz.watch_reduce as reduce_module
-from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
 from hookviz.gradient_watch import watch
 
 
@@ -94,39 +92,16 @@ def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--only", choices=["mlp", "gpt"])
-    parser.add_argument("--gpt-layers", type=int, default=12)
-    options = parser.parse_args()
-    torch.manual_seed(0)
-    print(
-        f"torch {torch.__version__}, device {options.device}, threads {torch.get_num_threads()}, "
-        f"medians of {options.repeats} (GPT: of {max(5, options.repeats // 4)})"
-    )
+    options = cases.options(__doc__.splitlines()[0], 30, ("--gpt-layers", {"type": int, "default": 12}))
+    print(f"medians of {options.repeats} (GPT: of {max(5, options.repeats // 4)})")
     if options.only in (None, "mlp"):
-        mlp = sigmoid_mlp(depth=20, width=256, inputs=64, classes=10)
-        data, labels = torch.randn(128, 64), torch.randint(0, 10, (128,))
-        measure(
-            "20-layer sigmoid MLP, width 256, b128",
-            mlp,
-            (data,),
-            lambda out: F.cross_entropy(out, labels.to(out.device)),
-            options.repeats,
-            options.device,
-        )
+        measure(*cases.mlp(), options.repeats, options.device)
     if options.only in (None, "gpt"):
         layers = options.gpt_layers
-        gpt = TinyGPT(vocab=50257, context=1024, layers=layers, width=768, heads=12, dropout=0.0)
-        tokens = torch.randint(0, 50257, (1, 128))
+        tokens, loss_fn = cases.tokens_and_loss(1, 128)
+        name = f"GPT-2-small-like, {layers}x768, 128 tok"
         measure(
-            f"GPT-2-small-like, {layers}x768, 128 tok",
-            gpt,
-            (tokens,),
-            lambda out: next_token_loss(out, tokens.to(out.device)),
-            max(5, options.repeats // 4),
-            options.device,
+            name, cases.tiny_gpt(layers), (tokens,), loss_fn, max(5, options.repeats // 4), options.device
         )
 
 
