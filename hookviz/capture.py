@@ -54,9 +54,9 @@ class CallState:
     ``replaced`` the same after them when a hook returned a replacement, else None.
     ``legacy`` is the tensor a legacy ``register_backward_hook`` hangs on (``_call_impl``: the first
     tensor, descending into ``[0]`` or a dict's first tensor value).
-    ``index`` is the position in call order; calls ``index..end`` are this call and the calls
-    nested in it; ``parent`` the index of the call it is nested in. Nodes whose
-    ``_sequence_nr()`` lies in ``[sequence_start, sequence_end)`` were made during this call.
+    ``index`` is the position in call order; ``parent`` the index of the call it is nested in.
+    Nodes whose ``_sequence_nr()`` lies in ``[sequence_start, sequence_end)`` were made during this
+    call.
     ``args`` / ``kwargs`` are dropped once forward has been summarised.
     """
 
@@ -79,7 +79,6 @@ class CallState:
     legacy: Edge | None = None
     in_place: bool = False
     output_changed_later: bool = False
-    end: int | None = None
     # One tensor passed as several positional arguments: the arguments, kwargs and CPU random state
     # of the call, kept so its full-hook grad_input can be split per argument after backward.
     shared: tuple | None = None
@@ -354,7 +353,6 @@ class ForwardRecorder(TorchFunctionMode):
 
     def _exit(self, output, returns_seen: bool) -> None:
         state = self.stack.pop()
-        state.end = len(self.calls) - 1
         state.sequence_end = torch._C._autograd._get_sequence_nr()
         state.outputs, state.full_hook_fires = _top_level_outputs(output)
         # One Edge per tensor of this output, whichever views list it (it is the same tensor, at
