@@ -5,6 +5,8 @@ sum, min, max, zero count and NaN / Inf counts; it returns None for anything the
 not read (another dtype or device, a layout with gaps, an empty tensor), and for every tensor when
 hookviz was installed without a C compiler. Callers fall back to PyTorch's kernels then: the same
 statistics, a pass each (see :mod:`hookviz.stats` and :mod:`hookviz.watch_reduce`).
+:func:`overview` gives a large matrix's block root-mean-square overview (the inspector's heatmap)
+in one read as well, where PyTorch squares a copy and pools it.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ try:
 except ImportError:  # built without a C compiler
     _fused = None
 
-# dtype -> the compiled pass over a dense CPU buffer of it (empty when it was not built)
-KERNELS = {torch.float32: _fused.summary_f32, torch.float64: _fused.summary_f64} if _fused is not None else {}
+if _fused is not None:
+    # dtype -> the compiled pass over a dense CPU buffer of it; and its block overview of a matrix
+    KERNELS = {torch.float32: _fused.summary_f32, torch.float64: _fused.summary_f64}
+    OVERVIEWS = {torch.float32: _fused.overview_f32, torch.float64: _fused.overview_f64}
+else:  # built without a C compiler: every caller takes PyTorch's kernels
+    KERNELS, OVERVIEWS = {}, {}
 
 
 def summary(tensor: torch.Tensor) -> tuple[float, float, float, float, int, int, int] | None:
@@ -38,6 +44,31 @@ def summary(tensor: torch.Tensor) -> tuple[float, float, float, float, int, int,
         return None
     numel = tensor.numel()
     return kernel(tensor.data_ptr(), numel) if numel else None
+
+
+def overview(tensor: torch.Tensor, blocks: int) -> torch.Tensor | None:
+    """float32 ``[min(rows, blocks), min(columns, blocks)]``: the root mean square of each block of
+    the 2-D ``tensor``, cut as ``adaptive_avg_pool2d`` cuts them, in one compiled read (no squared
+    copy); or None where it cannot be read so (not 2-D, not a dense float32 / float64 CPU matrix or
+    the transpose of one, or built without a C compiler). Squares are summed in double precision
+    over float32 blocks. Source: ``hookviz/_fused.c``; the blocks, ATen's ``AdaptivePooling.h``.
+    """
+    kernel = OVERVIEWS.get(tensor.dtype)
+    if kernel is None or tensor.dim() != 2 or not tensor.is_cpu or tensor.layout is not torch.strided:
+        return None
+    rows, columns = tensor.shape
+    if not rows or not columns:
+        return None
+    out_rows, out_columns = min(rows, blocks), min(columns, blocks)
+    if tensor.is_contiguous():
+        found = torch.empty(out_rows, out_columns)
+        kernel(tensor.data_ptr(), rows, columns, found.data_ptr(), out_rows, out_columns)
+        return found
+    if tensor.t().is_contiguous():  # blocks are cut per side, so the transpose's are the transposed ones
+        found = torch.empty(out_columns, out_rows)
+        kernel(tensor.data_ptr(), columns, rows, found.data_ptr(), out_columns, out_rows)
+        return found.t().contiguous()
+    return None
 
 
 def norm(found: tuple, tensor: torch.Tensor) -> float:

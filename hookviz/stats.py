@@ -625,6 +625,9 @@ class StatsBatch:
         both; the leaf table neither)."""
         if tensor.dim() != 2 or tensor.numel() <= self.full_limit or self.histogram_bins <= 0:
             return None
+        found = one_pass.overview(tensor, OVERVIEW_BLOCKS)  # one read, no squared copy, where built
+        if found is not None:
+            return found
         blocks = (min(tensor.shape[0], OVERVIEW_BLOCKS), min(tensor.shape[1], OVERVIEW_BLOCKS))
         squares = tensor.detach().float().square()[None, None]
         return torch.nn.functional.adaptive_avg_pool2d(squares, blocks)[0, 0].sqrt_().cpu()

@@ -6,7 +6,9 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from hookviz import one_pass
 from hookviz.stats import StatsBatch, summarise
 
 
@@ -61,9 +63,15 @@ def test_every_tensor_of_more_than_16_elements_gets_a_histogram_exact_up_to_the_
     assert sum(counts) == 1024 and records[keys[4]].value is not None
 
 
-def test_a_2d_tensor_too_large_to_keep_gets_a_block_overview_for_its_heatmap():
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "stock kernels"])
+def test_a_2d_tensor_too_large_to_keep_gets_a_block_overview_for_its_heatmap(compiled, monkeypatch):
     """[64, 64] in 32 x 32 blocks of 2 x 2: each cell is the root mean square of its block (no sign
-    cancels); tensors kept whole, and those that are not 2-D, get none."""
+    cancels); tensors kept whole, and those that are not 2-D, get none. The same through the
+    compiled overview and through PyTorch's pooling."""
+    if compiled:
+        assert one_pass.OVERVIEWS, "hookviz._fused was not built: install gcc and reinstall hookviz"
+    else:
+        monkeypatch.setattr(one_pass, "OVERVIEWS", {})
     torch.manual_seed(0)
     matrix = torch.randn(64, 64)
     matrix[:, :10] = -matrix[:, :10].abs()  # signs that a block mean would cancel
@@ -74,6 +82,36 @@ def test_a_2d_tensor_too_large_to_keep_gets_a_block_overview_for_its_heatmap():
     assert torch.allclose(records[keys[0]].overview, expected, rtol=1e-6)
     assert records[keys[0]].to_dict()["overview"][3][4] == pytest.approx(expected[3, 4].item(), rel=1e-6)
     assert records[keys[1]].overview is None and records[keys[2]].overview is None
+
+
+def test_the_compiled_overview_cuts_blocks_as_adaptive_avg_pool2d_and_sums_in_double():
+    """Against ``adaptive_avg_pool2d`` of the squares in float64, square-rooted: sizes that 32 does
+    not divide (blocks overlap), fewer than 32 rows or columns, a contiguous matrix's transpose
+    (a Linear weight's gradient is one), float64, and NaN / Inf, which reach only their own blocks.
+    A matrix it cannot read whole (a view with gaps, half precision, not 2-D) gets None: the caller
+    pools it with PyTorch."""
+    torch.manual_seed(0)
+    cases = [
+        torch.randn(64, 64),
+        torch.randn(50, 70),
+        torch.randn(33, 5),
+        torch.randn(7, 100),
+        torch.randn(1000, 3).double(),
+        torch.randn(40, 90).t(),
+        torch.randn(512, 4097),
+    ]
+    cases[1][3, 4], cases[1][40, 60] = math.nan, math.inf
+    for matrix in cases:
+        blocks = (min(matrix.shape[0], 32), min(matrix.shape[1], 32))
+        expected = F.adaptive_avg_pool2d(matrix.double().square()[None, None], blocks)[0, 0].sqrt()
+        found = one_pass.overview(matrix, 32)
+        assert found.dtype == torch.float32 and tuple(found.shape) == blocks
+        assert torch.allclose(found.double(), expected, rtol=1e-6, equal_nan=True)
+        assert torch.equal(found.isnan(), expected.isnan()) and torch.equal(found.isinf(), expected.isinf())
+    wide = torch.randn(64, 64)
+    assert one_pass.overview(wide[:, ::2], 32) is None  # a view with gaps
+    assert one_pass.overview(wide.half(), 32) is None
+    assert one_pass.overview(wide.reshape(-1), 32) is None
 
 
 def test_nan_inf_and_empty_tensors():
