@@ -22,6 +22,12 @@
        -> (sum of squares, sum, min, max, zeros, NaNs, Infs); min and max are +Inf / -Inf
           when count is 0 or every element is NaN.
 
+   strided_f32(address, sizes, strides) / strided_f64(...)
+       -> the same tuple for a strided view whose last dimension is contiguous (element strides,
+          all >= 0, the last 1: GPT-2's logits[:, :-1], a head split by .view and .transpose),
+          read run by run. A stride-0 dimension (an expanded tensor) reads its run again, as each
+          of its elements counts.
+
    The overview a detailed run keeps of a large 2-D tensor (its inspector heatmap) is the root mean
    square of each of at most 32 x 32 blocks. PyTorch takes it as adaptive_avg_pool2d of a squared
    copy: on GPT-2's [512, 50257] logits 62 ms, a copy of 103 MB and two passes. This reads the
@@ -55,6 +61,11 @@ typedef struct {
     double sum_of_squares, sum, min, max;
     int64_t zeros, nans, infs;
 } Summary;
+
+static PyObject *as_tuple(const Summary *s) {
+    return Py_BuildValue("ddddLLL", s->sum_of_squares, s->sum, s->min, s->max, (long long)s->zeros,
+                         (long long)s->nans, (long long)s->infs);
+}
 
 #define DEFINE_SUMMARY(NAME, TYPE, ABS)                                                           \
     VECTOR_CLONES static void NAME##_loop(const TYPE *p, int64_t n, Summary *out) {              \
@@ -117,13 +128,88 @@ typedef struct {
         }                                                                                         \
         Summary s;                                                                                \
         Py_BEGIN_ALLOW_THREADS NAME##_loop((const TYPE *)address, n, &s);                         \
-        Py_END_ALLOW_THREADS return Py_BuildValue("ddddLLL", s.sum_of_squares, s.sum, s.min,     \
-                                                  s.max, (long long)s.zeros, (long long)s.nans,   \
-                                                  (long long)s.infs);                             \
+        Py_END_ALLOW_THREADS return as_tuple(&s);                                                 \
     }
 
 DEFINE_SUMMARY(summary_f32, float, fabsf)
 DEFINE_SUMMARY(summary_f64, double, fabs)
+
+#define MAX_DIMS 25 /* PyTorch's limit on a tensor's dimensions */
+
+/* sizes and element strides of a strided view from two Python sequences; 0 and an exception set
+   when they are not sequences of equal length up to MAX_DIMS of integers, sizes >= 1 and strides
+   >= 0 with the last stride 1 (each row of the last dimension is one contiguous run) */
+static int read_layout(PyObject *sizes, PyObject *strides, int64_t *size, int64_t *stride,
+                       int *dims) {
+    PyObject *a = PySequence_Fast(sizes, "sizes must be a sequence");
+    if (!a) return 0;
+    PyObject *b = PySequence_Fast(strides, "strides must be a sequence");
+    if (!b) return Py_DECREF(a), 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
+    int ok = n >= 1 && n <= MAX_DIMS && n == PySequence_Fast_GET_SIZE(b);
+    for (Py_ssize_t d = 0; ok && d < n; ++d) {
+        size[d] = (int64_t)PyLong_AsLongLong(PySequence_Fast_GET_ITEM(a, d));
+        stride[d] = (int64_t)PyLong_AsLongLong(PySequence_Fast_GET_ITEM(b, d));
+        ok = !PyErr_Occurred() && size[d] >= 1 && stride[d] >= 0;
+    }
+    ok = ok && stride[n - 1] == 1;
+    Py_DECREF(a), Py_DECREF(b);
+    if (!ok && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError,
+                        "a layout of 1 to 25 sizes >= 1 and strides >= 0, the last 1");
+    *dims = (int)n;
+    return ok;
+}
+
+/* The summary of a strided view: its contiguous runs along the last dimension(s) read one by one
+   with the loop above, their summaries merged (sums in double). Trailing dimensions laid out
+   contiguously after one another are read as one run. */
+#define DEFINE_STRIDED(NAME, TYPE, LOOP)                                                          \
+    static void NAME##_loop(const TYPE *p, int64_t *size, const int64_t *stride, int dims,        \
+                            Summary *out) {                                                       \
+        int64_t run = size[dims - 1];                                                             \
+        while (dims > 1 && stride[dims - 2] == run) run *= size[--dims - 1];                      \
+        int64_t index[MAX_DIMS] = {0}, offset = 0;                                                \
+        Summary all = {0, 0, INFINITY, -INFINITY, 0, 0, 0};                                       \
+        for (;;) {                                                                                \
+            Summary part;                                                                         \
+            LOOP(p + offset, run, &part);                                                         \
+            all.sum_of_squares += part.sum_of_squares, all.sum += part.sum;                       \
+            all.min = part.min < all.min ? part.min : all.min;                                    \
+            all.max = part.max > all.max ? part.max : all.max;                                    \
+            all.zeros += part.zeros, all.nans += part.nans, all.infs += part.infs;                \
+            int d = dims - 2; /* the next run: an odometer over the outer dimensions */           \
+            while (d >= 0 && ++index[d] == size[d]) {                                            \
+                offset -= (size[d] - 1) * stride[d];                                              \
+                index[d--] = 0;                                                                   \
+            }                                                                                     \
+            if (d < 0) break;                                                                     \
+            offset += stride[d];                                                                  \
+        }                                                                                         \
+        *out = all;                                                                               \
+    }                                                                                             \
+                                                                                                  \
+    static PyObject *NAME(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {              \
+        if (nargs != 3) {                                                                         \
+            PyErr_SetString(PyExc_TypeError, #NAME "(address, sizes, strides) takes 3 arguments"); \
+            return NULL;                                                                          \
+        }                                                                                         \
+        uintptr_t address = (uintptr_t)PyLong_AsUnsignedLongLong(args[0]);                        \
+        if (PyErr_Occurred()) return NULL;                                                        \
+        int64_t size[MAX_DIMS], stride[MAX_DIMS];                                                 \
+        int dims;                                                                                 \
+        if (!read_layout(args[1], args[2], size, stride, &dims)) return NULL;                     \
+        if (!address) {                                                                           \
+            PyErr_SetString(PyExc_ValueError, #NAME ": a null address");                          \
+            return NULL;                                                                          \
+        }                                                                                         \
+        Summary s;                                                                                \
+        Py_BEGIN_ALLOW_THREADS NAME##_loop((const TYPE *)address, size, stride, dims, &s);        \
+        Py_END_ALLOW_THREADS return as_tuple(&s);                                                 \
+    }
+
+DEFINE_STRIDED(strided_f32, float, summary_f32_loop)
+DEFINE_STRIDED(strided_f64, double, summary_f64_loop)
 
 /* adaptive_avg_pool2d's block bounds along one side: [START, END) of output cell i of n cells. */
 #define START(i, size, n) ((i) * (size) / (n))
@@ -211,6 +297,12 @@ static PyMethodDef methods[] = {
     {"summary_f64", (PyCFunction)(void (*)(void))summary_f64, METH_FASTCALL,
      "summary_f64(address, count): (sum of squares, sum, min, max, zeros, NaNs, Infs) of count "
      "float64 at address"},
+    {"strided_f32", (PyCFunction)(void (*)(void))strided_f32, METH_FASTCALL,
+     "strided_f32(address, sizes, strides): summary_f32 of a strided float32 view (element strides "
+     ">= 0, the last 1)"},
+    {"strided_f64", (PyCFunction)(void (*)(void))strided_f64, METH_FASTCALL,
+     "strided_f64(address, sizes, strides): summary_f64 of a strided float64 view (element strides "
+     ">= 0, the last 1)"},
     {"overview_f32", (PyCFunction)(void (*)(void))overview_f32, METH_FASTCALL,
      "overview_f32(source, rows, columns, target, out_rows, out_columns): block root mean squares "
      "of a row-major float32 matrix into out_rows x out_columns float32 at target"},

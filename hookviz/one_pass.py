@@ -23,9 +23,10 @@ except ImportError:  # built without a C compiler
 if _fused is not None:
     # dtype -> the compiled pass over a dense CPU buffer of it; and its block overview of a matrix
     KERNELS = {torch.float32: _fused.summary_f32, torch.float64: _fused.summary_f64}
+    STRIDED = {torch.float32: _fused.strided_f32, torch.float64: _fused.strided_f64}
     OVERVIEWS = {torch.float32: _fused.overview_f32, torch.float64: _fused.overview_f64}
 else:  # built without a C compiler: every caller takes PyTorch's kernels
-    KERNELS, OVERVIEWS = {}, {}
+    KERNELS, STRIDED, OVERVIEWS = {}, {}, {}
 
 
 def summary(tensor: torch.Tensor) -> tuple[float, float, float, float, int, int, int] | None:
@@ -33,17 +34,29 @@ def summary(tensor: torch.Tensor) -> tuple[float, float, float, float, int, int,
     None where it cannot be read so (see the module docstring).
 
     The elements are read in memory order, which the statistics do not depend on, so a contiguous
-    tensor and the transpose of a contiguous matrix are both read in place. Sums are taken in double
-    precision over float32 blocks; NaN never wins a comparison, so ``min`` and ``max`` are those of
-    the other elements (+Inf / -Inf when all are NaN). Source: ``hookviz/_fused.c``.
+    tensor and the transpose of a contiguous matrix are both read in place as one buffer. A view
+    whose last dimension is contiguous (``logits[:, :-1]``, heads split by ``view`` and
+    ``transpose``) is read run by run along it, each element once (an expanded dimension's run is
+    read again, as its elements count again). Sums are taken in double precision over float32
+    blocks; NaN never wins a comparison, so ``min`` and ``max`` are those of the other elements
+    (+Inf / -Inf when all are NaN). Source: ``hookviz/_fused.c``.
     """
     kernel = KERNELS.get(tensor.dtype)
     if kernel is None or not tensor.is_cpu or tensor.layout is not torch.strided:
         return None
-    if not (tensor.is_contiguous() or (tensor.dim() == 2 and tensor.t().is_contiguous())):
-        return None
     numel = tensor.numel()
-    return kernel(tensor.data_ptr(), numel) if numel else None
+    if not numel:
+        return None
+    if tensor.is_contiguous() or (tensor.dim() == 2 and tensor.t().is_contiguous()):
+        return kernel(tensor.data_ptr(), numel)
+    strided, strides = STRIDED.get(tensor.dtype), tensor.stride()
+    # Runs shorter than a vector of lanes would cost more per element than PyTorch's kernels.
+    if strided is None or strides[-1] != 1 or tensor.shape[-1] < _SHORTEST_RUN or min(strides) < 0:
+        return None
+    return strided(tensor.data_ptr(), tensor.shape, strides)
+
+
+_SHORTEST_RUN = 16
 
 
 def overview(tensor: torch.Tensor, blocks: int) -> torch.Tensor | None:

@@ -546,7 +546,7 @@ class StatsBatch:
                     low, high = torch.aminmax(tensor)
                     columns.append(torch.stack([norm, tensor.sum(), low, high])[None])
                     counts.append(torch.count_nonzero(tensor)[None])
-                    self._sample(tensor.reshape(1, -1), [i], samples)
+                    self._sample_one(tensor, i, samples)
                 order += singles
             for members in chunks:
                 if len(members) == 1:
@@ -579,7 +579,7 @@ class StatsBatch:
                     low = high = math.nan
                 table[i] = [math.sqrt(sum_of_squares), total, low, high]
                 nonzero_counts[i] = tensors[i].numel() - zeros
-                self._sample(tensors[i].reshape(1, -1), [i], samples)
+                self._sample_one(tensors[i], i, samples)
             histograms = self._histograms(samples, table, tensors[0].device)
             # The small tensors' values: one copy per shape and dtype, each value a row of it.
             by_shape: dict[tuple, list[int]] = {}
@@ -640,6 +640,16 @@ class StatsBatch:
                 rows = rows[:, _sample_indices(rows.shape[1], rows.device)]
             for i, sample in zip(members, rows):
                 samples[i] = sample
+
+    def _sample_one(self, tensor: torch.Tensor, i: int, samples: dict) -> None:
+        """:meth:`_sample` of one tensor's elements in row-major order. A large view that is not
+        contiguous (a transposed gradient, ``logits[:, :-1]``) is not copied whole to be sampled:
+        the sampled elements are gathered through it, the same ones in the same order."""
+        numel = tensor.numel()
+        if tensor.is_contiguous() or numel <= HISTOGRAM_SAMPLE:
+            self._sample(tensor.reshape(1, -1), [i], samples)
+        elif self.histogram_bins > 0:
+            samples[i] = tensor[torch.unravel_index(_sample_indices(numel, tensor.device), tensor.shape)]
 
     def _histograms(self, samples: dict[int, torch.Tensor], table: list, device) -> dict[int, tuple]:
         """Histograms over [min, max] of each tensor of more than ``HISTOGRAM_ABOVE`` elements, in

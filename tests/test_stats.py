@@ -135,3 +135,42 @@ def test_in_place_change_after_recording_is_reported():
     tensor.mul_(2)
     record = batch.compute()[key]
     assert record.value is None and "modified in place" in record.note
+
+
+def test_a_strided_view_is_read_run_by_run_as_its_contiguous_copy_would_be():
+    """Views whose last dimension is contiguous (GPT-2's ``logits[:, :-1]``, attention heads split by
+    ``view`` and ``transpose``, a column slice, every other row, an expanded dimension) are read by
+    the compiled pass in place: the same counts, minimum and maximum as their contiguous copies, and
+    sums as close to float64's as theirs (float32 lanes, blocks added in double). Their histograms
+    sample the same elements, gathered through the view. A view it cannot read (a last dimension
+    that is not contiguous, or runs too short to gain) gets None, and PyTorch's kernels."""
+    assert one_pass.STRIDED, "hookviz._fused was not built: install gcc and reinstall hookviz"
+    torch.manual_seed(0)
+    views = [
+        torch.randn(4, 128, 300)[:, :-1],
+        torch.randn(4, 128, 384).view(4, 128, 6, 64).transpose(1, 2),
+        torch.randn(10, 40)[:, 3:37],
+        torch.randn(9, 32)[::3],
+        torch.randn(1, 64).expand(5, 64),
+        torch.randn(2, 3, 4, 50)[::2, :, 1:, :],
+    ]
+    views[2][2, 5] = 0
+    views[3][1, 7] = math.inf
+    for view in views:
+        assert not view.is_contiguous()
+        found, copy = one_pass.summary(view), one_pass.summary(view.contiguous())
+        assert found[2:] == copy[2:]  # min, max, zeros, NaNs, Infs
+        exact = view.double()
+        exact = exact[exact.isfinite()]
+        if math.isfinite(found[0]):
+            assert found[:2] == pytest.approx(((exact**2).sum().item(), exact.sum().item()), rel=1e-5)
+        assert found[:2] == pytest.approx(copy[:2], rel=1e-5)
+        batch = StatsBatch(full_limit=10)
+        keys = batch.add(view), batch.add(view.contiguous())
+        records = batch.compute()
+        assert records[keys[0]].histogram == records[keys[1]].histogram
+    nan_view = torch.randn(6, 40)[:, 1:]
+    nan_view[2, 3] = math.nan
+    assert one_pass.summary(nan_view)[5] == 1 and math.isnan(one_pass.summary(nan_view)[0])
+    assert one_pass.summary(torch.randn(4, 5, 6).transpose(1, 2)) is None  # last dimension strided
+    assert one_pass.summary(torch.randn(64, 8)[:, :4]) is None  # runs of 4 elements
