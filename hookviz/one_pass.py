@@ -63,8 +63,9 @@ def overview(tensor: torch.Tensor, blocks: int) -> torch.Tensor | None:
     """float32 ``[min(rows, blocks), min(columns, blocks)]``: the root mean square of each block of
     the 2-D ``tensor``, cut as ``adaptive_avg_pool2d`` cuts them, in one compiled read (no squared
     copy); or None where it cannot be read so (not 2-D, not a dense float32 / float64 CPU matrix or
-    the transpose of one, or built without a C compiler). Squares are summed in double precision
-    over float32 blocks. Source: ``hookviz/_fused.c``; the blocks, ATen's ``AdaptivePooling.h``.
+    the transpose of one, or built without a C compiler). Each column's squares are summed in double
+    precision over a block of rows, then per block of columns. Source: ``hookviz/_fused.c``; the
+    blocks, ATen's ``AdaptivePooling.h``.
     """
     kernel = OVERVIEWS.get(tensor.dtype)
     if kernel is None or tensor.dim() != 2 or not tensor.is_cpu or tensor.layout is not torch.strided:
@@ -74,11 +75,11 @@ def overview(tensor: torch.Tensor, blocks: int) -> torch.Tensor | None:
         return None
     out_rows, out_columns = min(rows, blocks), min(columns, blocks)
     if tensor.is_contiguous():
-        found = torch.empty(out_rows, out_columns)
+        found = torch.empty(out_rows, out_columns, dtype=torch.float32)  # what the C loop writes
         kernel(tensor.data_ptr(), rows, columns, found.data_ptr(), out_rows, out_columns)
         return found
     if tensor.t().is_contiguous():  # blocks are cut per side, so the transpose's are the transposed ones
-        found = torch.empty(out_columns, out_rows)
+        found = torch.empty(out_columns, out_rows, dtype=torch.float32)
         kernel(tensor.data_ptr(), columns, rows, found.data_ptr(), out_columns, out_rows)
         return found.t().contiguous()
     return None

@@ -109,6 +109,13 @@ def test_the_compiled_overview_cuts_blocks_as_adaptive_avg_pool2d_and_sums_in_do
         assert torch.allclose(found.double(), expected, rtol=1e-6, equal_nan=True)
         assert torch.equal(found.isnan(), expected.isnan()) and torch.equal(found.isinf(), expected.isinf())
     wide = torch.randn(64, 64)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # the buffer it fills stays float32 whatever the default
+    try:
+        expected = F.adaptive_avg_pool2d(wide.double().square()[None, None], 32)[0, 0].sqrt()
+        assert torch.allclose(one_pass.overview(wide, 32).double(), expected, rtol=1e-6)
+    finally:
+        torch.set_default_dtype(default)
     assert one_pass.overview(wide[:, ::2], 32) is None  # a view with gaps
     assert one_pass.overview(wide.half(), 32) is None
     assert one_pass.overview(wide.reshape(-1), 32) is None
