@@ -42,7 +42,8 @@ def summary(tensor: torch.Tensor) -> tuple[float, float, float, float, int, int,
     (+Inf / -Inf when all are NaN). Source: ``hookviz/_fused.c``.
     """
     kernel = KERNELS.get(tensor.dtype)
-    if kernel is None or not tensor.is_cpu or tensor.layout is not torch.strided:
+    # A negative view (torch._neg_view) holds its values unnegated in memory: not read so.
+    if kernel is None or not tensor.is_cpu or tensor.layout is not torch.strided or tensor.is_neg():
         return None
     numel = tensor.numel()
     if not numel:

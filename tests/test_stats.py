@@ -150,7 +150,8 @@ def test_a_strided_view_is_read_run_by_run_as_its_contiguous_copy_would_be():
     the compiled pass in place: the same counts, minimum and maximum as their contiguous copies, and
     sums as close to float64's as theirs (float32 lanes, blocks added in double). Their histograms
     sample the same elements, gathered through the view. A view it cannot read (a last dimension
-    that is not contiguous, or runs too short to gain) gets None, and PyTorch's kernels."""
+    that is not contiguous, runs too short to gain, or a negative view whose memory holds the values
+    unnegated) gets None, and PyTorch's kernels."""
     assert one_pass.STRIDED, "hookviz._fused was not built: install gcc and reinstall hookviz"
     torch.manual_seed(0)
     views = [
@@ -180,4 +181,5 @@ def test_a_strided_view_is_read_run_by_run_as_its_contiguous_copy_would_be():
     nan_view[2, 3] = math.nan
     assert one_pass.summary(nan_view)[5] == 1 and math.isnan(one_pass.summary(nan_view)[0])
     assert one_pass.summary(torch.randn(4, 5, 6).transpose(1, 2)) is None  # last dimension strided
+    assert one_pass.summary(torch._neg_view(torch.randn(64))) is None  # memory holds -x
     assert one_pass.summary(torch.randn(64, 8)[:, :4]) is None  # runs of 4 elements
