@@ -594,8 +594,11 @@ class StatsBatch:
                 numel = tensor.numel()
                 nan_count = inf_count = 0
                 if not math.isfinite(norm):
-                    nan_count = int(torch.isnan(tensor).sum())
-                    inf_count = int(torch.isinf(tensor).sum())
+                    if i in compiled:  # the compiled pass counted them already
+                        nan_count, inf_count = compiled[i][5], compiled[i][6]
+                    else:
+                        nan_count = int(torch.isnan(tensor).sum())
+                        inf_count = int(torch.isinf(tensor).sum())
                     if not nan_count and not inf_count:
                         # float32 squares overflow past ~1e19; exploding gradients get there
                         norm = tensor.double().norm().item()
