@@ -1,9 +1,10 @@
 """The compiled one-pass summary of a tensor (``hookviz/_fused.c``), where the install built it.
 
-:func:`summary` reads a dense float32 or float64 CPU tensor once and returns its sum of squares,
-sum, min, max, zero count and NaN / Inf counts; it returns None for anything the compiled pass does
-not read (another dtype or device, a layout with gaps, an empty tensor), and for every tensor when
-hookviz was installed without a C compiler. Callers fall back to PyTorch's kernels then: the same
+:func:`summary` reads a float32 or float64 CPU tensor once (dense, or a view whose last dimension
+is contiguous) and returns its sum of squares, sum, min, max, zero count and NaN / Inf counts; it
+returns None for anything the compiled pass does not read (another dtype or device, a view whose
+last dimension is strided, an empty tensor), and for every tensor when hookviz was installed
+without a C compiler. Callers fall back to PyTorch's kernels then: the same
 statistics, a pass each (see :mod:`hookviz.stats` and :mod:`hookviz.watch_reduce`).
 :func:`overview` gives a large matrix's block root-mean-square overview (the inspector's heatmap)
 in one read as well, where PyTorch squares a copy and pools it.

@@ -6,15 +6,16 @@ A :class:`StepReducer` is fed the ``(column, gradient)`` pairs of one backward a
 (:meth:`StepReducer.finish`). It is what a watch spends its time on in every backward, so it is built
 for speed:
 
-- On CPU a float32 or float64 gradient laid out densely (contiguous, or a contiguous matrix's
-  transpose) is reduced the moment its hook hands it over, while it is still in cache, by one
-  compiled pass that yields all four statistics (:mod:`hookviz.one_pass`, a small C loop that AVX2
-  vectorises). Stock CPU kernels need three passes (``vector_norm``, ``aminmax``,
-  ``count_nonzero``; the last one compute-bound) or a copy first: on 25.5 million float32 elements
-  3.2 ms against 11.3 ms, and 60 MLP-sized gradients in 0.23 ms against ~1.8 ms. Its squares are
-  summed in double precision over float32 blocks, so its norm is closer to the exact one than
-  ``torch.linalg.vector_norm``'s (which drifts by 1e-3 relative at that size). An install built
-  without a C compiler lacks it, and every gradient takes the paths below.
+- On CPU a float32 or float64 gradient that :func:`hookviz.one_pass.summary` reads (contiguous, a
+  contiguous matrix's transpose, or a view whose last dimension is contiguous) is reduced the moment
+  its hook hands it over, while it is still in cache, by one compiled pass that yields all four
+  statistics (:mod:`hookviz.one_pass`, a small C loop that AVX2 vectorises). Stock CPU kernels need
+  three passes (``vector_norm``, ``aminmax``, ``count_nonzero``; the last one compute-bound) or a
+  copy first: on 25.5 million float32 elements 3.2 ms against 11.3 ms, and 60 MLP-sized gradients in
+  0.23 ms against ~1.8 ms. Its squares are summed in double precision over float32 blocks, so its
+  norm is closer to the exact one than ``torch.linalg.vector_norm``'s (which drifts by 1e-3 relative
+  at that size). An install built without a C compiler lacks it, and every gradient takes the paths
+  below.
 - Other gradients of up to 65,536 elements and equal size (module outputs of one width, the weights
   of equal layers) are copied into the rows of one ``[k, n]`` matrix and reduced row-wise, one
   kernel per statistic: per-op overhead dominates small tensors. The matrix is kept and reused
