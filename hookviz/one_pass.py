@@ -7,7 +7,8 @@ last dimension is strided, an empty tensor), and for every tensor when hookviz w
 without a C compiler. Callers fall back to PyTorch's kernels then: the same
 statistics, a pass each (see :mod:`hookviz.stats` and :mod:`hookviz.watch_reduce`).
 :func:`overview` gives a large matrix's block root-mean-square overview (the inspector's heatmap)
-in one read as well, where PyTorch squares a copy and pools it.
+in one read as well, where PyTorch squares a copy and pools it. :data:`Sink` is the watch's
+gradient hooks written in C (see :mod:`hookviz.gradient_watch`), None without the build.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ if _fused is not None:
     KERNELS = {torch.float32: _fused.summary_f32, torch.float64: _fused.summary_f64}
     STRIDED = {torch.float32: _fused.strided_f32, torch.float64: _fused.strided_f64}
     OVERVIEWS = {torch.float32: _fused.overview_f32, torch.float64: _fused.overview_f64}
-else:  # built without a C compiler: every caller takes PyTorch's kernels
-    KERNELS, STRIDED, OVERVIEWS = {}, {}, {}
+    Sink = _fused.Sink
+else:  # built without a C compiler: every caller takes PyTorch's kernels, the watch Python hooks
+    KERNELS, STRIDED, OVERVIEWS, Sink = {}, {}, {}, None
 
 
 def summary(tensor: torch.Tensor) -> tuple[float, float, float, float, int, int, int] | None:

@@ -60,6 +60,13 @@ class StepReducer:
 
     def __init__(self) -> None:
         self._workspaces: dict[tuple, torch.Tensor] = {}
+        self._sink = None
+        self.reset()
+
+    def attach(self, sink) -> None:
+        """Share this step's results with ``sink`` (a :class:`hookviz.one_pass.Sink`): the gradients
+        its compiled hooks read go to the same list as those given to :meth:`add`."""
+        self._sink = sink
         self.reset()
 
     def reset(self) -> None:
@@ -72,6 +79,9 @@ class StepReducer:
         self._done: list[tuple] = []
         # ... or, off the CPU, still on the device: (entries, [3, k] statistics) per device
         self._on_device: dict[torch.device, list[tuple[list, torch.Tensor]]] = {}
+        if self._sink is not None:
+            self._sink.done = self._done
+            self._sink.reset_last()
 
     def clear(self) -> None:
         """Free the workspaces (a later call allocates them again)."""

@@ -109,6 +109,69 @@ def test_gradients_reduced_during_or_after_the_backward_give_the_same_row(monkey
         assert row.zero_fraction[0, column].item() == (parameter.grad == 0).double().mean().item()
 
 
+class EveryKindOfOutput(nn.Module):
+    """Outputs of every kind a watch hooks: a leaf (an Identity given the input, a tensor hook), a
+    Node's second output (``output_nr`` 1), a tensor two modules return (``body`` and its last
+    child), a transpose (``split``'s first gradient arrives not contiguous), float64 layers, and a
+    module called twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.entry = nn.Identity()
+        self.body = small_mlp()
+        self.wide = nn.Linear(3, 6).double()
+        self.split = SplitInTwo()
+        self.mix = nn.Linear(32, 32, bias=False).double()
+
+    def forward(self, x):
+        x = self.entry(x)
+        out = self.body(x) + self.body(x * 2)
+        first, second = self.split(self.wide(out.double()))
+        return (self.mix(first.t()).t() * second).float()  # first's gradient: a transpose
+
+
+class SplitInTwo(nn.Module):
+    def forward(self, x):
+        return x.split(3, dim=1)
+
+
+def test_compiled_hooks_record_what_the_python_hooks_record(monkeypatch):
+    """The watch's hooks in C (``one_pass.Sink``, what an install with a C compiler runs) and in
+    Python (an install without one, and DDP / FSDP2) give bit-identical histories and arrival
+    orders, over steps that take the compiled read and steps that fall back to the Python one:
+    NaN, float32 squares that overflow, a gradient that is not contiguous, float64, every=2."""
+    import hookviz.one_pass
+
+    assert hookviz.one_pass.Sink is not None, "hookviz._fused was not built: install gcc, reinstall"
+    histories, orders = [], []
+    for compiled in (True, False):
+        if not compiled:
+            monkeypatch.setattr(hookviz.one_pass, "Sink", None)
+        torch.manual_seed(0)
+        model = EveryKindOfOutput()
+        x, y = torch.randn(32, 8, requires_grad=True), torch.randint(0, 3, (32,))
+        with watch(model, every=2) as w:
+            assert (w._sink is not None) == compiled
+            for scale in (1.0, math.nan, 1e30, 1.0, 2.0, 1.0):
+                model.zero_grad(set_to_none=True)
+                (F.cross_entropy(model(x), y) * scale).backward()
+                model.zero_grad(set_to_none=True)
+                (F.cross_entropy(model(x), y) * scale).backward()
+        histories.append(w.history)
+        orders.append(w.arrival_order)
+    compiled, python = histories
+    assert compiled.steps == python.steps == [0, 2, 4, 6, 8, 10]
+    for statistic in ("norm", "max_abs", "nonfinite", "zero_fraction"):
+        torch.testing.assert_close(
+            getattr(compiled, statistic), getattr(python, statistic), rtol=0, atol=0, equal_nan=True
+        )
+    assert orders[0] == orders[1]
+    assert compiled.nonfinite[1].sum() > 0  # the NaN step
+    assert math.isfinite(compiled.norm[2].nansum().item())  # 1e30: float32 squares overflowed
+    for name in ("entry", "split", "wide.weight"):
+        assert not compiled.norm[0, compiled.names.index(name)].isnan(), name
+
+
 def test_watch_changes_no_gradient_and_leaves_no_hook():
     torch.manual_seed(0)
     model = TinyGPT(vocab=50, context=16, layers=2, width=32, heads=2, dropout=0.0)
