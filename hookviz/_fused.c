@@ -465,6 +465,11 @@ static PyObject *hook_call(Hook *h, PyObject *const *args, size_t nargsf, PyObje
         return NULL;
     }
     if (!s->open) Py_RETURN_NONE;
+    if (!s->task_id || !s->arrived || !s->done || !PyList_Check(s->arrived) || !PyList_Check(s->done)) {
+        PyErr_SetString(PyExc_RuntimeError, "a watch hook's Sink is not set up: Sink(task_id, begin, "
+                                            "fallback), with lists as arrived and done");
+        return NULL;
+    }
     PyObject *grad; /* borrowed, or owned for a parameter's .grad */
     if (h->kind == OUTPUT_HOOK) {
         if (!PyTuple_Check(args[0]) || h->output_nr >= PyTuple_GET_SIZE(args[0])) {
