@@ -40,6 +40,9 @@
        them (ATen's AdaptivePooling.h): output row i covers rows [floor(i * rows / out_rows),
        ceil((i + 1) * rows / out_rows)), columns alike, so blocks overlap when out_rows does not
        divide rows. 1 <= out_rows <= rows, 1 <= out_columns <= columns. Returns None.
+
+   Sink(task_id, begin, fallback): the watch's gradient hooks, which read each gradient with the
+   loop above without running Python (see the section "the watch's gradient hooks" below).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -282,16 +285,17 @@ DEFINE_OVERVIEW(overview_f64, double)
 
    Sink(task_id, begin, fallback) holds one watch's state for the backward running now:
        task_id() -> the id of the running backward (torch._C._current_graph_task_id);
-       begin(task) -> bool, called by the first hook of each backward: the watch resets, queues
-           its end-of-backward callback, sets the members below and says whether this step is
-           recorded;
+       begin(task), called by the first hook of each backward: the watch resets, queues its
+           end-of-backward callback and sets the members below (task, recording, arrived, done);
        fallback(column, grad) takes a gradient these do not read: not a dense float32 / float64
            CPU tensor, empty, or one whose float32 squares overflowed (hookviz.watch_reduce).
    Members: open (0 makes every hook return at once), task (the backward the members are of; -2
    none), recording, arrived (list: each hook's column, in the order the hooks ran), done (list:
    per gradient read, (columns, numel, norm, max_abs, nonzero, nonfinite), as watch_reduce keeps
-   them). reset_last() forgets the last gradient read: hooks on one tensor fire one after the
-   other, so a gradient several columns see is read once and its columns are listed together.
+   them; a column listed twice counts it twice). reset_last() forgets the last gradient read:
+   hooks on one tensor fire one after the other, so a gradient several hooks see is read once and
+   each hook's column is added to its entry (a module and its last child see one tensor; the two
+   calls of a module whose outputs are summed get one gradient object, and count it twice).
 
    Hooks, each returning None (the gradient unchanged):
        sink.parameter_hook(column)          for register_post_accumulate_grad_hook: hook(parameter)
@@ -413,10 +417,8 @@ static long long method_as_long(PyObject *o, PyObject *name) {
 
 /* Read one gradient into sink->done; 0 when it is not one read here (the caller falls back). */
 static int take(Sink *s, PyObject *column, PyObject *grad) {
-    if (s->last == grad) { /* another column's hook on the tensor read last */
-        int seen = PySequence_Contains(s->last_columns, column);
-        return seen < 0 ? -1 : seen ? 1 : PyList_Append(s->last_columns, column) ? -1 : 1;
-    }
+    if (s->last == grad) /* another hook on the tensor read last: its column counts it too */
+        return PyList_Append(s->last_columns, column) ? -1 : 1;
     PyObject *dtype = PyObject_GetAttr(grad, s_dtype);
     if (!dtype) return -1;
     int f32 = dtype == t_float32, f64 = dtype == t_float64;
@@ -453,13 +455,16 @@ static int take(Sink *s, PyObject *column, PyObject *grad) {
                                     (long long)(m.nans + m.infs));
     if (!entry || PyList_Append(s->done, entry)) return Py_XDECREF(entry), Py_DECREF(columns), -1;
     Py_DECREF(entry);
-    Py_XSETREF(s->last, Py_NewRef(grad));
-    Py_XSETREF(s->last_columns, columns);
+    PyObject *old = s->last, *old_columns = s->last_columns; /* both set before either is freed */
+    s->last = Py_NewRef(grad), s->last_columns = columns;
+    Py_XDECREF(old);
+    Py_XDECREF(old_columns);
     return 1;
 }
 
 static PyObject *hook_call(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Sink *s = h->sink;
+    if (!s) Py_RETURN_NONE; /* cleared by the garbage collector */
     if (PyVectorcall_NARGS(nargsf) != 1 || kwnames) {
         PyErr_SetString(PyExc_TypeError, "a watch hook takes one argument");
         return NULL;
@@ -480,6 +485,7 @@ static PyObject *hook_call(Hook *h, PyObject *const *args, size_t nargsf, PyObje
         if (grad == Py_None) Py_RETURN_NONE;
         Py_INCREF(grad);
     } else if (h->kind == TENSOR_HOOK) {
+        if (args[0] == Py_None) Py_RETURN_NONE;
         grad = Py_NewRef(args[0]);
     } else if (!(grad = PyObject_GetAttr(args[0], s_grad))) {
         return NULL;
@@ -529,9 +535,31 @@ static PyMemberDef sink_members[] = {
     {"task", T_LONGLONG, offsetof(Sink, task), 0, "the backward the members are of (-2: none)"},
     {"open", T_INT, offsetof(Sink, open), 0, "0 makes every hook return at once"},
     {"recording", T_INT, offsetof(Sink, recording), 0, "whether this backward is recorded"},
-    {"arrived", T_OBJECT_EX, offsetof(Sink, arrived), 0, "the hooks' columns in the order they ran"},
-    {"done", T_OBJECT_EX, offsetof(Sink, done), 0, "(columns, numel, norm, max_abs, nonzero, "
-                                                   "nonfinite) per gradient read"},
+    {NULL},
+};
+
+/* arrived and done are lists, always: a hook appends to them without looking */
+static PyObject *get_list(Sink *s, void *offset) {
+    PyObject *list = *(PyObject **)((char *)s + (size_t)offset);
+    if (!list) PyErr_SetString(PyExc_AttributeError, "a Sink's lists are set by Sink(...)");
+    return list ? Py_NewRef(list) : NULL;
+}
+
+static int set_list(Sink *s, PyObject *value, void *offset) {
+    if (!value || !PyList_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "a Sink's arrived and done are lists (they cannot be deleted)");
+        return -1;
+    }
+    Py_XSETREF(*(PyObject **)((char *)s + (size_t)offset), Py_NewRef(value));
+    return 0;
+}
+
+static PyGetSetDef sink_getsets[] = {
+    {"arrived", (getter)get_list, (setter)set_list, "the hooks' columns in the order they ran",
+     (void *)offsetof(Sink, arrived)},
+    {"done", (getter)get_list, (setter)set_list,
+     "(columns, numel, norm, max_abs, nonzero, nonfinite) per gradient read",
+     (void *)offsetof(Sink, done)},
     {NULL},
 };
 
@@ -558,6 +586,7 @@ static PyTypeObject SinkType = {
     .tp_traverse = (traverseproc)sink_traverse,
     .tp_clear = (inquiry)sink_clear,
     .tp_members = sink_members,
+    .tp_getset = sink_getsets,
     .tp_methods = sink_methods,
 };
 

@@ -638,9 +638,12 @@ def _on_forward(reference: weakref.ref, column: int, module, args, output) -> No
     self = reference()
     if self is None or self.closed or not self.recording or not torch.is_grad_enabled():
         return
-    tensors = (output,) if isinstance(output, torch.Tensor) else pytree.tree_leaves(output)
+    if isinstance(output, torch.Tensor):
+        tensors = (output,)
+    else:  # a tensor returned twice (``return out, out``) is one output: hooked once
+        tensors = {id(t): t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)}.values()
     for tensor in tensors:
-        if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+        if tensor.requires_grad:
             node = tensor.grad_fn
             if node is None:
                 hook = tensor.register_hook(self._leaf_output_hook(column))

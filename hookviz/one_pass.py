@@ -27,7 +27,7 @@ if _fused is not None:
     KERNELS = {torch.float32: _fused.summary_f32, torch.float64: _fused.summary_f64}
     STRIDED = {torch.float32: _fused.strided_f32, torch.float64: _fused.strided_f64}
     OVERVIEWS = {torch.float32: _fused.overview_f32, torch.float64: _fused.overview_f64}
-    Sink = _fused.Sink
+    Sink = getattr(_fused, "Sink", None)  # None from a build older than the hooks: Python hooks
 else:  # built without a C compiler: every caller takes PyTorch's kernels, the watch Python hooks
     KERNELS, STRIDED, OVERVIEWS, Sink = {}, {}, {}, None
 

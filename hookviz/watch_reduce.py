@@ -29,10 +29,12 @@ for speed:
 - A second look only at a gradient whose norm is not finite (to count NaN and Inf, and to take the
   norm again in float64 when float32 squares overflowed, past ~1e19).
 
-One gradient seen by several columns (a module that returns its last child's output tensor: both
-hooked it) is reduced once and counted in each. Several gradients of one column (a module called
-twice) are combined: norms as the root of the sum of squares, ``max_abs`` as the max, NaN/Inf and
-zero counts summed over all their elements. A sparse gradient (``Embedding(sparse=True)``) is made
+One gradient seen by several hooks is reduced once and counted in each hook's column: a module
+that returns its last child's output tensor (both hooked it), or a module called twice whose two
+outputs get one gradient object (``a + b`` hands both the same), which that column counts twice, as
+it would two equal gradients. Several gradients of one column (a module called twice) are
+combined: norms as the root of the sum of squares, ``max_abs`` as the max, NaN/Inf and zero counts
+summed over all their elements. A sparse gradient (``Embedding(sparse=True)``) is made
 dense first (one copy); a complex one is replaced by its magnitude ``|z|``.
 """
 
@@ -97,8 +99,7 @@ class StepReducer:
         """Take one gradient of ``column`` (reduced now or at :meth:`finish`)."""
         last = self._last
         if last is not None and last[0] is grad:  # hooks on one tensor fire one after the other
-            if column not in last[1]:
-                last[1].append(column)
+            last[1].append(column)
             return
         # The common case first (a watched MLP step adds 80 gradients: each microsecond here is
         # 1.5 % of its step): a dense float CPU gradient, reduced now in one compiled pass.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -112,8 +113,8 @@ def test_gradients_reduced_during_or_after_the_backward_give_the_same_row(monkey
 class EveryKindOfOutput(nn.Module):
     """Outputs of every kind a watch hooks: a leaf (an Identity given the input, a tensor hook), a
     Node's second output (``output_nr`` 1), a tensor two modules return (``body`` and its last
-    child), a transpose (``split``'s first gradient arrives not contiguous), float64 layers, and a
-    module called twice."""
+    child), a transpose (``split``'s first gradient arrives not contiguous), float64 layers, and
+    modules called twice (``doubled``'s two outputs get one gradient object)."""
 
     def __init__(self):
         super().__init__()
@@ -122,12 +123,20 @@ class EveryKindOfOutput(nn.Module):
         self.wide = nn.Linear(3, 6).double()
         self.split = SplitInTwo()
         self.mix = nn.Linear(32, 32, bias=False).double()
+        self.doubled = Doubled()
 
     def forward(self, x):
         x = self.entry(x)
         out = self.body(x) + self.body(x * 2)
         first, second = self.split(self.wide(out.double()))
-        return (self.mix(first.t()).t() * second).float()  # first's gradient: a transpose
+        mixed = self.mix(first.t()).t()  # first's gradient arrives as a transpose
+        # doubled's two calls get one gradient object from the sum, one right after the other
+        return (self.doubled(mixed) + self.doubled(second * 1.5)).float()
+
+
+class Doubled(nn.Module):
+    def forward(self, x):
+        return x * 2
 
 
 class SplitInTwo(nn.Module):
@@ -168,8 +177,30 @@ def test_compiled_hooks_record_what_the_python_hooks_record(monkeypatch):
     assert orders[0] == orders[1]
     assert compiled.nonfinite[1].sum() > 0  # the NaN step
     assert math.isfinite(compiled.norm[2].nansum().item())  # 1e30: float32 squares overflowed
-    for name in ("entry", "split", "wide.weight"):
-        assert not compiled.norm[0, compiled.names.index(name)].isnan(), name
+    # Step 0 against plain PyTorch: each module's outputs over all its calls (body's two calls get
+    # one gradient object from the sum, and count it twice), and each parameter's .grad.
+    torch.manual_seed(0)
+    model = EveryKindOfOutput()
+    x, y = torch.randn(32, 8, requires_grad=True), torch.randint(0, 3, (32,))
+    outputs: dict[str, list] = {}
+
+    def keep(name, module, args, output):
+        tensors = [output] if isinstance(output, torch.Tensor) else list({id(t): t for t in output}.values())
+        for tensor in tensors:
+            if tensor is not x:
+                tensor.retain_grad()
+            outputs.setdefault(name, []).append(tensor)
+
+    for name, module in model.named_modules():
+        module.register_forward_hook(functools.partial(keep, name))
+    F.cross_entropy(model(x), y).backward()
+    grads = {n: [t.grad for t in ts] for n, ts in outputs.items()}
+    grads |= {n: [p.grad] for n, p in model.named_parameters()}
+    assert len(grads["body"]) == len(grads["split"]) == len(grads["doubled"]) == 2
+    assert grads["entry"][0] is x.grad
+    for name, column in zip(compiled.names, compiled.norm[0].tolist()):
+        expected = math.sqrt(sum(torch.linalg.vector_norm(g.double()).item() ** 2 for g in grads[name]))
+        assert column == pytest.approx(expected, rel=1e-6), name
 
 
 def test_watch_changes_no_gradient_and_leaves_no_hook():
