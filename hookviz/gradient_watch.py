@@ -14,9 +14,10 @@
 Where the install built ``hookviz._fused`` (a C compiler was present), these gradient hooks are C
 objects (:data:`hookviz.one_pass.Sink`): they read a dense float32 / float64 CPU gradient in the
 compiled pass themselves and call into Python only at the first hook of a backward and for any
-other gradient. On a 20-layer MLP that takes about 0.2 ms off each step (1.24x a plain step
-becomes 1.20x, medians in one process); the Python hooks, kept for installs without the build
-and for DDP / FSDP2's parameters, record the same numbers bit for bit.
+other gradient. On a 20-layer MLP that takes 0.2-0.3 ms off each step (1.23-1.27x a plain step
+becomes 1.19-1.22x, medians of 600 interleaved rounds in one process, 2-core CPU); the Python
+hooks, kept for installs without the build and for DDP / FSDP2's parameters, record the same
+numbers bit for bit.
 
 The reduction (:mod:`hookviz.watch_reduce`) reduces a dense float32 / float64 CPU gradient at once,
 in its hook; any other it keeps a reference to until it has reduced it: at the end of the
