@@ -19,8 +19,8 @@ import cases
 import torch
 from timing import sync
 
-import hookviz.watch_reduce as reduce_module
-from hookviz.gradient_watch import watch
+import hookviz.watching.reduce as reduce_module
+from hookviz.watching.watch import watch
 
 
 def measure(name: str, model, args, loss_fn, repeats: int, device: str) -> None:

@@ -5,9 +5,9 @@ node's gradients; ``Session.edit`` changes the gradient a hook returns; ``Sessio
 backward; ``hookviz.show(...)`` draws it all as a widget in Jupyter.
 """
 
-from hookviz.devices import devices
-from hookviz.diagnose import Finding, diagnose
-from hookviz.edits import Edit
+from hookviz.analysis.diagnose import Finding, diagnose
+from hookviz.data.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
+from hookviz.edits.edit import Edit
 from hookviz.errors import (
     BackwardError,
     DeviceError,
@@ -20,12 +20,12 @@ from hookviz.errors import (
     UnsupportedError,
     WatchError,
 )
-from hookviz.gradient_watch import Watch, watch
-from hookviz.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
-from hookviz.saving import FileFormatError, load
-from hookviz.session import Session
-from hookviz.stats import TensorRecord
-from hookviz.watch_gather import RankHistory
+from hookviz.files.saving import FileFormatError, load
+from hookviz.record.devices import devices
+from hookviz.record.session import Session
+from hookviz.stats.engine import TensorRecord
+from hookviz.watching.gather import RankHistory
+from hookviz.watching.watch import Watch, watch
 
 __all__ = [
     "BackwardError",
@@ -65,7 +65,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # The widget pulls in anywidget; import it only when asked for.
     if name in ("show", "Widget", "show_watch"):
-        from hookviz import widget
+        from hookviz.widget import widget
 
         return getattr(widget, name)
     raise AttributeError(f"module 'hookviz' has no attribute {name!r}")

@@ -43,6 +43,6 @@ await build({
   loader: { ".css": "text" },
   legalComments: "eof",
   plugins: [workerAsText, plotlyAsText],
-  outfile: "../hookviz/static/widget.js",
+  outfile: "../hookviz/widget/static/widget.js",
   logLevel: "info",
 });

@@ -9,7 +9,7 @@ from torch.utils import _pytree as pytree
 from zoo import NAMES, build, twin_of
 
 import hookviz
-from hookviz.session import name_inputs
+from hookviz.record.session import name_inputs
 
 SEED = 1234
 

@@ -22,7 +22,7 @@ from torch.utils import _pytree as pytree
 from zoo import NAMES, build, twin_of
 
 import hookviz
-from hookviz.graph import walk_graph
+from hookviz.record.graph import walk_graph
 
 SEED = 1234
 

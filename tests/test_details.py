@@ -14,9 +14,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hookviz
-from hookviz import one_pass, stats
 from hookviz.errors import HookvizError
 from hookviz.examples import sigmoid_mlp
+from hookviz.stats import engine as stats
+from hookviz.stats import one_pass
 
 
 def _model_and_data():

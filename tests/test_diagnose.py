@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import hookviz
-from hookviz.diagnose import Finding, diagnose, gradient_stats
+from hookviz.analysis.diagnose import Finding, diagnose, gradient_stats
 from hookviz.examples import sigmoid_mlp
 
 

@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import hookviz
-from hookviz.widget_data import json_float
+from hookviz.widget.payload import json_float
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 WORLD = 2
@@ -250,7 +250,7 @@ def _watch_gather(rank, device, directory, use_fsdp):
                 for p, q in zip(plain.parameters(), wrapped.parameters()):
                     p.copy_(q.full_tensor() if use_fsdp else q)
     if use_fsdp:  # closing the watch removed the hooks it put on FSDP2's unsharded parameters too
-        from hookviz.distributed import fsdp_parameters
+        from hookviz.record.distributed import fsdp_parameters
 
         assert all(not p._unsharded_param._post_accumulate_grad_hooks for _, p in fsdp_parameters(model))
     assert not any(m._forward_hooks for m in wrapped.modules() if not use_fsdp)

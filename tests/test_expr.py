@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hookviz.edits.expression import Expression, parse
 from hookviz.errors import ExpressionError
-from hookviz.expr import Expression, parse
 
 GRAD = torch.tensor([8.0, -6.0])
 

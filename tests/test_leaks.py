@@ -15,7 +15,7 @@ from conftest import assert_same_state, model_state
 from torch import nn
 
 import hookviz
-from hookviz.capture import BackwardRecorder
+from hookviz.record.hooks import BackwardRecorder
 
 
 def _live_tensor_bytes() -> int:

@@ -1,4 +1,4 @@
-"""hookviz.module_tree lists exactly what PyTorch's own walks give, on every zoo model and on a model
+"""hookviz.record.module_tree lists exactly what PyTorch's own walks give, on every zoo model and on a model
 with a module registered under three names, a tied weight, a None child and a None parameter."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from torch import nn
 from zoo import NAMES, build
 
 import hookviz
-from hookviz import module_tree
+from hookviz.record import module_tree
 
 
 class Tangled(nn.Module):

@@ -17,10 +17,10 @@ from torch import nn
 
 import hookviz
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
-from hookviz.saving import FileFormatError, load, save
-from hookviz.stats import TensorRecord
-from hookviz.watch_gather import RankHistory, from_watch
-from hookviz.widget_data import json_float
+from hookviz.files.saving import FileFormatError, load, save
+from hookviz.stats.engine import TensorRecord
+from hookviz.watching.gather import RankHistory, from_watch
+from hookviz.widget.payload import json_float
 
 
 def assert_same(a, b, where="obj"):

@@ -10,7 +10,7 @@ from torch import nn
 
 import hookviz
 from hookviz.examples import TinyGPT, canonical_inputs, next_token_loss, sigmoid_mlp
-from hookviz.stats import SETTLE_ABOVE
+from hookviz.stats.engine import SETTLE_ABOVE
 
 
 def values(record):
@@ -584,7 +584,7 @@ def test_large_gradients_summarised_during_backward_match_plain_pytorch():
 def test_cyclic_gc_is_paused_while_recording_and_restored_after_success_or_error():
     import gc
 
-    from hookviz.gcpause import cyclic_gc_paused
+    from hookviz.record.gcpause import cyclic_gc_paused
 
     seen = []
 
@@ -615,7 +615,7 @@ def test_a_large_builds_objects_go_to_the_oldest_generation_when_the_pause_ends(
     import gc
     import weakref
 
-    from hookviz.gcpause import cyclic_gc_paused
+    from hookviz.record.gcpause import cyclic_gc_paused
 
     over = gc.get_threshold()[0] + 1_000  # past what sets off a young collection
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hookviz import one_pass
-from hookviz.stats import StatsBatch, summarise
+from hookviz.stats import one_pass
+from hookviz.stats.engine import StatsBatch, summarise
 
 
 def test_batched_statistics_equal_per_tensor_reductions():

@@ -28,48 +28,60 @@ def _runtime_nodes(tree: ast.AST):
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
-    """(hookviz module imported, names taken from it) for each runtime import in ``path``."""
+    """(hookviz module imported, names taken from it) for each runtime import in ``path``.
+
+    ``from hookviz.record import session`` counts as an import of the module ``hookviz.record.session``;
+    ``from hookviz.record import Session`` as an import of the package ``hookviz.record``.
+    """
     found = []
     for node in _runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(alias.name, []) for alias in node.names if alias.name.split(".")[0] == "hookviz"]
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "hookviz":
             names = [alias.name for alias in node.names]
-            if node.module == "hookviz":  # from hookviz import stats: a module, or a name of the package
-                found += [(f"hookviz.{name}", []) for name in names if _is_module(name)]
-                found += [("hookviz", [name]) for name in names if not _is_module(name)]
-            else:
-                found.append((node.module, names))
+            submodules = [name for name in names if _is_module(f"{node.module}.{name}")]
+            found += [(f"{node.module}.{name}", []) for name in submodules]
+            rest = [name for name in names if name not in submodules]
+            if rest:
+                found.append((node.module, rest))
     return found
 
 
-def _is_module(name: str) -> bool:
-    """A module of the package: Python source, or the C source of a compiled one (``_fused``)."""
-    return (PACKAGE / f"{name}.py").exists() or (PACKAGE / f"{name}.c").exists()
+def _is_module(dotted: str) -> bool:
+    """A module or package of hookviz: Python source, or the C source of a compiled one (``_fused``)."""
+    path = PACKAGE.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or path.with_suffix(".c").exists() or path.is_dir()
 
 
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
-EDGES = {name: _imports(PACKAGE / f"{name}.py") for name in MODULES}
+def _dotted(path: Path) -> str:
+    """``hookviz/record/session.py`` -> ``hookviz.record.session``; a package's __init__ -> the package."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+FILES = {_dotted(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+MODULES = sorted(name for name in FILES if name != "hookviz")
+EDGES = {name: _imports(FILES[name]) for name in MODULES}
 
 
 def test_the_package_has_modules_to_check():
-    assert len(MODULES) > 20 and "session" in MODULES and "forward" in MODULES
+    assert len(MODULES) > 20 and "hookviz.record.session" in MODULES and "hookviz.record.forward" in MODULES
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_no_module_imports_the_package_itself(module):
     # The package's __init__ imports the modules; a module that imports it back makes a cycle.
-    assert not [m for m, _ in EDGES[module] if m == "hookviz"], f"hookviz.{module} imports hookviz"
+    assert not [m for m, _ in EDGES[module] if m == "hookviz"], f"{module} imports hookviz"
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_no_private_name_is_imported_from_another_module(module):
     private = [(m, n) for m, names in EDGES[module] for n in names if n.startswith("_")]
-    assert not private, f"hookviz.{module} imports private names {private}"
+    assert not private, f"{module} imports private names {private}"
 
 
 def test_the_import_graph_has_no_cycle():
-    graph = {m: {target.split(".")[1] for target, _ in EDGES[m] if target.count(".") == 1} for m in MODULES}
+    graph = {m: {target for target, _ in EDGES[m]} for m in MODULES}
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
     def visit(module: str, path: list[str]) -> None:
@@ -92,7 +104,7 @@ def test_the_checker_sees_a_cycle_inside_a_function_and_ignores_type_checking(tm
     source = tmp_path / "m.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    import hookviz.run\n"
-        "def f():\n    from hookviz.stats import _x\n"
+        "if TYPE_CHECKING:\n    import hookviz.data.run\n"
+        "def f():\n    from hookviz.stats.engine import _x\n"
     )
-    assert _imports(source) == [("hookviz.stats", ["_x"])]
+    assert _imports(source) == [("hookviz.stats.engine", ["_x"])]

@@ -13,7 +13,7 @@ from torch import nn
 
 import hookviz
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
-from hookviz.gradient_watch import WatchError, watch
+from hookviz.watching.watch import WatchError, watch
 
 
 def small_mlp():
@@ -85,9 +85,9 @@ def test_gradients_reduced_during_or_after_the_backward_give_the_same_row(monkey
     """On CPU a batch that reaches FLUSH_BYTES is reduced inside the backward's hooks; the row is the
     same as when everything waits for the end. The root's output is its last child's tensor, and
     TwiceOut returns one tensor twice: each column counts that gradient once."""
-    import hookviz.watch_reduce
+    import hookviz.watching.reduce
 
-    monkeypatch.setattr(hookviz.watch_reduce, "FLUSH_BYTES", flush_bytes)
+    monkeypatch.setattr(hookviz.watching.reduce, "FLUSH_BYTES", flush_bytes)
     model = TwiceOut()
     x, y = batches(1)[0]
     with watch(model) as w:
@@ -149,13 +149,13 @@ def test_compiled_hooks_record_what_the_python_hooks_record(monkeypatch):
     Python (an install without one, and DDP / FSDP2) give bit-identical histories and arrival
     orders, over steps that take the compiled read and steps that fall back to the Python one:
     NaN, float32 squares that overflow, a gradient that is not contiguous, float64, every=2."""
-    import hookviz.one_pass
+    import hookviz.stats.one_pass
 
-    assert hookviz.one_pass.Sink is not None, "hookviz._fused was not built: install gcc, reinstall"
+    assert hookviz.stats.one_pass.Sink is not None, "hookviz._fused was not built: install gcc, reinstall"
     histories, orders = [], []
     for compiled in (True, False):
         if not compiled:
-            monkeypatch.setattr(hookviz.one_pass, "Sink", None)
+            monkeypatch.setattr(hookviz.stats.one_pass, "Sink", None)
         torch.manual_seed(0)
         model = EveryKindOfOutput()
         x, y = torch.randn(32, 8, requires_grad=True), torch.randint(0, 3, (32,))
@@ -370,15 +370,15 @@ def test_step_reducer_matches_direct_statistics_across_dtypes_and_reused_workspa
     gradients, and a second step with
     fewer rows than the first (the workspace is reused, not stale), stacked rows with and without
     an exact zero (on CPU only those with one are counted)."""
-    import hookviz.one_pass
-    from hookviz.watch_reduce import StepReducer
+    import hookviz.stats.one_pass
+    from hookviz.watching.reduce import StepReducer
 
     if one_pass:
-        assert hookviz.one_pass.KERNELS, (
+        assert hookviz.stats.one_pass.KERNELS, (
             "hookviz._fused was not built: install a C compiler (gcc) and reinstall hookviz"
         )
     else:
-        monkeypatch.setattr(hookviz.one_pass, "KERNELS", {})
+        monkeypatch.setattr(hookviz.stats.one_pass, "KERNELS", {})
     torch.manual_seed(0)
 
     def sparse_zeros(shape, dtype=torch.float32):
@@ -441,7 +441,7 @@ def test_one_pass_kernel_counts_what_the_statistics_count_on_any_length():
     blocks: -0.0 is a zero, NaN and Inf are counted apart (min and max skip NaN, take Inf), the sums
     are taken in double precision over float32 blocks (no drift on a large tensor, where float32
     accumulation drifts), and an empty buffer gives zeros and an empty range."""
-    from hookviz import _fused
+    from hookviz.stats import _fused
 
     torch.manual_seed(0)
     for dtype, summary in ((torch.float32, _fused.summary_f32), (torch.float64, _fused.summary_f64)):

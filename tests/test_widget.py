@@ -20,9 +20,10 @@ import torch.nn.functional as F
 from zoo import NoGradGate
 
 import hookviz
-import hookviz.widget as hookviz_widget
-from hookviz import widget_data, widget_tree
+import hookviz.widget.widget as hookviz_widget
 from hookviz.examples import ResidualStack, sigmoid_mlp
+from hookviz.widget import payload as widget_data
+from hookviz.widget import tree as widget_tree
 
 TRAITS = (
     "graph",
@@ -708,7 +709,7 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
 
     try:
         run(
-            "import time, hookviz, hookviz.widget as hw\n"
+            "import time, hookviz, hookviz.widget.widget as hw\n"
             "from hookviz.examples import Canonical, canonical_inputs\n"
             "hw.CHEAP_DETAILS_NODES = 0\n"
             "filled, original = [], hw.Widget.fill_details\n"
@@ -1235,7 +1236,7 @@ def test_in_a_kernel_the_widget_opens_its_comm_after_its_first_run():
         m
         for m in messages
         if m["msg_type"] == "comm_open"
-        and m["content"]["data"]["state"].get("_anywidget_id") == "hookviz.widget.Widget"
+        and m["content"]["data"]["state"].get("_anywidget_id") == "hookviz.widget.widget.Widget"
     ]
     assert len(opened) == 1
     printed = next(m for m in messages if m["msg_type"] == "stream")["content"]["text"]

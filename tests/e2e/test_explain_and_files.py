@@ -44,7 +44,7 @@ FROM_FILES = """
 import tempfile
 from pathlib import Path
 import torch, torch.nn as nn, torch.nn.functional as F, hookviz
-from hookviz import watch_gather
+from hookviz.watching import gather as watch_gather
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))

@@ -56,9 +56,9 @@ def lab(tmp_path_factory):
     harness.write_notebook(
         root / "mlp_large.ipynb",
         [
-            "import hookviz.widget\nhookviz.widget.CHEAP_DETAILS_NODES = 0\n" + MLP,
+            "import hookviz.widget.widget\nhookviz.widget.widget.CHEAP_DETAILS_NODES = 0\n" + MLP,
             'print("pending", w.details_pending, w.run.details_pending, len(w.diagnosis["findings"]))',
-            'from hookviz import widget_data\nw.diagnosis = widget_data.diagnosis_json([], "run", pending=True)',
+            'from hookviz.widget import payload as widget_data\nw.diagnosis = widget_data.diagnosis_json([], "run", pending=True)',
             'w.diagnosis = widget_data.diagnosis_json([], "run")',
         ],
     )

@@ -5,10 +5,10 @@ is contiguous) and returns its sum of squares, sum, min, max, zero count and NaN
 returns None for anything the compiled pass does not read (another dtype or device, a view whose
 last dimension is strided, an empty tensor), and for every tensor when hookviz was installed
 without a C compiler. Callers fall back to PyTorch's kernels then: the same
-statistics, a pass each (see :mod:`hookviz.stats` and :mod:`hookviz.watch_reduce`).
+statistics, a pass each (see :mod:`hookviz.stats.engine` and :mod:`hookviz.watching.reduce`).
 :func:`overview` gives a large matrix's block root-mean-square overview (the inspector's heatmap)
 in one read as well, where PyTorch squares a copy and pools it. :data:`Sink` is the watch's
-gradient hooks written in C (see :mod:`hookviz.gradient_watch`), None without the build.
+gradient hooks written in C (see :mod:`hookviz.watching.watch`), None without the build.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import math
 import torch
 
 try:
-    from hookviz import _fused
+    from hookviz.stats import _fused
 except ImportError:  # built without a C compiler
     _fused = None
 

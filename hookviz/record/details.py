@@ -63,13 +63,13 @@ class Details:
         self.filled = False
 
     def defer(self, record, names) -> None:
-        """Leave ``names`` of ``record`` (a :class:`~hookviz.deferred.Deferrable`) to :meth:`fill`."""
+        """Leave ``names`` of ``record`` (a :class:`~hookviz.data.deferred.Deferrable`) to :meth:`fill`."""
         record.defer(names, self.link)
         self.deferred.append(record)
 
     def pending(self, cls, fields: dict):
         """A new record of ``cls`` holding ``fields``, its other deferred fields left to :meth:`fill`
-        (see :meth:`~hookviz.deferred.Deferrable.pending_record`)."""
+        (see :meth:`~hookviz.data.deferred.Deferrable.pending_record`)."""
         record = cls.pending_record(self.link, fields)
         self.deferred.append(record)
         return record

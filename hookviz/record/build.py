@@ -1,4 +1,4 @@
-"""Turning the live records of one forward + backward into a plain :class:`~hookviz.run.Run`.
+"""Turning the live records of one forward + backward into a plain :class:`~hookviz.data.run.Run`.
 
 The recorders hold live objects (autograd Nodes, gradients or their settled stand-ins, hook
 calls); :func:`build_run` summarises every tensor in one batch and builds the records, the module
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from hookviz.capture import BackwardRecorder, user_module_hooks, user_tensor_hooks
-from hookviz.graph import LOSS_MODULE, Walk, resolve_hidden
-from hookviz.module_views import full_hook_view, split_shared_inputs
-from hookviz.run import Event, HookCall, HookInfo, ModuleCall, NodeRecord, Run
-from hookviz.stats import Settled, StatsBatch
+from hookviz.data.run import Event, HookCall, HookInfo, ModuleCall, NodeRecord, Run
+from hookviz.record.graph import LOSS_MODULE, Walk, resolve_hidden
+from hookviz.record.hooks import BackwardRecorder, user_module_hooks, user_tensor_hooks
+from hookviz.record.module_views import full_hook_view, split_shared_inputs
+from hookviz.stats.engine import Settled, StatsBatch
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class RunContext:
 
     Attributes:
         user_model: the user's model (its hooks are listed; the run keeps a weak reference).
-        edits: the edits active in this run. asked_grads, notes: see :class:`~hookviz.run.Run`.
+        edits: the edits active in this run. asked_grads, notes: see :class:`~hookviz.data.run.Run`.
         input_names: the forward inputs' names, in signature order (leaves are listed inputs first).
     """
 
@@ -45,7 +45,7 @@ def build_run(
     context: RunContext,
     reused: bool,
 ) -> Run:
-    """The :class:`Run` of one backward on a :class:`~hookviz.forward.RetainedForward`, its
+    """The :class:`Run` of one backward on a :class:`~hookviz.record.forward.RetainedForward`, its
     records left to :class:`_PendingRecords` (made on first read).
 
     What may change after the run returns is read now: every gradient is added to the statistics
@@ -301,7 +301,7 @@ class _PendingRecords:
 class _StaticParts:
     """What every run on one retained forward shares, worked out by its first run: each record's
     fields that only the forward decides, the user's hooks (a run on a retained forward has the
-    hooks its forward had: :meth:`hookviz.session.Session.run` starts a fresh forward when they
+    hooks its forward had: :meth:`hookviz.record.session.Session.run` starts a fresh forward when they
     change), the edges, and the execution order of the last Node order seen."""
 
     def __init__(self, graph, user_model: torch.nn.Module):

@@ -1,6 +1,6 @@
 """Watching a DDP or FSDP2 job on every rank, and bringing the ranks together on one.
 
-On a data-parallel model (see :mod:`hookviz.distributed`) a :class:`hookviz.Watch` records, per step,
+On a data-parallel model (see :mod:`hookviz.record.distributed`) a :class:`hookviz.Watch` records, per step,
 
 - each parameter's **local** gradient statistics, taken in a ``register_post_accumulate_grad_hook``
   right after ``AccumulateGrad`` and before DDP's reducer (a post-hook of the same Node) or FSDP2's
@@ -44,10 +44,10 @@ from pathlib import Path
 
 import torch
 
-from hookviz.diagnose import Finding
+from hookviz.analysis.diagnose import Finding
 from hookviz.errors import WatchError
-from hookviz.history import STATISTICS, History
-from hookviz.saving import record_types, save
+from hookviz.files.saving import record_types, save
+from hookviz.watching.history import STATISTICS, History
 
 DEFAULT_DIVERGE = 10.0
 
@@ -100,7 +100,7 @@ class RankRecorder:
         handles: list,
         reduce,
     ):
-        from hookviz import distributed
+        from hookviz.record import distributed
 
         self._watch, self.strategy, self._handles, self._reduce = (
             weakref.ref(watch),
@@ -161,7 +161,7 @@ def attach(
     on the unsharded parameters from a forward hook on ``model``. Every handle goes to ``handles``
     (the watch's, which it removes on close). ``reduce(pairs, width)`` is the watch's batched
     reduction of ``(column, gradient)`` pairs into a ``[width, 4]`` row."""
-    from hookviz import distributed
+    from hookviz.record import distributed
 
     kind = distributed.strategy(model)
     if kind is None:
@@ -192,7 +192,7 @@ class RankHistory:
     Attributes:
         ranks: global ranks, in the order of the first axis of ``local``.
         steps: kept step numbers, ascending (the union over ranks).
-        names, kinds: as :class:`hookviz.gradient_watch.History` (parameters, then module outputs).
+        names, kinds: as :class:`hookviz.watching.watch.History` (parameters, then module outputs).
         local: float64 ``[len(ranks), len(steps), len(names), 4]``: each rank's own gradients before
             the all-reduce; the last axis is :data:`STATISTICS` (norm, max |grad|, NaN+Inf count,
             fraction of exact zeros). NaN where a rank recorded no gradient for a name at a step.
@@ -278,7 +278,7 @@ class RankHistory:
 
     def history(self, rank: int | None = None):
         """One rank's local statistics (or, with None, the reduced ones) as a
-        :class:`hookviz.gradient_watch.History`."""
+        :class:`hookviz.watching.watch.History`."""
         table = self.reduced if rank is None else self.local[self._rank(rank)]
         return History(
             list(self.steps), list(self.names), list(self.kinds), *(table[:, :, i].clone() for i in range(4))
@@ -295,7 +295,7 @@ class RankHistory:
     def diagnose(self, diverge: float = DEFAULT_DIVERGE) -> list[Finding]:
         """Cross-rank findings (see the module docstring): ``"nan"``, ``"diverging"``, ``"unused"``.
 
-        Each :class:`~hookviz.diagnose.Finding` has ``rank`` and ``step`` set (``unused``: the
+        Each :class:`~hookviz.analysis.diagnose.Finding` has ``rank`` and ``step`` set (``unused``: the
         first rank that lacked the gradient). ``diverge``: the ratio to the other ranks' median
         local norm above which a rank is said to diverge (> 1).
         """
@@ -456,7 +456,7 @@ class RankHistory:
         return figure
 
     def save(self, path) -> Path:
-        """Write this history to a ``.hookviz`` file (see :func:`hookviz.saving.save`)."""
+        """Write this history to a ``.hookviz`` file (see :func:`hookviz.files.saving.save`)."""
         return save(self, path)
 
     def __repr__(self) -> str:
@@ -642,7 +642,7 @@ class RankView:
 
     @property
     def history(self):
-        """This rank's (or the reduced) statistics as a :class:`hookviz.gradient_watch.History`."""
+        """This rank's (or the reduced) statistics as a :class:`hookviz.watching.watch.History`."""
         return self.source.history(self.rank)
 
     def norms(self, step: int | None = None, kind: str | None = None) -> dict[str, float]:

@@ -151,7 +151,7 @@ def save(obj, path: str | Path) -> Path:
     """Write a :class:`~hookviz.Run` or a watch history to ``path`` (see the module docstring).
 
     Args:
-        obj: a :class:`hookviz.Run`, or a :class:`hookviz.watch_gather.RankHistory` (what
+        obj: a :class:`hookviz.Run`, or a :class:`hookviz.watching.gather.RankHistory` (what
             ``Watch.save`` and ``Watch.gather`` produce).
         path: the file to write; ``.hookviz`` is appended when it has another suffix or none.
 
@@ -246,7 +246,7 @@ def load(path: str | Path):
 
     Returns:
         a :class:`hookviz.Run` (``run.model`` is None: the model is not in the file; edits are
-        records whose transform raises when called) or a :class:`hookviz.watch_gather.RankHistory`.
+        records whose transform raises when called) or a :class:`hookviz.watching.gather.RankHistory`.
         Every tensor comes back on CPU, equal (``torch.equal``) to the one saved.
 
     Raises:

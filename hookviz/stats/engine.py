@@ -7,7 +7,7 @@ dtype) brings them back. NaN/Inf are counted only where the norm is not finite (
 there are none); a norm that overflows float32 is recomputed in double. Views holding the same
 elements (a gradient and its transpose) are reduced once.
 
-A dense float CPU tensor is instead read once by the compiled pass (:mod:`hookviz.one_pass`), which
+A dense float CPU tensor is instead read once by the compiled pass (:mod:`hookviz.stats.one_pass`), which
 gives its norm, sum, min, max and zero count together, its sums in double precision: the norms
 ``torch.linalg.vector_norm`` gives on CPU drift by 1e-5 relative at 2^20 elements and 1.4e-3 at 25
 million (float32 accumulation), which a run's records then showed. A lazy run takes the norm of
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from hookviz import one_pass
-from hookviz.deferred import Deferrable, deferrable
-from hookviz.saving import record_types
+from hookviz.data.deferred import Deferrable, deferrable
+from hookviz.files.saving import record_types
+from hookviz.stats import one_pass
 
 DEFAULT_FULL_TENSOR_LIMIT = 4096
 DEFAULT_HISTOGRAM_BINS = 32
@@ -78,7 +78,7 @@ class TensorRecord(Deferrable):
     In a run recorded with ``details="lazy"`` (the default) a gradient's record holds its shape,
     dtype, device and ``norm`` at once, and a forward value's its shape, dtype and device; the
     other fields are filled for the whole run the first time one of them is read
-    (:mod:`hookviz.details`).
+    (:mod:`hookviz.record.details`).
 
     Attributes:
         shape: the tensor's shape.
@@ -213,7 +213,7 @@ class StatsBatch:
         full_limit: tensors with at most this many elements keep a full CPU copy in ``value``.
         histogram_bins: bins of the histogram of each tensor of more than ``HISTOGRAM_ABOVE``
             elements; 0 disables histograms.
-        source: None for full records. Otherwise the :class:`hookviz.details.Details` of a lazy
+        source: None for full records. Otherwise the :class:`hookviz.record.details.Details` of a lazy
             run: each tensor's 2-norm is queued the moment it is added (nothing else is computed,
             and the tensor is not held, so autograd frees it as it would without hookviz; only
             float CPU tensors under ``VIEWS_ABOVE`` elements, up to ``HOLD_SMALL_UP_TO`` elements
@@ -518,7 +518,7 @@ class StatsBatch:
             # float16/bfloat16 sums and counts overflow: reduce those in float32
             # (no detach: nothing below records a graph under no_grad)
             tensors = [t if t.dtype in (torch.float32, torch.float64) else t.float() for t in originals]
-            # A dense CPU tensor is read once by the compiled pass (hookviz.one_pass), all its
+            # A dense CPU tensor is read once by the compiled pass (hookviz.stats.one_pass), all its
             # statistics at a time and its sums in double precision.
             compiled = {}
             for i, tensor in enumerate(tensors):

@@ -16,12 +16,12 @@ from pathlib import Path
 import networkx as nx
 import torch
 
-from hookviz.deferred import Deferrable, deferrable
-from hookviz.diagnose import diagnose
+from hookviz.analysis.diagnose import diagnose
+from hookviz.analysis.explain import explain
+from hookviz.data.deferred import Deferrable, deferrable
 from hookviz.errors import TargetError, unknown_name
-from hookviz.explain import explain
-from hookviz.saving import record_types, save
-from hookviz.stats import TensorRecord, combined_norm, same_values
+from hookviz.files.saving import record_types, save
+from hookviz.stats.engine import TensorRecord, combined_norm, same_values
 
 
 @dataclass
@@ -106,7 +106,7 @@ class NodeRecord(Deferrable):
     """Everything recorded at one node of the autograd graph.
 
     Attributes:
-        id, op, module, kind: see :class:`hookviz.graph.WalkedNode`; ``module`` is the innermost
+        id, op, module, kind: see :class:`hookviz.record.graph.WalkedNode`; ``module`` is the innermost
             module whose forward created the Node ("" = root, ``"(loss)"`` = made by ``loss_fn``).
         module_call: which call of that module (0 for the first).
         order: position in backward execution order (0 = first to run), None when it did not run.
@@ -140,7 +140,7 @@ class NodeRecord(Deferrable):
     user_hooks: list[HookInfo] = field(default_factory=list)
     sites: list[str] = field(default_factory=list)
 
-    DEFERRED = ("output",)  # filled on first read in a lazy run (hookviz.details)
+    DEFERRED = ("output",)  # filled on first read in a lazy run (hookviz.record.details)
 
     @property
     def grad_norm(self) -> float | None:
@@ -177,7 +177,7 @@ class ModuleCall(Deferrable):
         full_hook_fires: False when PyTorch would never call a full backward hook of this call
             (see :meth:`Run.explain`); ``grad_input`` and ``grad_output`` are then empty.
         grad_input, grad_output: what a full backward hook sees, by PyTorch's rules (see
-            :mod:`hookviz.module_views`): one entry per positional argument and per top-level
+            :mod:`hookviz.record.module_views`): one entry per positional argument and per top-level
             output, None where that entry is not a tensor that requires grad; after hookviz's
             module edits, when there are any here.
         grad_input_before_edit, grad_output_before_edit: the same before those edits, else None.
@@ -239,7 +239,7 @@ class Run(Deferrable):
 
     A recorded run makes its records on first read: ``edges``, ``nodes``, ``calls``, ``events``
     and ``hook_calls`` are assembled, all at once, the first time one of them is read (the
-    statistics in them were taken during backward; see :mod:`hookviz.assemble`). ``loss``,
+    statistics in them were taken during backward; see :mod:`hookviz.record.build`). ``loss``,
     ``leaf_grads`` and the other fields are there from the start.
 
     Attributes:
@@ -263,7 +263,7 @@ class Run(Deferrable):
             :meth:`hookviz.Session.edit`).
         module_aliases, parameter_aliases: other name -> first name, for modules and parameters
             registered under several names (tied weights); every name is accepted.
-        details: a lazy run's :class:`hookviz.details.Details` (its records' other fields are
+        details: a lazy run's :class:`hookviz.record.details.Details` (its records' other fields are
             filled on first read, see :meth:`fill_details`); None for a run recorded eagerly.
     """
 
@@ -286,7 +286,7 @@ class Run(Deferrable):
     module_aliases: dict[str, str] = field(default_factory=dict)
     parameter_aliases: dict[str, str] = field(default_factory=dict)
     details: object = field(default=None, repr=False, compare=False)
-    # hookviz.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce
+    # hookviz.record.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce
     # whose result leaf_grads holds; None for a model that is not data-parallel.
     local_leaf_grads: dict[str, torch.Tensor | None] | None = None
 
@@ -337,7 +337,7 @@ class Run(Deferrable):
         return self.details is not None and not self.details.filled
 
     def fill_details(self) -> Run:
-        """Fill every deferred field of a lazy run now (one full re-run, see :mod:`hookviz.details`);
+        """Fill every deferred field of a lazy run now (one full re-run, see :mod:`hookviz.record.details`);
         a no-op for an eager run or one already filled. Returns the run."""
         if self.details is not None:
             self.details.fill()
@@ -359,7 +359,7 @@ class Run(Deferrable):
         """The gradient of a leaf (forward argument or parameter qualified name), as ``.grad`` would hold it.
 
         On a DDP or FSDP2 model that is the mean over ranks (full, unsharded), and ``local=True``
-        gives this rank's own gradient before the all-reduce (see :mod:`hookviz.distributed`).
+        gives this rank's own gradient before the all-reduce (see :mod:`hookviz.record.distributed`).
         Returns None when the leaf got no gradient. A tied parameter answers to every name it has
         (so does a DDP model's parameter: ``"0.weight"`` for ``"module.0.weight"``).
         Raises TargetError for an unknown name.
@@ -372,7 +372,7 @@ class Run(Deferrable):
 
     def save(self, path) -> Path:
         """Write this run to a ``.hookviz`` file (safetensors + JSON, never pickle); open it with
-        :func:`hookviz.load`. See :func:`hookviz.saving.save` for the format and errors."""
+        :func:`hookviz.load`. See :func:`hookviz.files.saving.save` for the format and errors."""
         return save(self, path)
 
     @property
@@ -414,13 +414,13 @@ class Run(Deferrable):
 
     def explain(self, target: str) -> str:
         """Why a hook at ``target`` (module name, node id or leaf name) fires or not, in plain words:
-        see :func:`hookviz.explain.explain`. Raises TargetError for an unknown target."""
+        see :func:`hookviz.analysis.explain.explain`. Raises TargetError for an unknown target."""
         return explain(self, target)
 
     def diagnose(self, **thresholds) -> list:
         """Findings about this run in plain words (vanishing, exploding, dead, saturated, NaN/Inf
         origin); an empty list for a healthy run. Parameter norms come from :attr:`model`;
-        thresholds and their defaults: see :func:`hookviz.diagnose.diagnose`."""
+        thresholds and their defaults: see :func:`hookviz.analysis.diagnose.diagnose`."""
         return diagnose(self, **thresholds)
 
     def print_log(self) -> None:
@@ -511,7 +511,7 @@ def diff(before: Run, after: Run) -> Diff:
 
     A node changed when any of its ``grad_inputs`` or ``grad_outputs`` differs (exact comparison
     of the values when both runs kept them, else of shape and statistics). A leaf changed when its
-    gradients differ. Both use :func:`hookviz.stats.same_values`: bit for bit, NaN equal to NaN,
+    gradients differ. Both use :func:`hookviz.stats.engine.same_values`: bit for bit, NaN equal to NaN,
     sparse gradients compared dense. Nodes or leaves present in only one
     run appear with None on the other side and ``changed=True``.
     """
@@ -531,7 +531,7 @@ def diff(before: Run, after: Run) -> Diff:
 
 def leaf_diffs(before: Run, after: Run) -> dict[str, LeafDiff]:
     """The leaf half of :func:`diff`: each leaf's gradient in both runs (``torch.equal`` after
-    :func:`hookviz.stats.same_values`' rules), by leaf name. It reads the leaves' gradients only,
+    :func:`hookviz.stats.engine.same_values`' rules), by leaf name. It reads the leaves' gradients only,
     so a lazy run's details are not recorded for it."""
     leaves = {}
     for name in dict.fromkeys([*before.leaf_grads, *after.leaf_grads]):

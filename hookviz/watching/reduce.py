@@ -6,10 +6,10 @@ A :class:`StepReducer` is fed the ``(column, gradient)`` pairs of one backward a
 (:meth:`StepReducer.finish`). It is what a watch spends its time on in every backward, so it is built
 for speed:
 
-- On CPU a float32 or float64 gradient that :func:`hookviz.one_pass.summary` reads (contiguous, a
+- On CPU a float32 or float64 gradient that :func:`hookviz.stats.one_pass.summary` reads (contiguous, a
   contiguous matrix's transpose, or a view whose last dimension is contiguous) is reduced the moment
   its hook hands it over, while it is still in cache, by one compiled pass that yields all four
-  statistics (:mod:`hookviz.one_pass`, a small C loop that AVX2 vectorises). Stock CPU kernels need
+  statistics (:mod:`hookviz.stats.one_pass`, a small C loop that AVX2 vectorises). Stock CPU kernels need
   three passes (``vector_norm``, ``aminmax``, ``count_nonzero``; the last one compute-bound) or a
   copy first: on 25.5 million float32 elements 3.2 ms against 11.3 ms, and 60 MLP-sized gradients in
   0.23 ms against ~1.8 ms. Its squares are summed in double precision over float32 blocks, so its
@@ -45,8 +45,8 @@ import math
 
 import torch
 
-from hookviz import one_pass
-from hookviz.history import STATISTICS
+from hookviz.stats import one_pass
+from hookviz.watching.history import STATISTICS
 
 STACK_LIMIT = 1 << 16  # gradients up to this many elements are stacked and reduced row-wise
 FLUSH_BYTES = 1 << 24  # on CPU, a batch this large is reduced during the backward, not held to its end
@@ -66,7 +66,7 @@ class StepReducer:
         self.reset()
 
     def attach(self, sink) -> None:
-        """Share this step's results with ``sink`` (a :class:`hookviz.one_pass.Sink`): the gradients
+        """Share this step's results with ``sink`` (a :class:`hookviz.stats.one_pass.Sink`): the gradients
         its compiled hooks read go to the same list as those given to :meth:`add`."""
         self._sink = sink
         self.reset()
@@ -196,7 +196,7 @@ class StepReducer:
 
 
 def _from_summary(found: tuple, grad: torch.Tensor) -> tuple[float, float, int, int]:
-    """``(norm, max_abs, nonzero, nonfinite)`` from :func:`hookviz.one_pass.summary` of ``grad``."""
+    """``(norm, max_abs, nonzero, nonfinite)`` from :func:`hookviz.stats.one_pass.summary` of ``grad``."""
     _, _, low, high, zeros, nans, infs = found
     max_abs = math.nan if nans else max(high, -low)  # as amax gives it: NaN propagates
     return one_pass.norm(found, grad), max_abs, grad.numel() - zeros, nans + infs

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from hookviz.errors import WatchError, unknown_name
-from hookviz.saving import record_types
+from hookviz.files.saving import record_types
 
 STATISTICS = ("norm", "max_abs", "nonfinite", "zero_fraction")
 

@@ -12,7 +12,7 @@ so every interaction can be driven from Python:
 
 After every run the widget calls ``run.diagnose()`` and shows the findings in a banner above the
 graph (``diagnosis``); clicking one selects its node. Runs are recorded lazily (norms first, see
-:mod:`hookviz.details`): a small run's details are recorded at once, a large one's when the page
+:mod:`hookviz.record.details`): a small run's details are recorded at once, a large one's when the page
 asks after drawing it, or at the latest two seconds after the cell that showed it ends, or before
 the next cell (:meth:`Widget.fill_details`), so the graph of GPT-2 appears before its values and diagnosis are
 computed. ``w.show_watch(watch)`` (or
@@ -31,12 +31,14 @@ import anywidget
 import orjson
 import traitlets
 
-from hookviz import module_tree, widget_data, widget_tree
-from hookviz.devices import devices
 from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError, WatchError
-from hookviz.gcpause import cyclic_gc_paused
-from hookviz.graph import LOSS_MODULE
-from hookviz.recorded import READ_ONLY_NOTE, RecordedSession
+from hookviz.record import module_tree
+from hookviz.record.devices import devices
+from hookviz.record.gcpause import cyclic_gc_paused
+from hookviz.record.graph import LOSS_MODULE
+from hookviz.widget import payload as widget_data
+from hookviz.widget import tree as widget_tree
+from hookviz.widget.recorded import READ_ONLY_NOTE, RecordedSession
 
 _STATIC = Path(__file__).parent / "static"
 _MAX_TEXT = 4096
@@ -69,7 +71,7 @@ class Widget(anywidget.AnyWidget):
     Args:
         session: the session to show; it is run once now when it has no run yet.
         visible_budget: about how many elements the first view draws: the module tree opens as
-            deep as fits in it (see :func:`hookviz.widget_tree.default_collapsed`).
+            deep as fits in it (see :func:`hookviz.widget.tree.default_collapsed`).
         vanishing_threshold: a layer's gradient "vanishes" below this fraction of the gradient of
             the layer nearest the loss: the chart's line and the diagnosis banner use it alike.
 
@@ -128,7 +130,7 @@ class Widget(anywidget.AnyWidget):
     read_only = traitlets.Unicode("").tag(sync=True)
     """Why edit and re-run are off (a run opened from a file, ``hookviz.load``), else ""."""
     watch_ranks = traitlets.List(traitlets.Int()).tag(sync=True)
-    """The ranks of a gathered watch history on screen (``hookviz.watch_gather``), for the rank selector."""
+    """The ranks of a gathered watch history on screen (``hookviz.watching.gather``), for the selector."""
 
     def __init__(
         self,
@@ -240,7 +242,7 @@ class Widget(anywidget.AnyWidget):
         next cell, and in a kernel at the latest :data:`DETAILS_WAIT_FOR_THE_PAGE_S` after the
         cell that showed a large run (at once in a terminal IPython); call it from Python to
         have ``diagnosis`` at once.
-        Recording them is one more forward + backward of the model (:mod:`hookviz.details`).
+        Recording them is one more forward + backward of the model (:mod:`hookviz.record.details`).
 
         Returns:
             True (also when nothing was pending).
@@ -335,7 +337,7 @@ class Widget(anywidget.AnyWidget):
 
     def search(self, query: str) -> bool:
         """Select the best match of a substring of a module name, op node id or leaf name (see
-        :func:`hookviz.widget_tree.find`). Returns False and sets ``errors["search"]`` when
+        :func:`hookviz.widget.tree.find`). Returns False and sets ``errors["search"]`` when
         nothing matches."""
         return self._select(query, True, control="search")
 
@@ -479,7 +481,7 @@ class Widget(anywidget.AnyWidget):
     def set_view(self, view: str) -> bool:
         """``"modules"``: the module tree as a tree diagram (one box per module, an edge from each
         module to its children, no ops), opened as deep as its columns fit
-        (:func:`hookviz.widget_tree.tree_collapsed`); ``"ops"``: the first view again (the graph
+        (:func:`hookviz.widget.tree.tree_collapsed`); ``"ops"``: the first view again (the graph
         with its module boxes, opened as deep as fits)."""
         if view not in VIEWS:
             self._set_error("view", f"view {view!r} does not exist; use 'ops' or 'modules'")
@@ -526,7 +528,7 @@ class Widget(anywidget.AnyWidget):
         Returns:
             the ``pathlib.Path`` written.
         """
-        from hookviz.widget_export import save_html
+        from hookviz.widget.export import save_html
 
         self.fill_details()
         return save_html(self, path, title)
@@ -594,11 +596,11 @@ class Widget(anywidget.AnyWidget):
         return True
 
     def show_watch_history(self, history, rank: int | None = None, step: int | None = None) -> Widget:
-        """Show a gathered :class:`~hookviz.watch_gather.RankHistory`: ``rank``'s local norms, or
+        """Show a gathered :class:`~hookviz.watching.gather.RankHistory`: ``rank``'s local norms, or
         (None) the reduced ones, with ``watch_ranks`` listing the ranks for the selector. A
         one-process history (``Watch.save`` without a gather) has nothing reduced: it opens on its
         one rank."""
-        from hookviz.watch_gather import RankView
+        from hookviz.watching.gather import RankView
 
         if rank is None and not history.strategy:
             rank = history.ranks[0]
@@ -608,7 +610,7 @@ class Widget(anywidget.AnyWidget):
     def watch_rank(self, rank: int | None) -> bool:
         """Switch the gathered history on screen to ``rank`` (None = reduced). Returns False and
         sets ``errors["watch"]`` when no gathered history is shown or the rank is unknown."""
-        from hookviz.watch_gather import RankView
+        from hookviz.watching.gather import RankView
 
         if not isinstance(self.watch, RankView):
             self._set_error("watch", "no gathered watch history is shown; call hookviz.show(history, run)")
@@ -799,8 +801,8 @@ def _cheap_details(run) -> bool:
 
 def _check_watch(watch, step: int | None) -> int:
     """The step to show first (None = the last kept one); raises WatchError for a bad watch or step."""
-    from hookviz.gradient_watch import Watch
-    from hookviz.watch_gather import RankView
+    from hookviz.watching.gather import RankView
+    from hookviz.watching.watch import Watch
 
     if not isinstance(watch, (Watch, RankView)):
         raise WatchError(
@@ -845,9 +847,9 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
     Returns:
         The :class:`Widget`; display it by leaving it last in a notebook cell.
     """
-    from hookviz.run import Run
-    from hookviz.session import Session
-    from hookviz.watch_gather import RankHistory
+    from hookviz.data.run import Run
+    from hookviz.record.session import Session
+    from hookviz.watching.gather import RankHistory
 
     widget_options = {
         k: session_options.pop(k) for k in ("visible_budget", "vanishing_threshold") if k in session_options

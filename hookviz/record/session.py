@@ -20,18 +20,18 @@ from collections.abc import Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from hookviz import distributed, module_tree
-from hookviz.assemble import RunContext
-from hookviz.capture import BackwardRecorder, module_hook_state, module_hooks_as
-from hookviz.codegen import edits_as_code
-from hookviz.details import Details, DetailsUnavailable
-from hookviz.devices import device_of, resolve_device
-from hookviz.edits import Edit
+from hookviz.data.run import Run
+from hookviz.edits.codegen import edits_as_code
+from hookviz.edits.edit import Edit
 from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, unknown_name
-from hookviz.forward import RetainedForward, hook_signature, name_inputs, record_forward
-from hookviz.gcpause import cyclic_gc_paused
-from hookviz.run import Run
-from hookviz.stats import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
+from hookviz.record import distributed, module_tree
+from hookviz.record.build import RunContext
+from hookviz.record.details import Details, DetailsUnavailable
+from hookviz.record.devices import device_of, resolve_device
+from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
+from hookviz.record.gcpause import cyclic_gc_paused
+from hookviz.record.hooks import BackwardRecorder, module_hook_state, module_hooks_as
+from hookviz.stats.engine import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
 
 
 class Session:
@@ -61,7 +61,7 @@ class Session:
             gradient itself not held), so recording costs little more than a plain step; the
             first read of anything else (values, min/max, histograms, forward values) records
             the same run once more with full details and fills the whole run
-            (:mod:`hookviz.details`). ``"eager"`` records everything in every run (the widget
+            (:mod:`hookviz.record.details`). ``"eager"`` records everything in every run (the widget
             does, since it shows it all). Distributed models (DDP, FSDP2) are always eager:
             a later re-run would have to be collective on every rank.
 
@@ -174,7 +174,7 @@ class Session:
         """Record one forward + backward (or only backward, see the module docstring).
 
         Args:
-            device: one of :func:`hookviz.devices`; None = where the model is. On another device
+            device: one of :func:`hookviz.record.devices`; None = where the model is. On another device
                 hookviz runs a copy of the model and of the inputs there; the user's model and
                 tensors stay where they are.
             forward: force a fresh forward even when the retained graph could be reused.
@@ -346,10 +346,10 @@ class Session:
             slot: ``"grad_inputs[i]"`` / ``"grad_outputs[i]"`` (node), ``"grad"`` (leaf or node),
                 ``"grad_input[i]"`` / ``"grad_output[i]"`` (module).
             transform: an expression over ``grad`` in hookviz's safe language (see
-                :mod:`hookviz.expr`), or a callable ``grad -> Tensor``.
+                :mod:`hookviz.edits.expression`), or a callable ``grad -> Tensor``.
 
         Returns:
-            the :class:`~hookviz.edits.Edit` (also appended to ``self.edits``).
+            the :class:`~hookviz.edits.edit.Edit` (also appended to ``self.edits``).
 
         Raises:
             TargetError: unknown target or slot. ExpressionError: malformed or forbidden
@@ -473,7 +473,7 @@ class Session:
         raise TargetError(unknown_name("node or module", target, [*run.nodes, *run.modules]))
 
     def edits_as_code(self) -> str:
-        """Plain PyTorch hook code that makes the session's edits (see :mod:`hookviz.codegen`)."""
+        """Plain PyTorch hook code that makes the session's edits (see :mod:`hookviz.edits.codegen`)."""
         return (
             edits_as_code(self.last_run, self.edits) if self.last_run is not None else edits_as_code(None, [])
         )

@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from hookviz.errors import HookvizError
-from hookviz.graph import LOSS_MODULE
-from hookviz.saving import record_types
-from hookviz.stats import TensorRecord, combined_norm
+from hookviz.files.saving import record_types
+from hookviz.record.graph import LOSS_MODULE
+from hookviz.stats.engine import TensorRecord, combined_norm
 
-if TYPE_CHECKING:  # for annotations only: hookviz.run imports this module
-    import hookviz.run
+if TYPE_CHECKING:  # for annotations only: hookviz.data.run imports this module
+    import hookviz.data.run
 
 DEFAULT_THRESHOLDS = {
     "vanishing": 1e-3,
@@ -89,7 +89,7 @@ class Finding:
             fraction (dead, saturated) or a count of NaN/Inf elements (nan).
         step: the training step, for findings of a watch; None for a run.
         rank: the distributed rank concerned, for cross-rank findings of a gathered watch
-            (:meth:`hookviz.watch_gather.RankHistory.diagnose`); else None.
+            (:meth:`hookviz.watching.gather.RankHistory.diagnose`); else None.
     """
 
     kind: str
@@ -135,7 +135,7 @@ def _module_of(parameter: str) -> str:
     return parameter.rsplit(".", 1)[0] if "." in parameter else ""
 
 
-def _parameter_names(run: hookviz.run.Run, model: torch.nn.Module | None) -> list[str]:
+def _parameter_names(run: hookviz.data.run.Run, model: torch.nn.Module | None) -> list[str]:
     """The leaves of ``run`` that are parameters (not forward arguments), in run order."""
     model = model if model is not None else run.model
     if model is not None:
@@ -165,7 +165,7 @@ def _combine(records: list[TensorRecord], counts: bool = True) -> tuple[float, f
 
 
 def gradient_stats(
-    run: hookviz.run.Run, model: torch.nn.Module | None = None, counts: bool = True
+    run: hookviz.data.run.Run, model: torch.nn.Module | None = None, counts: bool = True
 ) -> list[GradientStats]:
     """Per parameter, then per layer: gradient norm and its ratios (see :class:`GradientStats`).
 
@@ -414,7 +414,7 @@ def _nonfinite(records) -> int:
     return sum(r.nan_count + r.inf_count for r in records if r is not None)
 
 
-def _forward_inputs(run: hookviz.run.Run, node_id: str) -> list[tuple[int, str, TensorRecord | None]]:
+def _forward_inputs(run: hookviz.data.run.Run, node_id: str) -> list[tuple[int, str, TensorRecord | None]]:
     """(slot, producer id, producer's forward output record) for each input of a node."""
     inputs = []
     for producer in run.graph.predecessors(node_id):
@@ -423,7 +423,7 @@ def _forward_inputs(run: hookviz.run.Run, node_id: str) -> list[tuple[int, str, 
     return sorted(inputs)
 
 
-def _introduced_by_hooks(run: hookviz.run.Run, types: dict[str, str]) -> list[Finding]:
+def _introduced_by_hooks(run: hookviz.data.run.Run, types: dict[str, str]) -> list[Finding]:
     """The first hookviz edit, and the first hook of the user's, whose output holds NaN/Inf that its
     input did not: there the edit or hook, not an op, brought them in."""
     found, kinds = [], set()
@@ -451,7 +451,7 @@ def _introduced_by_hooks(run: hookviz.run.Run, types: dict[str, str]) -> list[Fi
     return found
 
 
-def nan_findings(run: hookviz.run.Run) -> list[Finding]:
+def nan_findings(run: hookviz.data.run.Run) -> list[Finding]:
     """Where NaN/Inf first appear: in forward (an op's output or a model input) and in backward."""
     found = []
     types = {c.module: c.type for c in run.calls}
@@ -534,12 +534,12 @@ def nan_findings(run: hookviz.run.Run) -> list[Finding]:
 
 
 def diagnose(
-    run: hookviz.run.Run, model: torch.nn.Module | None = None, **thresholds: float
+    run: hookviz.data.run.Run, model: torch.nn.Module | None = None, **thresholds: float
 ) -> list[Finding]:
     """Findings about one run in plain words; an empty list for a healthy run.
 
     Args:
-        run: a recorded :class:`~hookviz.run.Run`.
+        run: a recorded :class:`~hookviz.data.run.Run`.
         model: the model it recorded; default ``run.model`` (the session's model, when it is
             still alive). Used for parameter names and norms (see :func:`gradient_stats`).
         **thresholds: any of ``vanishing``, ``exploding``, ``exploding_norm``, ``dead``,

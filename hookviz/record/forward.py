@@ -3,7 +3,7 @@
 :func:`record_forward` runs the model under hookviz's recording hooks (module calls, forward values,
 saved tensors, the user's hooks wrapped in place) and returns a :class:`RetainedForward`;
 :meth:`RetainedForward.backward` runs one recorded backward on it with the session's edits and hands
-the live records to :func:`hookviz.assemble.build_run`. It takes prepared inputs from the session
+the live records to :func:`hookviz.record.build.build_run`. It takes prepared inputs from the session
 and never calls back into it.
 """
 
@@ -17,9 +17,12 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
-from hookviz import distributed, module_tree
-from hookviz.assemble import RunContext, build_run
-from hookviz.capture import (
+from hookviz.data.run import Run, SavedTensor
+from hookviz.errors import BackwardError, ForwardError, HookvizError, LossError, UnsupportedError
+from hookviz.record import distributed, module_tree
+from hookviz.record.build import RunContext, build_run
+from hookviz.record.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
+from hookviz.record.hooks import (
     MODULE_HOOK_DICTS,
     TENSOR_HOOK_DICTS,
     BackwardRecorder,
@@ -35,11 +38,8 @@ from hookviz.capture import (
     full_backward_hooks,
     wrapped_user_hooks,
 )
-from hookviz.errors import BackwardError, ForwardError, HookvizError, LossError, UnsupportedError
-from hookviz.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
-from hookviz.module_views import CallPlan, plan_call
-from hookviz.run import Run, SavedTensor
-from hookviz.stats import StatsBatch, dtype_name
+from hookviz.record.module_views import CallPlan, plan_call
+from hookviz.stats.engine import StatsBatch, dtype_name
 
 
 @dataclass
@@ -49,7 +49,7 @@ class RetainedForward:
     Made by :func:`record_forward`. Holds the loss, the walked autograd graph (its Nodes carry
     hookviz's post-hooks until :meth:`remove_hooks`), the module calls seen in forward, summaries of
     the forward values and, per module call, the plan for rebuilding what a full backward hook
-    sees (:mod:`hookviz.module_views`).
+    sees (:mod:`hookviz.record.module_views`).
     """
 
     device: str
@@ -77,7 +77,7 @@ class RetainedForward:
     parameter_names: list[str] = field(init=False)  # first names, in model order
     module_aliases: dict[str, str] = field(init=False)  # other name -> first name (tied modules)
     parameter_aliases: dict[str, str] = field(init=False)  # other name -> first name (tied weights)
-    # What every run's records share, made by the first run on this forward (hookviz.assemble):
+    # What every run's records share, made by the first run on this forward (hookviz.record.build):
     assembly_static: object = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -116,7 +116,7 @@ class RetainedForward:
         self, recorder: BackwardRecorder, batch: StatsBatch, context: RunContext, reused: bool
     ) -> Run:
         """Run one recorded backward (``torch.autograd.grad(loss, leaves, retain_graph=True)``)
-        with the recorder's edits, and assemble the :class:`~hookviz.run.Run`.
+        with the recorder's edits, and assemble the :class:`~hookviz.data.run.Run`.
 
         Raises:
             EditError, ExpressionError: an edit failed at its site. BackwardError: backward raised.
@@ -172,7 +172,7 @@ def record_forward(
             ``loss_fn`` that differentiates meets them), and it runs the first backward.
         device: where it runs. user_model: the user's model (its hooks are the user's).
         asked_grads: inputs made to require grad by ``input_grads=True`` (named in errors).
-        full_tensor_limit, histogram_bins: see :class:`~hookviz.stats.StatsBatch`.
+        full_tensor_limit, histogram_bins: see :class:`~hookviz.stats.engine.StatsBatch`.
         values: summarise forward values (what each op made, what module hooks saw). False for
             a lazy run, whose forward values are filled with its other details on first read.
 
@@ -301,7 +301,7 @@ def _aliases(named) -> dict[str, str]:
 
 def hook_signature(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> tuple:
     """Which user hooks exist now: a run on a retained forward needs the forward's (a change starts
-    a fresh forward), and its records share the forward's list of them (:mod:`hookviz.assemble`)."""
+    a fresh forward), and its records share the forward's list of them (:mod:`hookviz.record.build`)."""
     modules = tuple(
         (name, attribute, tuple(getattr(m, attribute).keys()))
         for name, m in module_tree.named_modules(model)

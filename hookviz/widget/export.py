@@ -13,7 +13,7 @@ import html
 import json
 from pathlib import Path
 
-from hookviz import widget_data
+from hookviz.widget import payload as widget_data
 
 # Values of more elements than this are left out of the exported inspectors (their statistics
 # and histogram stay), which keeps the file small.
@@ -25,7 +25,7 @@ STATIC_NOTE = (
 )
 
 # The stand-in model: anywidget's get/set/on/off/send/save_changes over the saved state. The
-# expansion rules mirror hookviz.widget_tree (open one level; search opens the boxes around a
+# expansion rules mirror hookviz.widget.tree (open one level; search opens the boxes around a
 # match); everything else that needs Python answers with STATIC_NOTE.
 _SHIM = r"""
 const state = JSON.parse(document.getElementById("hookviz-state").textContent);
@@ -140,7 +140,7 @@ def save_html(widget, path, title: str = "hookviz") -> Path:
     The file needs no kernel and no network: the bundle and the state are inside it. Graph,
     inspector, replay, chart and search work; edits and re-run are disabled with a note.
     """
-    from hookviz.widget_tree import default_collapsed, tree_collapsed
+    from hookviz.widget.tree import default_collapsed, tree_collapsed
 
     state = {name: getattr(widget, name) for name in widget.keys if not name.startswith("_")}
     state = {k: v for k, v in state.items() if k not in ("layout", "comm", "tabbable", "tooltip")}

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hookviz.edits.expression import Expression
 from hookviz.errors import EditError, ExpressionError
-from hookviz.expr import Expression
-from hookviz.saving import record_types
+from hookviz.files.saving import record_types
 
 _SLOT = re.compile(r"^(grad_inputs|grad_outputs|grad_input|grad_output)\[(\d+)\]$|^grad$")
 _ids = itertools.count(1)
@@ -70,7 +70,7 @@ class Edit:
     Attributes:
         target: node id, leaf name or module qualified name ("" = root module).
         slot: the parsed slot.
-        transform: a callable ``grad -> Tensor`` or an :class:`~hookviz.expr.Expression`.
+        transform: a callable ``grad -> Tensor`` or an :class:`~hookviz.edits.expression.Expression`.
         source: the expression text, or the callable's name.
         id: unique id such as ``"e3"``.
     """

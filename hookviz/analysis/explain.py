@@ -4,7 +4,7 @@ The reasons follow PyTorch's rules for when hooks run: a tensor hook and a Node 
 gradient reaches them (https://pytorch.org/docs/stable/notes/autograd.html#backward-hooks-execution);
 a full module backward hook runs only for a tensor or tuple output made with grad mode on, from the
 Node of the module's inputs (``torch.utils.hooks.BackwardHook``, ``torch.nn.Module._call_impl``).
-This module reads a :class:`hookviz.run.Run`; it imports nothing from it.
+This module reads a :class:`hookviz.data.run.Run`; it imports nothing from it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def explain(run, target: str) -> str:
     """One paragraph on whether, and why not, a hook at ``target`` fires in ``run``.
 
     Args:
-        run: a :class:`hookviz.run.Run`.
+        run: a :class:`hookviz.data.run.Run`.
         target: a module name (``""`` = root), a node id or a leaf (input or parameter) name.
 
     Raises:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from hookviz.edits import Edit
-from hookviz.graph import LOSS_MODULE
-from hookviz.run import Run
+from hookviz.data.run import Run
+from hookviz.edits.edit import Edit
+from hookviz.record.graph import LOSS_MODULE
 
 
 def _path(run: Run, start: str, target: str) -> str | None:

@@ -3,7 +3,7 @@
 A record made by a run with ``details="lazy"`` (the default of :class:`hookviz.Session`) holds only
 what every view needs (a gradient's shape, dtype and 2-norm); the rest (values, min, max, mean,
 histogram, zero fraction, forward values) is left out of its ``__dict__`` and filled, for the whole
-run at once, the first time any of it is read (:class:`hookviz.details.Details`).
+run at once, the first time any of it is read (:class:`hookviz.record.details.Details`).
 
 The mechanism is Python's ``__getattr__``, which runs only when normal lookup finds nothing: the
 deferred fields have no class-level default (:func:`deferrable` removes them), so reading a filled

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hookviz.capture import buffers_kept
+from hookviz.record.hooks import buffers_kept
 
 Use = tuple[str, int]  # (consumer node id, slot in its grad_inputs)
 
@@ -90,7 +90,7 @@ class CallPlan:
 def plan_call(
     call, producer_of, consumers: dict, sequence_nr: dict[str, int], hooks_between: bool
 ) -> CallPlan:
-    """The :class:`CallPlan` of one :class:`~hookviz.capture.CallState`.
+    """The :class:`CallPlan` of one :class:`~hookviz.record.hooks.CallState`.
 
     Args:
         call: the module call (its input/output Edges and sequence-number bracket).

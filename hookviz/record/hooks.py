@@ -29,11 +29,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from hookviz import module_tree
-from hookviz.distributed import is_framework_hook
-from hookviz.edits import Edit, replace_slots
-from hookviz.run import Event, HookCall, HookInfo, LogEntry
-from hookviz.stats import device_name
+from hookviz.data.run import Event, HookCall, HookInfo, LogEntry
+from hookviz.edits.edit import Edit, replace_slots
+from hookviz.record import module_tree
+from hookviz.record.distributed import is_framework_hook
+from hookviz.stats.engine import device_name
 
 # ----------------------------------------------------------------------------------------------
 # Forward
@@ -544,7 +544,7 @@ class BackwardRecorder:
         Args:
             op_nodes: ids of the op Nodes (``grad`` on one of them edits its ``grad_outputs[0]``,
                 as a tensor hook on its output would; on a leaf, the leaf's gradient).
-            settle: see :meth:`hookviz.stats.StatsBatch.settle`. keep: (node, slot) pairs whose
+            settle: see :meth:`hookviz.stats.engine.StatsBatch.settle`. keep: (node, slot) pairs whose
                 ``grad_inputs`` a module view adds up, kept whole. keep_outputs: (node, output_nr)
                 pairs whose ``grad_outputs`` a module view reads whole.
         """
@@ -907,7 +907,7 @@ def full_backward_hooks(
     ``sites`` are ``(module name, "grad_input" | "grad_output")``: a full backward hook
     (``register_full_backward_hook``) edits ``grad_input``, a full backward pre-hook
     (``register_full_backward_pre_hook``) edits ``grad_output``; these are the hooks
-    :func:`hookviz.codegen.edits_as_code` writes, so an edit and its exported code agree.
+    :func:`hookviz.edits.codegen.edits_as_code` writes, so an edit and its exported code agree.
     Registering them marks a module for good (``_is_full_backward_hook``), after which PyTorch
     refuses ``register_backward_hook`` on it; the mark is put back as it was.
     """

@@ -1,6 +1,6 @@
 """The module tree the widget draws: short names, repeated blocks, what opens first, reveal, search.
 
-Pure functions over the ``groups`` and ``nodes`` lists of :func:`hookviz.widget_data.graph_json`.
+Pure functions over the ``groups`` and ``nodes`` lists of :func:`hookviz.widget.payload.graph_json`.
 The expansion state is the list of collapsed modules (the ``collapsed`` traitlet): a module group
 that is not listed is drawn open, unless an ancestor is collapsed. Every rule about which groups are
 open lives here, and the page only draws what this list says.

@@ -19,7 +19,7 @@ from operator import itemgetter
 import torch
 
 # hookviz's full-backward-hook identity nodes; FSDP2's and DDP's pass-through nodes (their reduce-scatter /
-# static-graph hooks, see hookviz.distributed), which are the framework's, not the model's.
+# static-graph hooks, see hookviz.record.distributed), which are the framework's, not the model's.
 HIDDEN_OPS = frozenset(
     {"BackwardHookFunctionBackward", "RegisterPostBackwardFunctionBackward", "_DDPSinkBackward"}
 )
@@ -41,9 +41,9 @@ class WalkedNode:
             output ``output_nr`` of ``producer_id`` (the node that computed input ``slot``).
         call: index of the module call that made it (filled after forward; None for leaves and
             for Nodes made outside every module, e.g. by ``loss_fn``).
-        saved: what it saved for backward (:class:`hookviz.run.SavedTensor`, filled after forward).
+        saved: what it saved for backward (:class:`hookviz.data.run.SavedTensor`, filled after forward).
         constants: the Python numbers it saved for backward, by name (filled after forward).
-        output: summary of its forward value (a :class:`hookviz.stats.TensorRecord`), when seen.
+        output: summary of its forward value (a :class:`hookviz.stats.engine.TensorRecord`), when seen.
     """
 
     id: str

@@ -12,14 +12,14 @@
   registered; it also costs less than a tensor hook (about 2 us per module per step).
 
 Where the install built ``hookviz._fused`` (a C compiler was present), these gradient hooks are C
-objects (:data:`hookviz.one_pass.Sink`): they read a dense float32 / float64 CPU gradient in the
+objects (:data:`hookviz.stats.one_pass.Sink`): they read a dense float32 / float64 CPU gradient in the
 compiled pass themselves and call into Python only at the first hook of a backward and for any
 other gradient. On a 20-layer MLP that takes 0.2-0.3 ms off each step (1.23-1.27x a plain step
 becomes 1.19-1.22x, medians of 600 interleaved rounds in one process, 2-core CPU); the Python
 hooks, kept for installs without the build and for DDP / FSDP2's parameters, record the same
 numbers bit for bit.
 
-The reduction (:mod:`hookviz.watch_reduce`) reduces a dense float32 / float64 CPU gradient at once,
+The reduction (:mod:`hookviz.watching.reduce`) reduces a dense float32 / float64 CPU gradient at once,
 in its hook; any other it keeps a reference to until it has reduced it: at the end of the
 backward, or on CPU as soon as 16 MiB of them are waiting.
 
@@ -29,7 +29,7 @@ gradient bit-identical.
 
 A *step* is one backward that reached the model: the first hook of a backward queues a callback
 (``Variable._execution_engine.queue_callback``) that runs when that backward ends and reduces what
-the hooks left there in a few batched kernels and one host transfer (:mod:`hookviz.watch_reduce`).
+the hooks left there in a few batched kernels and one host transfer (:mod:`hookviz.watching.reduce`).
 
 Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
 ``zero_fraction`` (exactly-zero elements). A parameter's are those of its ``.grad`` once this
@@ -41,7 +41,7 @@ Memory is bounded: ``capacity`` steps are kept; when full, every other kept step
 from then on only every other step is recorded (so a long run is kept whole, at half resolution,
 and so on). ``every=k`` records every k-th step from the start. Between steps the watch keeps one
 workspace copy of the gradients of up to 65,536 elements that the compiled pass does not take
-(half precision, accelerators; see :mod:`hookviz.watch_reduce`).
+(half precision, accelerators; see :mod:`hookviz.watching.reduce`).
 
 Limits: reentrant activation checkpointing runs nested backwards, each of which counts as a step;
 ``torch.autograd.grad`` does not fill ``.grad``, so it records module outputs only.
@@ -58,12 +58,13 @@ from pathlib import Path
 import torch
 from torch.utils import _pytree as pytree
 
-from hookviz import one_pass, watch_gather
-from hookviz.diagnose import Finding, check_thresholds, layer_findings
+from hookviz.analysis.diagnose import Finding, check_thresholds, layer_findings
 from hookviz.errors import WatchError
-from hookviz.history import STATISTICS, History
-from hookviz.saving import save
-from hookviz.watch_reduce import StepReducer
+from hookviz.files.saving import save
+from hookviz.stats import one_pass
+from hookviz.watching import gather as watch_gather
+from hookviz.watching.history import STATISTICS, History
+from hookviz.watching.reduce import StepReducer
 
 # id(model) -> the open Watch on it (weakly): one watch per model at a time.
 _OPEN: dict[int, weakref.ref] = {}
@@ -341,7 +342,7 @@ class Watch:
     def diagnose(self, step: int | None = None, **thresholds: float) -> list[Finding]:
         """Findings at ``step`` (None = the last kept step) from the recorded statistics.
 
-        Vanishing, exploding and dead updates per layer (as :func:`hookviz.diagnose.diagnose`,
+        Vanishing, exploding and dead updates per layer (as :func:`hookviz.analysis.diagnose.diagnose`,
         same thresholds), dead outputs (a module whose output gradient is at least ``dead``
         exactly zero) and NaN/Inf (the first name, in the order gradients arrived in backward,
         whose gradient holds NaN/Inf). Saturation needs forward values, which a watch does not keep.
@@ -503,9 +504,9 @@ class Watch:
     def gather(self, dst: int = 0, group=None) -> watch_gather.RankHistory | None:
         """Bring every rank's history to rank ``dst``; a collective, call it on every rank.
 
-        Returns a :class:`~hookviz.watch_gather.RankHistory` on ``dst`` (also kept as
+        Returns a :class:`~hookviz.watching.gather.RankHistory` on ``dst`` (also kept as
         ``self.gathered``, which :meth:`save` writes), None elsewhere. Cost and findings: see
-        :mod:`hookviz.watch_gather`. Raises WatchError without a process group or when the ranks
+        :mod:`hookviz.watching.gather`. Raises WatchError without a process group or when the ranks
         watch different names.
         """
         self.gathered = watch_gather.gather(self, dst, group)
@@ -545,7 +546,7 @@ def watch(
     outputs: bool = True,
     capacity: int = 1024,
 ) -> Watch:
-    """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.gradient_watch`).
+    """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.watching.watch`).
 
     Args:
         model: the model being trained.

@@ -6,7 +6,7 @@ Inf) become the strings ``"nan"``, ``"inf"``, ``"-inf"``, as :meth:`TensorRecord
 
 Module groups: every op node belongs to the innermost module that created it (its ``module``
 attribute); a module ``"a.b"`` is drawn as a compound node inside ``"a"``. The root module ``""``
-is not a group (it holds everything). Which groups are open is :mod:`hookviz.widget_tree`'s job;
+is not a group (it holds everything). Which groups are open is :mod:`hookviz.widget.tree`'s job;
 where things sit on screen is the page's (ELK).
 """
 
@@ -18,11 +18,11 @@ from collections import defaultdict
 
 import torch
 
+from hookviz.data.run import Run, leaf_diffs, records_equal
 from hookviz.errors import TargetError
-from hookviz.graph import LOSS_MODULE
-from hookviz.run import Run, leaf_diffs, records_equal
-from hookviz.stats import StatsBatch, combined_norm
-from hookviz.widget_tree import (
+from hookviz.record.graph import LOSS_MODULE
+from hookviz.stats.engine import StatsBatch, combined_norm
+from hookviz.widget.tree import (
     MODULE_PREFIX,
     group_id,
     mark_repeats,
@@ -32,7 +32,7 @@ from hookviz.widget_tree import (
 )
 
 # One rule for the chart's line and the diagnosis banner: a layer's gradient vanishes below this
-# fraction of the gradient of the layer nearest the loss (hookviz.diagnose's default).
+# fraction of the gradient of the layer nearest the loss (hookviz.analysis.diagnose's default).
 VANISHING_RATIO = 1e-3
 
 
@@ -123,7 +123,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         :func:`operand_hint`); edge:
         ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, label, type,
         size, norm, nan, edited, user_hooks, signature, repeat}``
-        (see :func:`hookviz.widget_tree.mark_repeats`).
+        (see :func:`hookviz.widget.tree.mark_repeats`).
     """
     key = structure if structure is not None else structure_key(run)
     edited_targets = {edit.target for edit in run.edits}
@@ -218,12 +218,12 @@ def _box_the_loss_ops(nodes: list[dict], edges: list[list]) -> None:
 def operand_hint(record) -> str:
     """A short hint that tells ops of one kind apart, read from what the Node saved for backward.
 
-    First its Python numbers (:attr:`~hookviz.run.NodeRecord.constants`): ``"×2"`` for the
+    First its Python numbers (:attr:`~hookviz.data.run.NodeRecord.constants`): ``"×2"`` for the
     ``MulBackward0`` of ``2 * x``, ``"÷3"`` for ``x / 3``, ``"^2"`` for ``x ** 2``, ``"α=2"`` for
     ``torch.add(x, y, alpha=2)``, else up to two ``name=value`` pairs of numbers, leaving out
     defaults such as ``alpha=1``, flags and sizes (``"negative_slope=0.2"``, ``"max=1, min=-1"``,
     ``"dim=-1"``). Failing those, the leaves among its saved tensors
-    (:attr:`~hookviz.run.SavedTensor.of`): ``"x×y"`` for the ``MulBackward0`` of ``x * y``,
+    (:attr:`~hookviz.data.run.SavedTensor.of`): ``"x×y"`` for the ``MulBackward0`` of ``x * y``,
     ``"x"`` for the ``AddmmBackward0`` of a ``Linear`` fed the input ``x``. The parameters of the
     Node's own module are left out (its box names them); another module's parameter is named
     by its last two parts (``"wte.weight"``).
@@ -579,14 +579,14 @@ def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHI
     """Gradient flow by the diagnosis's own rule: per layer (a module with parameters, input ->
     output) the norm of its parameters' gradient in ``run`` and in ``baseline``, and the
     vanishing line at ``vanishing`` x the norm of the layer nearest the loss, where
-    :func:`hookviz.diagnose.diagnose` draws it. Zero norms cannot sit on a log axis: ``floor`` is
+    :func:`hookviz.analysis.diagnose.diagnose` draws it. Zero norms cannot sit on a log axis: ``floor`` is
     the height at which the page draws them, marked as zero.
 
     Returns:
         ``{"modules", "current", "baseline", "threshold", "rule", "floor"}``; ``threshold`` is
         None when no layer has a gradient.
     """
-    from hookviz.diagnose import gradient_stats
+    from hookviz.analysis.diagnose import gradient_stats
 
     def layer_norms(r: Run) -> dict[str, float]:
         layers = [s for s in gradient_stats(r, counts=False) if s.kind == "layer"]

@@ -1,0 +1,1 @@
+"""The records a run produces (Run, NodeRecord, ModuleCall, ...): plain data, read by every other layer."""

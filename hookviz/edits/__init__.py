@@ -1,0 +1,1 @@
+"""Edits at hook sites: the safe expression language and the plain-PyTorch code an edit stands for."""

@@ -1,0 +1,1 @@
+"""hookviz's file format: saving and loading runs and watch histories."""

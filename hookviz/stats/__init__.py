@@ -1,0 +1,1 @@
+"""Gradient statistics: tensors reduced to norms, extremes and counts."""

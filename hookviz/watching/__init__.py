@@ -1,0 +1,1 @@
+"""Watching training: gradient statistics per step, their history, and the gather across ranks."""

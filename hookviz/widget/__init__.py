@@ -1,0 +1,1 @@
+"""The Jupyter widget: a thin AnyWidget, the payload it sends to the page, and the offline HTML export."""
