@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import hookviz
+from hookviz.data.run import LogEntry
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
 from hookviz.files.saving import FileFormatError, load, save
 from hookviz.stats.engine import TensorRecord
@@ -164,15 +165,12 @@ def test_truncated_corrupt_and_foreign_files_get_clear_errors(tmp_path, canonica
     (length,) = struct.unpack("<Q", good[:8])
     header = json.loads(good[8 : 8 + length])
     tensors = safetensors.torch.load(good)
-    for name, text in (
-        ("bad_json", b'{"__type__": "Run", "fields": '),
-        ("bad_type", b'{"__type__": "os.system"}'),
+    for name, text, problem in (
+        ("bad_json", b'{"__type__": "Run", "fields": ', "structure is not JSON"),
+        ("bad_type", b'{"__type__": "os.system"}', "run should be Run, but the file has an object"),
     ):
         broken = dict(tensors, **{"hookviz.json": torch.frombuffer(bytearray(text), dtype=torch.uint8)})
-        cases[name] = (
-            safetensors.torch.save(broken, metadata=header["__metadata__"]),
-            "structure does not decode",
-        )
+        cases[name] = (safetensors.torch.save(broken, metadata=header["__metadata__"]), problem)
     newer = dict(header, __metadata__=dict(header["__metadata__"], version="99"))
     cases["newer"] = (_with_header(newer, good, length), "version '99'.*reads versions 1, 2")
     cases["foreign"] = (safetensors.torch.save({"w": torch.ones(2)}), "not one hookviz wrote")
@@ -235,8 +233,17 @@ def test_saving_something_else_is_a_clear_error(tmp_path):
     record = TensorRecord((1,), "float32", "cpu", 1, note=object())
     run = hookviz.Run(torch.tensor(1.0), "cpu", [], {}, "", {}, [], [], [], [], ())
     run.calls.append(record)
-    with pytest.raises(hookviz.HookvizError, match=r"cannot save run\.calls.*builtins\.object"):
+    with pytest.raises(hookviz.HookvizError, match=r"run\.calls\[0\].*TensorRecord.*has ModuleCall"):
         save(run, tmp_path / "x")
+    run.calls.clear()
+    run.leaf_grads["x"] = record
+    with pytest.raises(hookviz.HookvizError, match=r"cannot save run\.leaf_grads\['x'\].*has torch\.Tensor"):
+        save(run, tmp_path / "x")
+    run.leaf_grads["x"] = torch.ones(1)
+    run.log.append(LogEntry("hook", "where", object()))
+    with pytest.raises(hookviz.HookvizError, match=r"cannot save run\.log\[0\]\.text.*builtins\.object"):
+        save(run, tmp_path / "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, no temporary left
 
 
 def test_a_loaded_run_opens_read_only_in_the_widget(tmp_path, canonical):

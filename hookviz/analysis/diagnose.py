@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from hookviz.errors import HookvizError
-from hookviz.files.saving import record_types
 from hookviz.record.graph import LOSS_MODULE
 from hookviz.stats.engine import TensorRecord, combined_norm
 
@@ -615,6 +614,3 @@ def diagnose(
                 )
             )
     return found
-
-
-record_types(Finding, GradientStats)

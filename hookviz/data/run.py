@@ -20,7 +20,7 @@ from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.explain import explain
 from hookviz.data.deferred import Deferrable, deferrable
 from hookviz.errors import TargetError, unknown_name
-from hookviz.files.saving import record_types, save
+from hookviz.files.saving import save
 from hookviz.stats.engine import TensorRecord, combined_norm, same_values
 
 
@@ -542,19 +542,3 @@ def leaf_diffs(before: Run, after: Run) -> dict[str, LeafDiff]:
             changed = a is not b and not same_values(a, b)
         leaves[name] = LeafDiff(a, b, changed)
     return leaves
-
-
-record_types(
-    SavedTensor,
-    HookCall,
-    HookInfo,
-    Event,
-    LogEntry,
-    NodeRecord,
-    ModuleCall,
-    ModuleGrads,
-    NodeDiff,
-    LeafDiff,
-    Diff,
-)
-record_types(Run, kind="run")

@@ -28,7 +28,6 @@ import torch
 
 from hookviz.edits.expression import Expression
 from hookviz.errors import EditError, ExpressionError
-from hookviz.files.saving import record_types
 
 _SLOT = re.compile(r"^(grad_inputs|grad_outputs|grad_input|grad_output)\[(\d+)\]$|^grad$")
 _ids = itertools.count(1)
@@ -185,6 +184,31 @@ class Edit:
         return f"Edit({self.id}: {self.where} <- {self.source!r})"
 
 
+# What Edit.make records as a callable's source: its __qualname__ ("scale", "Model.clip",
+# "make.<locals>.<lambda>") or its type's name.
+_CALLABLE_NAME = re.compile(r"^[A-Za-z_<][A-Za-z0-9_<>]*(\.[A-Za-z_<][A-Za-z0-9_<>]*)*$")
+
+
+def check_source(source: str) -> None:
+    """Check an edit's recorded text, as read from a file: an expression of
+    :mod:`hookviz.edits.expression`, or the name of a callable (what :meth:`Edit.make` records).
+
+    Raises:
+        EditError: anything else (a newline, a statement, code that is neither), naming the fix.
+    """
+    if not isinstance(source, str):
+        raise EditError(f"an edit's source must be a string, got {type(source).__name__}")
+    if _CALLABLE_NAME.match(source) and len(source) <= 200:
+        return
+    try:
+        Expression(source)
+    except ExpressionError as error:
+        raise EditError(
+            f"the edit source {source[:200]!r} is neither an edit expression nor a callable's name "
+            f"({error}); a file holding it was not written by hookviz: ask for the file again"
+        ) from None
+
+
 def _parses(source: str) -> bool:
     try:
         ast.parse(source)
@@ -199,6 +223,3 @@ def replace_slots(grads: tuple, edits: list[Edit]) -> tuple[tuple, bool]:
     for edit in edits:
         new[edit.slot.index] = edit.apply(new[edit.slot.index])
     return tuple(new), bool(edits)
-
-
-record_types(Slot, Edit)

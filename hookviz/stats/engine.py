@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from hookviz.data.deferred import Deferrable, deferrable
-from hookviz.files.saving import record_types
 from hookviz.stats import one_pass
 
 DEFAULT_FULL_TENSOR_LIMIT = 4096
@@ -783,9 +782,6 @@ def summarise(tensor: torch.Tensor, full_limit: int = DEFAULT_FULL_TENSOR_LIMIT)
     batch = StatsBatch(full_limit=full_limit)
     batch.add(tensor)
     return batch.compute()[0]
-
-
-record_types(TensorRecord)
 
 
 def _json_value(record: TensorRecord):

@@ -46,7 +46,7 @@ import torch
 
 from hookviz.analysis.diagnose import Finding
 from hookviz.errors import WatchError
-from hookviz.files.saving import record_types, save
+from hookviz.files.saving import save
 from hookviz.watching.history import STATISTICS, History
 
 DEFAULT_DIVERGE = 10.0
@@ -658,7 +658,3 @@ class RankView:
     def heatmap(self, kind: str = "parameter", statistic: str = "norm"):
         """This rank's (or the reduced) log-norm heatmap."""
         return self.source.heatmap(self.rank, kind)
-
-
-record_types(_Payload)
-record_types(RankHistory, kind="watch")

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import torch
 
 from hookviz.errors import WatchError, unknown_name
-from hookviz.files.saving import record_types
 
 STATISTICS = ("norm", "max_abs", "nonfinite", "zero_fraction")
 
@@ -67,6 +66,3 @@ class History:
                 "or use to_records() / the tensors of this History"
             ) from None
         return pandas.DataFrame.from_records(self.to_records())
-
-
-record_types(History)

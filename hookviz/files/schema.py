@@ -1,0 +1,202 @@
+"""What a hookviz file may hold: every record type and its fields, per file-format version.
+
+A file is read against this schema and nothing else: a record type, a field or a value of a type not
+listed here is refused (:class:`~hookviz.files.saving.FileFormatError`), so no class named in a file is
+ever looked up. Field types use the notation of the dataclasses' annotations:
+
+* ``str``, ``int``, ``float`` (an int or a float; NaN and infinities are stored as ``{"__float__":
+  "nan"}``), ``bool``, ``torch.Tensor``, ``None``, and ``A | B``;
+* ``tuple[T, ...]`` and ``list[T]`` (a sequence of T, kept a tuple or a list as it was saved),
+  ``tuple[A, B, C]`` (exactly those), ``dict[str, T]``;
+* the name of a record type below;
+* ``EditSource``: an edit's text, which must parse as an expression of
+  :mod:`hookviz.edits.expression` or be a callable's name; ``Identifier``: a Python identifier (an
+  edit id, written into generated code as part of a function name);
+* ``Plain``: a JSON-like value (None, bool, int, float, str, and lists, tuples and string-keyed dicts
+  of them, nested at most :data:`PLAIN_DEPTH` deep); ``Graph``: version 1's networkx graph.
+
+Records are the dataclasses named by ``(module, class)``; the modules are imported when a file is
+saved or read, not when this one is (``hookviz.data.run`` imports the files layer to save).
+
+Version history:
+
+* 1: a :class:`~hookviz.data.run.Run` keeps its networkx graph (field ``graph``);
+* 2: a Run keeps its graph's edges (field ``edges``; the graph is derived from them).
+"""
+
+from __future__ import annotations
+
+VERSION = 2
+READABLE = ("1", "2")
+PLAIN_DEPTH = 16
+
+# The object at the top of a file, by the kind its header says.
+KINDS = {"run": "Run", "watch": "RankHistory"}
+
+# Fields of the dataclasses that are not data and are never written: a weak reference to the user's
+# live model, lazily filled details, an edit's Python callable (a loaded edit gets one that raises).
+SKIPPED = {"Run": ("model_ref", "details"), "Edit": ("transform",)}
+
+_TENSOR_RECORD = "TensorRecord | None"
+
+RECORDS: dict[str, tuple[str, dict[str, str]]] = {
+    "TensorRecord": (
+        "hookviz.stats.engine",
+        {
+            "shape": "tuple[int, ...]",
+            "dtype": "str",
+            "device": "str",
+            "numel": "int",
+            "value": "torch.Tensor | None",
+            "norm": "float | None",
+            "mean": "float | None",
+            "min": "float | None",
+            "max": "float | None",
+            "nan_count": "int",
+            "inf_count": "int",
+            "zero_fraction": "float",
+            "histogram": "tuple[list[int], list[float]] | None",
+            "overview": "torch.Tensor | None",
+            "note": "str",
+            "nnz": "int | None",
+        },
+    ),
+    "SavedTensor": (
+        "hookviz.data.run",
+        {
+            "name": "str",
+            "shape": "tuple[int, ...]",
+            "dtype": "str",
+            "nbytes": "int",
+            "stored_on": "str",
+            "of": "str",
+        },
+    ),
+    "HookCall": (
+        "hookviz.data.run",
+        {
+            "step": "int",
+            "kind": "str",
+            "name": "str",
+            "where": "str",
+            "before": f"tuple[{_TENSOR_RECORD}, ...]",
+            "after": f"tuple[{_TENSOR_RECORD}, ...]",
+            "returned": "bool",
+            "node": "str | None",
+        },
+    ),
+    "HookInfo": ("hookviz.data.run", {"kind": "str", "name": "str", "where": "str"}),
+    "Event": ("hookviz.data.run", {"step": "int", "kind": "str", "node": "str | None", "detail": "str"}),
+    "LogEntry": ("hookviz.data.run", {"hook": "str", "where": "str", "text": "str"}),
+    "NodeRecord": (
+        "hookviz.data.run",
+        {
+            "id": "str",
+            "op": "str",
+            "module": "str",
+            "kind": "str",
+            "module_call": "int",
+            "order": "int | None",
+            "output": _TENSOR_RECORD,
+            "grad_outputs": f"tuple[{_TENSOR_RECORD}, ...]",
+            "grad_inputs": f"tuple[{_TENSOR_RECORD}, ...]",
+            "grad_inputs_before_edit": f"tuple[{_TENSOR_RECORD}, ...] | None",
+            "grad_outputs_before_edit": f"tuple[{_TENSOR_RECORD}, ...] | None",
+            "saved": "list[SavedTensor]",
+            "constants": "dict[str, bool | int | float]",
+            "user_hooks": "list[HookInfo]",
+            "sites": "list[str]",
+        },
+    ),
+    "ModuleCall": (
+        "hookviz.data.run",
+        {
+            "module": "str",
+            "call": "int",
+            "type": "str",
+            "inputs": "dict[str, TensorRecord | str]",
+            "output": "list[TensorRecord]",
+            "output_replaced": "list[TensorRecord] | None",
+            "full_hook_fires": "bool",
+            "grad_input": f"tuple[{_TENSOR_RECORD}, ...]",
+            "grad_output": f"tuple[{_TENSOR_RECORD}, ...]",
+            "grad_input_before_edit": f"tuple[{_TENSOR_RECORD}, ...] | None",
+            "grad_output_before_edit": f"tuple[{_TENSOR_RECORD}, ...] | None",
+            "legacy_grad_input": f"tuple[{_TENSOR_RECORD}, ...]",
+            "legacy_grad_output": f"tuple[{_TENSOR_RECORD}, ...]",
+            "output_node": "str | None",
+            "user_hooks": "list[HookInfo]",
+            "in_place": "bool",
+            "output_changed_later": "bool",
+            "output_requires_grad": "bool",
+            "grad_enabled": "bool",
+            "output_kind_hookable": "bool",
+            "shared_inputs": "bool",
+        },
+    ),
+    "Slot": ("hookviz.edits.edit", {"name": "str", "index": "int"}),
+    "Edit": (
+        "hookviz.edits.edit",
+        {"target": "str", "slot": "Slot", "source": "EditSource", "id": "Identifier"},
+    ),
+    "Run": (
+        "hookviz.data.run",
+        {
+            "loss": "torch.Tensor",
+            "device": "str",
+            "edges": "list[tuple[str, str, int]]",
+            "nodes": "dict[str, NodeRecord]",
+            "root": "str",
+            "leaf_grads": "dict[str, torch.Tensor]",
+            "calls": "list[ModuleCall]",
+            "events": "list[Event]",
+            "hook_calls": "list[HookCall]",
+            "log": "list[LogEntry]",
+            "edits": "tuple[Edit, ...]",
+            "forward_reused": "bool",
+            "asked_grads": "list[str]",
+            "notes": "list[str]",
+            "loss_differentiates": "bool",
+            "module_aliases": "dict[str, str]",
+            "parameter_aliases": "dict[str, str]",
+            "local_leaf_grads": "dict[str, torch.Tensor | None] | None",
+        },
+    ),
+    "RankHistory": (
+        "hookviz.watching.gather",
+        {
+            "ranks": "list[int]",
+            "steps": "list[int]",
+            "names": "list[str]",
+            "kinds": "list[str]",
+            "local": "torch.Tensor",
+            "reduced": "torch.Tensor",
+            "order": "torch.Tensor",
+            "module_types": "dict[str, str]",
+            "strategy": "str",
+            "every": "int",
+            "run": "Run | None",
+        },
+    ),
+}
+
+# Where this schema states a field more precisely than the dataclass annotates it.
+REFINED = {
+    ("Edit", "source"): "str",
+    ("Edit", "id"): "str",
+    ("Run", "edits"): "tuple",
+    ("RankHistory", "run"): "object",
+}
+
+
+def records(version: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """The record types of file-format ``version`` (one of :data:`READABLE`), by class name:
+    ``name -> (module, {field: type})``. Raises KeyError for a version not in READABLE."""
+    if version not in READABLE:
+        raise KeyError(version)
+    if version == "1":
+        module, fields = RECORDS["Run"]
+        run = {("graph" if name == "edges" else name): kind for name, kind in fields.items()}
+        run["graph"] = "Graph"
+        return {**RECORDS, "Run": (module, run)}
+    return RECORDS
