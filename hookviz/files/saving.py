@@ -137,7 +137,8 @@ def _describe(kind: tuple) -> str:
         return f"dict[str, {_describe(kind[1])}]"
     if tag == "record":
         return kind[1]
-    return {"none": "None", "tensor": "torch.Tensor", "source": "an edit expression"}.get(tag, tag)
+    words = {"none": "None", "tensor": "torch.Tensor", "source": "an edit expression"}
+    return words.get(tag, "a Python identifier" if tag == "identifier" else tag)
 
 
 # The Python types of a live value, and of a value read from JSON, of each sort of schema type; a

@@ -1,0 +1,413 @@
+"""Files a user can trust: saving writes only its target, reading refuses every malformed file with
+a FileFormatError naming it, the schema is the dataclasses', and files saved by earlier hookviz open."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import textwrap
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+import torch.nn.functional as F
+
+import hookviz
+from hookviz.examples import Canonical, canonical_inputs, sigmoid_mlp
+from hookviz.files import saving, schema
+from hookviz.files.saving import FileFormatError, load, save
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def good_file(tmp_path_factory) -> Path:
+    """The canonical run with one edit, saved: the file every malformed case starts from."""
+    x, y, z, target = canonical_inputs()
+    session = hookviz.Session(Canonical(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target))
+    session.edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
+    return session.run().save(tmp_path_factory.mktemp("good") / "good")
+
+
+def plain_edited_grads() -> dict[str, torch.Tensor]:
+    """The canonical example's leaf gradients in plain PyTorch, with ``grad + 888888`` on the first
+    grad_input of the subtraction (what the saved edit did)."""
+    x, y, z, target = canonical_inputs()
+    out = 2 * x + 3 * y - 5 * z
+    out.grad_fn.register_hook(lambda grad_inputs, grad_outputs: (grad_inputs[0] + 888888, grad_inputs[1]))
+    F.mse_loss(out, target).backward()
+    return {"x": x.grad, "y": y.grad, "z": z.grad}
+
+
+def parts(path: Path) -> tuple[dict, dict, dict[str, torch.Tensor]]:
+    """(safetensors header, structure JSON, tensors without the structure) of a hookviz file."""
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    tensors = safetensors.torch.load(data)
+    structure = json.loads(tensors.pop("hookviz.json").numpy().tobytes())
+    return json.loads(data[8 : 8 + length]), structure, tensors
+
+
+def write_structure(path: Path, metadata: dict, structure, tensors: dict[str, torch.Tensor]) -> Path:
+    """A file with the given structure (any JSON value, or raw bytes) and tensors, as save() lays it out."""
+    text = structure if isinstance(structure, bytes) else json.dumps(structure).encode()
+    stored = dict(tensors, **{"hookviz.json": torch.frombuffer(bytearray(text), dtype=torch.uint8)})
+    path.write_bytes(safetensors.torch.save(stored, metadata=metadata))
+    return path
+
+
+def read_bytes_so_far() -> int:
+    """Bytes this process has read through read() calls (Linux ``/proc/self/io`` rchar)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+# ---------------------------------------------------------------------------- saving
+
+
+def test_a_symlink_at_the_old_temporary_name_is_never_written_through(tmp_path, good_file):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    run = load(good_file)
+    planted = tmp_path / "run.hookviz.partial"  # the fixed name hookviz used to write first
+    planted.symlink_to(victim)
+    path = save(run, tmp_path / "run")
+    assert victim.read_text() == "precious"
+    assert planted.is_symlink() and os.readlink(planted) == str(victim)
+    assert not path.is_symlink() and torch.equal(load(path).leaf_grad("x"), run.leaf_grad("x"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.hookviz", "run.hookviz.partial", "victim.txt"]
+
+
+def test_a_symlink_at_the_target_is_replaced_and_what_it_points_to_is_untouched(tmp_path, good_file):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    target = tmp_path / "run.hookviz"
+    target.symlink_to(victim)
+    save(load(good_file), target)
+    assert victim.read_text() == "precious"
+    assert not target.is_symlink() and target.is_file()
+    assert torch.equal(load(target).leaf_grad("x"), plain_edited_grads()["x"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.hookviz", "victim.txt"]
+
+
+def test_a_planted_symlink_at_the_temporary_name_is_skipped_never_followed(tmp_path, good_file, monkeypatch):
+    # The temporary's name is random; plant a symlink at exactly the first name it will draw.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    names = iter(["aaaa", "bbbb"])
+    monkeypatch.setattr(saving.secrets, "token_hex", lambda n: next(names))
+    (tmp_path / ".run.hookviz.aaaa.partial").symlink_to(victim)
+    save(load(good_file), tmp_path / "run")
+    assert victim.read_text() == "precious"
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [".run.hookviz.aaaa.partial", "run.hookviz", "victim.txt"]
+
+
+@pytest.mark.parametrize("case", ["empty directory", "full directory"])
+def test_a_save_whose_rename_is_refused_leaves_nothing_behind(tmp_path, good_file, case):
+    target = tmp_path / "run.hookviz"
+    target.mkdir()
+    if case == "full directory":
+        (target / "inside").write_text("kept")
+    with pytest.raises(OSError):
+        save(load(good_file), target)
+    assert [p.name for p in tmp_path.iterdir()] == ["run.hookviz"] and target.is_dir()
+    assert [p.name for p in target.iterdir()] == ([] if case == "empty directory" else ["inside"])
+
+
+def test_a_save_whose_write_fails_leaves_nothing_behind(tmp_path, good_file):
+    # A real write error: the process may write files of at most 4 KiB (RLIMIT_FSIZE), the file is
+    # ~22 KB, so write() fails with EFBIG as on a full disk.
+    script = textwrap.dedent(
+        f"""
+        import resource, signal, sys
+        from pathlib import Path
+        from hookviz.files.saving import load, save
+        run = load({str(good_file)!r})
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        try:
+            save(run, {str(tmp_path / "run")!r})
+        except OSError as error:
+            print("refused", error.errno)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    command = [sys.executable, "-c", script]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert result.stdout.startswith("refused"), result.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def test_files_saved_by_hookviz_before_the_schema_open(tmp_path):
+    run = load(DATA / "main-v2-run.hookviz")
+    plain = plain_edited_grads()
+    assert sorted(run.leaf_grads) == ["x", "y", "z"]
+    for name, grad in plain.items():
+        assert torch.equal(run.leaf_grad(name), grad), name
+    assert [e.source for e in run.edits] == ["grad + 888888"]
+    # the watch history: every step's max |grad| of every parameter, against plain PyTorch
+    history = load(DATA / "main-v2-watch.hookviz")
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=2, width=4, inputs=3, classes=2)
+    compared = 0
+    for step in range(3):
+        model.zero_grad()
+        F.cross_entropy(model(torch.randn(4, 3)), torch.zeros(4, dtype=torch.long)).backward()
+        for name, parameter in model.named_parameters():
+            row = history.local[0, step, history.names.index(name)]
+            assert row[1].item() == parameter.grad.abs().max().item()
+            # main's statistics engine summed squares in its own order: the norm agrees to float32
+            norm = parameter.grad.double().norm().item()
+            torch.testing.assert_close(row[0].item(), norm, rtol=1e-6, atol=0)
+            compared += 1
+    assert compared == 3 * 4
+    # and they save again, and round trip
+    again = load(save(run, tmp_path / "again"))
+    assert all(torch.equal(again.leaf_grad(n), plain[n]) for n in plain)
+
+
+def test_the_schema_is_the_records_fields():
+    compared = 0
+    for name, (module, fields) in schema.RECORDS.items():
+        cls = getattr(__import__(module, fromlist=[name]), name)
+        skipped = schema.SKIPPED.get(name, ())
+        annotated = {f.name: f.type for f in dataclasses.fields(cls) if f.name not in skipped}
+        assert list(fields) == list(annotated), name
+        for field, kind in fields.items():
+            expected = schema.REFINED.get((name, field), kind)
+            assert annotated[field] == expected, (name, field)
+            compared += 1
+    assert compared == sum(len(f) for _, f in schema.RECORDS.values()) > 100
+    assert set(schema.KINDS.values()) <= set(schema.RECORDS)
+
+
+def test_a_huge_file_that_is_not_hookviz_is_refused_after_its_first_bytes(tmp_path):
+    size = 600 * 2**20
+    cases = {
+        "checkpoint.pt": (b"\x80\x04\x95" + b"\x00" * 13, "pickle"),
+        "checkpoint.zip": (b"PK\x03\x04" + b"\x00" * 12, "pickle"),
+        "model.safetensors": (None, "not one hookviz wrote"),
+        "claims_more.hookviz": (None, "truncated"),
+        "random.bin": (bytes(range(16)), "not a hookviz file"),
+    }
+    for name, (start, problem) in cases.items():
+        path = tmp_path / name
+        if start is None:  # a safetensors header saying 600 MB (or 2x that) of tensor data follow
+            metadata = {"format": "hookviz", "version": "2", "kind": "run"} if "hookviz" in name else {}
+            span = size * (2 if "claims" in name else 1)
+            tensor = {"dtype": "U8", "shape": [span], "data_offsets": [0, span]}
+            header = {"w": tensor, "__metadata__": metadata}
+            text = json.dumps(header).encode()
+            start = struct.pack("<Q", len(text)) + text
+        with open(path, "wb") as file:
+            file.write(start)
+            file.truncate(size)  # sparse: takes no disk, reads as zeros
+        tracemalloc.start()
+        before = read_bytes_so_far()
+        with pytest.raises(FileFormatError, match=f"{name}.*{problem}"):
+            load(path)
+        read = read_bytes_so_far() - before
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert read < 64 * 1024, (name, read)
+        assert peak < 1024 * 1024, (name, peak)
+
+
+def test_every_malformed_structure_is_a_file_format_error_naming_the_problem(tmp_path, good_file):
+    header, structure, tensors = parts(good_file)
+    metadata = header["__metadata__"]
+    fields = structure["fields"]
+    node = next(iter(fields["nodes"]["__dict__"]))
+    edit = fields["edits"]["__tuple__"][0]["fields"]
+
+    def changed(change):
+        copy = json.loads(json.dumps(structure))
+        change(copy)
+        return copy
+
+    def set_edit(**values):
+        return changed(lambda s: s["fields"]["edits"]["__tuple__"][0]["fields"].update(values))
+
+    def set_run(**values):
+        return changed(lambda s: s["fields"].update(values))
+
+    def set_x_gradient(**values):
+        def change(s):
+            s["fields"]["nodes"]["__dict__"]["x"]["fields"]["grad_outputs"]["__tuple__"][0]["fields"].update(
+                values
+            )
+
+        return changed(change)
+
+    deep = 100_000
+    cases = {
+        "deep_list": (b"[" * deep + b"]" * deep, "structure nests deeper"),
+        "deep_tuple": (
+            set_run(edges=json.loads('{"__tuple__": [' * 50 + "]}" * 50)),
+            r"run\.edges\[0\] should have 3 items",
+        ),
+        "unknown_type": (
+            changed(lambda s: s["fields"]["edits"]["__tuple__"][0].update(__type__="Popen")),
+            r"run\.edits\[0\] should be Edit",
+        ),
+        "unknown_field": (
+            set_run(surprise=1),
+            r"Run with unknown fields \['surprise'\]",
+        ),
+        "missing_field": (changed(lambda s: s["fields"].pop("root")), r"Run without the fields \['root'\]"),
+        "str_as_list": (
+            set_run(notes="a note"),
+            r"run\.notes should be a sequence of str, but the file has str",
+        ),
+        "int_as_str": (
+            changed(lambda s: s["fields"]["nodes"]["__dict__"][node]["fields"].update(module_call="0")),
+            rf"run\.nodes\['{node}'\]\.module_call should be int",
+        ),
+        "bool_as_int": (
+            set_run(forward_reused=1),
+            r"run\.forward_reused should be bool",
+        ),
+        "float_as_text": (
+            set_x_gradient(norm={"__float__": "1e999999"}),
+            r"\.norm should be float, but the file has an object",
+        ),
+        "missing_tensor": (changed(lambda s: s["fields"]["loss"].update(__tensor__="t999")), "lacks"),
+        "tensor_layout": (
+            changed(lambda s: s["fields"]["loss"].update(layout="sparse_csr")),
+            "unknown tensor layout",
+        ),
+        "graph_attributes": (
+            set_run(edges={"__graph__": {"attributes": {"__dict__": {"incoming_graph_data": 3}}}}),
+            r"run\.edges should be a sequence",
+        ),
+        "newline_in_source": (
+            set_edit(source="grad\nimport os; os.system('x')"),
+            r"run\.edits\[0\]\.source: the edit source .* is neither an edit expression nor a callable",
+        ),
+        "code_in_source": (
+            set_edit(source="__import__('os')"),
+            r"neither an edit expression",
+        ),
+        "code_in_id": (
+            set_edit(id="e1(grad)\nimport os"),
+            r"run\.edits\[0\]\.id should be a Python identifier",
+        ),
+        "list_top": ([], "run should be Run, but the file has a list of 0"),
+        "not_utf8": (b"\xff\xfe", "structure is not JSON"),
+    }
+    assert edit["source"] == "grad + 888888"
+    for name, (value, problem) in cases.items():
+        path = write_structure(tmp_path / f"{name}.hookviz", metadata, value, tensors)
+        with pytest.raises(FileFormatError, match=f"{name}\\.hookviz': the file is corrupt: .*{problem}"):
+            load(path)
+    # the version-1 graph field is read only in version-1 files; there, a bad one is refused too
+    old = dict(metadata, version="1")
+    bad_graph = set_run(graph={"__graph__": {"edges": [["a", "b", {}]]}})
+    bad_graph["fields"].pop("edges")
+    with pytest.raises(FileFormatError, match=r"run\.graph's edge 0 is not"):
+        load(write_structure(tmp_path / "v1.hookviz", old, bad_graph, tensors))
+
+
+def _mutations(structure, rng: random.Random, count: int):
+    """``count`` copies of a structure, each with one value somewhere replaced by a hostile one."""
+    hostile = [
+        None, True, 0, -1, 2**70, 1.5, "", "x\n", [], {}, [[]], {"__tuple__": 3}, {"__dict__": []},
+        {"__type__": "Run", "fields": {}}, {"__type__": "Slot"}, {"__tensor__": 0}, {"__tensor__": "t0"},
+        {"__float__": "nan"}, {"__float__": 1}, {"__graph__": None}, {"__items__": [[1, 2]]},
+    ]  # fmt: skip
+    for _ in range(count):
+        copy = json.loads(json.dumps(structure))
+        places = []
+
+        def walk(value, depth, found):
+            if isinstance(value, (dict, list)):
+                for key, child in value.items() if isinstance(value, dict) else enumerate(value):
+                    found.append((value, key))
+                    if depth < 12:
+                        walk(child, depth + 1, found)
+
+        walk(copy, 0, places)
+        container, key = rng.choice(places)
+        container[key] = rng.choice(hostile)
+        yield copy
+
+
+def test_fuzzed_files_load_or_raise_file_format_error_only(tmp_path, good_file):
+    """Seeded and bounded: truncations, byte flips, crafted headers and crafted structures of one real
+    file. Each either loads (a flipped byte inside tensor data is a valid file with another value) or
+    raises FileFormatError naming the file; nothing else escapes."""
+    rng = random.Random(34)
+    data = good_file.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header, structure, tensors = parts(good_file)
+    cases: list[bytes] = []
+    cases += [data[: rng.randrange(len(data))] for _ in range(150)]
+    for _ in range(250):
+        flipped = bytearray(data)
+        for _ in range(rng.randint(1, 3)):
+            flipped[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        cases.append(bytes(flipped))
+    for _ in range(100):  # a flip inside the header, where every byte matters
+        flipped = bytearray(data)
+        flipped[rng.randrange(8 + length)] ^= 1 << rng.randrange(8)
+        cases.append(bytes(flipped))
+    crafted_headers = []
+    for _ in range(100):
+        crafted = json.loads(json.dumps(header))
+        entry = crafted[rng.choice([k for k in crafted if k != "__metadata__"])]
+        choice = rng.randrange(6)
+        if choice == 0:
+            entry["data_offsets"] = [rng.randrange(-5, 10**12), rng.randrange(-5, 10**12)]
+        elif choice == 1:
+            entry["shape"] = [rng.randrange(-2, 10**9) for _ in range(rng.randrange(4))]
+        elif choice == 2:
+            entry["dtype"] = rng.choice(["F64", "Q8", "", 5, None])
+        elif choice == 3:
+            key = rng.choice(["version", "kind", "format"])
+            crafted["__metadata__"][key] = rng.choice(["1", "3", "", "run"])
+        elif choice == 4:
+            crafted[rng.choice(["extra", "__metadata__"])] = rng.choice([None, [], "x", {"dtype": "F32"}])
+        else:
+            entry.update(rng.choice([{"data_offsets": None}, {"shape": "2"}, {"data_offsets": [1]}]))
+        text = json.dumps(crafted).encode()
+        text += b" " * (-len(text) % 8)
+        crafted_headers.append(struct.pack("<Q", len(text)) + text + data[8 + length :])
+        # and a header length that lies
+        lie = rng.choice([0, 1, length - 1, length + 8, 2**63, 10**8 - 1])
+        crafted_headers.append(struct.pack("<Q", lie) + data[8:])
+    cases += crafted_headers
+    metadata = header["__metadata__"]
+    for mutated in _mutations(structure, rng, 300):
+        text = json.dumps(mutated).encode()
+        stored = dict(tensors, **{"hookviz.json": torch.frombuffer(bytearray(text), dtype=torch.uint8)})
+        cases.append(safetensors.torch.save(stored, metadata=metadata))
+    outcomes = {"loaded": 0, "refused": 0}
+    path = tmp_path / "fuzzed.hookviz"
+    for number, case in enumerate(cases):
+        path.write_bytes(case)
+        try:
+            loaded = load(path)
+        except FileFormatError as error:
+            assert "fuzzed.hookviz" in str(error), (number, error)
+            outcomes["refused"] += 1
+            continue
+        # what loads is a Run whose records are of the schema's types, usable as any Run
+        assert isinstance(loaded, hookviz.Run), number
+        assert isinstance(loaded.leaf_grads, dict) and all(isinstance(e, str) for e in loaded.notes)
+        outcomes["loaded"] += 1
+    assert sum(outcomes.values()) == len(cases) == 1000
+    # every truncation, header flip, crafted header and most crafted structures are refused
+    assert outcomes["refused"] > 600 and outcomes["loaded"] > 30, outcomes
