@@ -77,6 +77,19 @@ FUNCTIONS = {
 }
 CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 KEYWORDS = {"min", "max", "dim", "keepdim", "p", "nan", "posinf", "neginf", "shifts", "dims"}
+# Arguments that take a list of dimensions or shifts (``flip(grad, [0])``, ``sum(grad, dim=(0, 1))``):
+# there a list literal is a Python tuple of ints, not a tensor. Positions count from 0.
+_INTEGER_LIST_KEYWORDS = {"dim", "dims", "shifts"}
+_INTEGER_LIST_POSITIONS = {
+    "flip": (1,),
+    "roll": (1, 2),
+    "sum": (1,),
+    "mean": (1,),
+    "amax": (1,),
+    "amin": (1,),
+    "std": (1,),
+    "norm": (2,),
+}
 
 _BINARY = {
     ast.Add: operator.add,
@@ -117,13 +130,30 @@ class Expression:
         object.__setattr__(self, "_tree", parse(self.source))
 
     def __call__(self, grad: torch.Tensor) -> torch.Tensor:
-        """Evaluate on ``grad``; returns a tensor (a number result is broadcast to grad's shape)."""
-        result = _Interpreter(grad).visit(self._tree.body)
+        """Evaluate on ``grad``; returns a tensor (a number result is broadcast to grad's shape).
+
+        Raises:
+            ExpressionError: for every failure, naming the column of the part that failed and the
+                fix: a result larger than the cap (refused from the operands' shapes, before it is
+                computed), a number too large for a float, an index or dimension out of range, a
+                slice step that is not positive, shapes that do not broadcast, a torch function
+                that refuses its arguments.
+        """
+        result = _Interpreter(grad, self.source).visit(self._tree.body)
         if isinstance(result, torch.Tensor):
             return result
         if isinstance(result, (int, float, bool)):
-            return torch.full_like(grad, result)
-        raise ExpressionError(f"expression {self.source!r} gave a {type(result).__name__}, not a tensor")
+            try:
+                return torch.full_like(grad, result)
+            except (RuntimeError, OverflowError) as error:
+                raise ExpressionError(
+                    f"expression {self.source!r} gave the number {_short(result)}, which a {grad.dtype} "
+                    f"tensor cannot hold ({error}); keep numbers within the gradient's dtype"
+                ) from None
+        raise ExpressionError(
+            f"expression {self.source!r} gave a {type(result).__name__}, not a tensor; "
+            "write an expression over grad such as 'grad * 3'"
+        )
 
     def as_torch_code(self) -> str:
         """The same expression as plain PyTorch code over a variable named ``grad``."""
@@ -136,7 +166,8 @@ def parse(source: str) -> ast.Expression:
         raise ExpressionError(f"an edit expression must be a string, got {type(source).__name__}")
     if len(source) > MAX_SOURCE_LENGTH:
         raise ExpressionError(
-            f"expression is {len(source)} characters long; the limit is {MAX_SOURCE_LENGTH}"
+            f"expression is {len(source)} characters long; the limit is {MAX_SOURCE_LENGTH}: "
+            "write a shorter expression, or pass a callable grad -> Tensor"
         )
     try:
         tree = ast.parse(source.strip(), mode="eval")
@@ -149,21 +180,34 @@ def parse(source: str) -> ast.Expression:
         ) from None
     nodes = list(ast.walk(tree))
     if len(nodes) > MAX_NODES:
-        raise ExpressionError(f"expression has {len(nodes)} parts; the limit is {MAX_NODES}")
+        raise ExpressionError(
+            f"expression has {len(nodes)} parts; the limit is {MAX_NODES}: write a shorter expression, "
+            "or pass a callable grad -> Tensor"
+        )
     _check(tree.body, source, depth=0)
     return tree
 
 
+def _column(node: ast.AST, source: str) -> str:
+    """Where ``node`` starts in ``source`` as the user typed it (leading spaces counted)."""
+    line = getattr(node, "lineno", 1)
+    column = getattr(node, "col_offset", 0) + 1 + (len(source) - len(source.lstrip()) if line == 1 else 0)
+    return f"column {column}" if line == 1 else f"line {line}, column {column}"
+
+
 def _forbidden(node: ast.AST, source: str, what: str) -> ExpressionError:
     return ExpressionError(
-        f"{what} is not allowed in edit expressions ({source!r}); use grad, numbers, arithmetic, "
-        f"comparisons and the functions {', '.join(sorted(FUNCTIONS))}"
+        f"{what} is not allowed in edit expressions ({source!r}, at {_column(node, source)}); use grad, "
+        f"numbers, arithmetic, comparisons and the functions {', '.join(sorted(FUNCTIONS))}"
     )
 
 
 def _check(node: ast.AST, source: str, depth: int) -> None:
     if depth > MAX_DEPTH:
-        raise ExpressionError(f"expression nests deeper than {MAX_DEPTH} levels")
+        raise ExpressionError(
+            f"expression nests deeper than {MAX_DEPTH} levels (at {_column(node, source)}): "
+            "write it flatter, or pass a callable grad -> Tensor"
+        )
     match node:
         case ast.Constant(value=value):
             if isinstance(value, bool) or isinstance(value, (int, float)):
@@ -222,6 +266,11 @@ def _check_index(index: ast.AST, source: str) -> None:
             for bound in (part.lower, part.upper, part.step):
                 if bound is not None:
                     _check_integer_literal(bound, source)
+            if part.step is not None and _literal_int(part.step) <= 0:
+                raise ExpressionError(
+                    f"a slice step must be a positive integer, got {_literal_int(part.step)} in {source!r} "
+                    f"(at {_column(part.step, source)}); to reverse, use flip(grad, [0])"
+                )
         else:
             _check_integer_literal(part, source)
 
@@ -234,18 +283,36 @@ def _check_integer_literal(node: ast.AST, source: str) -> None:
 
 
 class _Interpreter:
-    """Walks a checked tree; every operation is a torch or float operation with bounded cost."""
+    """Walks a checked tree; every operation is a torch or float operation with bounded cost.
 
-    def __init__(self, grad: torch.Tensor):
-        self.grad = grad
+    The size of every tensor result is known from its operands' shapes (``torch.broadcast_shapes``,
+    https://pytorch.org/docs/stable/notes/broadcasting.html) and checked against the cap before the
+    operation runs; every failure is an ExpressionError naming the column of the part that failed.
+    """
+
+    def __init__(self, grad: torch.Tensor, source: str):
+        self.grad, self.source = grad, source
         self.max_elements = max(grad.numel() * MAX_ELEMENTS_FACTOR, MAX_LITERAL_ELEMENTS)
+
+    def error(self, node: ast.AST, problem: str, fix: str) -> ExpressionError:
+        """``problem`` at ``node``'s place in the source, and how to fix it."""
+        part = ast.get_source_segment(self.source.strip(), node) or ""
+        return ExpressionError(
+            f"{problem}, at {_column(node, self.source)} of {self.source!r} ({part}); {fix}"
+        )
 
     def visit(self, node: ast.AST):
         result = getattr(self, f"_{type(node).__name__}")(node)
         if isinstance(result, torch.Tensor) and result.numel() > self.max_elements:
-            raise ExpressionError(
+            raise self.error(
+                node,
                 f"an intermediate result has {result.numel()} elements, more than "
-                f"{MAX_ELEMENTS_FACTOR}x grad's {self.grad.numel()}; refused"
+                f"{MAX_ELEMENTS_FACTOR}x grad's {self.grad.numel()}; refused",
+                "index or reduce so that results stay at grad's size",
+            )
+        if isinstance(result, complex):
+            raise self.error(
+                node, "the result is a complex number", "keep powers of negative numbers integral"
             )
         return result
 
@@ -260,8 +327,10 @@ class _Interpreter:
         # Counted before anything is built: [grad, grad, ...] of a large grad must not get copied.
         elements = sum(v.numel() if isinstance(v, torch.Tensor) else 1 for v in values)
         if elements > MAX_LITERAL_ELEMENTS:
-            raise ExpressionError(
-                f"a list literal may hold at most {MAX_LITERAL_ELEMENTS} numbers; this one holds {elements}"
+            raise self.error(
+                node,
+                f"a list literal may hold at most {MAX_LITERAL_ELEMENTS} numbers; this one holds {elements}",
+                "use grad itself or a function of it instead of listing its values",
             )
         try:
             return torch.tensor(
@@ -269,102 +338,185 @@ class _Interpreter:
                 dtype=self.grad.dtype,
                 device=self.grad.device,
             )
-        except (TypeError, ValueError, RuntimeError) as error:
-            raise ExpressionError(f"list literal is not a rectangular list of numbers: {error}") from None
+        except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+            raise self.error(
+                node,
+                f"list literal is not a rectangular list of numbers a {self.grad.dtype} tensor holds "
+                f"({_first_line(error)})",
+                "write rows of equal length, with numbers in the gradient's range",
+            ) from None
 
     _Tuple = _List
 
     def _BinOp(self, node: ast.BinOp):
         left, right = self.visit(node.left), self.visit(node.right)
         if isinstance(node.op, ast.Pow):
-            _check_power(left, right)
-        self._check_broadcast(left, right)
-        return self._apply(_BINARY[type(node.op)], left, right)
+            self.check_power(node, left, right)
+        self.check_size(node, left, right)
+        return self.apply(node, _BINARY[type(node.op)], left, right)
 
     def _UnaryOp(self, node: ast.UnaryOp):
         operand = self.visit(node.operand)
         if isinstance(node.op, ast.Invert) and not (
             isinstance(operand, torch.Tensor) and operand.dtype == torch.bool
         ):
-            raise ExpressionError("'~' applies only to boolean tensors such as (grad > 0)")
-        return _UNARY[type(node.op)](operand)
+            raise self.error(
+                node, "'~' applies only to boolean tensors", "write it on a comparison: ~(grad > 0)"
+            )
+        try:
+            return _UNARY[type(node.op)](operand)
+        except (TypeError, RuntimeError) as error:
+            raise self.error(
+                node,
+                f"operation failed: {_first_line(error)}",
+                "negate numbers, not comparisons: ~(grad > 0)",
+            ) from None
 
     def _Compare(self, node: ast.Compare):
         left, right = self.visit(node.left), self.visit(node.comparators[0])
-        self._check_broadcast(left, right)
-        return self._apply(_COMPARE[type(node.ops[0])], left, right)
+        self.check_size(node, left, right)
+        return self.apply(node, _COMPARE[type(node.ops[0])], left, right)
 
     def _IfExp(self, node: ast.IfExp):
         test = self.visit(node.test)
         if isinstance(test, torch.Tensor):
             if test.numel() != 1:
-                raise ExpressionError(
-                    "'a if cond else b' needs a single truth value; for elementwise choice use "
-                    "where(cond, a, b)"
+                raise self.error(
+                    node,
+                    "'a if cond else b' needs a single truth value",
+                    "for elementwise choice use where(cond, a, b)",
                 )
             test = bool(test)
         return self.visit(node.body) if test else self.visit(node.orelse)
 
     def _Call(self, node: ast.Call):
-        args = [self.visit(arg) for arg in node.args]
-        kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
         name = node.func.id
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        positions = _INTEGER_LIST_POSITIONS.get(name, ())
+        args = [self.argument(arg, i in positions) for i, arg in enumerate(node.args)]
+        kwargs = {kw.arg: self.argument(kw.value, kw.arg in _INTEGER_LIST_KEYWORDS) for kw in node.keywords}
         if name == "where" and len(args) == 3:
-            args = [self._as_tensor(a) if not isinstance(a, torch.Tensor) else a for a in args]
+            args = [self.as_tensor(node, a) for a in args]
         elif name in {"maximum", "minimum"}:
-            args = [self._as_tensor(a) for a in args]
-        elif not tensors:
-            raise ExpressionError(f"{name}(...) needs a tensor argument such as grad")
+            args = [self.as_tensor(node, a) for a in args]
+        elif not any(isinstance(a, torch.Tensor) for a in args):
+            raise self.error(node, f"{name}(...) needs a tensor argument", f"pass grad, e.g. {name}(grad)")
+        # Every function here is elementwise over its broadcast tensor operands (positional, and
+        # clamp's min / max) or reduces one tensor: its result is at most as large as its operands
+        # broadcast together.
+        self.check_size(node, *args, *(kwargs[k] for k in ("min", "max") if k in kwargs))
         try:
             return FUNCTIONS[name](*args, **kwargs)
-        except (TypeError, RuntimeError, ValueError) as error:
-            raise ExpressionError(f"{name}(...) failed: {error}") from None
+        except (TypeError, RuntimeError, ValueError, IndexError, OverflowError) as error:
+            raise self.error(
+                node,
+                f"{name}(...) failed: {_first_line(error)}",
+                f"check its arguments against torch.{name} (https://pytorch.org/docs/stable/generated/"
+                f"torch.{name}.html); grad has shape {list(self.grad.shape)}",
+            ) from None
 
     def _Subscript(self, node: ast.Subscript):
         value = self.visit(node.value)
         if not isinstance(value, torch.Tensor):
-            raise ExpressionError("only tensors can be indexed")
+            raise self.error(node, "only tensors can be indexed", "index grad or a tensor made from it")
         try:
             return value[_index(node.slice)]
-        except IndexError as error:
-            raise ExpressionError(f"index out of range: {error}") from None
+        except (IndexError, ValueError, TypeError, RuntimeError, OverflowError) as error:
+            raise self.error(
+                node,
+                f"index out of range for shape {list(value.shape)}: {_first_line(error)}",
+                "index within the shape (negative indices count from the end)",
+            ) from None
 
-    def _as_tensor(self, value):
+    def argument(self, node: ast.AST, integers: bool):
+        """A call's argument; a list literal where the function takes dimensions is a tuple of ints."""
+        if not (integers and isinstance(node, (ast.List, ast.Tuple))):
+            return self.visit(node)
+        values = [self.visit(element) for element in node.elts]
+        if not all(type(v) is int for v in values):
+            raise self.error(node, "a list of dimensions must hold integers", "write e.g. [0] or (0, 1)")
+        return tuple(values)
+
+    def as_tensor(self, node: ast.AST, value) -> torch.Tensor:
         if isinstance(value, torch.Tensor):
             return value
-        return torch.tensor(value, dtype=self.grad.dtype, device=self.grad.device)
+        try:
+            return torch.tensor(value, dtype=self.grad.dtype, device=self.grad.device)
+        except (TypeError, RuntimeError, OverflowError) as error:
+            raise self.error(
+                node,
+                f"the number {_short(value)} does not fit a {self.grad.dtype} tensor ({_first_line(error)})",
+                "keep numbers within the gradient's dtype",
+            ) from None
 
-    def _check_broadcast(self, left, right) -> None:
-        if isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor):
-            try:
-                shape = torch.broadcast_shapes(left.shape, right.shape)
-            except RuntimeError as error:
-                raise ExpressionError(f"shapes do not broadcast: {error}") from None
-            if math.prod(shape) > self.max_elements:
-                raise ExpressionError(
-                    f"broadcasting {list(left.shape)} with {list(right.shape)} gives "
-                    f"{math.prod(shape)} elements, more than {MAX_ELEMENTS_FACTOR}x grad's; refused"
+    def check_size(self, node: ast.AST, *operands) -> None:
+        """Refuse, before computing, a result larger than the cap, from the operands' shapes."""
+        shapes = [o.shape for o in operands if isinstance(o, torch.Tensor)]
+        if len(shapes) < 2:
+            return
+        shown = [str(list(s)) for s in shapes]
+        try:
+            shape = torch.broadcast_shapes(*shapes)
+        except RuntimeError as error:
+            raise self.error(
+                node,
+                f"shapes {' and '.join(shown)} do not broadcast ({_first_line(error)})",
+                "index so that the shapes match (https://pytorch.org/docs/stable/notes/broadcasting.html)",
+            ) from None
+        if math.prod(shape) > self.max_elements:
+            raise self.error(
+                node,
+                f"broadcasting {' with '.join(shown)} gives {math.prod(shape)} elements, "
+                f"more than {MAX_ELEMENTS_FACTOR}x grad's {self.grad.numel()}; refused",
+                "index so that the shapes match, e.g. grad[:, 0:1] with grad[:, 1:2], not grad[:, 0] with "
+                "grad[:, 0:1]",
+            )
+
+    def check_power(self, node: ast.BinOp, base, exponent) -> None:
+        if isinstance(exponent, torch.Tensor):
+            raise self.error(node, "a power's exponent must be a number, not a tensor", "write grad ** 2")
+        if abs(exponent) > MAX_EXPONENT:
+            raise self.error(
+                node,
+                f"exponent {exponent} is larger than {MAX_EXPONENT} in magnitude; refused",
+                f"use an exponent between -{MAX_EXPONENT} and {MAX_EXPONENT}",
+            )
+        if not isinstance(base, torch.Tensor) and isinstance(base, int) and isinstance(exponent, int):
+            if abs(base) > 2**64:
+                raise self.error(
+                    node, "integer power of a huge number refused", "use a float, e.g. 1e20 ** 2"
                 )
 
-    @staticmethod
-    def _apply(function, left, right):
+    def apply(self, node: ast.AST, function, left, right):
         try:
             return function(left, right)
         except ZeroDivisionError:
-            raise ExpressionError("division by zero between two numbers") from None
-        except (TypeError, RuntimeError) as error:
-            raise ExpressionError(f"operation failed: {error}") from None
+            raise self.error(
+                node, "division by zero between two numbers", "divide by a non-zero number"
+            ) from None
+        except OverflowError:
+            raise self.error(
+                node,
+                "a number is too large for a float",
+                "keep numbers below 1.8e308 (float64's largest), or use inf",
+            ) from None
+        except (TypeError, RuntimeError, ValueError) as error:
+            raise self.error(
+                node,
+                f"operation failed: {_first_line(error)}",
+                f"combine tensors whose shapes broadcast with grad's {list(self.grad.shape)}, and numbers "
+                "within the gradient's dtype",
+            ) from None
 
 
-def _check_power(base, exponent) -> None:
-    if isinstance(exponent, torch.Tensor):
-        raise ExpressionError("a power's exponent must be a number, not a tensor")
-    if abs(exponent) > MAX_EXPONENT:
-        raise ExpressionError(f"exponent {exponent} is larger than {MAX_EXPONENT} in magnitude; refused")
-    if not isinstance(base, torch.Tensor) and isinstance(base, int) and isinstance(exponent, int):
-        if abs(base) > 2**64:
-            raise ExpressionError("integer power of a huge number refused")
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _short(number) -> str:
+    """A number for a message: a huge integer by its digit count, not its digits."""
+    if isinstance(number, int) and number.bit_length() > 100:
+        return f"of {number.bit_length()} bits"
+    return repr(number)
 
 
 def _index(node: ast.AST):
@@ -385,7 +537,16 @@ class _ToTorch(ast.NodeTransformer):
     """Rewrites names of whitelisted functions and constants to ``torch.`` / ``math.`` ones."""
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
+        positions = _INTEGER_LIST_POSITIONS.get(node.func.id, ())
+        node.args = [
+            arg if i in positions and isinstance(arg, (ast.List, ast.Tuple)) else self.visit(arg)
+            for i, arg in enumerate(node.args)
+        ]
+        for keyword in node.keywords:
+            if not (
+                keyword.arg in _INTEGER_LIST_KEYWORDS and isinstance(keyword.value, (ast.List, ast.Tuple))
+            ):
+                keyword.value = self.visit(keyword.value)
         node.func = ast.Attribute(value=ast.Name("torch", ast.Load()), attr=node.func.id, ctx=ast.Load())
         return node
 
