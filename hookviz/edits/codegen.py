@@ -4,6 +4,12 @@ The code defines ``install_edits(model, **inputs) -> list[RemovableHandle]``, to
 forward pass, and, when an edit sits on a node made by the loss function, ``install_loss_edits(loss)``,
 to call before ``loss.backward()``. Nodes are reached the way a user would: from the output of the
 module that made them, through ``grad_fn.next_functions``.
+
+Text that comes from a run (an edit's source, node ids, op names; a loaded file may hold any string
+the schema lets through) enters the code only as ``repr``-quoted strings, or in comments as it is
+when every character is printable and else ``repr``-quoted, so no newline in it can end a comment
+and start a live line. Live code is only what hookviz writes:
+an expression's ``as_torch_code()`` (re-printed from its parsed tree, one line) and identifiers.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from collections import deque
 
 from hookviz.data.run import Run
 from hookviz.edits.edit import Edit
+from hookviz.edits.expression import Expression
+from hookviz.errors import ExpressionError
 from hookviz.record.graph import LOSS_MODULE
 
 
@@ -64,12 +72,46 @@ def _module_expression(name: str) -> str:
     return "model" if name == "" else f"model.get_submodule({name!r})"
 
 
+def _comment(text: str) -> str:
+    """``text`` for a comment: as it is when it is one printable line, else ``repr``-quoted (newlines
+    and other line breaks escaped)."""
+    return text if text.isprintable() else repr(text)
+
+
+def _recorded_source(edit: Edit) -> str | None:
+    """For an edit loaded from a file (its transform only raises), the expression it recorded, or
+    None when it recorded a callable's name (see hookviz.files.saving)."""
+    source = getattr(edit.transform, "recorded_source", None)
+    if source is None:
+        return None
+    try:
+        Expression(source)
+    except ExpressionError:
+        return None
+    return source
+
+
+def _code(edit: Edit) -> str:
+    """The edit as a Python expression over ``grad``."""
+    source = _recorded_source(edit)
+    return Expression(source).as_torch_code() if source is not None else edit.code()
+
+
+def _callable_source(edit: Edit) -> str | None:
+    """Source defining ``transform_<id>`` for a callable edit; a placeholder for one loaded from a file."""
+    if _recorded_source(edit) is not None:
+        return None
+    if hasattr(edit.transform, "recorded_source"):
+        return f"transform_{edit.id} = ...  # your callable {edit.source!r}: define it here (grad -> Tensor)"
+    return edit.callable_source()
+
+
 def _slot_function(name: str, edits: list[Edit], argument: str, signature: str, returns: str) -> list[str]:
     lines = [f"def {name}({signature}):", f"    {argument} = list({argument})"]
     for edit in edits:
         lines += [
-            f"    grad = {argument}[{edit.slot.index}]  # {edit.id}: {edit.source}",
-            f"    {argument}[{edit.slot.index}] = {edit.code()}",
+            f"    grad = {argument}[{edit.slot.index}]  # {edit.id}: {_comment(edit.source)}",
+            f"    {argument}[{edit.slot.index}] = {_code(edit)}",
         ]
     lines.append(f"    return {returns}")
     return lines
@@ -99,7 +141,7 @@ def edits_as_code(run: Run | None, edits=None) -> str:
     loss_body: list[str] = []
     input_names: list[str] = []
     for edit in edits:
-        source = edit.callable_source()
+        source = _callable_source(edit)
         if source:
             helpers += [source, ""]
     by_site: dict[tuple, list[Edit]] = {}
@@ -125,7 +167,7 @@ def edits_as_code(run: Run | None, edits=None) -> str:
         node = run.nodes[target]
         if node.kind != "op":
             helpers += [f"def {fn}(grad):"]
-            helpers += [f"    grad = {e.code()}  # {e.id}: {e.source}" for e in site_edits] + [
+            helpers += [f"    grad = {_code(e)}  # {e.id}: {_comment(e.source)}" for e in site_edits] + [
                 "    return grad",
                 "",
             ]
@@ -148,18 +190,23 @@ def edits_as_code(run: Run | None, edits=None) -> str:
         helpers.append("")
         if node.module == LOSS_MODULE:
             path = _path(run, run.root, target)
-            loss_body.append(f"_node(loss.grad_fn, 0{path}).{register}  # {target} ({node.op})")
+            loss_body.append(
+                f"_node(loss.grad_fn, 0{path}).{register}  # {_comment(target)} ({_comment(node.op)})"
+            )
             continue
         call = run.module_io(node.module, node.module_call)
         path = _path(run, call.output_node, target) if call.output_node else None
         if path is None:
             path = _path(run, run.root, target)
-            loss_body.append(f"_node(loss.grad_fn, 0{path}).{register}  # {target} ({node.op})")
+            loss_body.append(
+                f"_node(loss.grad_fn, 0{path}).{register}  # {_comment(target)} ({_comment(node.op)})"
+            )
             continue
         hook = f"_install_{fn}"
         helpers += [
             f"def {hook}(module, args, output):",
-            f"    # {target} ({node.op}) is reached from the output of module {node.module or '<root>'!r}",
+            f"    # {_comment(target)} ({_comment(node.op)}) is reached from the output of module "
+            f"{node.module or '<root>'!r}",
             "    first = _first_tensor(output)",
             f"    _node(first.grad_fn, first.output_nr{path}).{register}",
             "",
@@ -181,7 +228,7 @@ def edits_as_code(run: Run | None, edits=None) -> str:
             *[f"    {line}" for line in loss_body],
             "",
         ]
-    usage = ", ".join(f"{n}={n}" for n in dict.fromkeys(input_names))
+    usage = ", ".join(f"{n}={n}" if n.isidentifier() else _comment(n) for n in dict.fromkeys(input_names))
     lines += [
         "# Usage:",
         f"#   handles = install_edits(model{', ' + usage if usage else ''})",

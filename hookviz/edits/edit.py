@@ -177,7 +177,7 @@ class Edit:
             )
             if len(lambdas) == 1:
                 return f"{name} = {ast.get_source_segment(source, lambdas[0])}"
-            return f"{name} = ...  # your lambda: {source.strip()}"
+            return f"{name} = ...  # your lambda: {source.strip()!r}"
         return f"{source.rstrip()}\n{name} = {self.transform.__name__}"
 
     def __repr__(self) -> str:

@@ -51,12 +51,16 @@ class FileFormatError(HookvizError):
 
 
 def _loaded_transform(source: str):
+    """An edit's transform as loaded: it raises when called; ``recorded_source`` keeps the edit's text
+    (checked by :func:`hookviz.edits.edit.check_source`) for ``edits_as_code``."""
+
     def transform(grad):
         raise HookvizError(
             f"the edit {source!r} was loaded from a file: it is a record of what ran, not code; "
             "to run it again, add it to a Session with session.edit(target, slot, transform)"
         )
 
+    transform.recorded_source = source
     return transform
 
 
