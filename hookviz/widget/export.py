@@ -134,6 +134,17 @@ def inspectors_json(widget) -> dict:
     return out
 
 
+# In JSON, these three characters occur only inside strings, where \uXXXX stands for them: escaped
+# so, no text in the state (a module named "</script>" or "<!--<script>") can close the page's
+# <script> element or open a comment in it (https://html.spec.whatwg.org/#restrictions-for-contents-of-script-elements).
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def _script_json(state: dict) -> str:
+    """``state`` as JSON that is safe inside an HTML ``<script>`` element: no ``<``, ``>`` or ``&``."""
+    return json.dumps(state, allow_nan=False, separators=(",", ":")).translate(_SCRIPT_ESCAPES)
+
+
 def save_html(widget, path, title: str = "hookviz") -> Path:
     """Write ``widget``'s current view to one HTML file; returns its path.
 
@@ -148,7 +159,7 @@ def save_html(widget, path, title: str = "hookviz") -> Path:
     state["__first_collapsed"] = default_collapsed(widget.graph, widget.visible_budget)
     state["__tree_collapsed"] = tree_collapsed(widget.graph.get("groups", []))
     state["__inspectors"] = inspectors_json(widget)
-    text = json.dumps(state, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+    text = _script_json(state)
     esm = base64.b64encode((Path(widget_data.__file__).parent / "static" / "widget.js").read_bytes())
     page = _PAGE.format(title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=_SHIM)
     target = Path(path)
