@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import random
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from hookviz.edits.expression import FUNCTIONS, Expression, parse
+from hookviz.edits.expression import FUNCTIONS, Expression, broadcast_shape, parse
 from hookviz.errors import ExpressionError
 
 GRAD = torch.tensor([8.0, -6.0])
@@ -218,3 +219,23 @@ def test_a_systematic_sweep_raises_only_expression_errors():
             outcomes["tensor"] += 1
     assert sum(outcomes.values()) == len(grads) * len(sources) > 10000
     assert outcomes["refused"] > 1000 and outcomes["tensor"] > 1000, outcomes
+
+
+def test_broadcast_shape_is_torchs_rule():
+    rng = random.Random(4)
+    compared = refused = 0
+    for _ in range(3000):
+        shapes = [
+            tuple(rng.choice([0, 1, 1, 2, 3]) for _ in range(rng.randrange(4)))
+            for _ in range(rng.randint(1, 3))
+        ]
+        try:
+            expected = tuple(torch.broadcast_shapes(*shapes))
+        except RuntimeError:
+            with pytest.raises(ValueError, match="sizes .* at dimension -"):
+                broadcast_shape(*shapes)
+            refused += 1
+            continue
+        assert broadcast_shape(*shapes) == expected, shapes
+        compared += 1
+    assert compared + refused == 3000 and compared > 500 and refused > 500

@@ -285,7 +285,7 @@ def _check_integer_literal(node: ast.AST, source: str) -> None:
 class _Interpreter:
     """Walks a checked tree; every operation is a torch or float operation with bounded cost.
 
-    The size of every tensor result is known from its operands' shapes (``torch.broadcast_shapes``,
+    The size of every tensor result is known from its operands' shapes (:func:`broadcast_shape`, the rule of
     https://pytorch.org/docs/stable/notes/broadcasting.html) and checked against the cap before the
     operation runs; every failure is an ExpressionError naming the column of the part that failed.
     """
@@ -455,11 +455,11 @@ class _Interpreter:
             return
         shown = [str(list(s)) for s in shapes]
         try:
-            shape = torch.broadcast_shapes(*shapes)
-        except RuntimeError as error:
+            shape = broadcast_shape(*shapes)
+        except ValueError as error:
             raise self.error(
                 node,
-                f"shapes {' and '.join(shown)} do not broadcast ({_first_line(error)})",
+                f"shapes {' and '.join(shown)} do not broadcast ({error})",
                 "index so that the shapes match (https://pytorch.org/docs/stable/notes/broadcasting.html)",
             ) from None
         if math.prod(shape) > self.max_elements:
@@ -506,6 +506,24 @@ class _Interpreter:
                 f"combine tensors whose shapes broadcast with grad's {list(self.grad.shape)}, and numbers "
                 "within the gradient's dtype",
             ) from None
+
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape that tensors of ``shapes`` broadcast to, as ``torch.broadcast_shapes`` gives it
+    (https://pytorch.org/docs/stable/notes/broadcasting.html: align from the last dimension; sizes
+    must be equal or 1), in plain Python: ``torch.broadcast_shapes`` imports ``torch._refs`` on its first
+    call, which costs more than the refusal this check exists for.
+
+    Raises:
+        ValueError: two sizes of one dimension differ and neither is 1, naming the dimension.
+    """
+    result: list[int] = []
+    for dimension in range(1, max(len(shape) for shape in shapes) + 1):
+        sizes = {shape[-dimension] for shape in shapes if len(shape) >= dimension} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"sizes {sorted(sizes)} at dimension -{dimension}")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(reversed(result))
 
 
 def _first_line(error: Exception) -> str:
