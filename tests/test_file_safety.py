@@ -192,6 +192,8 @@ def test_the_schema_is_the_records_fields():
             compared += 1
     assert compared == sum(len(f) for _, f in schema.RECORDS.values()) > 100
     assert set(schema.KINDS.values()) <= set(schema.RECORDS)
+    for version in schema.READABLE:  # every type parses, and every record it names is listed
+        assert set(saving._schema(version).classes) == set(schema.RECORDS)
 
 
 def test_a_huge_file_that_is_not_hookviz_is_refused_after_its_first_bytes(tmp_path):

@@ -117,6 +117,21 @@ class _Schema:
             self.fields[name] = {
                 field: _compile(ast.parse(kind, mode="eval").body) for field, kind in fields.items()
             }
+        named = {n for kinds in self.fields.values() for kind in kinds.values() for n in _records_in(kind)}
+        unlisted = sorted(named - set(self.classes))
+        if unlisted:
+            raise ValueError(f"hookviz.files.schema names record types it does not list: {unlisted}")
+
+
+def _records_in(kind: tuple):
+    """The record type names a compiled type refers to."""
+    if kind[0] == "record":
+        yield kind[1]
+    elif kind[0] in ("union", "fixed"):
+        for alternative in kind[1]:
+            yield from _records_in(alternative)
+    elif kind[0] in ("sequence", "dict"):
+        yield from _records_in(kind[1])
 
 
 _SCHEMAS: dict[str, _Schema] = {}

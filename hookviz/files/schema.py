@@ -12,8 +12,7 @@ ever looked up. Field types use the notation of the dataclasses' annotations:
 * ``EditSource``: an edit's text, which must parse as an expression of
   :mod:`hookviz.edits.expression` or be a callable's name; ``Identifier``: a Python identifier (an
   edit id, written into generated code as part of a function name);
-* ``Plain``: a JSON-like value (None, bool, int, float, str, and lists, tuples and string-keyed dicts
-  of them, nested at most :data:`PLAIN_DEPTH` deep); ``Graph``: version 1's networkx graph.
+* ``Graph``: version 1's networkx graph, read as the edges ``(producer, consumer, slot)`` it held.
 
 Records are the dataclasses named by ``(module, class)``; the modules are imported when a file is
 saved or read, not when this one is (``hookviz.data.run`` imports the files layer to save).
@@ -28,7 +27,6 @@ from __future__ import annotations
 
 VERSION = 2
 READABLE = ("1", "2")
-PLAIN_DEPTH = 16
 
 # The object at the top of a file, by the kind its header says.
 KINDS = {"run": "Run", "watch": "RankHistory"}
