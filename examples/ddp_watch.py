@@ -64,7 +64,7 @@ def train(options: argparse.Namespace) -> None:
         for finding in history.diagnose():
             print(f"[{finding.kind}] {finding.message}")
     if rank == options.bad_rank:
-        path = run.save(options.out.with_name(f"{options.out.stem}_rank{rank}_run"))
+        path = hookviz.save(run, options.out.with_name(f"{options.out.stem}_rank{rank}_run"))
         local = run.leaf_grad("0.weight", local=True).norm().item()
         reduced = run.leaf_grad("0.weight").norm().item()
         print(

@@ -6,6 +6,7 @@ backward; ``hookviz.show(...)`` draws it all as a widget in Jupyter.
 """
 
 from hookviz.analysis.diagnose import Finding, diagnose
+from hookviz.analysis.explain import explain
 from hookviz.data.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
 from hookviz.edits.edit import Edit
 from hookviz.errors import (
@@ -20,7 +21,7 @@ from hookviz.errors import (
     UnsupportedError,
     WatchError,
 )
-from hookviz.files.saving import FileFormatError, load
+from hookviz.files.saving import FileFormatError, load, save
 from hookviz.record.devices import devices
 from hookviz.record.session import Session
 from hookviz.stats.engine import TensorRecord
@@ -51,6 +52,8 @@ __all__ = [
     "Widget",
     "Finding",
     "diagnose",
+    "explain",
+    "save",
     "Watch",
     "WatchError",
     "watch",

@@ -44,7 +44,7 @@ def test_deep_sigmoid_mlp_vanishes():
     model = sigmoid_mlp(depth=20, width=256, inputs=64, classes=10)
     loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
     run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
-    findings = run.diagnose(model=model)
+    findings = hookviz.diagnose(run, model=model)
     grads = plain_grads(model, x, loss_fn)
     nearest = layer_norm(grads, "38")
     expected = [m for m in (str(i) for i in range(0, 39, 2)) if layer_norm(grads, m) < 1e-3 * nearest]
@@ -57,7 +57,7 @@ def test_deep_sigmoid_mlp_vanishes():
     assert first.value == pytest.approx(layer_norm(grads, "0") / nearest, rel=1e-5)
     assert "module '0' (Linear)" in first.message and "module '38'" in first.message
     # the same run with a looser threshold reports fewer layers
-    assert len(run.diagnose(vanishing=1e-9)) < len(vanishing)
+    assert len(hookviz.diagnose(run, vanishing=1e-9)) < len(vanishing)
 
 
 def test_gradient_stats_match_plain_pytorch():
@@ -94,7 +94,7 @@ def test_badly_initialised_deep_net_explodes():
         for parameter in model.parameters():
             parameter.mul_(10)
     loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
-    findings = hookviz.Session(model, (x,), loss_fn=loss_fn).run().diagnose(model=model)
+    findings = hookviz.diagnose(hookviz.Session(model, (x,), loss_fn=loss_fn).run(), model=model)
     grads = plain_grads(model, x, loss_fn)
     exploding = {f.module: f.value for f in findings if f.kind == "exploding"}
     expected = {m: layer_norm(grads, m) for m in (str(i) for i in range(0, 23, 2))}
@@ -111,7 +111,7 @@ def test_relu_with_large_negative_bias_is_dead():
     with torch.no_grad():
         model[0].bias.fill_(-100)
     loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
-    findings = hookviz.Session(model, (x,), loss_fn=loss_fn).run().diagnose(model=model)
+    findings = hookviz.diagnose(hookviz.Session(model, (x,), loss_fn=loss_fn).run(), model=model)
     relu_out = model[1](model[0](x))
     grads = plain_grads(model, x, loss_fn)
     dead = {f.module: f for f in findings if f.kind == "dead"}
@@ -137,7 +137,7 @@ def test_large_weights_saturate_sigmoids(full_tensor_limit):
             parameter.mul_(100)
     loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
     run = hookviz.Session(model, (x,), loss_fn=loss_fn, full_tensor_limit=full_tensor_limit).run()
-    saturated = {f.module: f.value for f in run.diagnose(model=model) if f.kind == "saturated"}
+    saturated = {f.module: f.value for f in hookviz.diagnose(run, model=model) if f.kind == "saturated"}
     h = x
     for i, layer in enumerate(model):
         h = layer(h)
@@ -157,9 +157,9 @@ def test_healthy_models_have_no_findings(canonical):
         nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.LayerNorm(64), nn.ReLU(), nn.Linear(64, 10)
     )
     run = hookviz.Session(model, (x,), loss_fn=lambda out: F.cross_entropy(out, y)).run()
-    assert run.diagnose() == [] and run.diagnose(model=model) == []
+    assert hookviz.diagnose(run) == [] and hookviz.diagnose(run, model=model) == []
     session = canonical[0]
-    assert session.run().diagnose() == []
+    assert hookviz.diagnose(session.run()) == []
 
 
 class LogOfReLU(nn.Module):
@@ -183,7 +183,7 @@ def test_nan_origin_is_log_of_zero_in_backward():
     torch.manual_seed(0)
     model, x = LogOfReLU(masked=True), torch.randn(8, 4)
     run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
-    findings = [f for f in run.diagnose() if f.kind == "nan"]
+    findings = [f for f in hookviz.diagnose(run) if f.kind == "nan"]
     backward = next(f for f in findings if "in backward" in f.message)
     h = model.act(model.fc(x))
     zeros = int((h == 0).sum())
@@ -206,7 +206,7 @@ def test_nan_from_forward_names_the_forward_op_and_its_input():
     model, x = LogOfReLU(masked=False), torch.randn(8, 4)
     run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).mean()).run()
     assert math.isnan(run.loss.item()) or math.isinf(run.loss.item())
-    findings = [f for f in run.diagnose() if f.kind == "nan"]
+    findings = [f for f in hookviz.diagnose(run) if f.kind == "nan"]
     forward = findings[0]
     assert forward.node == "LogBackward0_0" and "in forward" in forward.message
     assert forward.value == int((model.act(model.fc(x)) == 0).sum())
@@ -217,7 +217,9 @@ def test_nan_from_forward_names_the_forward_op_and_its_input():
 def test_nonfinite_everywhere_is_a_finding_not_a_crash():
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
     x = torch.full((3, 4), math.nan)
-    findings = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run().diagnose(model=model)
+    findings = hookviz.diagnose(
+        hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run(), model=model
+    )
     assert findings[0].kind == "nan" and "input 'input'" in findings[0].message
     assert findings[0].value == 12
 
@@ -227,7 +229,7 @@ def test_bad_thresholds_are_clear_errors():
     model = sigmoid_mlp(depth=3, width=8, inputs=8, classes=3)
     run = hookviz.Session(model, (x,), loss_fn=lambda out: F.cross_entropy(out, y)).run()
     with pytest.raises(hookviz.HookvizError, match="unknown threshold.*'vanish'.*vanishing=0.001"):
-        run.diagnose(vanish=1e-3)
+        hookviz.diagnose(run, vanish=1e-3)
     with pytest.raises(hookviz.HookvizError, match="dead=2 is a fraction"):
         diagnose(run, dead=2)
     with pytest.raises(hookviz.HookvizError, match="positive number"):

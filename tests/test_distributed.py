@@ -361,7 +361,7 @@ def _run_of_last_batch(rank, device, directory):
     x, y = batch(rank, 0, device)
     run = hookviz.Session(model, (x,), loss_fn=lambda out: F.cross_entropy(out, y)).run()
     if rank == 0:
-        run.save(os.path.join(directory, "run"))
+        hookviz.save(run, os.path.join(directory, "run"))
 
 
 def test_cross_rank_diagnosis_names_the_rank_and_step(tmp_path):

@@ -33,7 +33,7 @@ def good_file(tmp_path_factory) -> Path:
     x, y, z, target = canonical_inputs()
     session = hookviz.Session(Canonical(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target))
     session.edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
-    return session.run().save(tmp_path_factory.mktemp("good") / "good")
+    return hookviz.save(session.run(), tmp_path_factory.mktemp("good") / "good")
 
 
 def plain_edited_grads() -> dict[str, torch.Tensor]:

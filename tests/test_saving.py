@@ -68,7 +68,7 @@ def test_run_round_trip_is_exact(tmp_path, canonical):
     session, model, _, _ = canonical
     session.edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
     run = session.run()
-    path = run.save(tmp_path / "canonical")
+    path = hookviz.save(run, tmp_path / "canonical")
     assert path.name == "canonical.hookviz" and path.exists()
     loaded = hookviz.load(path)
     assert isinstance(loaded, hookviz.Run) and loaded.model is None
@@ -91,7 +91,7 @@ def test_large_run_with_histograms_nan_and_dtypes_round_trips(tmp_path):
     run = hookviz.Session(
         model, (tokens,), loss_fn=lambda out: next_token_loss(out, tokens), full_tensor_limit=64
     ).run()
-    loaded = load(run.save(tmp_path / "gpt.hookviz"))
+    loaded = load(hookviz.save(run, tmp_path / "gpt.hookviz"))
     assert_same(run, loaded, "run")
     assert any(r.histogram is not None for n in loaded.nodes.values() for r in n.grad_inputs if r is not None)
     # NaN and Inf in statistics, values and gradients; half precision and integer tensors
@@ -99,12 +99,12 @@ def test_large_run_with_histograms_nan_and_dtypes_round_trips(tmp_path):
     x = torch.full((2, 4), math.nan)
     nan_run = hookviz.Session(mlp, (x,), loss_fn=lambda out: out.sum()).run()
     assert math.isnan(nan_run.leaf_grad("0.weight")[0, 0])
-    assert_same(nan_run, load(nan_run.save(tmp_path / "nan")), "nan run")
+    assert_same(nan_run, load(hookviz.save(nan_run, tmp_path / "nan")), "nan run")
     half = nn.Linear(3, 2).to(torch.bfloat16)
     half_run = hookviz.Session(
         half, (torch.ones(1, 3, dtype=torch.bfloat16),), loss_fn=lambda o: o.float().sum()
     ).run()
-    loaded_half = load(half_run.save(tmp_path / "half"))
+    loaded_half = load(hookviz.save(half_run, tmp_path / "half"))
     assert loaded_half.leaf_grad("weight").dtype == torch.bfloat16
     assert_same(half_run, loaded_half, "bfloat16 run")
 
@@ -154,7 +154,7 @@ def test_pickle_files_are_refused_never_unpickled(tmp_path):
 
 def test_truncated_corrupt_and_foreign_files_get_clear_errors(tmp_path, canonical):
     session, *_ = canonical
-    good = session.run().save(tmp_path / "good").read_bytes()
+    good = hookviz.save(session.run(), tmp_path / "good").read_bytes()
     cases = {
         "empty": (b"", "truncated"),
         "short": (good[:5], "truncated"),
@@ -197,7 +197,7 @@ def test_a_version_1_file_with_a_networkx_graph_still_opens(tmp_path, canonical)
     """Version 1 stored a Run's networkx graph; version 2 stores its edges (the graph is derived)."""
     session, *_ = canonical
     run = session.run()
-    data = run.save(tmp_path / "new").read_bytes()
+    data = hookviz.save(run, tmp_path / "new").read_bytes()
     (length,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + length])
     tensors = safetensors.torch.load(data)
@@ -249,7 +249,7 @@ def test_saving_something_else_is_a_clear_error(tmp_path):
 def test_a_loaded_run_opens_read_only_in_the_widget(tmp_path, canonical):
     session, *_ = canonical
     live = hookviz.Widget(session)
-    loaded = hookviz.show(hookviz.load(session.last_run.save(tmp_path / "run")))
+    loaded = hookviz.show(hookviz.load(hookviz.save(session.last_run, tmp_path / "run")))
     assert live.read_only == "" and loaded.read_only.startswith("read-only: this run was opened from a file")
     # what the page shows of the run is the same as live: graph, leaves, replay, chart, diagnosis
     for trait in ("graph", "leaf_summary", "replay", "chart", "diagnosis", "log"):
@@ -271,8 +271,8 @@ def test_two_loaded_runs_compare_in_the_widget_as_live_ones(tmp_path, canonical)
     live = hookviz.Widget(session)
     live.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
     assert live.rerun()
-    before = hookviz.load(session.baseline.save(tmp_path / "before"))
-    after = hookviz.load(session.last_run.save(tmp_path / "after"))
+    before = hookviz.load(hookviz.save(session.baseline, tmp_path / "before"))
+    after = hookviz.load(hookviz.save(session.last_run, tmp_path / "after"))
     loaded = hookviz.show(after, before)
     assert {**loaded.graph, "run": 0} == {**live.graph, "run": 0}  # "run" counts the widget's runs
     for trait in ("leaf_summary", "chart", "edits"):
@@ -290,6 +290,6 @@ def test_a_one_process_history_opens_on_its_one_rank(tmp_path):
             F.cross_entropy(model(data), labels).backward()
     run = hookviz.Session(model, (data,), loss_fn=lambda out: F.cross_entropy(out, labels)).run()
     history = hookviz.load(from_watch(watch).save(tmp_path / "history"))
-    widget = hookviz.show(history, hookviz.load(run.save(tmp_path / "run")))
+    widget = hookviz.show(history, hookviz.load(hookviz.save(run, tmp_path / "run")))
     assert widget.watch_view["rank"] == 0 and widget.watch_view["reduced"] is False
     assert widget.watch_view["norms"] == {n: json_float(v) for n, v in watch.norms(watch.steps[-1]).items()}

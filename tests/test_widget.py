@@ -593,7 +593,7 @@ def findings_as_json(findings):
 
 
 def test_canonical_example_has_no_diagnosis_banner(widget):
-    assert widget.run.diagnose() == []
+    assert hookviz.diagnose(widget.run) == []
     assert widget.diagnosis == {
         "source": "run",
         "step": None,
@@ -745,7 +745,7 @@ def test_vanishing_gradients_are_diagnosed_and_a_click_selects_the_layer():
     model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
     x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
     widget = hookviz_widget.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
-    expected = widget.run.diagnose()
+    expected = hookviz.diagnose(widget.run)
     assert expected and {f.kind for f in expected} == {"vanishing"}
     diagnosis = widget.diagnosis
     assert diagnosis["source"] == "run" and diagnosis["error"] is None
@@ -778,7 +778,7 @@ def test_nan_origin_is_diagnosed_at_the_log():
     torch.manual_seed(0)
     widget = hookviz_widget.show(LogOfRelu(), (torch.randn(8, 4),))
     findings = widget.diagnosis["findings"]
-    assert findings == findings_as_json(widget.run.diagnose())
+    assert findings == findings_as_json(hookviz.diagnose(widget.run))
     assert widget.diagnosis["counts"]["nan"] >= 1
     backward = next(f for f in findings if "in backward" in f["message"])
     assert backward["kind"] == "nan" and backward["node"] == "LogBackward0_0"
@@ -810,7 +810,7 @@ def test_diagnosis_follows_every_rerun(widget):
     assert widget.rerun()
     findings = widget.diagnosis["findings"]
     # The baseline had no finding: each one now is the edit's doing, and says so.
-    assert findings == [{**f, "from_edit": True} for f in findings_as_json(widget.run.diagnose())]
+    assert findings == [{**f, "from_edit": True} for f in findings_as_json(hookviz.diagnose(widget.run))]
     assert any(f["kind"] == "nan" and f["node"] == "SubBackward0_0" for f in findings)
     assert widget.diagnosis["counts"]["nan"] == sum(f["kind"] == "nan" for f in findings)
     widget.reset_edits()

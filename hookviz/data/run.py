@@ -11,16 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
 import networkx as nx
 import torch
 
-from hookviz.analysis.diagnose import diagnose
-from hookviz.analysis.explain import explain
 from hookviz.data.deferred import Deferrable, deferrable
 from hookviz.errors import TargetError, unknown_name
-from hookviz.files.saving import save
 from hookviz.stats.engine import TensorRecord, combined_norm, same_values
 
 
@@ -370,11 +366,6 @@ class Run(Deferrable):
             raise TargetError(unknown_name("leaf", name, list(grads)))
         return grads[name]
 
-    def save(self, path) -> Path:
-        """Write this run to a ``.hookviz`` file (safetensors + JSON, never pickle); open it with
-        :func:`hookviz.load`. See :func:`hookviz.files.saving.save` for the format and errors."""
-        return save(self, path)
-
     @property
     def modules(self) -> list[str]:
         """Qualified names of the modules that ran, in first-call order ("" = root)."""
@@ -411,17 +402,6 @@ class Run(Deferrable):
         """The hook calls (user hooks and edits) that fired at ``node_id``, in order."""
         self.node(node_id)
         return [h for h in self.hook_calls if h.node == node_id]
-
-    def explain(self, target: str) -> str:
-        """Why a hook at ``target`` (module name, node id or leaf name) fires or not, in plain words:
-        see :func:`hookviz.analysis.explain.explain`. Raises TargetError for an unknown target."""
-        return explain(self, target)
-
-    def diagnose(self, **thresholds) -> list:
-        """Findings about this run in plain words (vanishing, exploding, dead, saturated, NaN/Inf
-        origin); an empty list for a healthy run. Parameter norms come from :attr:`model`;
-        thresholds and their defaults: see :func:`hookviz.analysis.diagnose.diagnose`."""
-        return diagnose(self, **thresholds)
 
     def print_log(self) -> None:
         """Print what the user's hooks printed during this run, prefixed by hook and place."""

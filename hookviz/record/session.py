@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from hookviz.analysis.explain import explain
 from hookviz.data.run import Run
 from hookviz.edits.codegen import edits_as_code
 from hookviz.edits.edit import Edit
@@ -412,7 +413,7 @@ class Session:
         if not call.full_hook_fires:
             raise EditError(
                 f"PyTorch would never call a full backward hook of module {target!r}, so a "
-                f"{slot.name} edit there would do nothing: {run.explain(target)}"
+                f"{slot.name} edit there would do nothing: {explain(run, target)}"
             )
         records = call.grad_input if slot.name == "grad_input" else call.grad_output
         if slot.index >= len(records):

@@ -18,6 +18,7 @@ from collections import defaultdict
 
 import torch
 
+from hookviz.analysis.explain import explain
 from hookviz.data.run import Run, leaf_diffs, records_equal
 from hookviz.errors import TargetError
 from hookviz.record.graph import LOSS_MODULE
@@ -467,7 +468,7 @@ def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> 
         "changed": None,
     }
     if record.order is None or not any(g is not None for g in record.grad_outputs):
-        out["explanation"] = run.explain(node_id)  # why no hook fires here
+        out["explanation"] = explain(run, node_id)  # why no hook fires here
     if node_id in run.asked_grads:
         out["asked_grad"] = True  # exists only because input_grads=True asked for it
     before = baseline.nodes.get(node_id) if baseline is not None and baseline is not run else None
@@ -521,7 +522,7 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
         "changed": None,
     }
     if not call.full_hook_fires:
-        out["explanation"] = run.explain(module)  # why its full backward hook never fires
+        out["explanation"] = explain(run, module)  # why its full backward hook never fires
     if baseline is not None and baseline is not run:
         try:
             before = baseline.module_io(module)

@@ -10,7 +10,7 @@ so every interaction can be driven from Python:
 >>> w.select("SubBackward0_0"); w.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
 >>> w.rerun()
 
-After every run the widget calls ``run.diagnose()`` and shows the findings in a banner above the
+After every run the widget calls ``hookviz.diagnose(run)`` and shows the findings in a banner above the
 graph (``diagnosis``); clicking one selects its node. Runs are recorded lazily (norms first, see
 :mod:`hookviz.record.details`): a small run's details are recorded at once, a large one's when the page
 asks after drawing it, or at the latest two seconds after the cell that showed it ends, or before
@@ -31,6 +31,7 @@ import anywidget
 import orjson
 import traitlets
 
+from hookviz.analysis.diagnose import diagnose
 from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError, WatchError
 from hookviz.record import module_tree
 from hookviz.record.devices import devices
@@ -120,7 +121,7 @@ class Widget(anywidget.AnyWidget):
     summary = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
     """Loss, baseline loss, device, run number and size of the run on screen."""
     diagnosis = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
-    """The diagnosis banner: ``run.diagnose()`` findings grouped by kind."""
+    """The diagnosis banner: ``hookviz.diagnose(run)`` findings grouped by kind."""
     watch_view = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
     """The watch view (``show_watch``): step slider, the step's norms per node; {} when hidden."""
     watch_heatmap = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
@@ -280,14 +281,14 @@ class Widget(anywidget.AnyWidget):
                 self._show_tables(self.run)
 
     def _diagnose_run(self, run) -> dict:
-        """``run.diagnose()`` as the banner's JSON, with the chart's vanishing rule; a finding the
+        """``hookviz.diagnose(run)`` as the banner's JSON, with the chart's vanishing rule; a finding the
         baseline run does not have, in a run with edits, is marked as caused by the edits. A
         failure is shown in the banner, never raised."""
         try:
-            findings = run.diagnose(vanishing=self.vanishing_threshold)
+            findings = diagnose(run, vanishing=self.vanishing_threshold)
             caused = set()
             if run.edits and self.baseline is not None and self.baseline is not run:
-                before = self.baseline.diagnose(vanishing=self.vanishing_threshold)
+                before = diagnose(self.baseline, vanishing=self.vanishing_threshold)
                 caused = {(f.kind, f.module) for f in findings} - {(f.kind, f.module) for f in before}
             return widget_data.diagnosis_json(findings, "run", caused_by_edits=caused)
         except Exception as error:  # a diagnosis bug must not take the widget down

@@ -56,7 +56,7 @@ with hookviz.watch(model) as watch:
 folder = Path(tempfile.mkdtemp())
 run = hookviz.Session(model, (data,), loss_fn=lambda out: F.cross_entropy(out, labels)).run()
 history = hookviz.load(watch_gather.from_watch(watch).save(folder / "history"))
-opened = hookviz.load(run.save(folder / "run"))
+opened = hookviz.load(hookviz.save(run, folder / "run"))
 v = hookviz.show(history, opened)
 v
 """
