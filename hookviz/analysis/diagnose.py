@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from hookviz.data.run import LOSS_MODULE
 from hookviz.errors import HookvizError
-from hookviz.record.graph import LOSS_MODULE
 from hookviz.stats.engine import TensorRecord, combined_norm
 
 if TYPE_CHECKING:  # for annotations only: hookviz.data.run imports this module

@@ -19,6 +19,10 @@ from hookviz.data.deferred import Deferrable, deferrable
 from hookviz.errors import TargetError, unknown_name
 from hookviz.stats.engine import TensorRecord, combined_norm, same_values
 
+LOSS_MODULE = "(loss)"
+"""The ``module`` of the Nodes that ``loss_fn`` made, outside the model (not a module name: it has
+parentheses, which a qualified module name never has)."""
+
 
 @dataclass
 class SavedTensor:

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from hookviz.data.run import Run
+from hookviz.data.run import LOSS_MODULE, Run
 from hookviz.edits.edit import Edit
 from hookviz.edits.expression import Expression
 from hookviz.errors import ExpressionError
-from hookviz.record.graph import LOSS_MODULE
 
 
 def _path(run: Run, start: str, target: str) -> str | None:

@@ -23,7 +23,6 @@ import torch
 HIDDEN_OPS = frozenset(
     {"BackwardHookFunctionBackward", "RegisterPostBackwardFunctionBackward", "_DDPSinkBackward"}
 )
-LOSS_MODULE = "(loss)"  # the "module" of Nodes made outside the model, by loss_fn
 
 
 @dataclass

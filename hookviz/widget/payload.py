@@ -19,9 +19,8 @@ from collections import defaultdict
 import torch
 
 from hookviz.analysis.explain import explain
-from hookviz.data.run import Run, leaf_diffs, records_equal
+from hookviz.data.run import LOSS_MODULE, Run, leaf_diffs, records_equal
 from hookviz.errors import TargetError
-from hookviz.record.graph import LOSS_MODULE
 from hookviz.stats.engine import StatsBatch, combined_norm
 from hookviz.widget.tree import (
     MODULE_PREFIX,

@@ -32,11 +32,11 @@ import orjson
 import traitlets
 
 from hookviz.analysis.diagnose import diagnose
+from hookviz.data.run import LOSS_MODULE
 from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError, WatchError
 from hookviz.record import module_tree
 from hookviz.record.devices import devices
 from hookviz.record.gcpause import cyclic_gc_paused
-from hookviz.record.graph import LOSS_MODULE
 from hookviz.widget import payload as widget_data
 from hookviz.widget import tree as widget_tree
 from hookviz.widget.recorded import READ_ONLY_NOTE, RecordedSession
