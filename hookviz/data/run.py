@@ -18,8 +18,8 @@ import torch
 
 from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.explain import explain
-from hookviz.data.deferred import Deferrable, deferrable
-from hookviz.errors import TargetError, unknown_name
+from hookviz.data.deferred import Deferrable, Fillable, deferrable
+from hookviz.errors import DetailsUnavailable, TargetError, unknown_name
 from hookviz.files.saving import record_types, save
 from hookviz.stats.engine import TensorRecord, combined_norm, same_values
 
@@ -100,9 +100,8 @@ class LogEntry:
     text: str
 
 
-@deferrable
 @dataclass
-class NodeRecord(Deferrable):
+class NodeRecord(Fillable):
     """Everything recorded at one node of the autograd graph.
 
     Attributes:
@@ -122,6 +121,8 @@ class NodeRecord(Deferrable):
             ``{"exponent": 2}`` of ``x ** 2``) and wrapped numbers (``{"other": 2}`` of ``2 * x``).
         user_hooks: hooks of the user's attached here (tensor hooks on a leaf, legacy module hooks).
         sites: editable slots, e.g. ``["grad_inputs[0]", "grad_outputs[0]", "grad"]``.
+        pending: ``("output",)`` while a lazy run's forward value waits for
+            :meth:`Run.fill_details` (``output`` is None meanwhile), else ``()``.
     """
 
     id: str
@@ -139,8 +140,9 @@ class NodeRecord(Deferrable):
     constants: dict[str, bool | int | float] = field(default_factory=dict)
     user_hooks: list[HookInfo] = field(default_factory=list)
     sites: list[str] = field(default_factory=list)
+    pending: tuple[str, ...] = ()
 
-    DEFERRED = ("output",)  # filled on first read in a lazy run (hookviz.record.details)
+    DEFERRED = ("output",)  # what Run.fill_details adds to a lazy run's record
 
     @property
     def grad_norm(self) -> float | None:
@@ -160,9 +162,8 @@ class NodeRecord(Deferrable):
         return sum(s.nbytes for s in self.saved)
 
 
-@deferrable
 @dataclass
-class ModuleCall(Deferrable):
+class ModuleCall(Fillable):
     """What a forward pre-hook and a forward hook of one module call saw.
 
     Attributes:
@@ -192,6 +193,9 @@ class ModuleCall(Deferrable):
         grad_enabled: grad mode was on when the module was called.
         output_kind_hookable: the output is a tensor or a tuple (else no full hook ever fires).
         shared_inputs: one tensor was passed as several positional arguments.
+        pending: in a lazy run, ``("inputs", "output", "output_replaced")`` until
+            :meth:`Run.fill_details` records what forward hooks saw (those fields are None
+            meanwhile); else ``()``.
     """
 
     module: str
@@ -215,8 +219,9 @@ class ModuleCall(Deferrable):
     grad_enabled: bool = True
     output_kind_hookable: bool = True
     shared_inputs: bool = False
+    pending: tuple[str, ...] = ()
 
-    DEFERRED = ("inputs", "output", "output_replaced")  # filled on first read in a lazy run
+    DEFERRED = ("inputs", "output", "output_replaced")  # what Run.fill_details adds in a lazy run
 
 
 @dataclass
@@ -332,15 +337,44 @@ class Run(Deferrable):
 
     @property
     def details_pending(self) -> bool:
-        """True for a lazy run whose details have not been recorded yet (reading this records
-        nothing; :meth:`fill_details` does)."""
-        return self.details is not None and not self.details.filled
+        """True while some record of this run has fields that :meth:`fill_details` would add
+        (a lazy run before its fill, or one loaded from a file saved before it). Reading this
+        records nothing."""
+        if self.details is not None:
+            return not self.details.filled
+        return any(n.pending for n in self.nodes.values()) or any(c.pending for c in self.calls)
 
     def fill_details(self) -> Run:
-        """Fill every deferred field of a lazy run now (one full re-run, see :mod:`hookviz.record.details`);
-        a no-op for an eager run or one already filled. Returns the run."""
+        """Record a lazy run's details now: the one call that runs the model again.
+
+        A lazy run (``Session(details="lazy")``, the default) holds each gradient's shape, dtype
+        and 2-norm; its other fields (values, statistics, histograms, forward values, what
+        forward hooks saw) are None and named in each record's ``pending``. This records the
+        same run once more with full details (:mod:`hookviz.record.details`), checks that it
+        is the same run (every gradient's norm agrees) and fills every pending field at once.
+        The model's parameters, buffers and hooks are as they were afterwards. A no-op for an
+        eager run or one filled already.
+
+        Returns:
+            the run.
+
+        Raises:
+            DetailsChanged: a parameter, buffer, train/eval mode or input changed since the run
+                (the message names it); the run's numbers cannot be recorded again.
+            DetailsNotReproduced: recorded again, a gradient differs (e.g. a hook of the user's
+                was removed since).
+            DetailsUnavailable: nothing is left to record them from (a run loaded from a file).
+            Anything the model, ``loss_fn``, a hook or an edit raises while recording them
+            (e.g. :class:`~hookviz.errors.ForwardError`) propagates; the records stay pending.
+        """
         if self.details is not None:
             self.details.fill()
+        elif self.details_pending:
+            raise DetailsUnavailable(
+                "this run's details were never recorded (it was saved while they were pending) and "
+                "a run read from a file cannot record them: call run.fill_details() before "
+                'run.save(), or record with Session(..., details="eager")'
+            )
         return self
 
     def node(self, node_id: str) -> NodeRecord:
@@ -420,8 +454,10 @@ class Run(Deferrable):
     def diagnose(self, **thresholds) -> list:
         """Findings about this run in plain words (vanishing, exploding, dead, saturated, NaN/Inf
         origin); an empty list for a healthy run. Parameter norms come from :attr:`model`;
-        thresholds and their defaults: see :func:`hookviz.analysis.diagnose.diagnose`."""
-        return diagnose(self, **thresholds)
+        thresholds and their defaults: see :func:`hookviz.analysis.diagnose.diagnose`. The
+        findings need the run's details: a lazy run's are recorded first (:meth:`fill_details`,
+        whose refusals propagate)."""
+        return diagnose(self.fill_details(), **thresholds)
 
     def print_log(self) -> None:
         """Print what the user's hooks printed during this run, prefixed by hook and place."""
@@ -474,7 +510,9 @@ class Diff:
 
 
 def records_equal(a: tuple, b: tuple) -> bool:
-    """Whether two tuples of records hold the same gradients: the one "changed" rule of :func:`diff`."""
+    """Whether two tuples of records hold the same gradients: the one "changed" rule of :func:`diff`.
+    A record whose details are pending is compared by what it holds (shape, dtype, norm): equal
+    norms then do not prove equal values; :func:`diff` fills both runs first."""
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
@@ -482,7 +520,10 @@ def records_equal(a: tuple, b: tuple) -> bool:
             return False
         if x is None:
             continue
-        if x.value is not None and y.value is not None:
+        if x.pending or y.pending:
+            if (x.shape, x.dtype, _summary(x)[1]) != (y.shape, y.dtype, _summary(y)[1]):
+                return False
+        elif x.value is not None and y.value is not None:
             if not same_values(x.value, y.value):
                 return False
         elif _summary(x) != _summary(y):
@@ -514,7 +555,13 @@ def diff(before: Run, after: Run) -> Diff:
     gradients differ. Both use :func:`hookviz.stats.engine.same_values`: bit for bit, NaN equal to NaN,
     sparse gradients compared dense. Nodes or leaves present in only one
     run appear with None on the other side and ``changed=True``.
+
+    It needs both runs' gradient values: a lazy run's details are recorded first
+    (:meth:`Run.fill_details`, whose refusals propagate: a run whose model changed since cannot
+    be compared node by node; :func:`leaf_diffs` still compares its leaves).
     """
+    before.fill_details()
+    after.fill_details()
     nodes = {}
     for node_id in dict.fromkeys([*before.nodes, *after.nodes]):
         a, b = before.nodes.get(node_id), after.nodes.get(node_id)
