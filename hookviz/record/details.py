@@ -287,15 +287,14 @@ def _fills(run, full) -> list[tuple[object, dict]]:
         ):
             pairing.tensors(getattr(call, name), getattr(other, name), f"{place} {name}")
         if call.pending:
-            pairing.fills.append(
-                (call, {"inputs": other.inputs, "output": other.output, "output_replaced": other.output_replaced})
-            )
+            seen = {name: getattr(other, name) for name in ("inputs", "output", "output_replaced")}
+            pairing.fills.append((call, seen))
     if pairing.differ:
-        shown = ", ".join(pairing.differ[:3]) + (f" ({len(pairing.differ)} in all)" if len(pairing.differ) > 3 else "")
+        count = len(pairing.differ)
+        shown = ", ".join(pairing.differ[:3]) + (f" ({count} in all)" if count > 3 else "")
         raise DetailsNotReproduced(
             f"cannot record this run's details: recorded again, it differs at {shown}, so something "
             "that affects its numbers changed since the run that hookviz does not follow (a hook "
-            "of yours removed or changed, a value changed through .data, a global setting); "
-            + _NEW_RUN
+            "of yours removed or changed, a value changed through .data, a global setting); " + _NEW_RUN
         )
     return pairing.fills
