@@ -90,14 +90,12 @@ class Details:
 
 
 class ModelState:
-    """What a session's runs depend on that the user can change between hookviz's calls, and
-    what changed, followed by cheap marks (no copy of a tensor):
-
-    - every parameter and buffer by qualified name: the tensor object, its ``_version`` (bumped by
-      every in-place op autograd sees, an optimizer step's included), its storage address
-      (``data_ptr``: ``p.data = ...`` swaps it), shape, dtype and ``requires_grad``;
-    - every module's ``training`` flag (train/eval mode);
-    - every input tensor of the session, with the same marks.
+    """What a model's runs depend on that the user can change between hookviz's calls, and what
+    changed, followed by cheap marks (no copy of a tensor): every parameter and buffer by
+    qualified name (the tensor object, its ``_version``, which every in-place op autograd sees
+    bumps, an optimizer step's included; its storage address, which ``p.data = ...`` swaps; shape,
+    dtype and ``requires_grad``) and every module's ``training`` flag (train/eval mode). A
+    session's inputs are marked the same way (:func:`input_marks`).
 
     Changes made where PyTorch keeps no version (through ``.data``, or to an inference tensor)
     are not seen here; a gradient they change is still caught when the details are recorded
@@ -108,13 +106,22 @@ class ModelState:
     hookviz's calls: :meth:`note_changes` at the start of each call that runs the model,
     :meth:`mark` at its very end, once the model's state is back. Each change found starts a new
     epoch; a run keeps the epoch of its forward, and its details can be recorded while the
-    epoch is the same.
+    epoch is the same. One state per model (:meth:`of`), shared by every session on it, so one
+    session's forwards are no change to another's runs.
     """
 
-    def __init__(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]):
-        self.model, self.inputs = model, inputs
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
         self.marks: dict[str, tuple] | None = None  # at the end of hookviz's last call
         self.changes: list[list[str]] = []  # what changed between hookviz's calls, oldest first
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> ModelState:
+        """The one state of ``model`` (made on first use; it goes when the model goes)."""
+        found = _STATES.get(model)
+        if found is None:
+            found = _STATES[model] = cls(model)
+        return found
 
     @property
     def epoch(self) -> int:
@@ -125,21 +132,22 @@ class ModelState:
         """At the start of a hookviz call that runs the model: note what changed since the last
         one ended. Returns the epoch this call sees."""
         if self.marks is not None:
-            changed = _what_changed(self.marks, _marks(self.model, self.inputs))
+            changed = _what_changed(self.marks, _model_marks(self.model))
             if changed:
                 self.changes.append(changed)
         return self.epoch
 
     def mark(self) -> None:
         """At the very end of a hookviz call, after the model's state was put back."""
-        self.marks = _marks(self.model, self.inputs)
+        self.marks = _model_marks(self.model)
 
-    def refuse_changes_since(self, epoch: int) -> None:
-        """Raise :class:`~hookviz.errors.DetailsChanged`, naming what changed, when anything
-        changed since ``epoch``."""
-        if epoch == self.epoch:
-            return
+    def refuse_changes_since(self, epoch: int, inputs_then: dict, inputs: dict[str, torch.Tensor]) -> None:
+        """Raise :class:`~hookviz.errors.DetailsChanged`, naming what changed, when the model
+        changed since ``epoch`` or an input since its marks ``inputs_then`` (:func:`input_marks`)."""
         changed = list(dict.fromkeys(c for changes in self.changes[epoch:] for c in changes))
+        changed += _what_changed(inputs_then, input_marks(inputs))
+        if not changed:
+            return
         listing = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
         raise DetailsChanged(
             f"cannot record this run's details: since the run, {listing}, so recording it again would "
@@ -147,7 +155,15 @@ class ModelState:
         )
 
 
-def _marks(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, tuple]:
+_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def input_marks(inputs: dict[str, torch.Tensor]) -> dict[str, tuple]:
+    """The marks of a session's input tensors by name (see :class:`ModelState`)."""
+    return {f"input {name!r}": _tensor_marks(tensor) for name, tensor in inputs.items()}
+
+
+def _model_marks(model: torch.nn.Module) -> dict[str, tuple]:
     marks: dict[str, tuple] = {}
     for name, parameter in module_tree.named_parameters(model, remove_duplicate=False):
         marks[f"parameter {name!r}"] = (*_tensor_marks(parameter), parameter.requires_grad)
@@ -155,8 +171,6 @@ def _marks(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str,
         marks[f"buffer {name!r}"] = _tensor_marks(buffer)
     for name, module in module_tree.named_modules(model, remove_duplicate=False):
         marks[f"{_MODE}{name or '<root>'!r}"] = ("train" if module.training else "eval",)
-    for name, tensor in inputs.items():
-        marks[f"input {name!r}"] = _tensor_marks(tensor)
     return marks
 
 

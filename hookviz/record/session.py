@@ -26,7 +26,7 @@ from hookviz.edits.edit import Edit
 from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, unknown_name
 from hookviz.record import distributed, module_tree
 from hookviz.record.build import RunContext
-from hookviz.record.details import Details, ModelState, model_values_kept
+from hookviz.record.details import Details, ModelState, input_marks, model_values_kept
 from hookviz.record.devices import device_of, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
 from hookviz.record.gcpause import cyclic_gc_paused
@@ -118,10 +118,10 @@ class Session:
         self._input_names = name_inputs(distributed.user_forward(self.model), self.args, self.kwargs)
         self._forward: RetainedForward | None = None
         self._rng_states: dict[str, torch.Tensor] = {}
-        # What a lazy run's details depend on, followed between hookviz's calls; the epoch of the
-        # retained forward's own marks (a backward-only run's numbers are that forward's).
-        self._model_changes = ModelState(self.model, self._input_names)
-        self._forward_epoch = 0
+        # What a lazy run's details depend on, followed between hookviz's calls, and the retained
+        # forward's epoch and input marks (a backward-only run's numbers are that forward's).
+        self._model_changes = ModelState.of(self.model)
+        self._forward_marks: tuple[int, dict] = (0, {})
 
     # ------------------------------------------------------------------ inputs
 
@@ -196,7 +196,8 @@ class Session:
         ``last_run`` are as they were.
         """
         device = self.home_device if device is None else resolve_device(device)
-        epoch = self._model_changes.note_changes() if self.details == "lazy" else 0
+        # Every session's runs, eager ones too: hookviz's own forwards are no change to a lazy run.
+        epoch = self._model_changes.note_changes()
         # Paused for the whole run, not only the recording: the walks before and after it allocate
         # too, and each collection they set off would scan the run's fresh records (on a
         # 20,000-Node graph, 8 runs set off 129 collections; paused throughout, 8).
@@ -215,16 +216,15 @@ class Session:
                 # The retained graph went stale (e.g. a parameter changed in place): start over.
                 self.release()
                 run, graph = self._record(device, edits, None, lazy)
-            if not run.forward_reused:
-                self._forward_epoch = epoch
+            if lazy and not run.forward_reused:
+                self._forward_marks = (epoch, input_marks(self._input_names))
             if lazy:
-                run.details.bind(run, self._recompute(device, edits, self._forward_epoch))
+                run.details.bind(run, self._recompute(device, edits, *self._forward_marks))
         self._forward = graph
         self.last_run = run
         if self.baseline is None:
             self.baseline = run
-        if lazy:  # last of all: the model's state is back (what the run's details are checked against)
-            self._model_changes.mark()
+        self._model_changes.mark()  # last of all: the model's state is back (what a fill checks against)
         return run
 
     def _record(self, device: str, edits: tuple, graph: RetainedForward | None, lazy: bool):
@@ -243,23 +243,23 @@ class Session:
             run = distributed.reduced_run(self.model, run)  # DDP / FSDP2: leaf_grads as .grad holds them
         return run, graph
 
-    def _recompute(self, device: str, edits: tuple, epoch: int):
+    def _recompute(self, device: str, edits: tuple, epoch: int, inputs_then: dict):
         """How a lazy run's details are recorded (:meth:`hookviz.data.run.Run.fill_details`): the same
         run again with full details, from a fresh forward (the session's first random state) on a
         graph of its own, with the module hooks the run had; refused when anything the run's
-        numbers depend on changed since its forward (``epoch``, see
-        :class:`~hookviz.record.details.ModelState`)."""
+        numbers depend on changed since its forward (``epoch``, and the inputs' marks
+        ``inputs_then``: see :class:`~hookviz.record.details.ModelState`)."""
         # A copy of the session without its runs and retained graph: the run keeps what made it
         # (model, inputs, loss_fn, random state), not the activations of the session's last forward.
         recipe = copy.copy(self)
         recipe._forward = recipe.last_run = recipe.baseline = None
         recipe.edits, recipe._rng_states = [], dict(self._rng_states)
         hooks = module_hook_state(self.model)
-        changes = self._model_changes  # the session's own: its runs and their fills share one history
+        changes, inputs = self._model_changes, self._input_names
 
         def recompute() -> Run:
             changes.note_changes()
-            changes.refuse_changes_since(epoch)
+            changes.refuse_changes_since(epoch, inputs_then, inputs)
             try:
                 with (
                     cyclic_gc_paused(),
