@@ -368,12 +368,13 @@ def test_filling_puts_back_a_parameter_and_a_buffer_the_forward_changes_in_place
             super().__init__()
             self.linear = nn.Linear(4, 3)
             self.register_buffer("steps", torch.zeros(()))
+            self.calls = nn.Parameter(torch.zeros(()), requires_grad=False)  # a counter, as a parameter
 
         def forward(self, x):
             out = self.linear(x) + self.steps
             with torch.no_grad():
                 self.steps.add_(1)
-                self.linear.bias.mul_(1.0)  # an in-place op on a parameter: bumps its version only
+                self.calls.add_(1)
             return out
 
     torch.manual_seed(0)
@@ -382,7 +383,7 @@ def test_filling_puts_back_a_parameter_and_a_buffer_the_forward_changes_in_place
     run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum()).run()
     left = {k: v.clone() for k, v in model.state_dict().items()}
     run.fill_details()
-    assert all(torch.equal(left[k], v) for k, v in model.state_dict().items()) and len(left) == 3
+    assert all(torch.equal(left[k], v) for k, v in model.state_dict().items()) and len(left) == 4
     assert torch.equal(run.module_io("").output[0].value, plain(x).detach())
     assert run.fill_details() is run  # filled once; the model is still left as it was
     second = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum()).run()
