@@ -141,7 +141,7 @@ def _parameter_names(run: hookviz.data.run.Run, model: torch.nn.Module | None) -
     if model is not None:
         names = {n for n, _ in model.named_parameters()}
         return [n for n in run.leaf_grads if n in names]
-    arguments = set(run.calls[0].inputs) if run.calls else set()
+    arguments = set(run.input_names) or (set(run.calls[0].inputs or ()) if run.calls else set())
     return [n for n in run.leaf_grads if n not in arguments and n in run.nodes]
 
 

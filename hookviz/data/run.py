@@ -262,6 +262,9 @@ class Run(Deferrable):
         forward_reused: True when only backward ran again on the retained forward graph.
         asked_grads: inputs whose gradients exist only because ``input_grads=True`` asked for
             them (the model does not; PyTorch's hooks see None there).
+        input_names: the forward inputs' tensors by name (``"x"``, ``"batch['ids']"``), in
+            signature order: which leaves are inputs, known without the run's details (empty in
+            a file written before it was recorded).
         notes: things worth knowing about how this run was recorded (e.g. a compiled model).
         loss_differentiates: ``loss_fn`` ran a backward through the model's output (a gradient
             penalty with ``create_graph=True``); Node and leaf edits are refused then (see
@@ -294,6 +297,7 @@ class Run(Deferrable):
     # hookviz.record.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce
     # whose result leaf_grads holds; None for a model that is not data-parallel.
     local_leaf_grads: dict[str, torch.Tensor | None] | None = None
+    input_names: list[str] = field(default_factory=list)
 
     DEFERRED = ("edges", "nodes", "calls", "events", "hook_calls")
 
