@@ -583,4 +583,9 @@ def test_diff_and_diagnose_record_the_details_they_need_and_say_when_they_cannot
         model[0].bias.add_(1.0)
     with pytest.raises(DetailsChanged, match="parameter '0.bias'"):
         late.diagnose()
-    assert isinstance(late.diagnose.__self__, hookviz.Run) and issubclass(DetailsChanged, HookvizError)
+    # diff compares what the late run holds (its norms), and says why
+    partial = hookviz.diff(before, late)
+    assert list(partial.unfilled) == ["after"] and "parameter '0.bias'" in partial.unfilled["after"]
+    assert partial.changed_leaves == list(late.leaf_grads) and late.details_pending  # leaves: exact
+    assert partial.changed_nodes == []  # "-grad" keeps every norm: only values could tell
+    assert issubclass(DetailsChanged, HookvizError)

@@ -19,7 +19,7 @@ import torch
 from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.explain import explain
 from hookviz.data.deferred import Deferrable, Fillable, deferrable
-from hookviz.errors import DetailsUnavailable, TargetError, unknown_name
+from hookviz.errors import DetailsRefused, DetailsUnavailable, TargetError, unknown_name
 from hookviz.files.saving import record_types, save
 from hookviz.stats.engine import TensorRecord, combined_norm, same_values
 
@@ -497,10 +497,16 @@ class LeafDiff:
 
 @dataclass
 class Diff:
-    """Per node and per leaf: before, after, changed. See :func:`diff`."""
+    """Per node and per leaf: before, after, changed. See :func:`diff`.
+
+    ``unfilled``: ``"before"`` / ``"after"`` -> why that lazy run's details could not be
+    recorded (:meth:`Run.fill_details` refused); its nodes were then compared by the shape, dtype
+    and norm of each gradient only (equal norms do not prove equal values). Empty when every node
+    was compared by its values."""
 
     nodes: dict[str, NodeDiff]
     leaves: dict[str, LeafDiff]
+    unfilled: dict[str, str] = field(default_factory=dict)
 
     @property
     def changed_nodes(self) -> list[str]:
@@ -560,12 +566,17 @@ def diff(before: Run, after: Run) -> Diff:
     sparse gradients compared dense. Nodes or leaves present in only one
     run appear with None on the other side and ``changed=True``.
 
-    It needs both runs' gradient values: a lazy run's details are recorded first
-    (:meth:`Run.fill_details`, whose refusals propagate: a run whose model changed since cannot
-    be compared node by node; :func:`leaf_diffs` still compares its leaves).
+    Nodes are compared by their gradient values: a lazy run's details are recorded first
+    (:meth:`Run.fill_details`). When that refuses (the model changed since the run), the refusal
+    is kept in ``Diff.unfilled`` and that run's nodes are compared by what its records hold
+    (shape, dtype, norm); any other error propagates. Leaves are always compared exactly.
     """
-    before.fill_details()
-    after.fill_details()
+    unfilled = {}
+    for label, run in (("before", before), ("after", after)):
+        try:
+            run.fill_details()
+        except DetailsRefused as refusal:
+            unfilled[label] = str(refusal)
     nodes = {}
     for node_id in dict.fromkeys([*before.nodes, *after.nodes]):
         a, b = before.nodes.get(node_id), after.nodes.get(node_id)
@@ -577,7 +588,7 @@ def diff(before: Run, after: Run) -> Diff:
             )
         )
         nodes[node_id] = NodeDiff(a, b, changed)
-    return Diff(nodes, leaf_diffs(before, after))
+    return Diff(nodes, leaf_diffs(before, after), unfilled)
 
 
 def leaf_diffs(before: Run, after: Run) -> dict[str, LeafDiff]:
