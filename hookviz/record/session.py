@@ -262,7 +262,6 @@ class Session:
             changes.refuse_changes_since(epoch, inputs_then, inputs)
             try:
                 with (
-                    cyclic_gc_paused(),
                     module_hooks_as(recipe.model, hooks),
                     module_tree.listed_once(recipe.model),
                     model_values_kept(recipe.model),
