@@ -473,7 +473,8 @@ class Run(Deferrable):
         return (
             f"Run(loss={self.loss.item():.6g}, device={self.device!r}, nodes={len(self.nodes)}, "
             f"leaves={len(self.leaf_grads)}, edits={len(self.edits)}, "
-            f"forward_reused={self.forward_reused})"
+            f"forward_reused={self.forward_reused}"
+            f"{', details pending: run.fill_details() records them' if self.details_pending else ''})"
         )
 
 

@@ -202,8 +202,8 @@ def _what_changed(before: dict[str, tuple], now: dict[str, tuple]) -> list[str]:
                 switched[marks[0]].append(name.removeprefix(_MODE))
                 continue
             how = next((words for i, words in _CHANGES if old[i] != marks[i]), "")
-            if not how:
-                how = "changed requires_grad" if old[-1] != marks[-1] else "changed shape or dtype"
+            if not how:  # a parameter's marks end with requires_grad (see _model_marks)
+                how = "changed requires_grad" if old[5:] != marks[5:] else "changed shape or dtype"
             changed.append(f"{name} {how}")
     changed += [f"{name} was removed" for name in before if name not in now]
     for mode, modules in switched.items():
