@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 from torch.utils import _pytree as pytree
@@ -264,7 +265,8 @@ class Session:
                 with (
                     module_hooks_as(recipe.model, hooks),
                     module_tree.listed_once(recipe.model),
-                    model_values_kept(recipe.model),
+                    # on another device the recording runs a copy: the user's model is left alone
+                    model_values_kept(recipe.model) if device == recipe.home_device else nullcontext(),
                 ):
                     run, graph = recipe._record(device, edits, None, lazy=False)
                 graph.remove_hooks()
