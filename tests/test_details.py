@@ -595,3 +595,27 @@ def test_diff_and_diagnose_record_the_details_they_need_and_say_when_they_cannot
     assert partial.changed_leaves == list(late.leaf_grads) and late.details_pending  # leaves: exact
     assert partial.changed_nodes == []  # "-grad" keeps every norm: only values could tell
     assert issubclass(DetailsChanged, HookvizError)
+
+
+def test_the_widgets_request_for_details_shows_a_refusal_beside_it_and_stops_asking(monkeypatch):
+    import hookviz.widget.widget as hookviz_widget
+
+    model, x, loss_fn = _model_and_data()
+    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)  # a large run: details wait for the page
+    widget = hookviz.show(model, (x,), loss_fn=loss_fn)
+    assert widget.details_pending and widget.run.details_pending
+    model.eval()  # between the first paint and the page's request
+    reply = widget.handle_message({"type": "details"})
+    assert reply == {"type": "reply", "request": "details", "ok": False, "error": None}
+    assert "switched to eval mode" in widget.errors["details"]
+    assert widget.errors["details"] == widget.diagnosis["error"]
+    assert not widget.details_pending and widget.run.details_pending  # nothing was guessed
+    widget.select(widget.run.root)  # the inspector shows what is pending
+    assert widget.inspector["pending"] == ["output"] and widget.inspector["output"] is None
+    assert widget.inspector["grad_outputs"][0]["note"].startswith("details not recorded yet")
+    assert widget.rerun(forward=True) and widget.details_pending  # a new run, recorded after the change
+    assert widget.fill_details() and not widget.run.details_pending
+    # the baseline (the first run) stays as it was recorded, and the widget says why
+    assert widget.errors["details"].startswith("the baseline run's values (shown as before)")
+    assert widget.session.baseline.details_pending
+    assert widget.inspector["output"]["value"] is not None
