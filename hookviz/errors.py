@@ -53,6 +53,24 @@ class UnsupportedError(HookvizError):
     """The model uses something hookviz cannot record; the message names the alternative."""
 
 
+class DetailsRefused(HookvizError):
+    """``Run.fill_details()`` refuses to record a lazy run's details; the message says why and
+    what to do. Its subclasses are the only refusals: any other error while recording propagates."""
+
+
+class DetailsChanged(DetailsRefused):
+    """Something that affects a run's numbers (a parameter, buffer, train/eval mode or input)
+    changed since the run, so recording it again would give other numbers."""
+
+
+class DetailsNotReproduced(DetailsRefused):
+    """Recorded again, the run gave other gradients than it did (a hook of the user's changed, say)."""
+
+
+class DetailsUnavailable(DetailsRefused):
+    """Nothing is left to record a run's details from (a run read from a file)."""
+
+
 def unknown_name(what: str, name: str, known: list[str]) -> str:
     """The message for an unknown name: close matches first, then up to 12 known names."""
     close = difflib.get_close_matches(str(name), [str(k) for k in known], n=3)

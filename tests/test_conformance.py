@@ -87,7 +87,7 @@ def _record(name):
     before_model, before_inputs = model_state(model), [t.detach().clone() for t in _tensors((args, kwargs))]
     session = hookviz.Session(model, args, kwargs, loss_fn=loss_fn, full_tensor_limit=10**9)
     torch.manual_seed(SEED)
-    run = session.run()
+    run = session.run().fill_details()  # a lazy run (the default), filled: every view has its values
     return model, args, kwargs, loss_fn, session, run, before_model, before_inputs
 
 

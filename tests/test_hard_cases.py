@@ -179,7 +179,7 @@ def test_sparse_and_complex_gradients_have_statistics_in_diff_diagnose_and_watch
     sparse = Embedded(True)
     tokens = torch.tensor([[1, 2, 4], [4, 3, 9]])
     session = hookviz.Session(sparse, (tokens,), loss_fn=_sum)
-    run = session.run()
+    run = session.run().fill_details()
     record = run.node("embedding.weight").grad_outputs[0]
     assert record.nnz == 5 and record.norm > 0 and record.zero_fraction == 0.5  # tokens 1, 2, 3, 4, 9 of 10
     session.edit("embedding.weight", "grad", "grad * 2")
@@ -398,7 +398,7 @@ def test_a_custom_function_node_has_its_module_saved_tensors_and_output():
     from zoo import CustomFunction
 
     torch.manual_seed(0)
-    run = hookviz.Session(CustomFunction(), (torch.randn(4, 3),), loss_fn=_sum).run()
+    run = hookviz.Session(CustomFunction(), (torch.randn(4, 3),), loss_fn=_sum).run().fill_details()
     node = run.node("CubeBackward_0")
     assert node.module == "cube"
     assert [s.name for s in node.saved] == ["saved_tensors[0]", "saved_tensors[1]"]

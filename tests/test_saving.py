@@ -91,7 +91,7 @@ def test_large_run_with_histograms_nan_and_dtypes_round_trips(tmp_path):
     run = hookviz.Session(
         model, (tokens,), loss_fn=lambda out: next_token_loss(out, tokens), full_tensor_limit=64
     ).run()
-    loaded = load(hookviz.save(run, tmp_path / "gpt.hookviz"))
+    loaded = load(hookviz.save(run.fill_details(), tmp_path / "gpt.hookviz"))
     assert_same(run, loaded, "run")
     assert any(r.histogram is not None for n in loaded.nodes.values() for r in n.grad_inputs if r is not None)
     # NaN and Inf in statistics, values and gradients; half precision and integer tensors

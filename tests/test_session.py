@@ -22,7 +22,7 @@ def values(record):
 
 def test_canonical_numbers(canonical):
     session, _, _, _ = canonical
-    run = session.run()
+    run = session.run().fill_details()
     assert run.loss.item() == 50
     assert run.leaf_grad("x").tolist() == [16, -12]
     assert run.leaf_grad("y").tolist() == [24, -18]
@@ -38,7 +38,7 @@ def test_canonical_numbers(canonical):
 
 def test_canonical_graph_ids_ops_and_modules(canonical):
     session, _, _, _ = canonical
-    run = session.run()
+    run = session.run().fill_details()
     assert set(run.graph.nodes) == {
         "x",
         "y",
@@ -70,7 +70,7 @@ def test_canonical_edits_rerun_and_clear(canonical):
     baseline = session.run()
     session.edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
     session.edit("SubBackward0_0", "grad_inputs[1]", "grad - 777777")
-    edited = session.run()
+    edited = session.run().fill_details()
     assert edited.forward_reused  # one backward, no second forward
     assert edited.leaf_grad("x").tolist() == [1777792, 1777764]
     assert edited.leaf_grad("y").tolist() == [2666688, 2666646]
@@ -101,7 +101,9 @@ def test_variant_without_z_gives_the_add_node_last():
             return 2 * x + 3 * y
 
     x, y, _, target = canonical_inputs()
-    run = hookviz.Session(TwoTerms(), (x, y), loss_fn=lambda out: F.mse_loss(out, target)).run()
+    run = (
+        hookviz.Session(TwoTerms(), (x, y), loss_fn=lambda out: F.mse_loss(out, target)).run().fill_details()
+    )
     assert run.module_io("").output_node == "AddBackward0_0"
     # 2x+3y = [22, 18] against [9, -1]: grad_output = [13, 19]
     assert [values(r) for r in run.module_grads("", legacy=True).grad_input] == [[13, 19], [13, 19]]
@@ -234,9 +236,9 @@ def test_module_grad_input_edit_uses_a_full_hook_and_leaves_legacy_hooks_possibl
     x, y, z, target = canonical_inputs()
     model = nn.Sequential(nn.Linear(2, 2), nn.Tanh(), nn.Linear(2, 2))
     session = hookviz.Session(model, (x,), loss_fn=lambda out: F.mse_loss(out, target))
-    base = session.run()
+    base = session.run().fill_details()
     session.edit("1", "grad_input[0]", "zeros_like(grad)")
-    run = session.run()
+    run = session.run().fill_details()
     assert not run.forward_reused
     assert torch.equal(run.leaf_grad("0.weight"), torch.zeros(2, 2))
     assert not torch.equal(base.leaf_grad("2.weight"), torch.zeros(2, 2))
@@ -297,7 +299,7 @@ def test_saved_tensors_are_recorded_and_users_save_on_cpu_still_applies():
 
 def test_a_forward_value_overwritten_in_place_is_reported_not_misreported():
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(inplace=True))
-    run = hookviz.Session(model, (torch.randn(2, 3),), loss_fn=lambda out: out.sum()).run()
+    run = hookviz.Session(model, (torch.randn(2, 3),), loss_fn=lambda out: out.sum()).run().fill_details()
     assert "modified in place" in run.node("AddmmBackward0_0").output.note  # ReLU overwrote it
     relu = run.node("ReluBackward0_0").output
     assert relu.min >= 0 and relu.value is not None
@@ -318,7 +320,7 @@ def test_statistics_for_large_tensors():
     session = hookviz.Session(
         model, (torch.randn(64, 100),), loss_fn=lambda out: out.pow(2).mean(), full_tensor_limit=1000
     )
-    run = session.run()
+    run = session.run().fill_details()
     record = run.node("0.weight" if "0.weight" in run.nodes else "weight").grad_outputs[0]
     grad = run.leaf_grad("weight")
     assert record.value is None and record.numel == 10000
@@ -537,7 +539,7 @@ def test_huggingface_bert_from_config_matches_plain_backward():
     }
     before = model_state(model)
     session = hookviz.Session(model, kwargs=inputs, loss_fn=lambda out: out.last_hidden_state.pow(2).mean())
-    run = session.run()
+    run = session.run().fill_details()
     assert_same_state(before, model_state(model))
     model(
         **inputs
@@ -564,7 +566,7 @@ def test_large_gradients_summarised_during_backward_match_plain_pytorch():
     torch.manual_seed(0)
     model = Wide()
     x = torch.randn(16, 1100, requires_grad=True)
-    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).mean()).run()
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).mean()).run().fill_details()
     model(x).pow(2).mean().backward()
     weight = run.node("fc.weight").grad_outputs[0]
     assert weight.numel == 1100 * 1100 > SETTLE_ABOVE and weight.value is None

@@ -140,7 +140,7 @@ def _parameter_names(run: hookviz.data.run.Run, model: torch.nn.Module | None) -
     if model is not None:
         names = {n for n, _ in model.named_parameters()}
         return [n for n in run.leaf_grads if n in names]
-    arguments = set(run.calls[0].inputs) if run.calls else set()
+    arguments = set(run.input_names) or (set(run.calls[0].inputs or ()) if run.calls else set())
     return [n for n in run.leaf_grads if n not in arguments and n in run.nodes]
 
 
@@ -173,13 +173,17 @@ def gradient_stats(
         model: the model the run recorded (``session.model``), for parameter norms; without it
             ``parameter_norm`` and ``ratio_to_parameter`` are None.
         counts: False leaves ``zero_fraction`` NaN and ``nonfinite`` 0, for a caller that needs
-            only norms (the gradient-flow chart): a lazy run then keeps its details unrecorded.
+            only norms (the gradient-flow chart): a lazy run then keeps its details unrecorded;
+            True records a lazy run's details first (``run.fill_details()``, whose refusals
+            propagate).
 
     Returns:
         parameters in the run's leaf order, then layers nearest-the-loss first. Gradient norms are
         those of the run's statistics (``run.node(name).grad_outputs[0].norm``, the 2-norm of
         ``run.leaf_grad(name)``); parameter norms are ``torch.linalg.vector_norm`` in float64.
     """
+    if counts:
+        run.fill_details()
     parameters = []
     for name in _parameter_names(run, model):
         node = run.nodes[name]
@@ -550,9 +554,12 @@ def diagnose(
 
     Raises:
         HookvizError: an unknown threshold or a value out of range.
+        DetailsRefused: a lazy run whose details cannot be recorded any more (see
+            :meth:`hookviz.data.run.Run.fill_details`, which this calls first).
     """
     limits = check_thresholds(thresholds)
     model = model if model is not None else run.model
+    run.fill_details()  # the findings read values and counts: a lazy run's are recorded now
     found = nan_findings(run)
     types = {c.module: c.type for c in run.calls}
     layers = [s for s in gradient_stats(run, model) if s.kind == "layer"]

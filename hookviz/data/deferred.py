@@ -1,20 +1,26 @@
-"""Fields of a record that are filled on first read.
+"""Fields that wait: a run's records made on first read, and details that wait for an explicit fill.
 
-A record made by a run with ``details="lazy"`` (the default of :class:`hookviz.Session`) holds only
-what every view needs (a gradient's shape, dtype and 2-norm); the rest (values, min, max, mean,
-histogram, zero fraction, forward values) is left out of its ``__dict__`` and filled, for the whole
-run at once, the first time any of it is read (:class:`hookviz.record.details.Details`).
+Two kinds of waiting, and neither ever runs the user's model:
 
-The mechanism is Python's ``__getattr__``, which runs only when normal lookup finds nothing: the
-deferred fields have no class-level default (:func:`deferrable` removes them), so reading a filled
-field costs nothing extra and reading a missing one asks the record's source.
+- :class:`Deferrable` (a :class:`~hookviz.data.run.Run`): its records (``nodes``, ``calls``, ...)
+  are made from what the run already recorded, the first time one of them is read. The source
+  holds plain data and the run's own gradients; making the records is bookkeeping, not a
+  forward or a backward. Python's ``__getattr__`` runs only when normal lookup finds nothing, so
+  a made field costs nothing extra to read.
+- :class:`Fillable` (``TensorRecord``, ``NodeRecord``, ``ModuleCall``): in a run recorded with
+  ``details="lazy"`` the fields named in the class's ``DEFERRED`` that the run did not record
+  (values, statistics, forward values) hold ``None``, and the record's ``pending`` field names
+  them. Reading one, ``repr``, ``==``, ``copy``, pickling and saving all see that state as it is;
+  only :meth:`hookviz.data.run.Run.fill_details` (which records the run again, see
+  :mod:`hookviz.record.details`) sets them.
 """
 
 from __future__ import annotations
 
 
 class Deferrable:
-    """Mixin for a dataclass whose fields named in ``DEFERRED`` may be filled later."""
+    """Mixin for a dataclass whose fields named in ``DEFERRED`` are made on first read by a source
+    that holds what was already recorded (``source.fill(record)`` sets them with :meth:`settle`)."""
 
     DEFERRED: tuple[str, ...] = ()
 
@@ -28,39 +34,19 @@ class Deferrable:
                     return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    @property
-    def pending(self) -> bool:
-        """True while some deferred field has not been filled yet (reading this fills nothing)."""
-        return self.__dict__.get("_source") is not None and any(
-            name not in self.__dict__ for name in type(self).DEFERRED
-        )
-
     def fill_deferred(self) -> None:
-        """Fill every deferred field now (nothing when none is missing)."""
-        if self.pending:
-            self.__dict__["_source"].fill(self)
-
-    def defer(self, names, source) -> None:
-        """Leave ``names`` out until ``source.fill(record)`` sets them (see :meth:`settle`)."""
-        for name in names:
-            self.__dict__.pop(name, None)
-        self.__dict__["_source"] = source
+        """Make every deferred field now (nothing when all are made)."""
+        source = self.__dict__.get("_source")
+        if source is not None and any(name not in self.__dict__ for name in type(self).DEFERRED):
+            source.fill(self)
 
     @classmethod
     def pending_record(cls, source, fields: dict):
-        """The record ``cls(**fields)`` with every other deferred field left to ``source``: what
-        ``__init__`` then :meth:`defer` make, without running them (a lazy run makes one per
-        gradient). ``fields`` holds every field not in ``DEFERRED``."""
-        record = cls.from_fields(fields)
-        record.__dict__["_source"] = source
-        return record
-
-    @classmethod
-    def from_fields(cls, fields: dict):
-        """The record ``cls(**fields)``, made without running ``__init__`` (a run makes one per
-        Node): ``fields`` holds every field."""
+        """The record ``cls(**fields)`` with every deferred field left to ``source``, made without
+        running ``__init__``. ``fields`` holds every field not in ``DEFERRED``."""
         record = cls.__new__(cls)
         record.__dict__.update(fields)
+        record.__dict__["_source"] = source
         return record
 
     def settle(self, **values) -> None:
@@ -71,7 +57,7 @@ class Deferrable:
             self.__dict__.pop("_source", None)
 
     def __getstate__(self):
-        # A source is a live link to a session; a copy or a pickle is of the values as they are now.
+        # A source is a live link to the recorders; a copy or a pickle holds the records made.
         self.fill_deferred()
         return {k: v for k, v in self.__dict__.items() if k != "_source"}
 
@@ -80,10 +66,48 @@ class Deferrable:
 
 
 def deferrable(cls: type) -> type:
-    """Class decorator (after ``@dataclass``): drop the class-level defaults of the deferred
-    fields, so that reading a missing one reaches ``__getattr__`` (``__init__`` keeps its
-    defaults)."""
+    """Class decorator (after ``@dataclass``) for a :class:`Deferrable`: drop the class-level
+    defaults of the deferred fields, so that reading a missing one reaches ``__getattr__``
+    (``__init__`` keeps its defaults)."""
     for name in cls.DEFERRED:
         if name in cls.__dict__:
             delattr(cls, name)
     return cls
+
+
+class Fillable:
+    """Mixin for a record dataclass whose fields named in ``DEFERRED`` may wait for
+    :meth:`hookviz.data.run.Run.fill_details`.
+
+    The dataclass declares a field ``pending: tuple[str, ...] = ()``: the names of the fields
+    that wait (empty for a complete record). Each of them holds ``None`` until it is filled;
+    nothing fills it on read.
+    """
+
+    DEFERRED: tuple[str, ...] = ()
+
+    @classmethod
+    def from_fields(cls, fields: dict):
+        """The record ``cls(**fields)``, made without running ``__init__`` (a run makes one per
+        Node); fields left out read their class default."""
+        record = cls.__new__(cls)
+        record.__dict__.update(fields)
+        return record
+
+    @classmethod
+    def pending_record(cls, fields: dict):
+        """The record ``cls(**fields)`` whose deferred fields that ``fields`` leaves out or gives
+        as None are pending: None, and named in ``pending``."""
+        record = cls.from_fields(fields)
+        waiting = tuple(name for name in cls.DEFERRED if fields.get(name) is None)
+        for name in waiting:
+            record.__dict__[name] = None
+        record.__dict__["pending"] = waiting
+        return record
+
+    def fill(self, **values) -> None:
+        """Set the pending fields from ``values`` (every one of them must be given); the record is
+        then complete (``pending == ()``). Called by :mod:`hookviz.record.details` only."""
+        for name in self.pending:
+            self.__dict__[name] = values[name]
+        self.__dict__["pending"] = ()

@@ -15,8 +15,8 @@ from functools import cached_property
 import networkx as nx
 import torch
 
-from hookviz.data.deferred import Deferrable, deferrable
-from hookviz.errors import TargetError, unknown_name
+from hookviz.data.deferred import Deferrable, Fillable, deferrable
+from hookviz.errors import DetailsRefused, DetailsUnavailable, TargetError, unknown_name
 from hookviz.stats.engine import TensorRecord, combined_norm, same_values
 
 LOSS_MODULE = "(loss)"
@@ -100,9 +100,8 @@ class LogEntry:
     text: str
 
 
-@deferrable
 @dataclass
-class NodeRecord(Deferrable):
+class NodeRecord(Fillable):
     """Everything recorded at one node of the autograd graph.
 
     Attributes:
@@ -122,6 +121,8 @@ class NodeRecord(Deferrable):
             ``{"exponent": 2}`` of ``x ** 2``) and wrapped numbers (``{"other": 2}`` of ``2 * x``).
         user_hooks: hooks of the user's attached here (tensor hooks on a leaf, legacy module hooks).
         sites: editable slots, e.g. ``["grad_inputs[0]", "grad_outputs[0]", "grad"]``.
+        pending: ``("output",)`` while a lazy run's forward value waits for
+            :meth:`Run.fill_details` (``output`` is None meanwhile), else ``()``.
     """
 
     id: str
@@ -139,8 +140,9 @@ class NodeRecord(Deferrable):
     constants: dict[str, bool | int | float] = field(default_factory=dict)
     user_hooks: list[HookInfo] = field(default_factory=list)
     sites: list[str] = field(default_factory=list)
+    pending: tuple[str, ...] = ()
 
-    DEFERRED = ("output",)  # filled on first read in a lazy run (hookviz.record.details)
+    DEFERRED = ("output",)  # what Run.fill_details adds to a lazy run's record
 
     @property
     def grad_norm(self) -> float | None:
@@ -160,9 +162,8 @@ class NodeRecord(Deferrable):
         return sum(s.nbytes for s in self.saved)
 
 
-@deferrable
 @dataclass
-class ModuleCall(Deferrable):
+class ModuleCall(Fillable):
     """What a forward pre-hook and a forward hook of one module call saw.
 
     Attributes:
@@ -192,6 +193,9 @@ class ModuleCall(Deferrable):
         grad_enabled: grad mode was on when the module was called.
         output_kind_hookable: the output is a tensor or a tuple (else no full hook ever fires).
         shared_inputs: one tensor was passed as several positional arguments.
+        pending: in a lazy run, ``("inputs", "output", "output_replaced")`` until
+            :meth:`Run.fill_details` records what forward hooks saw (those fields are None
+            meanwhile); else ``()``.
     """
 
     module: str
@@ -215,8 +219,9 @@ class ModuleCall(Deferrable):
     grad_enabled: bool = True
     output_kind_hookable: bool = True
     shared_inputs: bool = False
+    pending: tuple[str, ...] = ()
 
-    DEFERRED = ("inputs", "output", "output_replaced")  # filled on first read in a lazy run
+    DEFERRED = ("inputs", "output", "output_replaced")  # what Run.fill_details adds in a lazy run
 
 
 @dataclass
@@ -257,6 +262,9 @@ class Run(Deferrable):
         forward_reused: True when only backward ran again on the retained forward graph.
         asked_grads: inputs whose gradients exist only because ``input_grads=True`` asked for
             them (the model does not; PyTorch's hooks see None there).
+        input_names: the forward inputs' tensors by name (``"x"``, ``"batch['ids']"``), in
+            signature order: which leaves are inputs, known without the run's details (empty in
+            a file written before it was recorded).
         notes: things worth knowing about how this run was recorded (e.g. a compiled model).
         loss_differentiates: ``loss_fn`` ran a backward through the model's output (a gradient
             penalty with ``create_graph=True``); Node and leaf edits are refused then (see
@@ -289,6 +297,7 @@ class Run(Deferrable):
     # hookviz.record.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce
     # whose result leaf_grads holds; None for a model that is not data-parallel.
     local_leaf_grads: dict[str, torch.Tensor | None] | None = None
+    input_names: list[str] = field(default_factory=list)
 
     DEFERRED = ("edges", "nodes", "calls", "events", "hook_calls")
 
@@ -332,15 +341,44 @@ class Run(Deferrable):
 
     @property
     def details_pending(self) -> bool:
-        """True for a lazy run whose details have not been recorded yet (reading this records
-        nothing; :meth:`fill_details` does)."""
-        return self.details is not None and not self.details.filled
+        """True while some record of this run has fields that :meth:`fill_details` would add
+        (a lazy run before its fill, or one loaded from a file saved before it). Reading this
+        records nothing."""
+        if self.details is not None:
+            return not self.details.filled
+        return any(n.pending for n in self.nodes.values()) or any(c.pending for c in self.calls)
 
     def fill_details(self) -> Run:
-        """Fill every deferred field of a lazy run now (one full re-run, see :mod:`hookviz.record.details`);
-        a no-op for an eager run or one already filled. Returns the run."""
+        """Record a lazy run's details now: the one call that runs the model again.
+
+        A lazy run (``Session(details="lazy")``, the default) holds each gradient's shape, dtype
+        and 2-norm; its other fields (values, statistics, histograms, forward values, what
+        forward hooks saw) are None and named in each record's ``pending``. This records the
+        same run once more with full details (:mod:`hookviz.record.details`), checks that it
+        is the same run (every gradient's norm agrees) and fills every pending field at once.
+        The model's parameters, buffers and hooks are as they were afterwards. A no-op for an
+        eager run or one filled already.
+
+        Returns:
+            the run.
+
+        Raises:
+            DetailsChanged: a parameter, buffer, train/eval mode or input changed since the run
+                (the message names it); the run's numbers cannot be recorded again.
+            DetailsNotReproduced: recorded again, a gradient differs (e.g. a hook of the user's
+                was removed since).
+            DetailsUnavailable: nothing is left to record them from (a run loaded from a file).
+            Anything the model, ``loss_fn``, a hook or an edit raises while recording them
+            (e.g. :class:`~hookviz.errors.ForwardError`) propagates; the records stay pending.
+        """
         if self.details is not None:
             self.details.fill()
+        elif self.details_pending:
+            raise DetailsUnavailable(
+                "this run's details were never recorded (it was saved while they were pending) and "
+                "a run read from a file cannot record them: call run.fill_details() before "
+                'hookviz.save(run, path), or record with Session(..., details="eager")'
+            )
         return self
 
     def node(self, node_id: str) -> NodeRecord:
@@ -417,7 +455,8 @@ class Run(Deferrable):
         return (
             f"Run(loss={self.loss.item():.6g}, device={self.device!r}, nodes={len(self.nodes)}, "
             f"leaves={len(self.leaf_grads)}, edits={len(self.edits)}, "
-            f"forward_reused={self.forward_reused})"
+            f"forward_reused={self.forward_reused}"
+            f"{', details pending: run.fill_details() records them' if self.details_pending else ''})"
         )
 
 
@@ -441,10 +480,16 @@ class LeafDiff:
 
 @dataclass
 class Diff:
-    """Per node and per leaf: before, after, changed. See :func:`diff`."""
+    """Per node and per leaf: before, after, changed. See :func:`diff`.
+
+    ``unfilled``: ``"before"`` / ``"after"`` -> why that lazy run's details could not be
+    recorded (:meth:`Run.fill_details` refused); its nodes were then compared by the shape, dtype
+    and norm of each gradient only (equal norms do not prove equal values). Empty when every node
+    was compared by its values."""
 
     nodes: dict[str, NodeDiff]
     leaves: dict[str, LeafDiff]
+    unfilled: dict[str, str] = field(default_factory=dict)
 
     @property
     def changed_nodes(self) -> list[str]:
@@ -458,7 +503,9 @@ class Diff:
 
 
 def records_equal(a: tuple, b: tuple) -> bool:
-    """Whether two tuples of records hold the same gradients: the one "changed" rule of :func:`diff`."""
+    """Whether two tuples of records hold the same gradients: the one "changed" rule of :func:`diff`.
+    A record whose details are pending is compared by what it holds (shape, dtype, norm): equal
+    norms then do not prove equal values; :func:`diff` fills both runs first."""
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
@@ -466,7 +513,10 @@ def records_equal(a: tuple, b: tuple) -> bool:
             return False
         if x is None:
             continue
-        if x.value is not None and y.value is not None:
+        if x.pending or y.pending:
+            if (x.shape, x.dtype, _summary(x)[1]) != (y.shape, y.dtype, _summary(y)[1]):
+                return False
+        elif x.value is not None and y.value is not None:
             if not same_values(x.value, y.value):
                 return False
         elif _summary(x) != _summary(y):
@@ -498,7 +548,18 @@ def diff(before: Run, after: Run) -> Diff:
     gradients differ. Both use :func:`hookviz.stats.engine.same_values`: bit for bit, NaN equal to NaN,
     sparse gradients compared dense. Nodes or leaves present in only one
     run appear with None on the other side and ``changed=True``.
+
+    Nodes are compared by their gradient values: a lazy run's details are recorded first
+    (:meth:`Run.fill_details`). When that refuses (the model changed since the run), the refusal
+    is kept in ``Diff.unfilled`` and that run's nodes are compared by what its records hold
+    (shape, dtype, norm); any other error propagates. Leaves are always compared exactly.
     """
+    unfilled = {}
+    for label, run in (("before", before), ("after", after)):
+        try:
+            run.fill_details()
+        except DetailsRefused as refusal:
+            unfilled[label] = str(refusal)
     nodes = {}
     for node_id in dict.fromkeys([*before.nodes, *after.nodes]):
         a, b = before.nodes.get(node_id), after.nodes.get(node_id)
@@ -510,7 +571,7 @@ def diff(before: Run, after: Run) -> Diff:
             )
         )
         nodes[node_id] = NodeDiff(a, b, changed)
-    return Diff(nodes, leaf_diffs(before, after))
+    return Diff(nodes, leaf_diffs(before, after), unfilled)
 
 
 def leaf_diffs(before: Run, after: Run) -> dict[str, LeafDiff]:

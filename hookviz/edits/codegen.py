@@ -63,8 +63,11 @@ _NODE_HELPER = [
 
 
 def _input_leaves(run: Run) -> set[str]:
-    """Leaves that are forward inputs (named by argument), not parameters: the root call's inputs."""
-    return set(run.calls[0].inputs) if run.calls else set()
+    """Leaves that are forward inputs (named by argument), not parameters (a run read from a file
+    written before ``Run.input_names`` existed: the root call's inputs)."""
+    if run.input_names or not run.calls:
+        return set(run.input_names)
+    return set(run.calls[0].inputs or ())
 
 
 def _module_expression(name: str) -> str:

@@ -131,6 +131,7 @@ def build_run(
             "parameter_aliases": dict(forward.parameter_aliases),
             "details": None,
             "local_leaf_grads": None,
+            "input_names": list(context.input_names),
         },
     )
 

@@ -1,142 +1,240 @@
-"""The details of a lazy run, computed the first time they are read.
+"""A lazy run's details, recorded when asked for: :meth:`hookviz.data.run.Run.fill_details`.
 
 A run recorded with ``details="lazy"`` (the default) keeps what every view needs at once: each
 gradient's shape, dtype and 2-norm (one reduction per gradient, queued while backward runs; the
 gradient itself is not held). Everything else (values, min, max, mean, NaN/Inf counts, zero
-fractions, histograms, forward values and what module hooks saw in forward) is *deferred*: the
-first read of any of it records the same run once more with full details (a fresh forward with the
-session's first random state and the run's own edits, so the same numbers come out: hookviz's runs
-are reproducible, see :class:`hookviz.Session`), pairs that run's records with the lazy run's by
-their place (node id and slot, module call and slot, hook call), and fills every deferred field of
-the lazy run at once.
+fractions, histograms, forward values and what module hooks saw in forward) is *pending*: None,
+and named in the record's ``pending``. Reading a record, ``repr``, ``==``, ``copy``, pickling and
+saving never run the model.
 
-What hook calls saw (the user's hooks and hookviz's edits) is summarised in full at once: a hook
-removed after the run would not be called again. When the details can no longer be recomputed (the
-model's parameters or inputs changed since the run), or the second run does not reproduce
-a gradient (its norm differs, say because a hook that changed gradients was removed since), those
-fields get empty values and a note saying why, and forward values are filled only when every
-gradient matched; nothing is guessed.
+``Run.fill_details()`` is the one call that does. It records the same run once more with full
+details (a fresh forward with the session's first random state, the run's own edits and the
+module hooks the run had), pairs that run's records with the lazy run's by their place (node id
+and slot, module call and slot), checks every gradient's shape, dtype and norm, and only then
+fills every pending field at once. The model's parameters and buffers are put back after that
+recording's backward (:func:`model_values_kept`), so a forward that changes a parameter in place
+changes it once per :meth:`~hookviz.Session.run`, never again for its details.
+
+It refuses, with a :class:`~hookviz.errors.DetailsRefused` that says why and what to do, when the
+numbers could not be the run's own: something that affects them changed since the run
+(:class:`ModelState` follows the parameters, buffers, train/eval modes and inputs), or the
+second recording gave other gradients. Any other error (the model, ``loss_fn``, a hook or an edit
+raising) propagates as it is; the records stay pending and nothing is half filled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from hookviz.errors import HookvizError
+import torch
 
-UNAVAILABLE = {
-    "value": None,
-    "mean": None,
-    "min": None,
-    "max": None,
-    "nan_count": 0,
-    "inf_count": 0,
-    "zero_fraction": math.nan,
-    "histogram": None,
-    "overview": None,
-}
+from hookviz.errors import DetailsChanged, DetailsNotReproduced, DetailsUnavailable
+from hookviz.record import module_tree
 
-
-class DetailsUnavailable(HookvizError):
-    """The details of a lazy run cannot be recomputed; the message says why."""
+_NEW_RUN = (
+    'record a new run (session.run(forward=True)) to see its details, or use Session(..., details="eager") '
+    "to keep every detail of every run"
+)
 
 
 class Details:
-    """The source of one lazy run's deferred fields (see the module docstring).
+    """The pending details of one lazy run (see the module docstring).
 
-    Records are registered with :meth:`defer` while the run is assembled; :meth:`bind` then names
+    Records are made with :meth:`pending` while the run is assembled; :meth:`bind` then names
     the run and ``recompute``, a callable that records the same run with full details and returns
-    it, or raises :class:`DetailsUnavailable`. :meth:`fill` runs at most once.
+    it (raising :class:`~hookviz.errors.DetailsChanged` when that can no longer give the run's
+    numbers). :meth:`fill` fills the run once it succeeds.
     """
 
     def __init__(self):
-        self.deferred: list = []  # the records with fields left to fill
-        # The records reach this source through one link that holds it weakly: a record holding it
-        # would make each unfilled run one reference cycle, freed only by the cyclic collector
-        # after its records had filled the older generations (and a weak reference per record
-        # instead was a seventh of the objects a run keeps).
-        self.link = _Link(self)
         self.run_ref: weakref.ref | None = None
         self.recompute: Callable | None = None
         self.filled = False
 
-    def defer(self, record, names) -> None:
-        """Leave ``names`` of ``record`` (a :class:`~hookviz.data.deferred.Deferrable`) to :meth:`fill`."""
-        record.defer(names, self.link)
-        self.deferred.append(record)
-
     def pending(self, cls, fields: dict):
-        """A new record of ``cls`` holding ``fields``, its other deferred fields left to :meth:`fill`
-        (see :meth:`~hookviz.data.deferred.Deferrable.pending_record`)."""
-        record = cls.pending_record(self.link, fields)
-        self.deferred.append(record)
-        return record
+        """A new record of ``cls`` (a :class:`~hookviz.data.deferred.Fillable`) holding ``fields``,
+        its other deferred fields pending (see :meth:`~hookviz.data.deferred.Fillable.pending_record`)."""
+        return cls.pending_record(fields)
 
     def bind(self, run, recompute: Callable) -> None:
-        """Name the run these records belong to and how to record it again with full details."""
+        """Name the run these records belong to (held weakly) and how to record it again."""
         self.run_ref, self.recompute = weakref.ref(run), recompute
 
-    def fill(self, record=None) -> None:
-        """Fill every deferred field of the run (one full re-run), or mark them unavailable.
-        (``record``: the record whose read asked; every one is filled.)"""
+    def fill(self) -> None:
+        """Record the run again and fill every pending field of it (nothing once filled).
+
+        Raises:
+            DetailsChanged, DetailsNotReproduced, DetailsUnavailable: see
+            :meth:`hookviz.data.run.Run.fill_details`; anything else the second recording
+            raises propagates. In every case the records stay pending.
+        """
         if self.filled:
             return
-        self.filled = True  # also while filling: a read inside recompute must not recurse
         run = self.run_ref() if self.run_ref is not None else None
-        if run is not None:
-            run.fill_deferred()  # its records first: they register here as they are made
-        reason = _GONE
-        interrupted = None
-        if run is not None and self.recompute is not None:
-            try:
-                _fill_from(run, self.recompute())
-                reason = "the run could not be reproduced (a record's norm differs the second time)"
-            except DetailsUnavailable as error:
-                reason = str(error)
-            except BaseException as error:  # a hook that raised, out of memory, Ctrl+C: no half-run
-                reason = f"recording them again failed: {type(error).__name__}: {error}"
-                interrupted = error
-        note = f"details unavailable: {reason}"
-        for record in self.deferred:
-            if record.pending:
-                _mark_unavailable(record, note)
-        self.deferred, self.recompute = [], None
-        if interrupted is not None and not isinstance(interrupted, Exception):
-            raise interrupted  # KeyboardInterrupt and SystemExit still stop the caller
+        if run is None or self.recompute is None:
+            raise DetailsUnavailable(f"the run these details belong to is gone; {_NEW_RUN}")
+        run.fill_deferred()  # its records are made from what it recorded (no model runs)
+        fills = _fills(run, self.recompute())
+        for record, values in fills:
+            norm = values.pop("norm", None)
+            record.fill(**values)
+            if norm is not None:
+                record.norm = norm
+        self.filled, self.recompute = True, None
 
 
-_GONE = "the run they belong to is gone"
+# ---------------------------------------------------------------------------- what changed
 
 
-class _Link:
-    """What the records of one lazy run hold to reach its :class:`Details`: it weakly, so that
-    the records keep it from nothing (the run does). A record read after its run and its
-    Details are gone is marked unavailable."""
+class ModelState:
+    """What a model's runs depend on that the user can change between hookviz's calls, and what
+    changed, followed by cheap marks (no copy of a tensor): every parameter and buffer by
+    qualified name (the tensor object, its ``_version``, which every in-place op autograd sees
+    bumps, an optimizer step's included; its storage address, which ``p.data = ...`` swaps; shape,
+    dtype and ``requires_grad``) and every module's ``training`` flag (train/eval mode). A
+    session's inputs are marked the same way (:func:`input_marks`).
 
-    __slots__ = ("details",)
+    Changes made where PyTorch keeps no version (through ``.data``, or to an inference tensor)
+    are not seen here; a gradient they change is still caught when the details are recorded
+    (:class:`~hookviz.errors.DetailsNotReproduced`).
 
-    def __init__(self, details: Details):
-        self.details = weakref.ref(details)
+    hookviz's own forwards bump versions too (BatchNorm's ``num_batches_tracked``, a parameter the
+    model changes in place, each put back afterwards), so the marks are compared between
+    hookviz's calls: :meth:`note_changes` at the start of each call that runs the model,
+    :meth:`mark` at its very end, once the model's state is back. Each change found starts a new
+    epoch; a run keeps the epoch of its forward, and its details can be recorded while the
+    epoch is the same. One state per model (:meth:`of`), shared by every session on it, so one
+    session's forwards are no change to another's runs.
+    """
 
-    def fill(self, record=None) -> None:
-        details = self.details()
-        if details is not None:
-            details.fill(record)
-        elif record is not None and record.pending:
-            _mark_unavailable(record, f"details unavailable: {_GONE}")
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.marks: dict[str, tuple] | None = None  # at the end of hookviz's last call
+        self.changes: list[list[str]] = []  # what changed between hookviz's calls, oldest first
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> ModelState:
+        """The one state of ``model`` (made on first use; it goes when the model goes)."""
+        found = _STATES.get(model)
+        if found is None:
+            found = _STATES[model] = cls(model)
+        return found
+
+    @property
+    def epoch(self) -> int:
+        """How many times something that affects a run's numbers changed between hookviz's calls."""
+        return len(self.changes)
+
+    def note_changes(self) -> int:
+        """At the start of a hookviz call that runs the model: note what changed since the last
+        one ended. Returns the epoch this call sees."""
+        if self.marks is not None:
+            changed = _what_changed(self.marks, _model_marks(self.model))
+            if changed:
+                self.changes.append(changed)
+        return self.epoch
+
+    def mark(self) -> None:
+        """At the very end of a hookviz call, after the model's state was put back."""
+        self.marks = _model_marks(self.model)
+
+    def refuse_changes_since(self, epoch: int, inputs_then: dict, inputs: dict[str, torch.Tensor]) -> None:
+        """Raise :class:`~hookviz.errors.DetailsChanged`, naming what changed, when the model
+        changed since ``epoch`` or an input since its marks ``inputs_then`` (:func:`input_marks`)."""
+        changed = list(dict.fromkeys(c for changes in self.changes[epoch:] for c in changes))
+        changed += _what_changed(inputs_then, input_marks(inputs))
+        if not changed:
+            return
+        listing = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+        raise DetailsChanged(
+            f"cannot record this run's details: since the run, {listing}, so recording it again would "
+            f"give other numbers than the run had; {_NEW_RUN}"
+        )
 
 
-def _mark_unavailable(record, note: str) -> None:
-    names = type(record).DEFERRED
-    if "value" in names:  # a TensorRecord
-        record.settle(**{n: UNAVAILABLE.get(n) for n in names if n != "norm"}, norm=None)
-        record.note = "; ".join(filter(None, [record.note, note]))
-    elif names == ("output",):  # a NodeRecord's forward value
-        record.settle(output=None)
-    else:  # what a ModuleCall's forward hooks saw
-        record.settle(inputs={}, output=[], output_replaced=None)
+_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def input_marks(inputs: dict[str, torch.Tensor]) -> dict[str, tuple]:
+    """The marks of a session's input tensors by name (see :class:`ModelState`)."""
+    return {f"input {name!r}": _tensor_marks(tensor) for name, tensor in inputs.items()}
+
+
+def _model_marks(model: torch.nn.Module) -> dict[str, tuple]:
+    marks: dict[str, tuple] = {}
+    for name, parameter in module_tree.named_parameters(model, remove_duplicate=False):
+        marks[f"parameter {name!r}"] = (*_tensor_marks(parameter), parameter.requires_grad)
+    for name, buffer in module_tree.named_buffers(model, remove_duplicate=False):
+        marks[f"buffer {name!r}"] = _tensor_marks(buffer)
+    for name, module in module_tree.named_modules(model, remove_duplicate=False):
+        marks[f"{_MODE}{name or '<root>'!r}"] = ("train" if module.training else "eval",)
+    return marks
+
+
+def _tensor_marks(tensor: torch.Tensor | None) -> tuple:
+    """(object, version, storage address, shape, dtype) of ``tensor``."""
+    if tensor is None:
+        return (None,)
+    version = -1 if tensor.is_inference() else tensor._version  # inference tensors keep none
+    try:
+        address = tensor.data_ptr()
+    except RuntimeError:  # a tensor without storage (a wrapper subclass): its object stands for it
+        address = 0
+    return id(tensor), version, address, tuple(tensor.shape), tensor.dtype
+
+
+_MODE = "the mode of module "
+# What differs between two marks of one thing, in words (the marks' positions: see _tensor_marks).
+_CHANGES = ((0, "was replaced"), (1, "was changed in place"), (2, "got other storage"))
+
+
+def _what_changed(before: dict[str, tuple], now: dict[str, tuple]) -> list[str]:
+    changed, switched = [], {"train": [], "eval": []}
+    for name, marks in now.items():
+        old = before.get(name)
+        if old is None:
+            changed.append(f"{name} was added")
+        elif old != marks:
+            if name.startswith(_MODE):
+                switched[marks[0]].append(name.removeprefix(_MODE))
+                continue
+            how = next((words for i, words in _CHANGES if old[i] != marks[i]), "")
+            if not how:  # a parameter's marks end with requires_grad (see _model_marks)
+                how = "changed requires_grad" if old[5:] != marks[5:] else "changed shape or dtype"
+            changed.append(f"{name} {how}")
+    changed += [f"{name} was removed" for name in before if name not in now]
+    for mode, modules in switched.items():
+        if modules:
+            more = f" and {len(modules) - 3} more" if len(modules) > 3 else ""
+            changed.append(f"module {', '.join(modules[:3])}{more} switched to {mode} mode")
+    return changed
+
+
+@contextlib.contextmanager
+def model_values_kept(model: torch.nn.Module) -> Iterator[None]:
+    """Put every parameter and buffer of ``model`` back as it was after the body (the same tensor
+    object under the same name, with the same values), for the recording of a run's details:
+    its forward must leave no trace, as the run's own left none. Written through ``.data`` after
+    the body's backward has run, so no Node that saved one of them sees it change."""
+    kept = []
+    for module in module_tree.modules(model):
+        for table in (module._parameters, module._buffers):
+            for name, tensor in table.items():
+                kept.append((table, name, tensor, None if tensor is None else tensor.detach().clone()))
+    try:
+        yield
+    finally:
+        for table, name, tensor, value in kept:
+            if table.get(name) is not tensor:
+                table[name] = tensor
+            if tensor is not None:
+                tensor.data.copy_(value)
+
+
+# ---------------------------------------------------------------------------- pairing
 
 
 def _same_norm(a, b) -> bool:
@@ -147,57 +245,51 @@ def _same_norm(a, b) -> bool:
     return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-30)
 
 
-def _pair(mine, theirs) -> int:
-    """Fill the pending records of ``mine`` from the full records of ``theirs`` (same places);
-    returns how many did not match (another shape, dtype or norm: not the same run)."""
-    if mine is None or theirs is None:
-        return 0
-    mismatches = 0
-    for a, b in zip(mine, theirs):
-        if a is None or b is None or not a.pending:
-            continue
-        known = a.__dict__.get("norm")
-        if a.shape != b.shape or a.dtype != b.dtype or not _same_norm(known, b.norm):
-            mismatches += 1
-            continue
-        fields = {n: getattr(b, n) for n in type(a).DEFERRED if n != "norm"}
-        if known is not None and not math.isfinite(known):
-            a.__dict__["norm"] = b.norm  # float32 squares overflow; the full record took double
-        a.settle(**fields)
-    return mismatches
+class _Pairing:
+    """The fills of a lazy run's pending records from the full run's records at the same places,
+    and the places where the two runs disagree."""
+
+    def __init__(self):
+        self.fills: list[tuple[object, dict]] = []
+        self.differ: list[str] = []
+
+    def tensors(self, mine, theirs, place: str) -> None:
+        if mine is None or theirs is None or len(mine) != len(theirs):
+            if any(r is not None and r.pending for r in mine or ()):
+                self.differ.append(place)
+            return
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            if a is None or not a.pending:
+                continue
+            if b is None or a.shape != b.shape or a.dtype != b.dtype or not _same_norm(a.norm, b.norm):
+                self.differ.append(f"{place}[{i}]")
+                continue
+            values = {name: getattr(b, name) for name in a.pending}
+            if a.norm is not None and not math.isfinite(a.norm):
+                values["norm"] = b.norm  # float32 squares overflow; the full record took double
+            self.fills.append((a, values))
 
 
-def _fill_from(run, full) -> None:
-    """Gradients first, each checked by its norm; forward values (which have no norm to check
-    by) only when every gradient matched, i.e. the second run was the same run."""
-    mismatches = _fill_gradients(run, full)
-    if mismatches:
-        return
-    for node_id, record in run.nodes.items():
-        other = full.nodes.get(node_id)
-        if record.pending and other is not None and other.op == record.op:
-            record.settle(output=other.output)
-    for call, other in zip(run.calls, full.calls):
-        if call.pending and (call.module, call.call) == (other.module, other.call):
-            call.settle(inputs=other.inputs, output=other.output, output_replaced=other.output_replaced)
-
-
-def _fill_gradients(run, full) -> int:
-    mismatches = 0
+def _fills(run, full) -> list[tuple[object, dict]]:
+    """Every (pending record, its values) of ``run`` from ``full``, the same run recorded with full
+    details. Raises DetailsNotReproduced, before anything is filled, when a gradient, an op or
+    a module call differs."""
+    pairing = _Pairing()
     for node_id, record in run.nodes.items():
         other = full.nodes.get(node_id)
         if other is None or other.op != record.op:
-            mismatches += 1
+            pairing.differ.append(f"node {node_id!r}")
             continue
-        mismatches += _pair(record.grad_outputs, other.grad_outputs)
-        mismatches += _pair(record.grad_inputs, other.grad_inputs)
-        mismatches += _pair(record.grad_inputs_before_edit, other.grad_inputs_before_edit)
-        mismatches += _pair(record.grad_outputs_before_edit, other.grad_outputs_before_edit)
+        for name in ("grad_outputs", "grad_inputs", "grad_inputs_before_edit", "grad_outputs_before_edit"):
+            pairing.tensors(getattr(record, name), getattr(other, name), f"{node_id}.{name}")
+        if record.pending:
+            pairing.fills.append((record, {"output": other.output}))
     if len(run.calls) != len(full.calls):
-        return mismatches + 1
+        pairing.differ.append(f"the module calls ({len(run.calls)} then {len(full.calls)})")
     for call, other in zip(run.calls, full.calls):
+        place = f"module {call.module!r} call {call.call}"
         if (call.module, call.call) != (other.module, other.call):
-            mismatches += 1
+            pairing.differ.append(place)
             continue
         for name in (
             "grad_input",
@@ -207,5 +299,16 @@ def _fill_gradients(run, full) -> int:
             "legacy_grad_input",
             "legacy_grad_output",
         ):
-            mismatches += _pair(getattr(call, name), getattr(other, name))
-    return mismatches
+            pairing.tensors(getattr(call, name), getattr(other, name), f"{place} {name}")
+        if call.pending:
+            seen = {name: getattr(other, name) for name in ("inputs", "output", "output_replaced")}
+            pairing.fills.append((call, seen))
+    if pairing.differ:
+        count = len(pairing.differ)
+        shown = ", ".join(pairing.differ[:3]) + (f" ({count} in all)" if count > 3 else "")
+        raise DetailsNotReproduced(
+            f"cannot record this run's details: recorded again, it differs at {shown}, so something "
+            "that affects its numbers changed since the run that hookviz does not follow (a hook "
+            "of yours removed or changed, a value changed through .data, a global setting); " + _NEW_RUN
+        )
+    return pairing.fills

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 from torch.utils import _pytree as pytree
@@ -27,7 +28,7 @@ from hookviz.edits.edit import Edit
 from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, unknown_name
 from hookviz.record import distributed, module_tree
 from hookviz.record.build import RunContext
-from hookviz.record.details import Details, DetailsUnavailable
+from hookviz.record.details import Details, ModelState, input_marks, model_values_kept
 from hookviz.record.devices import device_of, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
 from hookviz.record.gcpause import cyclic_gc_paused
@@ -60,11 +61,11 @@ class Session:
         details: ``"lazy"`` (default) or ``"eager"``. A lazy run keeps at once what every view
             needs (each gradient's shape, dtype and 2-norm, queued while backward runs, the
             gradient itself not held), so recording costs little more than a plain step; the
-            first read of anything else (values, min/max, histograms, forward values) records
-            the same run once more with full details and fills the whole run
-            (:mod:`hookviz.record.details`). ``"eager"`` records everything in every run (the widget
-            does, since it shows it all). Distributed models (DDP, FSDP2) are always eager:
-            a later re-run would have to be collective on every rank.
+            rest (values, min/max, histograms, forward values) is None and named in each
+            record's ``pending`` until ``run.fill_details()`` records the same run once more
+            with full details (:mod:`hookviz.record.details`); reading a record never runs the
+            model. ``"eager"`` records everything in every run. Distributed models (DDP, FSDP2)
+            are always eager: a later re-run would have to be collective on every rank.
 
     Raises:
         HookvizError: ``model`` is not a module, or ``details`` is neither "lazy" nor "eager".
@@ -119,6 +120,10 @@ class Session:
         self._input_names = name_inputs(distributed.user_forward(self.model), self.args, self.kwargs)
         self._forward: RetainedForward | None = None
         self._rng_states: dict[str, torch.Tensor] = {}
+        # What a lazy run's details depend on, followed between hookviz's calls, and the retained
+        # forward's epoch and input marks (a backward-only run's numbers are that forward's).
+        self._model_changes = ModelState.of(self.model)
+        self._forward_marks: tuple[int, dict] = (0, {})
 
     # ------------------------------------------------------------------ inputs
 
@@ -193,6 +198,8 @@ class Session:
         ``last_run`` are as they were.
         """
         device = self.home_device if device is None else resolve_device(device)
+        # Every session's runs, eager ones too: hookviz's own forwards are no change to a lazy run.
+        epoch = self._model_changes.note_changes()
         # Paused for the whole run, not only the recording: the walks before and after it allocate
         # too, and each collection they set off would scan the run's fresh records (on a
         # 20,000-Node graph, 8 runs set off 129 collections; paused throughout, 8).
@@ -211,12 +218,15 @@ class Session:
                 # The retained graph went stale (e.g. a parameter changed in place): start over.
                 self.release()
                 run, graph = self._record(device, edits, None, lazy)
+            if lazy and not run.forward_reused:
+                self._forward_marks = (epoch, input_marks(self._input_names))
             if lazy:
-                run.details.bind(run, self._recompute(device, edits))
+                run.details.bind(run, self._recompute(device, edits, *self._forward_marks))
         self._forward = graph
         self.last_run = run
         if self.baseline is None:
             self.baseline = run
+        self._model_changes.mark()  # last of all: the model's state is back (what a fill checks against)
         return run
 
     def _record(self, device: str, edits: tuple, graph: RetainedForward | None, lazy: bool):
@@ -235,39 +245,37 @@ class Session:
             run = distributed.reduced_run(self.model, run)  # DDP / FSDP2: leaf_grads as .grad holds them
         return run, graph
 
-    def _recompute(self, device: str, edits: tuple):
-        """How a lazy run's details are recorded, on first read: the same run again with full
-        details, from a fresh forward (the session's first random state), on a graph of its own."""
+    def _recompute(self, device: str, edits: tuple, epoch: int, inputs_then: dict):
+        """How a lazy run's details are recorded (:meth:`hookviz.data.run.Run.fill_details`): the same
+        run again with full details, from a fresh forward (the session's first random state) on a
+        graph of its own, with the module hooks the run had; refused when anything the run's
+        numbers depend on changed since its forward (``epoch``, and the inputs' marks
+        ``inputs_then``: see :class:`~hookviz.record.details.ModelState`)."""
         # A copy of the session without its runs and retained graph: the run keeps what made it
         # (model, inputs, loss_fn, random state), not the activations of the session's last forward.
         recipe = copy.copy(self)
         recipe._forward = recipe.last_run = recipe.baseline = None
         recipe.edits, recipe._rng_states = [], dict(self._rng_states)
-        state = self._model_state()
         hooks = module_hook_state(self.model)
+        changes, inputs = self._model_changes, self._input_names
 
         def recompute() -> Run:
-            current = recipe
-            if current._model_state() != state:
-                raise DetailsUnavailable(
-                    "the model's parameters or inputs changed since the run, so "
-                    'running it again would give other numbers; use Session(..., details="eager") to '
-                    "keep every detail of every run"
-                )
-            with module_hooks_as(current.model, hooks), module_tree.listed_once(current.model):
-                run, graph = current._record(device, edits, None, lazy=False)
-            graph.remove_hooks()
+            changes.note_changes()
+            changes.refuse_changes_since(epoch, inputs_then, inputs)
+            try:
+                with (
+                    module_hooks_as(recipe.model, hooks),
+                    module_tree.listed_once(recipe.model),
+                    # on another device the recording runs a copy: the user's model is left alone
+                    model_values_kept(recipe.model) if device == recipe.home_device else nullcontext(),
+                ):
+                    run, graph = recipe._record(device, edits, None, lazy=False)
+                graph.remove_hooks()
+            finally:
+                changes.mark()  # the fill's own forward is no change the user made
             return run
 
         return recompute
-
-    def _model_state(self) -> tuple:
-        """What a run's numbers depend on besides edits and hooks: the parameters and inputs, and
-        their versions (a hook removed since shows as a gradient that differs). Buffers are left
-        out: every forward in train mode bumps BatchNorm's ``num_batches_tracked``, hookviz's own
-        included, and a buffer that changed values since shows as a gradient that differs."""
-        tensors = [*module_tree.parameters(self.model), *self._input_names.values()]
-        return tuple((id(t), -1 if t.is_inference() else t._version) for t in tensors)  # no counter there
 
     def _needs_forward(self, device: str) -> bool:
         graph = self._forward
@@ -469,7 +477,7 @@ class Session:
         if target in run.modules:
             call = run.module_io(target)
             return [f"grad_input[{i}]" for i, r in enumerate(call.grad_input) if r is not None] + [
-                f"grad_output[{i}]" for i in range(len(call.output))
+                f"grad_output[{i}]" for i in range(len(call.grad_output))
             ]
         raise TargetError(unknown_name("node or module", target, [*run.nodes, *run.modules]))
 

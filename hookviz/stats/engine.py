@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from hookviz.data.deferred import Deferrable, deferrable
+from hookviz.data.deferred import Fillable
 from hookviz.stats import one_pass
 
 DEFAULT_FULL_TENSOR_LIMIT = 4096
@@ -69,15 +69,14 @@ def _json_number(value) -> float | str | None:
     return _json_float(float(value))
 
 
-@deferrable
 @dataclass
-class TensorRecord(Deferrable):
+class TensorRecord(Fillable):
     """What hookviz keeps of one tensor: metadata, statistics, and the values when small.
 
     In a run recorded with ``details="lazy"`` (the default) a gradient's record holds its shape,
-    dtype, device and ``norm`` at once, and a forward value's its shape, dtype and device; the
-    other fields are filled for the whole run the first time one of them is read
-    (:mod:`hookviz.record.details`).
+    dtype, device and ``norm``; its other fields are None and named in ``pending`` until
+    :meth:`hookviz.data.run.Run.fill_details` records them (:mod:`hookviz.record.details`).
+    Nothing is recorded on read.
 
     Attributes:
         shape: the tensor's shape.
@@ -101,6 +100,8 @@ class TensorRecord(Deferrable):
             ``zero_fraction`` and ``mean``).
         nnz: of a sparse tensor, ``_nnz()`` after coalescing (the number of stored indices: rows of an
             embedding's gradient), else None.
+        pending: the fields that wait for ``Run.fill_details()`` (None meanwhile); ``()`` when
+            the record is complete.
     """
 
     shape: tuple[int, ...]
@@ -119,6 +120,7 @@ class TensorRecord(Deferrable):
     overview: torch.Tensor | None = None
     note: str = ""
     nnz: int | None = None
+    pending: tuple[str, ...] = ()
 
     DEFERRED = (
         "value",
@@ -135,11 +137,10 @@ class TensorRecord(Deferrable):
 
     @property
     def finite(self) -> bool:
-        """True when the tensor holds no NaN and no Inf. On a lazy record whose counts are not
-        filled yet it reads the norm (a finite 2-norm proves there is neither) and fills nothing."""
-        known = self.__dict__
-        if "nan_count" not in known and known.get("norm") is not None:
-            return math.isfinite(known["norm"])
+        """True when the tensor holds no NaN and no Inf. On a record whose counts are pending it
+        reads the norm (a finite 2-norm proves there is neither)."""
+        if "nan_count" in self.pending:
+            return self.norm is None or math.isfinite(self.norm)
         return self.nan_count == 0 and self.inf_count == 0
 
     def to_dict(self, fields: tuple[str, ...] | None = None) -> dict:
@@ -150,9 +151,11 @@ class TensorRecord(Deferrable):
 
     def __repr__(self) -> str:
         if self.pending:
-            norm = self.__dict__.get("norm")
-            shown = "" if norm is None else f", norm={norm:.4g}"
-            return f"TensorRecord(shape={list(self.shape)}, dtype={self.dtype}{shown}, details on first read)"
+            shown = "" if self.norm is None else f", norm={self.norm:.4g}"
+            return (
+                f"TensorRecord(shape={list(self.shape)}, dtype={self.dtype}{shown}, "
+                f"pending={list(self.pending)}: run.fill_details() records them)"
+            )
         if self.value is not None:
             return f"TensorRecord({self.value.tolist()}, dtype={self.dtype}, device={self.device})"
         return (
@@ -816,6 +819,9 @@ _JSON_FIELD = {
     "zero_fraction": lambda r: r.zero_fraction,
     "histogram": _json_histogram,
     "overview": lambda r: None if r.overview is None else _json_values(r.overview.tolist()),
-    "note": lambda r: r.note,
+    "note": lambda r: r.note or (_PENDING_NOTE if r.pending else ""),
     "nnz": lambda r: r.nnz,
+    "pending": lambda r: list(r.pending),
 }
+# What the page shows in place of a pending record's values.
+_PENDING_NOTE = "details not recorded yet: run.fill_details() records them"

@@ -450,6 +450,7 @@ def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> 
         "node_kind": record.kind,
         "order": record.order,
         "output": tensor_json(record.output),
+        "pending": list(record.pending),  # what run.fill_details() adds; ``output`` is None meanwhile
         "grad_outputs": tensors_json(record.grad_outputs),
         "grad_inputs": tensors_json(record.grad_inputs),
         "grad_inputs_before_edit": tensors_json(record.grad_inputs_before_edit),
@@ -496,8 +497,12 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
         "module": module,
         "node_kind": "module",
         "order": None,
-        "inputs": {k: (v if isinstance(v, str) else tensor_json(v)) for k, v in call.inputs.items()},
+        # None while the run's details are pending (``pending`` names what run.fill_details() adds)
+        "inputs": None
+        if call.inputs is None
+        else {k: (v if isinstance(v, str) else tensor_json(v)) for k, v in call.inputs.items()},
         "output_list": tensors_json(call.output),
+        "pending": list(call.pending),
         "grad_input": tensors_json(call.grad_input),
         "grad_output": tensors_json(call.grad_output),
         "legacy_grad_input": tensors_json(call.legacy_grad_input),

@@ -33,7 +33,7 @@ import traitlets
 
 from hookviz.analysis.diagnose import diagnose
 from hookviz.data.run import LOSS_MODULE
-from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError, WatchError
+from hookviz.errors import DetailsRefused, DeviceError, EditError, ExpressionError, HookvizError, WatchError
 from hookviz.record import module_tree
 from hookviz.record.devices import devices
 from hookviz.record.gcpause import cyclic_gc_paused
@@ -209,9 +209,10 @@ class Widget(anywidget.AnyWidget):
             }
             self.replay = widget_data.replay_json(run)
             self.log = widget_data.log_json(run)
+            refused = None
             if run.details_pending and _cheap_details(run):
-                run.fill_details()
-            self.details_pending = run.details_pending
+                refused = self._record_details(run)
+            self.details_pending = run.details_pending and refused is None
             # A large run's leaf table and chart (the page draws them below the graph, after it)
             # come when the page asks for its details: on a 20,000-Node graph they took a tenth
             # of show().
@@ -221,8 +222,8 @@ class Widget(anywidget.AnyWidget):
             else:
                 self._show_tables(run)
             self._run_diagnosis = (
-                widget_data.diagnosis_json([], "run", pending=True)
-                if self.details_pending
+                widget_data.diagnosis_json([], "run", pending=True, error=refused)
+                if self.details_pending or refused
                 else self._diagnose_run(run)
             )
             if self.watch is None:
@@ -243,26 +244,50 @@ class Widget(anywidget.AnyWidget):
         next cell, and in a kernel at the latest :data:`DETAILS_WAIT_FOR_THE_PAGE_S` after the
         cell that showed a large run (at once in a terminal IPython); call it from Python to
         have ``diagnosis`` at once.
-        Recording them is one more forward + backward of the model (:mod:`hookviz.record.details`).
+        Recording them is one more forward + backward of the model (``run.fill_details()``,
+        :mod:`hookviz.record.details`). When it refuses (the model changed since the run), the
+        reason goes to ``errors["details"]`` and the diagnosis banner, and the records show
+        what is pending; any other error propagates.
 
         Returns:
-            True (also when nothing was pending).
+            True when the details are there (also when nothing was pending); False when refused.
         """
         run = self.run
         self._show_pending_tables()
         if not self.details_pending or run is None:
             return True
         try:
-            run.fill_details()  # on failure the records say "details unavailable" and why
+            refused = self._record_details(run)
         finally:
-            self.details_pending = False
+            self.details_pending = False  # the page stops asking, whatever happened
         with self.hold_sync():
-            self._run_diagnosis = self._diagnose_run(run)
+            self._run_diagnosis = (
+                widget_data.diagnosis_json([], "run", error=refused) if refused else self._diagnose_run(run)
+            )
             if self.watch is None:
                 self.diagnosis = self._run_diagnosis
             if self.selected:
                 self._inspect(self.selected, quiet=True)
-        return True
+        return refused is None
+
+    def _record_details(self, run) -> str | None:
+        """``run.fill_details()``, then the baseline's (the inspector compares their values):
+        None when the run's details are there, else the message of its refusal. A refusal, the
+        run's or the baseline's, is shown in ``errors["details"]``. Only the documented refusals
+        (:class:`~hookviz.errors.DetailsRefused`) are caught."""
+        try:
+            run.fill_details()
+        except DetailsRefused as refusal:
+            self._set_error("details", str(refusal))
+            return str(refusal)
+        baseline, message = self.baseline, None
+        if baseline is not None and baseline is not run and baseline.details_pending:
+            try:
+                baseline.fill_details()
+            except DetailsRefused as refusal:
+                message = f"the baseline run's values (shown as before): {refusal}"
+        self._set_error("details", message)
+        return None
 
     def _show_tables(self, run) -> None:
         """The leaf table and the chart of ``run`` (norms and leaf gradients: no details needed)."""
@@ -764,10 +789,9 @@ def _fill_before_the_next_cell(widget: Widget) -> None:
         for event in ("post_run_cell", "pre_run_cell"):
             with contextlib.suppress(ValueError):
                 shell.events.unregister(event, fill)
-        try:
-            widget.fill_details()
-        except Exception:  # never break the user's cell; the records say why details are missing
-            pass
+        # A refusal is shown by the widget; any other error is IPython's to print (it never
+        # stops the next cell).
+        widget.fill_details()
 
     def after_the_cell(*_) -> None:
         with contextlib.suppress(ValueError):
