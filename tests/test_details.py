@@ -142,7 +142,7 @@ def test_reading_repr_equality_copies_pickling_and_saving_a_lazy_run_never_run_t
         loaded = saved.node("AddmmBackward0_0").grad_outputs[0]
         assert loaded.pending == TENSOR_DETAILS and loaded.norm == grad.norm and loaded.value is None
         assert saved.details_pending
-        with pytest.raises(DetailsUnavailable, match="before run.save"):
+        with pytest.raises(DetailsUnavailable, match=r"before hookviz.save\(run, path\)"):
             saved.fill_details()
         run.fill_details()  # the call that does run it
         assert calls.count == 2 * after_run and not run.details_pending

@@ -18,6 +18,7 @@ import pytest
 import safetensors.torch
 import torch
 import torch.nn.functional as F
+from conftest import as_version_2
 
 import hookviz
 from hookviz.examples import Canonical, canonical_inputs, sigmoid_mlp
@@ -317,7 +318,7 @@ def test_every_malformed_structure_is_a_file_format_error_naming_the_problem(tmp
             load(path)
     # the version-1 graph field is read only in version-1 files; there, a bad one is refused too
     old = dict(metadata, version="1")
-    bad_graph = set_run(graph={"__graph__": {"edges": [["a", "b", {}]]}})
+    bad_graph = as_version_2(set_run(graph={"__graph__": {"edges": [["a", "b", {}]]}}))
     bad_graph["fields"].pop("edges")
     with pytest.raises(FileFormatError, match=r"run\.graph's edge 0 is not"):
         load(write_structure(tmp_path / "v1.hookviz", old, bad_graph, tensors))

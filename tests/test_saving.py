@@ -13,6 +13,7 @@ import pytest
 import safetensors.torch
 import torch
 import torch.nn.functional as F
+from conftest import as_version_2
 from torch import nn
 
 import hookviz
@@ -201,7 +202,7 @@ def test_a_version_1_file_with_a_networkx_graph_still_opens(tmp_path, canonical)
     (length,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + length])
     tensors = safetensors.torch.load(data)
-    structure = json.loads(bytes(tensors["hookviz.json"].tolist()))
+    structure = as_version_2(json.loads(bytes(tensors["hookviz.json"].tolist())))
     fields = structure["fields"]
     edges = [edge["__tuple__"] for edge in fields.pop("edges")]
     fields["graph"] = {

@@ -201,8 +201,8 @@ class ModuleCall(Fillable):
     module: str
     call: int
     type: str
-    inputs: dict[str, TensorRecord | str] = field(default_factory=dict)
-    output: list[TensorRecord] = field(default_factory=list)
+    inputs: dict[str, TensorRecord | str] | None = field(default_factory=dict)
+    output: list[TensorRecord] | None = field(default_factory=list)
     output_replaced: list[TensorRecord] | None = None
     full_hook_fires: bool = True
     grad_input: tuple[TensorRecord | None, ...] = ()

@@ -20,13 +20,17 @@ saved or read, not when this one is (``hookviz.data.run`` imports the files laye
 Version history:
 
 * 1: a :class:`~hookviz.data.run.Run` keeps its networkx graph (field ``graph``);
-* 2: a Run keeps its graph's edges (field ``edges``; the graph is derived from them).
+* 2: a Run keeps its graph's edges (field ``edges``; the graph is derived from them);
+* 3: a lazy run's records keep what is still pending (field ``pending`` of TensorRecord, NodeRecord
+  and ModuleCall, whose pending fields are None), and a Run its forward inputs (``input_names``).
+  Files of versions 1 and 2 hold complete records: their ``pending`` is ``()``, and
+  ``input_names`` is read as empty.
 """
 
 from __future__ import annotations
 
-VERSION = 2
-READABLE = ("1", "2")
+VERSION = 3
+READABLE = ("1", "2", "3")
 
 # The object at the top of a file, by the kind its header says.
 KINDS = {"run": "Run", "watch": "RankHistory"}
@@ -50,13 +54,14 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
             "mean": "float | None",
             "min": "float | None",
             "max": "float | None",
-            "nan_count": "int",
-            "inf_count": "int",
-            "zero_fraction": "float",
+            "nan_count": "int | None",
+            "inf_count": "int | None",
+            "zero_fraction": "float | None",
             "histogram": "tuple[list[int], list[float]] | None",
             "overview": "torch.Tensor | None",
             "note": "str",
             "nnz": "int | None",
+            "pending": "tuple[str, ...]",
         },
     ),
     "SavedTensor": (
@@ -104,6 +109,7 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
             "constants": "dict[str, bool | int | float]",
             "user_hooks": "list[HookInfo]",
             "sites": "list[str]",
+            "pending": "tuple[str, ...]",
         },
     ),
     "ModuleCall": (
@@ -112,8 +118,8 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
             "module": "str",
             "call": "int",
             "type": "str",
-            "inputs": "dict[str, TensorRecord | str]",
-            "output": "list[TensorRecord]",
+            "inputs": "dict[str, TensorRecord | str] | None",
+            "output": "list[TensorRecord] | None",
             "output_replaced": "list[TensorRecord] | None",
             "full_hook_fires": "bool",
             "grad_input": f"tuple[{_TENSOR_RECORD}, ...]",
@@ -130,6 +136,7 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
             "grad_enabled": "bool",
             "output_kind_hookable": "bool",
             "shared_inputs": "bool",
+            "pending": "tuple[str, ...]",
         },
     ),
     "Slot": ("hookviz.edits.edit", {"name": "str", "index": "int"}),
@@ -158,6 +165,7 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
             "module_aliases": "dict[str, str]",
             "parameter_aliases": "dict[str, str]",
             "local_leaf_grads": "dict[str, torch.Tensor | None] | None",
+            "input_names": "list[str]",
         },
     ),
     "RankHistory": (
@@ -192,9 +200,21 @@ def records(version: str) -> dict[str, tuple[str, dict[str, str]]]:
     ``name -> (module, {field: type})``. Raises KeyError for a version not in READABLE."""
     if version not in READABLE:
         raise KeyError(version)
+    if version == "3":
+        return RECORDS
+    added_in_3 = {
+        "TensorRecord": "pending",
+        "NodeRecord": "pending",
+        "ModuleCall": "pending",
+        "Run": "input_names",
+    }
+    older = {
+        name: (module, {f: kind for f, kind in fields.items() if added_in_3.get(name) != f})
+        for name, (module, fields) in RECORDS.items()
+    }
     if version == "1":
-        module, fields = RECORDS["Run"]
+        module, fields = older["Run"]
         run = {("graph" if name == "edges" else name): kind for name, kind in fields.items()}
         run["graph"] = "Graph"
-        return {**RECORDS, "Run": (module, run)}
-    return RECORDS
+        older["Run"] = (module, run)
+    return older

@@ -113,9 +113,9 @@ class TensorRecord(Fillable):
     mean: float | None = None
     min: float | None = None
     max: float | None = None
-    nan_count: int = 0
-    inf_count: int = 0
-    zero_fraction: float = 0.0
+    nan_count: int | None = 0
+    inf_count: int | None = 0
+    zero_fraction: float | None = 0.0
     histogram: tuple[list[int], list[float]] | None = None
     overview: torch.Tensor | None = None
     note: str = ""
