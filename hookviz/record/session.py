@@ -270,8 +270,8 @@ class Session:
 
     def _needs_forward(self, device: str) -> bool:
         graph = self._forward
-        if graph is None or graph.device != device:
-            return True
+        if graph is None or graph.device != device or graph.state_changed:
+            return True  # a run that changed the model's state: its graph may have saved those values
         if graph.edit_sites != self._edit_sites():
             return True
         if any(t._version != v for t, v in graph.versions):
