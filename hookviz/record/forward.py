@@ -458,18 +458,22 @@ def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch)
     }
     input_keys = [_call_input_keys(batch, call, recorder) for call in recorder.calls]
     returned_keys = [
-        [batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned] for call in recorder.calls
+        [e and batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned]
+        for call in recorder.calls
     ]
     replaced_keys = [
-        None if call.replaced is None else [batch.add(e.tensor, e.version) for e in call.replaced]
+        None if call.replaced is None else [e and batch.add(e.tensor, e.version) for e in call.replaced]
         for call in recorder.calls
     ]
     records = batch.compute()
     return (
         {n: records[k] for n, k in output_keys.items()},
         [{name: records[k] if isinstance(k, int) else k for name, k in keys.items()} for keys in input_keys],
-        [[records[k] for k in keys] for keys in returned_keys],
-        [None if keys is None else [records[k] for k in keys] for keys in replaced_keys],
+        [[None if k is None else records[k] for k in keys] for keys in returned_keys],
+        [
+            None if keys is None else [None if k is None else records[k] for k in keys]
+            for keys in replaced_keys
+        ],
     )
 
 

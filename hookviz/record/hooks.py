@@ -54,9 +54,10 @@ class CallState:
     output as PyTorch's full backward hook counts them (the output itself when it is a tensor, each
     entry of a tuple; None for entries that are not tensors) after the user's forward hooks ran;
     ``full_hook_fires`` is False when the output is neither a tensor nor a tuple, since PyTorch then
-    never calls a full backward hook (``torch.nn.Module._call_impl``). ``returned`` is every tensor
-    of the output as forward returned it, before the user's forward hooks (pytree order), and
-    ``replaced`` the same after them when a hook returned a replacement, else None.
+    never calls a full backward hook (``torch.nn.Module._call_impl``). ``returned`` is every entry
+    of the output as forward returned it, before the user's forward hooks (pytree order, None for
+    an entry that is not a tensor), and ``replaced`` the same after them when a hook returned a
+    replacement, else None.
     ``legacy`` is the tensor a legacy ``register_backward_hook`` hangs on (``_call_impl``: the first
     tensor, descending into ``[0]`` or a dict's first tensor value).
     ``index`` is the position in call order; ``parent`` the index of the call it is nested in.
@@ -114,6 +115,16 @@ def _tensors_in(value) -> list[torch.Tensor]:
     if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
         return list(value)
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _entries_in(value) -> list[torch.Tensor | None]:
+    """Every entry of a value as a forward hook gets it, in pytree order: the tensors, and None for
+    anything else (``MultiheadAttention``'s ``(output, None)`` keeps its None)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+        return list(value)
+    return [t if isinstance(t, torch.Tensor) else None for t in pytree.tree_leaves(value)]
 
 
 def _edge_of(tensor: torch.Tensor) -> Edge:
@@ -306,7 +317,7 @@ class ForwardRecorder(TorchFunctionMode):
 
     def _returned(self, module, args, kwargs, output):
         with torch._C.DisableTorchFunction():
-            self.stack[-1].returned = [self._snapshot(t) for t in _tensors_in(output)]
+            self.stack[-1].returned = [None if t is None else self._snapshot(t) for t in _entries_in(output)]
 
     def _snapshot(self, tensor: torch.Tensor, edge: Edge | None = None) -> Edge:
         if self.snapshot_limit and tensor.numel() <= self.snapshot_limit and not tensor.is_sparse:
@@ -354,11 +365,11 @@ class ForwardRecorder(TorchFunctionMode):
         # One Edge per tensor of this output, whichever views list it (it is the same tensor, at
         # the same version, seen at the same moment).
         edges = {id(e.tensor): e for e in state.outputs if e is not None}
-        final = _tensors_in(output)
+        final = _entries_in(output)
         if not returns_seen:  # no forward hook of the user's ran: the output is as forward returned it
-            state.returned = [self._snapshot(t, edges.get(id(t))) for t in final]
-        elif [id(e.tensor) for e in state.returned] != [id(t) for t in final]:
-            state.replaced = [edges.get(id(t)) or _edge_of(t) for t in final]
+            state.returned = [None if t is None else self._snapshot(t, edges.get(id(t))) for t in final]
+        elif [e and id(e.tensor) for e in state.returned] != [t is not None and id(t) for t in final]:
+            state.replaced = [None if t is None else edges.get(id(t)) or _edge_of(t) for t in final]
         legacy = legacy_hook_tensor(output)
         state.legacy = None if legacy is None else edges.get(id(legacy)) or _edge_of(legacy)
         state.in_place = any(
@@ -367,7 +378,8 @@ class ForwardRecorder(TorchFunctionMode):
         # Ops the mode does not see (a custom autograd.Function's apply) still have a forward value.
         if self.values:
             for tensor in final:
-                self._note(tensor)
+                if tensor is not None:
+                    self._note(tensor)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func is _REGISTER_HOOK:

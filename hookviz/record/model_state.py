@@ -116,7 +116,9 @@ class KeptState:
         changed = bool(self.written)
         for module, parameters, buffers, non_persistent, training in self.modules:
             for dictionary, before in ((module._parameters, parameters), (module._buffers, buffers)):
-                if dictionary != before or any(dictionary[k] is not v for k, v in before.items()):
+                if dictionary.keys() != before.keys() or any(
+                    dictionary[k] is not v for k, v in before.items()
+                ):
                     changed = True
                     for name, tensor in before.items():
                         dictionary[name] = tensor
