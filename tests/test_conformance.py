@@ -272,13 +272,14 @@ def _identity(model) -> list:
 def test_stateful_model_gradients_equal_a_plain_backward_and_its_state_is_put_back(name):
     """A forward that changes the model's own state (a step counter, an EMA, BatchNorm's running
     statistics, a reassigned buffer, parameters written under no_grad): hookviz's gradients are
-    those of a plain forward + backward from the same state, and after the run (and a second
-    run) the model's state is exactly what it was."""
+    those of a plain forward + backward from the same state, also in a backward-only re-run on
+    the retained graph, and after each run the model's state is exactly what it was."""
     model, args, kwargs, loss_fn = build(name)
     twin, (twin_args, twin_kwargs) = copy.deepcopy(model), _clone_inputs(args, kwargs)
     before, identity = model_state(model), _identity(model)
     session = hookviz.Session(model, args, kwargs, loss_fn=loss_fn)
-    runs = [session.run(), session.run()]
+    runs = [session.run(), session.run()]  # the second on the retained graph, with the state it left
+    assert runs[1].forward_reused
     assert_same_state(before, model_state(model))
     assert _identity(model) == identity
 

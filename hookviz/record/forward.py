@@ -70,7 +70,6 @@ class RetainedForward:
     call_outputs_replaced: list[list | None] = field(default_factory=list)
     # The model's state before the forward, put back after the first backward (hookviz.record.model_state)
     kept: KeptState | None = None
-    state_changed: bool = False  # the run changed the model's state: the graph may hold such values
     # Derived once per forward in __post_init__:
     leaf_ids: dict[int, str] = field(init=False)  # id(leaf tensor) -> node id
     plans: list[CallPlan] = field(init=False)  # per module call: how to rebuild its full hook view
@@ -114,7 +113,6 @@ class RetainedForward:
         back if no backward has yet."""
         if self.kept is not None:
             self.kept.put_back()
-            self.kept = None
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -135,8 +133,13 @@ class RetainedForward:
             for node_id in recorder.pre_edits
         ]
         names = list(self.leaves)
-        # The first backward puts back what the forward before it changed; a later one what it changes.
-        kept, self.kept = self.kept or KeptState(self.model), None
+        # The first backward puts back what the forward before it changed. A later one runs with the
+        # state that forward left (its Nodes may have saved those tensors), then puts back the user's.
+        kept = self.kept
+        if kept is None or kept.changed is not None:
+            kept = KeptState(self.model)
+            if self.kept is not None:
+                kept.reapply(self.kept)
         self.state.active = recorder
         try:
             with wrapped_user_hooks(self.state, self.model, self.leaves):
@@ -151,7 +154,8 @@ class RetainedForward:
             self.state.active = None
             for handle in handles:
                 handle.remove()
-            self.state_changed |= kept.put_back()
+            if kept.put_back() and kept is self.kept:  # versions as the user's model has them again
+                self.versions = [(t, t._version) for t, _ in self.versions]
         leaf_grads = recorder.leaf_grads(dict(zip(names, grads)))
         return build_run(self, recorder, leaf_grads, batch, context, reused)
 

@@ -18,7 +18,6 @@ shared :class:`RecordingState`, so a backward-only re-run records into a fresh r
 from __future__ import annotations
 
 import contextlib
-import io
 import itertools
 import sys
 import threading
@@ -769,7 +768,7 @@ def _as_tuple(value) -> tuple:
     return value if isinstance(value, tuple) else (value,)
 
 
-class _Tee(io.TextIOBase):
+class _Tee:
     """Stands for ``sys.stdout`` / ``sys.stderr`` while a user's hook runs: every write goes through
     to the stream it stands for, as without hookviz; those of the hook's own thread are also
     appended to ``copy`` (or, with ``copy=None``, not written at all: hookviz's own re-run of a
@@ -789,7 +788,7 @@ class _Tee(io.TextIOBase):
     def flush(self) -> None:
         self.target.flush()
 
-    def __getattr__(self, name: str):  # encoding, isatty, fileno ... of the stream stood for
+    def __getattr__(self, name: str):  # encoding, isatty, fileno, buffer ... of the stream stood for
         return getattr(self.target, name)
 
 

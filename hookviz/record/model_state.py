@@ -79,6 +79,7 @@ class KeptState:
         self.written: dict[int, tuple[torch.nn.Parameter, torch.Tensor | None, torch.Tensor | None]] = {}
         self._by_storage: dict[int, torch.nn.Parameter] | None = None
         self.changed: bool | None = None  # known once put back
+        self.after: _After | None = None  # what the run left, known once put back
 
     def before_write(self, func, args: tuple, kwargs: dict | None) -> None:
         """Copy each parameter that ``func(*args, **kwargs)`` is about to write (first argument,
@@ -109,37 +110,38 @@ class KeptState:
         return _WriteWatch(self)
 
     def put_back(self) -> bool:
-        """Restore everything captured; idempotent. Returns whether anything had changed (a retained
-        graph of such a run must not be reused: its saved tensors may be the restored ones)."""
+        """Restore everything captured; idempotent. Returns whether anything had changed. What the
+        run left is kept (:meth:`reapply` gives it back for a later backward on the same graph)."""
         if self.changed is not None:
             return self.changed
-        changed = bool(self.written)
+        self.after = _After()
         for module, parameters, buffers, non_persistent, training in self.modules:
             for dictionary, before in ((module._parameters, parameters), (module._buffers, buffers)):
-                if dictionary.keys() != before.keys() or any(
-                    dictionary[k] is not v for k, v in before.items()
-                ):
-                    changed = True
-                    for name, tensor in before.items():
+                for name, tensor in before.items():
+                    if dictionary.get(name) is not tensor:
+                        self.after.entries.append((dictionary, name, dictionary.get(name)))
                         dictionary[name] = tensor
             if module._non_persistent_buffers_set != non_persistent:
                 module._non_persistent_buffers_set = non_persistent
-            module.training = training
-        versions, tensors = [], []
+            if module.training != training:
+                self.after.modes.append((module, module.training))
+                module.training = training
         with torch.inference_mode(False), torch.no_grad():
-            for parameter, value, copy in self.written.values():
-                if value is not None:
-                    parameter.data = value
+            for parameter, data, copy in self.written.values():
+                self.after.tensors.append((parameter, *_now(parameter, keep=data is not None)))
+                if data is not None:
+                    parameter.data = data
                 else:
                     parameter.copy_(copy)
             for buffer, value, *_ in self.buffers:
                 if not _same(buffer, value):
-                    changed = True
+                    self.after.tensors.append((buffer, *_now(buffer)))
                     if buffer.shape == value.shape and buffer.dtype == value.dtype:
                         buffer.copy_(value)
                     else:
                         buffer.data = value
         unseen = [p for p, _, _, v in self.parameters if _version(p) != v and id(p) not in self.written]
+        tensors, versions = [], []
         for tensor, requires_grad, grad, version in self.parameters + [
             (b, r, g, v) for b, _, r, g, v in self.buffers
         ]:
@@ -148,7 +150,6 @@ class KeptState:
             if tensor.requires_grad != requires_grad:
                 tensor.requires_grad_(requires_grad)
             if version is not None and tensor._version != version:
-                changed = True
                 tensors.append(tensor)
                 versions.append(version)
         if tensors and _SET_VERSION is not None:
@@ -162,8 +163,53 @@ class KeptState:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        self.changed = changed
-        return changed
+        self.changed = bool(self.after.entries or self.after.modes or self.after.tensors or tensors)
+        return self.changed
+
+    def reapply(self, forward: KeptState) -> None:
+        """Give the model the state that ``forward``'s run left (values, version counters, which
+        tensor each name holds, modes), for another backward on that run's graph: its Nodes may
+        have saved those tensors. This state's :meth:`put_back` undoes it."""
+        after = forward.after
+        for dictionary, name, tensor in after.entries:
+            if tensor is not None:
+                dictionary[name] = tensor
+        for module, training in after.modes:
+            module.training = training
+        tensors, versions = [], []
+        with torch.inference_mode(False), torch.no_grad():
+            for tensor, value, data, version in after.tensors:
+                if isinstance(tensor, torch.nn.Parameter) and id(tensor) not in self.written:
+                    copy, storage, _ = _now(tensor, keep=data is not None)
+                    self.written[id(tensor)] = (tensor, storage, copy)
+                if data is not None:
+                    tensor.data = data
+                else:
+                    tensor.copy_(value)
+                if version is not None:
+                    tensors.append(tensor)
+                    versions.append(version)
+        if tensors and _SET_VERSION is not None:
+            _SET_VERSION(tensors, versions)
+
+
+class _After:
+    """What a run left in the model, taken by :meth:`KeptState.put_back` as it restores the state
+    before: ``entries`` (module dict, name, tensor), ``modes`` (module, training) and ``tensors``
+    (tensor, copy of its value or None, its storage (``.data``) when that was swapped or None,
+    version)."""
+
+    def __init__(self):
+        self.entries: list = []
+        self.modes: list = []
+        self.tensors: list = []
+
+
+def _now(tensor: torch.Tensor, keep: bool = False) -> tuple:
+    """``(copy of the value, None, version)``, or with ``keep`` ``(None, the storage itself, version)``."""
+    if keep:
+        return None, tensor.data, _version(tensor)
+    return tensor.detach().clone(), None, _version(tensor)
 
 
 def _same(buffer: torch.Tensor, value: torch.Tensor) -> bool:

@@ -29,7 +29,6 @@ from hookviz.record.build import RunContext
 from hookviz.record.details import Details, DetailsUnavailable
 from hookviz.record.devices import device_of, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
-from hookviz.record.gcpause import cyclic_gc_paused
 from hookviz.record.hooks import BackwardRecorder, module_hook_state, module_hooks_as
 from hookviz.stats.engine import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
 
@@ -192,12 +191,9 @@ class Session:
         ``last_run`` are as they were.
         """
         device = self.home_device if device is None else resolve_device(device)
-        # Paused for the whole run, not only the recording: the walks before and after it allocate
-        # too, and each collection they set off would scan the run's fresh records (on a
-        # 20,000-Node graph, 8 runs set off 129 collections; paused throughout, 8).
         # The model is listed once (modules, parameters, buffers) before its forward and once
         # after: the recorders asked for a listing 14 times per fresh run.
-        with cyclic_gc_paused(), module_tree.listed_once(self.model):
+        with module_tree.listed_once(self.model):
             fresh = forward or self._needs_forward(device)
             edits, lazy = tuple(self.edits), self.details == "lazy"
             if fresh:
@@ -225,7 +221,6 @@ class Session:
         with (
             torch.random.fork_rng(devices=cuda, device_type="cuda"),
             torch.inference_mode(False),
-            cyclic_gc_paused(),
         ):
             recorder, reused = BackwardRecorder(edits), graph is not None
             if graph is None:
@@ -270,8 +265,8 @@ class Session:
 
     def _needs_forward(self, device: str) -> bool:
         graph = self._forward
-        if graph is None or graph.device != device or graph.state_changed:
-            return True  # a run that changed the model's state: its graph may have saved those values
+        if graph is None or graph.device != device:
+            return True
         if graph.edit_sites != self._edit_sites():
             return True
         if any(t._version != v for t, v in graph.versions):
