@@ -462,11 +462,13 @@ def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch)
     }
     input_keys = [_call_input_keys(batch, call, recorder) for call in recorder.calls]
     returned_keys = [
-        [e and batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned]
+        [None if e is None else batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned]
         for call in recorder.calls
     ]
     replaced_keys = [
-        None if call.replaced is None else [e and batch.add(e.tensor, e.version) for e in call.replaced]
+        None
+        if call.replaced is None
+        else [None if e is None else batch.add(e.tensor, e.version) for e in call.replaced]
         for call in recorder.calls
     ]
     records = batch.compute()

@@ -1,8 +1,13 @@
 """Hooks in, hooks out: what hookviz registers to record a run, and how it always removes it.
 
-Forward: a forward pre-hook and a forward hook on every module keep the stack of module calls, and,
-when forward values are recorded (full details), a ``TorchFunctionMode`` keeps each op's output for
-its statistics. Forward hooks and function modes do not touch autograd, so gradients stay bit-identical.
+Forward: a forward pre-hook and a forward hook on every module keep the stack of module calls, and a
+``TorchFunctionMode`` (local to the recording thread: nothing process-wide is patched) sees the
+``Tensor.register_hook`` calls of forward, copies a parameter before forward writes it in place and,
+when forward values are recorded (full details), keeps each op's output for its statistics. Forward
+hooks and function modes do not touch autograd, so gradients stay bit-identical.
+
+The user's hooks are called as PyTorch calls them: what they print still reaches ``sys.stdout``
+(``run.log`` keeps a copy, :func:`printed_copied`), their warnings stay warnings.
 
 Backward: one Node post-hook per Node (``Node.register_hook``) records ``grad_outputs`` and
 ``grad_inputs`` and applies the run's ``grad_inputs`` edits; Node pre-hooks are added only where an
