@@ -693,3 +693,15 @@ def test_another_thread_is_untouched_by_a_recorded_forward():
     model.zero_grad()
     model(x).backward()
     assert torch.equal(run.leaf_grad("lin.weight"), model.lin.weight.grad)
+
+
+def test_a_failed_run_puts_the_models_state_back_too():
+    """A forward that changed buffers and parameters, then a loss_fn that raises: the model's state
+    is as it was before the run."""
+    from zoo import ParameterWrittenUnderNoGrad, StepCounter
+
+    for model in (StepCounter(), ParameterWrittenUnderNoGrad()):
+        before = model_state(model)
+        with pytest.raises(hookviz.LossError):
+            hookviz.Session(model, (torch.randn(4, 3),), loss_fn=lambda out: out).run()  # not a scalar
+        assert_same_state(before, model_state(model))
