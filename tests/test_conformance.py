@@ -15,11 +15,13 @@ hook and a legacy one cannot share a module) and a plain ``loss.backward()`` run
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from conftest import assert_same_state, model_state
 from torch.utils import _pytree as pytree
-from zoo import NAMES, build, twin_of
+from zoo import NAMES, STATEFUL, build, twin_of
 
 import hookviz
 from hookviz.record.graph import walk_graph
@@ -60,6 +62,10 @@ def _keep(seen: dict, key, value) -> None:
     seen.setdefault(key, value)
 
 
+def _entry(value):
+    return value.detach().clone() if isinstance(value, torch.Tensor) else None
+
+
 def _dense(tensor):
     return tensor.to_dense() if tensor.is_sparse else tensor
 
@@ -97,6 +103,7 @@ def test_leaf_node_and_tensor_hooks_equal_pytorch(name):
     twin, twin_args, twin_kwargs, loss, _ = _plain(model, args, kwargs, loss_fn)
     assert torch.equal(run.loss, loss.detach().cpu().reshape(()))
     parameters = dict(twin.named_parameters())
+    compared = 0
     for leaf in run.leaf_names:
         grad = run.leaf_grad(leaf)
         if leaf in parameters:
@@ -107,7 +114,11 @@ def test_leaf_node_and_tensor_hooks_equal_pytorch(name):
         assert (grad is None) == (expected is None), leaf
         if grad is not None:
             assert torch.equal(_dense(grad), _dense(expected)), leaf
-    # Every parameter that requires grad, and only those, is a leaf of the run (or got no gradient).
+            compared += 1
+    # Every gradient a plain backward gave, and only those, is a leaf gradient of the run.
+    expected_grads = [p for p in parameters.values() if p.grad is not None]
+    expected_grads += [t for t in _tensors((twin_args, twin_kwargs)) if t.grad is not None]
+    assert compared == len(expected_grads) > 0
     for parameter_name, parameter in parameters.items():
         if parameter.grad is not None:
             assert parameter_name in run.leaf_names
@@ -170,8 +181,8 @@ def test_module_views_equal_pytorch_hooks(name):
         returned = []
 
         def forward_setup(twin, module_name=module_name, returned=returned):
-            def hook(m, a, out):
-                returned.append([t.detach().clone() for t in _tensors(out)])
+            def hook(m, a, out):  # every entry the hook gets: a tensor, or None for anything else
+                returned.append([_entry(t) for t in pytree.tree_leaves(out)])
 
             return [twin.get_submodule(module_name).register_forward_hook(hook, prepend=True)]
 
@@ -247,6 +258,46 @@ def test_module_views_equal_pytorch_hooks(name):
     assert_same_state(before_model, model_state(model))
     for before, after in zip(before_inputs, _tensors((args, kwargs))):
         assert torch.equal(before, after)
+
+
+def _identity(model) -> list:
+    """Which tensor object each parameter and buffer name holds, its version counter and flags."""
+    return [
+        (name, id(t), t._version, t.requires_grad, id(t.grad) if t.grad is not None else None)
+        for name, t in [*model.named_parameters(), *model.named_buffers()]
+    ]
+
+
+@pytest.mark.parametrize("name", STATEFUL)
+def test_stateful_model_gradients_equal_a_plain_backward_and_its_state_is_put_back(name):
+    """A forward that changes the model's own state (a step counter, an EMA, BatchNorm's running
+    statistics, a reassigned buffer, parameters written under no_grad): hookviz's gradients are
+    those of a plain forward + backward from the same state, also in a backward-only re-run on
+    the retained graph, and after each run the model's state is exactly what it was."""
+    model, args, kwargs, loss_fn = build(name)
+    twin, (twin_args, twin_kwargs) = copy.deepcopy(model), _clone_inputs(args, kwargs)
+    before, identity = model_state(model), _identity(model)
+    session = hookviz.Session(model, args, kwargs, loss_fn=loss_fn)
+    runs = [session.run(), session.run()]  # the second on the retained graph, with the state it left
+    assert runs[1].forward_reused
+    assert_same_state(before, model_state(model))
+    assert _identity(model) == identity
+
+    loss = loss_fn(twin(*twin_args, **twin_kwargs))
+    loss.backward()
+    # The plain step did change the twin's state: the comparison above can fail.
+    mine, theirs = [*model.parameters(), *model.buffers()], [*twin.parameters(), *twin.buffers()]
+    assert any(not torch.equal(a, b) for a, b in zip(mine, theirs))
+    compared = 0
+    for run in runs:
+        assert torch.equal(run.loss, loss.detach().reshape(()))
+        for parameter_name, parameter in twin.named_parameters():
+            assert torch.equal(run.leaf_grad(parameter_name), parameter.grad), parameter_name
+            compared += 1
+        for position, tensor in enumerate(_tensors((twin_args, twin_kwargs))):
+            assert torch.equal(run.leaf_grad(list(session._input_names)[position]), tensor.grad)
+            compared += 1
+    assert compared == 2 * (len(list(twin.parameters())) + 1)
 
 
 class _no_warning_check:

@@ -583,10 +583,12 @@ def test_large_gradients_summarised_during_backward_match_plain_pytorch():
             assert record is None or record.norm is not None
 
 
-def test_cyclic_gc_is_paused_while_recording_and_restored_after_success_or_error():
+def test_a_run_leaves_the_garbage_collector_as_it_found_it():
+    """No gc.disable() or gc.freeze() of the user's process: the collector runs during the
+    forward, garbage made before a run is freed by a young collection after it (not moved to the
+    oldest generation), and the caller's frozen objects stay frozen, on success and on error."""
     import gc
-
-    from hookviz.record.gcpause import cyclic_gc_paused
+    import weakref
 
     seen = []
 
@@ -597,63 +599,111 @@ def test_cyclic_gc_is_paused_while_recording_and_restored_after_success_or_error
                 raise ValueError("boom")
             return (x * 2).sum()
 
-    x = torch.randn(3, requires_grad=True)
-    assert gc.isenabled()
-    hookviz.Session(Probe(), (x,)).run()
-    assert seen == [False] and gc.isenabled()
-    with pytest.raises(hookviz.HookvizError):
-        hookviz.Session(Probe(), (x,), kwargs={"fail": True}).run()
-    assert gc.isenabled()
-    gc.disable()  # a caller's own choice is kept
-    try:
-        with cyclic_gc_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-
-
-def test_a_large_builds_objects_go_to_the_oldest_generation_when_the_pause_ends():
-    import gc
-    import weakref
-
-    from hookviz.record.gcpause import cyclic_gc_paused
-
-    over = gc.get_threshold()[0] + 1_000  # past what sets off a young collection
-
     class Cycle:
         def __init__(self):
             self.me = self
 
-    def garbage_cycle() -> weakref.ref:
-        return weakref.ref(Cycle())  # only the collector can free it
-
+    x = torch.randn(3, requires_grad=True)
     assert gc.isenabled() and gc.get_freeze_count() == 0
-    with cyclic_gc_paused():
-        built = [[i] for i in range(over)]
-        young_garbage = garbage_cycle()
-    # Nothing left for the youngest generation to scan: the next allocation sets off no collection.
-    assert gc.get_count()[0] < gc.get_threshold()[0]
-    assert gc.get_freeze_count() == 0  # moved, not frozen
+    gc.collect()
+    garbage = weakref.ref(Cycle())  # only the collector can free it
+    hookviz.Session(Probe(), (x,)).run()
+    assert seen == [True] and gc.isenabled() and gc.get_freeze_count() == 0
     gc.collect(1)
-    assert young_garbage() is not None  # it waits for a full collection...
-    gc.collect()
-    assert young_garbage() is None  # ...which frees it
-    del built
+    assert garbage() is None
+    with pytest.raises(hookviz.HookvizError):
+        hookviz.Session(Probe(), (x,), kwargs={"fail": True}).run()
+    assert seen == [True, True] and gc.isenabled()
 
-    # A small build is left to the collector as before.
-    gc.collect()
-    with cyclic_gc_paused():
-        small_garbage = garbage_cycle()
-    gc.collect(0)
-    assert small_garbage() is None
-
-    # Objects the caller froze stay frozen.
-    gc.freeze()
+    gc.freeze()  # the caller's own
     try:
         frozen = gc.get_freeze_count()
-        with cyclic_gc_paused():
-            built = [[i] for i in range(over)]
-        assert gc.get_freeze_count() == frozen and len(built) == over
+        hookviz.Session(Probe(), (x,)).run()
+        assert gc.get_freeze_count() == frozen > 0
     finally:
         gc.unfreeze()
+
+
+def test_the_users_hooks_print_and_warn_as_usual_and_the_run_keeps_a_copy(capsys):
+    """What a user's hook prints reaches the notebook (here: pytest's captured stdout) as it would
+    without hookviz, its warnings are warnings; ``run.log`` keeps a copy of the prints."""
+    import warnings
+
+    torch.manual_seed(0)
+    model, x = nn.Linear(3, 2), torch.randn(4, 3)
+    model.register_forward_hook(lambda module, args, output: print("forward hook saw", list(output.shape)))
+    model.register_full_backward_pre_hook(lambda module, grad_output: warnings.warn("pre-hook", stacklevel=1))
+    model.register_full_backward_pre_hook(lambda module, grad_output: print("backward pre-hook"))
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="pre-hook"):
+        run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    printed = capsys.readouterr()
+    assert printed.out == "forward hook saw [4, 2]\nbackward pre-hook\n"
+    assert [entry.text for entry in run.log] == ["forward hook saw [4, 2]\n", "backward pre-hook\n"]
+
+
+def test_another_thread_is_untouched_by_a_recorded_forward():
+    """While hookviz records a forward in one thread, a plain forward + backward in another thread,
+    with its own ``Tensor.register_hook``, runs as without hookviz: its hook's returned gradient is
+    used, and the run does not list that hook (nothing process-wide is patched). The recorded
+    forward's own tensor hook is recorded."""
+    import threading
+
+    inside, done = threading.Event(), threading.Event()
+
+    def triple(grad):
+        return grad * 3
+
+    class Waits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 2)
+
+        def forward(self, x):
+            h = self.lin(x)
+            h.register_hook(triple)
+            inside.set()
+            assert done.wait(60)  # the other thread runs its step now, in the middle of this forward
+            return h.sum()
+
+    other = {}
+
+    def plain_step():
+        try:
+            assert inside.wait(60)
+            w = torch.ones(3, requires_grad=True)
+            h = w * 2
+
+            def others_hook(grad):
+                other["seen"] = grad.clone()
+                return grad * 10
+
+            h.register_hook(others_hook)
+            h.sum().backward()
+            other["grad"] = w.grad.clone()
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=plain_step)
+    thread.start()
+    torch.manual_seed(0)
+    model, x = Waits(), torch.randn(4, 3)
+    run = hookviz.Session(model, (x,)).run()
+    thread.join()
+    assert torch.equal(other["seen"], torch.ones(3)) and torch.equal(other["grad"], torch.full((3,), 20.0))
+    assert [(h.kind, h.name.rsplit(".", 1)[-1]) for h in run.hook_calls] == [("tensor hook", "triple")]
+    model.zero_grad()
+    model(x).backward()
+    assert torch.equal(run.leaf_grad("lin.weight"), model.lin.weight.grad)
+
+
+def test_a_failed_run_puts_the_models_state_back_too():
+    """A forward that changed buffers and parameters, then a loss_fn that raises: the model's state
+    is as it was before the run."""
+    from zoo import ParameterWrittenUnderNoGrad, StepCounter
+
+    for model in (StepCounter(), ParameterWrittenUnderNoGrad()):
+        before = model_state(model)
+        with pytest.raises(hookviz.LossError):
+            hookviz.Session(model, (torch.randn(4, 3),), loss_fn=lambda out: out).run()  # not a scalar
+        assert_same_state(before, model_state(model))

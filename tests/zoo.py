@@ -281,6 +281,75 @@ class Shared(nn.Module):
         return self.two(h, h)
 
 
+class StepCounter(nn.Module):
+    """A step counter used in the output: ``mul`` saves the buffer itself, at the value forward gave it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 4)
+        self.register_buffer("n", torch.zeros(()))
+
+    def forward(self, x):
+        self.n += 1
+        return self.lin(x) * self.n
+
+
+class EMANormaliser(nn.Module):
+    """Running mean and inverse scale updated in place under ``no_grad`` (an EMA), then used."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.register_buffer("mean", torch.zeros(3))
+        self.register_buffer("inverse_scale", torch.ones(3))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.mean.mul_(0.9).add_(0.1 * x.mean(0))
+            self.inverse_scale.mul_(0.9).add_(0.1 / (x.std(0) + 1e-5))
+        return self.lin((x - self.mean) * self.inverse_scale)
+
+
+class BatchNormTrain(nn.Module):
+    """BatchNorm in train mode: running statistics and ``num_batches_tracked`` change every forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.norm, self.head = nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.norm(self.fc(x))))
+
+
+class BufferReassigned(nn.Module):
+    """A buffer reassigned in forward (``self.n = self.n + 1``): a new tensor takes its name."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 4)
+        self.register_buffer("n", torch.ones(4))
+
+    def forward(self, x):
+        self.n = self.n * 2 + 1
+        return self.lin(x) * self.n
+
+
+class ParameterWrittenUnderNoGrad(nn.Module):
+    """Parameters changed in place in forward, under ``no_grad`` and through ``.data``."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.head = nn.Linear(3, 4), nn.Linear(4, 2)
+        self.gain = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.lin.weight.mul_(0.5)
+            self.head.bias[0] = 3.0
+        self.gain.data.add_(1)
+        return self.head(torch.tanh(self.lin(x)) * self.gain)
+
+
 def _with_user_hooks():
     model = TanhMLP()
     model.fc1.register_forward_pre_hook(lambda m, args: (args[0] * 1.5,))
@@ -377,11 +446,37 @@ def build(name: str):
         ),
         "shared_input": lambda: (Shared(), (x,), {}, _sum),
         "user_hooks_of_every_kind": lambda: (_with_user_hooks(), (x,), {}, _sum),
+        "step_counter": lambda: (StepCounter(), (torch.randn(4, 3, requires_grad=True),), {}, _sum),
+        "ema_normaliser": lambda: (EMANormaliser(), (torch.randn(4, 3, requires_grad=True),), {}, _sum),
+        "batchnorm_train": lambda: (BatchNormTrain(), (torch.randn(4, 3, requires_grad=True),), {}, _sum),
+        "buffer_reassigned": lambda: (BufferReassigned(), (torch.randn(4, 3, requires_grad=True),), {}, _sum),
+        "parameter_written_under_no_grad": lambda: (
+            ParameterWrittenUnderNoGrad(),
+            (torch.randn(4, 3, requires_grad=True),),
+            {},
+            _sum,
+        ),
+        "transformer_encoder_layer": lambda: (
+            nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True),
+            (torch.randn(2, 5, 8, requires_grad=True),),
+            {},
+            _sum,
+        ),
         "gpt2": _gpt2,
         "bert": _bert,
     }
     return builders[name]()
 
+
+# Models whose forward changes their own state (buffers, parameters): hookviz must compute what a plain
+# forward + backward computes, and leave the state as it was.
+STATEFUL = [
+    "step_counter",
+    "ema_normaliser",
+    "batchnorm_train",
+    "buffer_reassigned",
+    "parameter_written_under_no_grad",
+]
 
 NAMES = [
     "input_without_grad",
@@ -406,6 +501,12 @@ NAMES = [
     "complex64",
     "shared_input",
     "user_hooks_of_every_kind",
+    "step_counter",
+    "ema_normaliser",
+    "batchnorm_train",
+    "buffer_reassigned",
+    "parameter_written_under_no_grad",
+    "transformer_encoder_layer",
     "gpt2",
     "bert",
 ]

@@ -585,7 +585,7 @@ def diagnose(
         if call.call != 0 or call.module == "" or call.module in parents or not call.output:
             continue
         record = call.output[0]
-        if record.numel and record.zero_fraction >= limits["dead"]:
+        if record is not None and record.numel and record.zero_fraction >= limits["dead"]:
             found.append(
                 Finding(
                     "dead",

@@ -171,8 +171,9 @@ class ModuleCall(Fillable):
         type: the module's class name.
         inputs: positional and keyword inputs by name (``forward``'s parameter names where
             known): a TensorRecord for tensors, a short repr for anything else.
-        output: the output's tensors, flattened in pytree order, as forward returned them and the
-            user's forward hooks saw them.
+        output: every entry of the output, flattened in pytree order, as forward returned it and
+            the user's forward hooks saw it: a TensorRecord per tensor, None for anything else
+            (``MultiheadAttention`` returns ``(output, None)``).
         output_replaced: the same after a forward hook of the user's returned a replacement, else
             None (the replacement is what the rest of the model, and a full backward hook, use).
         full_hook_fires: False when PyTorch would never call a full backward hook of this call
@@ -202,8 +203,8 @@ class ModuleCall(Fillable):
     call: int
     type: str
     inputs: dict[str, TensorRecord | str] | None = field(default_factory=dict)
-    output: list[TensorRecord] | None = field(default_factory=list)
-    output_replaced: list[TensorRecord] | None = None
+    output: list[TensorRecord | None] | None = field(default_factory=list)
+    output_replaced: list[TensorRecord | None] | None = None
     full_hook_fires: bool = True
     grad_input: tuple[TensorRecord | None, ...] = ()
     grad_output: tuple[TensorRecord | None, ...] = ()

@@ -367,7 +367,7 @@ class _StaticParts:
                     "in_place": state.in_place,
                     "output_changed_later": state.output_changed_later,
                     "output_requires_grad": any(
-                        e.requires_grad for e in state.returned + (state.replaced or [])
+                        e is not None and e.requires_grad for e in state.returned + (state.replaced or [])
                     ),
                     "grad_enabled": state.grad_enabled,
                     "output_kind_hookable": state.full_hook_fires,

@@ -33,11 +33,11 @@ from hookviz.record.hooks import (
     NodePreEditHook,
     RecordingState,
     SavedTensorsRecorder,
-    buffers_kept,
     forget_tensors,
     full_backward_hooks,
     wrapped_user_hooks,
 )
+from hookviz.record.model_state import KeptState
 from hookviz.record.module_views import CallPlan, plan_call
 from hookviz.stats.engine import StatsBatch, dtype_name
 
@@ -68,6 +68,8 @@ class RetainedForward:
     call_inputs: list[dict] = field(default_factory=list)
     call_outputs: list[list] = field(default_factory=list)
     call_outputs_replaced: list[list | None] = field(default_factory=list)
+    # The model's state before the forward, put back after the first backward (hookviz.record.model_state)
+    kept: KeptState | None = None
     # Derived once per forward in __post_init__:
     leaf_ids: dict[int, str] = field(init=False)  # id(leaf tensor) -> node id
     plans: list[CallPlan] = field(init=False)  # per module call: how to rebuild its full hook view
@@ -107,7 +109,10 @@ class RetainedForward:
         return self.walk.node_id(fn), output_nr
 
     def remove_hooks(self) -> None:
-        """Remove hookviz's Node hooks from the retained graph (idempotent)."""
+        """Remove hookviz's Node hooks from the retained graph (idempotent); put the model's state
+        back if no backward has yet."""
+        if self.kept is not None:
+            self.kept.put_back()
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -128,6 +133,13 @@ class RetainedForward:
             for node_id in recorder.pre_edits
         ]
         names = list(self.leaves)
+        # The first backward puts back what the forward before it changed. A later one runs with the
+        # state that forward left (its Nodes may have saved those tensors), then puts back the user's.
+        kept = self.kept
+        if kept is None or kept.changed is not None:
+            kept = KeptState(self.model)
+            if self.kept is not None:
+                kept.reapply(self.kept)
         self.state.active = recorder
         try:
             with wrapped_user_hooks(self.state, self.model, self.leaves):
@@ -142,6 +154,8 @@ class RetainedForward:
             self.state.active = None
             for handle in handles:
                 handle.remove()
+            if kept.put_back() and kept is self.kept:  # versions as the user's model has them again
+                self.versions = [(t, t._version) for t, _ in self.versions]
         leaf_grads = recorder.leaf_grads(dict(zip(names, grads)))
         return build_run(self, recorder, leaf_grads, batch, context, reused)
 
@@ -178,8 +192,27 @@ def record_forward(
 
     Raises:
         ForwardError, BackwardError, LossError, UnsupportedError: see their docstrings; the model's
-        hooks, buffers and flags are as they were in every case.
+        hooks, parameters, buffers and flags are as they were in every case. Without an error the
+        model's state is put back after the first backward on the graph (see
+        :mod:`hookviz.record.model_state`).
     """
+    kept = KeptState(model)
+    try:
+        return _record_forward(
+            model, args, kwargs, inputs, loss_fn, recorder, kept, device=device, user_model=user_model,
+            asked_grads=asked_grads, full_tensor_limit=full_tensor_limit, histogram_bins=histogram_bins,
+            values=values,
+        )  # fmt: skip
+    except BaseException:
+        kept.put_back()
+        raise
+
+
+def _record_forward(
+    model, args, kwargs, inputs, loss_fn, recorder, kept: KeptState, *, device, user_model, asked_grads,
+    full_tensor_limit, histogram_bins, values,
+) -> RetainedForward:  # fmt: skip
+    """:func:`record_forward`, whose caller puts the model's state back if this raises."""
     leaf_names = {id(t): n for n, t in inputs.items() if t.grad_fn is None}
     for name, parameter in module_tree.named_parameters(model, remove_duplicate=False):
         leaf_names.setdefault(id(parameter), name)
@@ -195,7 +228,7 @@ def record_forward(
     )
     state = RecordingState()
     forward_recorder = ForwardRecorder(
-        model, state, snapshot_limit=full_tensor_limit if values else 0, values=values
+        model, state, snapshot_limit=full_tensor_limit if values else 0, values=values, kept=kept
     )
     saved_recorder = SavedTensorsRecorder()
     state.active = recorder
@@ -204,7 +237,6 @@ def record_forward(
             torch.enable_grad(),
             wrapped_user_hooks(state, model, named_leaves),
             full_backward_hooks(state, model, list(edit_sites)),
-            buffers_kept(model),
             _eager(model),
         ):
             forward_start = torch._C._autograd._get_sequence_nr()
@@ -275,6 +307,7 @@ def record_forward(
         call_inputs=summary[1],
         call_outputs=summary[2],
         call_outputs_replaced=summary[3],
+        kept=kept,
     )
 
 
@@ -429,18 +462,24 @@ def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch)
     }
     input_keys = [_call_input_keys(batch, call, recorder) for call in recorder.calls]
     returned_keys = [
-        [batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned] for call in recorder.calls
+        [None if e is None else batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned]
+        for call in recorder.calls
     ]
     replaced_keys = [
-        None if call.replaced is None else [batch.add(e.tensor, e.version) for e in call.replaced]
+        None
+        if call.replaced is None
+        else [None if e is None else batch.add(e.tensor, e.version) for e in call.replaced]
         for call in recorder.calls
     ]
     records = batch.compute()
     return (
         {n: records[k] for n, k in output_keys.items()},
         [{name: records[k] if isinstance(k, int) else k for name, k in keys.items()} for keys in input_keys],
-        [[records[k] for k in keys] for keys in returned_keys],
-        [None if keys is None else [records[k] for k in keys] for keys in replaced_keys],
+        [[None if k is None else records[k] for k in keys] for keys in returned_keys],
+        [
+            None if keys is None else [None if k is None else records[k] for k in keys]
+            for keys in replaced_keys
+        ],
     )
 
 

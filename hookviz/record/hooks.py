@@ -1,8 +1,13 @@
 """Hooks in, hooks out: what hookviz registers to record a run, and how it always removes it.
 
-Forward: a forward pre-hook and a forward hook on every module keep the stack of module calls, and,
-when forward values are recorded (full details), a ``TorchFunctionMode`` keeps each op's output for
-its statistics. Forward hooks and function modes do not touch autograd, so gradients stay bit-identical.
+Forward: a forward pre-hook and a forward hook on every module keep the stack of module calls, and a
+``TorchFunctionMode`` (local to the recording thread: nothing process-wide is patched) sees the
+``Tensor.register_hook`` calls of forward, copies a parameter before forward writes it in place and,
+when forward values are recorded (full details), keeps each op's output for its statistics. Forward
+hooks and function modes do not touch autograd, so gradients stay bit-identical.
+
+The user's hooks are called as PyTorch calls them: what they print still reaches ``sys.stdout``
+(``run.log`` keeps a copy, :func:`printed_copied`), their warnings stay warnings.
 
 Backward: one Node post-hook per Node (``Node.register_hook``) records ``grad_outputs`` and
 ``grad_inputs`` and applies the run's ``grad_inputs`` edits; Node pre-hooks are added only where an
@@ -18,8 +23,9 @@ shared :class:`RecordingState`, so a backward-only re-run records into a fresh r
 from __future__ import annotations
 
 import contextlib
-import io
 import itertools
+import sys
+import threading
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,11 +39,14 @@ from hookviz.data.run import Event, HookCall, HookInfo, LogEntry
 from hookviz.edits.edit import Edit, replace_slots
 from hookviz.record import module_tree
 from hookviz.record.distributed import is_framework_hook
+from hookviz.record.model_state import KeptState, writes
 from hookviz.stats.engine import device_name
 
 # ----------------------------------------------------------------------------------------------
 # Forward
 # ----------------------------------------------------------------------------------------------
+
+_REGISTER_HOOK = torch.Tensor.register_hook  # what a function mode sees for tensor.register_hook(...)
 
 
 @dataclass(slots=True)
@@ -49,9 +58,10 @@ class CallState:
     output as PyTorch's full backward hook counts them (the output itself when it is a tensor, each
     entry of a tuple; None for entries that are not tensors) after the user's forward hooks ran;
     ``full_hook_fires`` is False when the output is neither a tensor nor a tuple, since PyTorch then
-    never calls a full backward hook (``torch.nn.Module._call_impl``). ``returned`` is every tensor
-    of the output as forward returned it, before the user's forward hooks (pytree order), and
-    ``replaced`` the same after them when a hook returned a replacement, else None.
+    never calls a full backward hook (``torch.nn.Module._call_impl``). ``returned`` is every entry
+    of the output as forward returned it, before the user's forward hooks (pytree order, None for
+    an entry that is not a tensor), and ``replaced`` the same after them when a hook returned a
+    replacement, else None.
     ``legacy`` is the tensor a legacy ``register_backward_hook`` hangs on (``_call_impl``: the first
     tensor, descending into ``[0]`` or a dict's first tensor value).
     ``index`` is the position in call order; ``parent`` the index of the call it is nested in.
@@ -109,6 +119,16 @@ def _tensors_in(value) -> list[torch.Tensor]:
     if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
         return list(value)
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _entries_in(value) -> list[torch.Tensor | None]:
+    """Every entry of a value as a forward hook gets it, in pytree order: the tensors, and None for
+    anything else (``MultiheadAttention``'s ``(output, None)`` keeps its None)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+        return list(value)
+    return [t if isinstance(t, torch.Tensor) else None for t in pytree.tree_leaves(value)]
 
 
 def _edge_of(tensor: torch.Tensor) -> Edge:
@@ -195,9 +215,13 @@ class ForwardRecorder(TorchFunctionMode):
     """Records module calls and the forward value of each op, while the model's forward runs.
 
     Use as a context manager around forward (it registers the module hooks on enter and removes
-    them on exit, also on error). After forward, ``calls`` holds every module call with the range
-    of Node sequence numbers made during it (see :meth:`call_of`), and ``outputs[id(node)]`` the
-    op's output tensor and its version at that time. Source of the bracketing: every Node takes
+    them on exit, also on error). As a function mode, local to the thread that records, it also
+    sees the ``Tensor.register_hook`` calls of forward (see :meth:`_register_hook`) and, with
+    ``kept``, each in-place write (so a parameter changed in place is copied first, see
+    :class:`~hookviz.record.model_state.KeptState`); nothing outside this thread is patched.
+    After forward, ``calls`` holds every module call with the range of Node sequence numbers made
+    during it (see :meth:`call_of`), and ``outputs[id(node)]`` the op's output tensor and its
+    version at that time. Source of the bracketing: every Node takes
     the next ``torch._C._autograd._get_sequence_nr()`` when it is made (``Node._sequence_nr()``).
     """
 
@@ -207,11 +231,12 @@ class ForwardRecorder(TorchFunctionMode):
         state: RecordingState | None = None,
         snapshot_limit: int = 0,
         values: bool = True,
+        kept: KeptState | None = None,
     ):
         super().__init__()
-        self.model, self.state = model, state
-        # values=False (a lazy run): no function mode, so no Python runs per op; forward values
-        # and snapshots are left to the full re-run that fills the run's details.
+        self.model, self.state, self.kept = model, state, kept
+        # values=False (a lazy run): no op's output is kept; forward values and snapshots are left
+        # to the full re-run that fills the run's details.
         self.values = values
         # Copies of small tensors as module hooks saw them, for those that forward later changes in
         # place: (id, version) -> copy. Larger ones get a note instead (copying them costs memory).
@@ -233,10 +258,8 @@ class ForwardRecorder(TorchFunctionMode):
         self.intermediate_hooks: list[tuple[object, int, _UserHookWrapper]] = []
 
     def __enter__(self):
-        # With no function mode (values=False) there is nothing to switch off around the hooks.
-        pre, post = (self._pre, self._post) if self.values else (self._enter, self._post_unmoded)
         for module in module_tree.modules(self.model):
-            self.handles.append(module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True))
+            self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True))
             if module._forward_hooks:
                 # Prepended: sees the output as forward returned it, before the user's forward
                 # hooks. A module without hooks of the user's needs no such hook: _post sees the
@@ -245,45 +268,35 @@ class ForwardRecorder(TorchFunctionMode):
                     module.register_forward_hook(self._returned, with_kwargs=True, prepend=True)
                 )
                 self.returns_seen.add(id(module))
-            self.handles.append(module.register_forward_hook(post, with_kwargs=True))
-        self._original_register_hook = torch.Tensor.register_hook
-        recorder = self
-
-        def register_hook(tensor, hook):  # a plain function: torch.Tensor binds it to the tensor
-            return recorder._register_hook(tensor, hook)
-
-        torch.Tensor.register_hook = register_hook
+            self.handles.append(module.register_forward_hook(self._post, with_kwargs=True))
         try:
-            return super().__enter__() if self.values else self
+            return super().__enter__()
         except BaseException:
             self.remove_hooks()
             raise
 
     def __exit__(self, *exc):
         try:
-            return super().__exit__(*exc) if self.values else None
+            return super().__exit__(*exc)
         finally:
             self.remove_hooks()
 
     def remove_hooks(self) -> None:
-        """Remove the module hooks and put ``Tensor.register_hook`` back (idempotent)."""
+        """Remove the module hooks (idempotent)."""
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
-        original = self.__dict__.pop("_original_register_hook", None)
-        if original is not None:
-            torch.Tensor.register_hook = original
 
     def _register_hook(self, tensor: torch.Tensor, hook):
-        """``Tensor.register_hook`` while forward runs: a hook the model's forward puts on an
-        intermediate tensor is wrapped like the user's other hooks, so the run shows what it saw
-        and returned (FSDP2's pre-backward all-gather is not the user's and is left alone)."""
-        original = self._original_register_hook
+        """``Tensor.register_hook`` called by the model's forward (seen by this function mode, so
+        only in the recording thread): a hook put on an intermediate tensor is wrapped like the
+        user's other hooks, so the run shows what it saw and returned (FSDP2's pre-backward
+        all-gather is not the user's and is left alone)."""
         if tensor.grad_fn is not None and self.state is not None and not is_framework_hook(hook):
             wrapper = _UserHookWrapper(self.state, hook, "tensor hook", self.current_module or "", None)
             self.intermediate_hooks.append((tensor.grad_fn, tensor.output_nr, wrapper))
             hook = wrapper
-        return original(tensor, hook)
+        return torch.Tensor.register_hook(tensor, hook)
 
     @property
     def current_module(self) -> str | None:
@@ -307,7 +320,8 @@ class ForwardRecorder(TorchFunctionMode):
             self._enter(module, args, kwargs)
 
     def _returned(self, module, args, kwargs, output):
-        self.stack[-1].returned = [self._snapshot(t) for t in _tensors_in(output)]
+        with torch._C.DisableTorchFunction():
+            self.stack[-1].returned = [None if t is None else self._snapshot(t) for t in _entries_in(output)]
 
     def _snapshot(self, tensor: torch.Tensor, edge: Edge | None = None) -> Edge:
         if self.snapshot_limit and tensor.numel() <= self.snapshot_limit and not tensor.is_sparse:
@@ -323,9 +337,6 @@ class ForwardRecorder(TorchFunctionMode):
     def _post(self, module, args, kwargs, output):
         with torch._C.DisableTorchFunction():
             self._exit(output, id(module) in self.returns_seen)
-
-    def _post_unmoded(self, module, args, kwargs, output):
-        self._exit(output, id(module) in self.returns_seen)
 
     def _enter(self, module, args, kwargs) -> None:
         name = self.names.get(id(module), type(module).__name__)
@@ -358,11 +369,11 @@ class ForwardRecorder(TorchFunctionMode):
         # One Edge per tensor of this output, whichever views list it (it is the same tensor, at
         # the same version, seen at the same moment).
         edges = {id(e.tensor): e for e in state.outputs if e is not None}
-        final = _tensors_in(output)
+        final = _entries_in(output)
         if not returns_seen:  # no forward hook of the user's ran: the output is as forward returned it
-            state.returned = [self._snapshot(t, edges.get(id(t))) for t in final]
-        elif [id(e.tensor) for e in state.returned] != [id(t) for t in final]:
-            state.replaced = [edges.get(id(t)) or _edge_of(t) for t in final]
+            state.returned = [None if t is None else self._snapshot(t, edges.get(id(t))) for t in final]
+        elif [e and id(e.tensor) for e in state.returned] != [t is not None and id(t) for t in final]:
+            state.replaced = [None if t is None else edges.get(id(t)) or _edge_of(t) for t in final]
         legacy = legacy_hook_tensor(output)
         state.legacy = None if legacy is None else edges.get(id(legacy)) or _edge_of(legacy)
         state.in_place = any(
@@ -371,10 +382,17 @@ class ForwardRecorder(TorchFunctionMode):
         # Ops the mode does not see (a custom autograd.Function's apply) still have a forward value.
         if self.values:
             for tensor in final:
-                self._note(tensor)
+                if tensor is not None:
+                    self._note(tensor)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is _REGISTER_HOOK:
+            return self._register_hook(*args, **(kwargs or {}))
+        if self.kept is not None and writes(func, kwargs):
+            self.kept.before_write(func, args, kwargs)
         out = func(*args, **(kwargs or {}))
+        if not self.values:
+            return out
         if isinstance(out, torch.Tensor):
             self._note(out)
         elif isinstance(out, (tuple, list)):
@@ -755,6 +773,43 @@ def _as_tuple(value) -> tuple:
     return value if isinstance(value, tuple) else (value,)
 
 
+class _Tee:
+    """Stands for ``sys.stdout`` / ``sys.stderr`` while a user's hook runs: every write goes through
+    to the stream it stands for, as without hookviz; those of the hook's own thread are also
+    appended to ``copy`` (or, with ``copy=None``, not written at all: hookviz's own re-run of a
+    forward, which plain PyTorch never runs)."""
+
+    def __init__(self, target, copy: list[str] | None):
+        self.target, self.copy, self.thread = target, copy, threading.get_ident()
+
+    def write(self, text: str) -> int:
+        if threading.get_ident() != self.thread:
+            return self.target.write(text)
+        if self.copy is None:
+            return len(text)
+        self.copy.append(text)
+        return self.target.write(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def __getattr__(self, name: str):  # encoding, isatty, fileno, buffer ... of the stream stood for
+        return getattr(self.target, name)
+
+
+@contextlib.contextmanager
+def printed_copied(copy: list[str] | None) -> Iterator[None]:
+    """For the block, what this thread prints (``print``, warnings, ``breakpoint()``'s prompt)
+    still reaches ``sys.stdout`` / ``sys.stderr`` and is also appended to ``copy``; with
+    ``copy=None`` this thread's output is dropped. Other threads' output is untouched."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Tee(out, copy), _Tee(err, copy)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
 class _UserHookWrapper:
     """Calls a user's hook exactly as PyTorch would, recording what it saw, returned and printed."""
 
@@ -769,8 +824,8 @@ class _UserHookWrapper:
             return self.original(*args, **kwargs)
         grads = self._grads(args)
         before = _snapshot(grads) if grads is not None else ()
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        printed: list[str] = []
+        with printed_copied(printed):
             result = self.original(*args, **kwargs)
         after = () if grads is None else (_as_tuple(result) if result is not None else tuple(grads))
         call = HookCall(
@@ -781,7 +836,7 @@ class _UserHookWrapper:
             returned=result is not None,
             node=self.node,
         )
-        recorder.user_hook_called(call, before, tuple(after), buffer.getvalue())
+        recorder.user_hook_called(call, before, tuple(after), "".join(printed))
         return result
 
     def _grads(self, args):
@@ -878,24 +933,6 @@ def module_hooks_as(model: torch.nn.Module, state: dict) -> Iterator[None]:
             for attribute, value in current.items():
                 if value is not None or attribute == "_is_full_backward_hook":
                     object.__setattr__(module, attribute, value)
-
-
-@contextlib.contextmanager
-def buffers_kept(model: torch.nn.Module):
-    """Put every buffer a forward changed in place (BatchNorm's running statistics and
-    ``num_batches_tracked``) back as it was, so hookviz's forwards leave no trace in the model.
-
-    Written through ``.data``: Nodes that saved a buffer (BatchNorm saves its running statistics)
-    must not see its version change, or a re-run's backward would refuse them.
-    """
-    before = [(b, b.detach().clone()) for _, b in module_tree.named_buffers(model)]
-    try:
-        yield
-    finally:
-        # Every buffer, not only those whose _version moved: BatchNorm's kernel updates its
-        # running statistics without bumping the version counter.
-        for buffer, value in before:
-            buffer.data.copy_(value)
 
 
 @contextlib.contextmanager

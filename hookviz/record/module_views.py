@@ -25,13 +25,12 @@ tensor per argument, as PyTorch's hook wrapper would, and backpropagates the cal
 
 from __future__ import annotations
 
-import contextlib
-import io
 from dataclasses import dataclass, field
 
 import torch
 
-from hookviz.record.hooks import buffers_kept
+from hookviz.record.hooks import printed_copied
+from hookviz.record.model_state import KeptState
 
 Use = tuple[str, int]  # (consumer node id, slot in its grad_inputs)
 
@@ -193,33 +192,37 @@ def split_shared_inputs(model: torch.nn.Module, call, grad_output: tuple, grad_i
     """``grad_input`` per argument of a call that got one tensor as several arguments.
 
     The module's forward runs again on a fresh leaf per tensor argument, with the call's CPU random
-    state, its buffers put back afterwards and the user's hooks' printing swallowed; then
-    ``torch.autograd.grad`` sends ``grad_output`` back through it. This is what PyTorch's full hook
-    sees: its ``BackwardHookFunction`` gives every argument a tensor of its own, so the module may
-    even take another code path (``MultiheadAttention`` checks ``query is key``).
+    state, the module's state put back afterwards and this thread's printing dropped (plain PyTorch
+    runs no such forward); then ``torch.autograd.grad`` sends ``grad_output`` back through it. This
+    is what PyTorch's full hook sees: its ``BackwardHookFunction`` gives every argument a tensor of
+    its own, so the module may even take another code path (``MultiheadAttention`` checks
+    ``query is key``).
     """
     args, kwargs, rng = call.shared
     module = model.get_submodule(call.module)
     leaves = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
     wanted = [i for i, a in enumerate(leaves) if isinstance(a, torch.Tensor) and a.requires_grad]
-    quiet = contextlib.redirect_stdout(io.StringIO())
-    with torch.random.fork_rng(devices=[]), torch.enable_grad(), quiet:
-        torch.set_rng_state(rng)
-        with buffers_kept(module):
-            output = module.forward(*leaves, **kwargs)
-        outputs = [output] if isinstance(output, torch.Tensor) else list(output)
-        pairs = [
-            (o, g)
-            for o, g in zip(outputs, grad_output)
-            if isinstance(o, torch.Tensor) and o.requires_grad and g is not None
-        ]
-        grads = torch.autograd.grad(
-            [o for o, _ in pairs],
-            [leaves[i] for i in wanted],
-            [g.to(o.dtype) for o, g in pairs],
-            allow_unused=True,
-            materialize_grads=True,
-        )
+    kept = KeptState(module)  # put back after the backward below, as after a run
+    try:
+        with torch.random.fork_rng(devices=[]), torch.enable_grad(), printed_copied(None):
+            torch.set_rng_state(rng)
+            with kept.watching():
+                output = module.forward(*leaves, **kwargs)
+            outputs = [output] if isinstance(output, torch.Tensor) else list(output)
+            pairs = [
+                (o, g)
+                for o, g in zip(outputs, grad_output)
+                if isinstance(o, torch.Tensor) and o.requires_grad and g is not None
+            ]
+            grads = torch.autograd.grad(
+                [o for o, _ in pairs],
+                [leaves[i] for i in wanted],
+                [g.to(o.dtype) for o, g in pairs],
+                allow_unused=True,
+                materialize_grads=True,
+            )
+    finally:
+        kept.put_back()
     result = list(grad_input)
     for i, grad in zip(wanted, grads):
         result[i] = grad

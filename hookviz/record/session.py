@@ -31,7 +31,6 @@ from hookviz.record.build import RunContext
 from hookviz.record.details import Details, ModelState, input_marks, model_values_kept
 from hookviz.record.devices import device_of, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
-from hookviz.record.gcpause import cyclic_gc_paused
 from hookviz.record.hooks import BackwardRecorder, module_hook_state, module_hooks_as
 from hookviz.stats.engine import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
 
@@ -200,12 +199,9 @@ class Session:
         device = self.home_device if device is None else resolve_device(device)
         # Every session's runs, eager ones too: hookviz's own forwards are no change to a lazy run.
         epoch = self._model_changes.note_changes()
-        # Paused for the whole run, not only the recording: the walks before and after it allocate
-        # too, and each collection they set off would scan the run's fresh records (on a
-        # 20,000-Node graph, 8 runs set off 129 collections; paused throughout, 8).
         # The model is listed once (modules, parameters, buffers) before its forward and once
         # after: the recorders asked for a listing 14 times per fresh run.
-        with cyclic_gc_paused(), module_tree.listed_once(self.model):
+        with module_tree.listed_once(self.model):
             fresh = forward or self._needs_forward(device)
             edits, lazy = tuple(self.edits), self.details == "lazy"
             if fresh:
@@ -236,7 +232,6 @@ class Session:
         with (
             torch.random.fork_rng(devices=cuda, device_type="cuda"),
             torch.inference_mode(False),
-            cyclic_gc_paused(),
         ):
             recorder, reused = BackwardRecorder(edits), graph is not None
             if graph is None:

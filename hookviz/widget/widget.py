@@ -36,7 +36,6 @@ from hookviz.data.run import LOSS_MODULE
 from hookviz.errors import DetailsRefused, DeviceError, EditError, ExpressionError, HookvizError, WatchError
 from hookviz.record import module_tree
 from hookviz.record.devices import devices
-from hookviz.record.gcpause import cyclic_gc_paused
 from hookviz.widget import payload as widget_data
 from hookviz.widget import tree as widget_tree
 from hookviz.widget.recorded import READ_ONLY_NOTE, RecordedSession
@@ -177,8 +176,7 @@ class Widget(anywidget.AnyWidget):
         return self.session.baseline
 
     def _show_run(self, run) -> None:
-        with cyclic_gc_paused():  # a dict per Node for the page, all kept: collections free nothing
-            self._show_run_now(run)
+        self._show_run_now(run)
 
     def _show_run_now(self, run) -> None:
         baseline = self.baseline
@@ -300,9 +298,7 @@ class Widget(anywidget.AnyWidget):
         details: they need no second recording, so the page gets them at once)."""
         if self._tables_pending and self.run is not None:
             self._tables_pending = False
-            # (collections meanwhile would scan the run's objects and free nothing: 1.0-1.4 s
-            # here on the 20,000-Node graph, against 0.25 s paused)
-            with cyclic_gc_paused(), self.hold_sync():
+            with self.hold_sync():
                 self._show_tables(self.run)
 
     def _diagnose_run(self, run) -> dict:
