@@ -347,11 +347,6 @@ class _HalvesItsWeight(nn.Module):
         return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Session.run does not put a parameter the forward changed in place back yet (issue 32 item 5, "
-    "branch record); remove this mark once it does",
-)
 def test_a_parameter_the_forward_changes_in_place_is_as_before_after_run_and_fill():
     torch.manual_seed(0)
     model, x = _HalvesItsWeight(), torch.randn(2, 4)

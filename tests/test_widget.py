@@ -841,7 +841,7 @@ def test_a_failing_diagnosis_is_shown_and_the_widget_keeps_going(monkeypatch):
     def broken(run, **thresholds):
         raise RuntimeError("diagnosis exploded")
 
-    monkeypatch.setattr(hookviz.Run, "diagnose", broken)
+    monkeypatch.setattr(hookviz_widget, "diagnose", broken)
     widget = hookviz_widget.show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
     assert widget.diagnosis["findings"] == []
     assert "diagnosis failed" in widget.diagnosis["error"]
