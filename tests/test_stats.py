@@ -145,6 +145,7 @@ CASES = {
     "complex": torch.randn(30, dtype=torch.complex64),
     "conjugate view": torch.randn(12, dtype=torch.complex128).conj(),
     "sparse COO": _dense_sparse((20, 30)).to_sparse(),
+    "sparse COO rows": _dense_sparse((20, 30)).to_sparse(sparse_dim=1),  # an embedding's gradient
     "sparse CSR": _dense_sparse((20, 30)).to_sparse_csr(),
     "sparse CSC": _dense_sparse((20, 30)).to_sparse_csc(),
     "with zeros": torch.tensor([0.0, -0.0, 2.0, 0.0]),

@@ -68,7 +68,8 @@ class Statistics:
             None for no elements or a meta tensor.
         nan_count, inf_count: NaN and +/-Inf elements.
         zero_count: elements exactly equal to 0.
-        stored: of a sparse tensor, the values it stores (``_nnz()`` after coalescing); else None.
+        stored: of a sparse tensor, ``_nnz()`` after coalescing (its stored indices: rows of an
+            embedding's gradient); else None.
         note: what the statistics are of, where that is not the plain elements (module docstring).
     """
 
@@ -187,9 +188,10 @@ class Measured:
                     nans, infs = int(columns[-2][position]), int(columns[-1][position])
                 elif not math.isfinite(norm):
                     nans, infs = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
-                zeros = tensor.numel() - int(nonzeros[position])
-                if stored is not None and stored < numel:  # the zeros a sparse tensor does not store
-                    zeros += numel - stored
+                elements = tensor.numel()  # of a sparse tensor, the values it stores
+                zeros = elements - int(nonzeros[position])
+                if elements < numel:  # the zeros a sparse tensor does not store
+                    zeros += numel - elements
                     low, high = _with_zero(min, low), _with_zero(max, high)
                 self._rows[index] = Statistics(
                     numel, norm, sums[position], low, high, nans, infs, zeros, stored, note
