@@ -493,3 +493,24 @@ def test_forwards_without_backward_do_not_pile_up_hook_handles(outputs):
         out = model(torch.randn(2, 8))
         out.sum().backward()
     assert w.steps == [0] and not w._graph_handles
+
+
+def test_backwards_that_raise_are_not_steps_and_are_not_kept():
+    model = small_mlp()
+    x = torch.randn(4, 8)
+
+    def fail(grad):
+        raise RuntimeError("boom")
+
+    def fail_in_backward(module, args, out):
+        out.register_hook(fail)  # returns None: the output stays
+
+    failing = model[0].register_forward_hook(fail_in_backward)
+    with watch(model, outputs=True) as w:
+        for _ in range(100):  # each begins a step at the model's output, then raises deep inside
+            with pytest.raises(RuntimeError, match="boom"):
+                model(x).sum().backward()
+        assert w.step == 0 and 0 < len(w._backwards) <= 32
+        failing.remove()
+        model(x).sum().backward()
+    assert w.steps == [0]

@@ -78,7 +78,8 @@ class TensorRecord(Deferrable):
         numel: number of elements.
         value: a detached CPU copy when ``numel`` is at most the run's full-tensor limit, else None.
         norm: 2-norm over all elements (``torch.linalg.vector_norm``); None for an empty tensor.
-        mean, min, max: over all elements; None for an empty tensor. NaN propagates into them.
+        mean, min, max: over all elements; None for an empty tensor. NaN propagates into them. min
+            and max are exact: ints for an integer tensor.
         nan_count, inf_count: number of NaN and of +/-Inf elements.
         zero_fraction: fraction of elements exactly equal to 0 (0.0 for an empty tensor).
         histogram: ``(counts, edges)`` with ``len(edges) == len(counts) + 1`` over ``[min, max]``,
@@ -568,14 +569,6 @@ def _elements_key(tensor: torch.Tensor) -> tuple:
         tensor.is_conj(),
         tuple(sorted(zip(tensor.shape, tensor.stride()))),
     )
-
-
-def combined_norm(norms) -> float | None:
-    """The 2-norm of several tensors taken together from their own 2-norms: ``sqrt(sum n**2)``
-    (``math.hypot``: an Inf gives Inf, else a NaN gives NaN). None entries are skipped; None when
-    none is left. The one place this formula lives."""
-    present = [n for n in norms if n is not None]
-    return math.hypot(*present) if present else None
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -135,7 +135,7 @@ def combine(rows: Iterable[Statistics]) -> Statistics:
     sums = [r.sum for r in present]
     return Statistics(
         numel=sum(r.numel for r in rows),
-        norm=math.hypot(*(r.norm for r in present)) if present else None,
+        norm=combined_norm(r.norm for r in present),
         sum=None if not present or any(s is None for s in sums) else sum(sums),
         min=_extreme(min, [r.min for r in present]),
         max=_extreme(max, [r.max for r in present]),
@@ -145,6 +145,14 @@ def combine(rows: Iterable[Statistics]) -> Statistics:
         stored=None if any(r.stored is None for r in rows) else sum(r.stored for r in rows),
         note=rows[0].note if all(r.note == rows[0].note for r in rows) else "",
     )
+
+
+def combined_norm(norms: Iterable[float | None]) -> float | None:
+    """The 2-norm of several tensors taken together from their own 2-norms: ``sqrt(sum n**2)`` by
+    ``math.hypot`` (no underflow or overflow; an Inf gives Inf, else a NaN gives NaN). None entries
+    are skipped; None when none is left. The one place this rule lives."""
+    present = [n for n in norms if n is not None]
+    return math.hypot(*present) if present else None
 
 
 def _extreme(pick, values: list):
@@ -235,8 +243,8 @@ def _table(values: list[torch.Tensor], device, dtype, sums: bool, counts: bool):
     """The float64 table and, for integers, the int64 one (see :class:`Measured`) of tensors of one
     device and dtype, on that device."""
     bounds = [torch.aminmax(v) for v in values]
-    norms = _norms(values, device, dtype, bounds)
     lows, highs = torch.stack([b[0] for b in bounds]), torch.stack([b[1] for b in bounds])
+    norms = _norms(values, device, dtype, (lows, highs))
     nonzeros = torch.stack([torch.count_nonzero(v) for v in values])
     floating = dtype.is_floating_point
     columns = [norms, lows.double(), highs.double(), nonzeros.double()]
@@ -292,8 +300,8 @@ def _prepare(tensor: torch.Tensor):
 
 
 def _norms(values: list[torch.Tensor], device: torch.device, dtype: torch.dtype, bounds=None) -> torch.Tensor:
-    """float64 ``[k]``: the 2-norm of each tensor, on its device (module docstring). ``bounds``: each
-    tensor's ``torch.aminmax`` where the caller has it."""
+    """float64 ``[k]``: the 2-norm of each tensor, on its device (module docstring). ``bounds``: the
+    stacked minima and maxima of the tensors (``torch.aminmax``) where the caller has them."""
     if not dtype.is_floating_point:  # integers: exact below 2**53
         return torch.stack([torch.linalg.vector_norm(v.double()) for v in values])
     if device.type != "cpu":  # no host sync: every square in float64
@@ -304,17 +312,19 @@ def _norms(values: list[torch.Tensor], device: torch.device, dtype: torch.dtype,
     # magnitude lies in SAFE_RANGE has its squares summed in its own precision (float32 for half
     # precision) in one torch._foreach_norm call for all; the others in float64, or scaled.
     if bounds is None:
-        bounds = [torch.aminmax(v) for v in values]
-    lows = torch.stack([b[0] for b in bounds]).tolist()
-    highs = torch.stack([b[1] for b in bounds]).tolist()
+        found = [torch.aminmax(v) for v in values]
+        bounds = torch.stack([b[0] for b in found]), torch.stack([b[1] for b in found])
+    lows, highs = bounds[0].tolist(), bounds[1].tolist()
     plain, wide = [], []
     for i, (low, high) in enumerate(zip(lows, highs)):
         largest = max(-low, high)
         safe = largest != largest or largest == 0 or SAFE_RANGE[0] <= largest <= SAFE_RANGE[1]
         (plain if safe else wide).append(i)
+    accumulate = torch.float64 if dtype == torch.float64 else torch.float32
+    if not wide:
+        return torch.stack(torch._foreach_norm(values, dtype=accumulate)).double()
     norms = torch.empty(len(values), dtype=torch.float64)
     if plain:
-        accumulate = torch.float64 if dtype == torch.float64 else torch.float32
         found = torch._foreach_norm([values[i] for i in plain], dtype=accumulate)
         norms[plain] = torch.stack(found).double()
     for i in wide:

@@ -32,6 +32,7 @@ class StepReducer:
     def __init__(self) -> None:
         self._pending: list[tuple[list[int], torch.Tensor]] = []
         self._pending_bytes = 0
+        self._pending_cpu = True  # whether every pending gradient is on the CPU
         self._last: tuple[list[int], torch.Tensor] | None = None
         # reduced batches: (column lists, their rows) on CPU, (column lists, Measured) elsewhere
         self._done: list[tuple[list[list[int]], list[Statistics] | Measured]] = []
@@ -52,10 +53,12 @@ class StepReducer:
         columns = [column]
         self._last = (columns, grad)
         self._pending.append((columns, grad))
-        if grad.device.type == "cpu":
+        if grad.is_cpu:
             self._pending_bytes += grad.numel() * grad.element_size()
             if self._pending_bytes >= FLUSH_BYTES:
                 self._flush()
+        else:
+            self._pending_cpu = False
 
     def _flush(self) -> None:
         if not self._pending:
@@ -63,9 +66,8 @@ class StepReducer:
         columns = [c for c, _ in self._pending]
         measured = measure([g for _, g in self._pending], sums=False)
         # On CPU the numbers exist already: read them now, so the gradients are not held.
-        cpu = all(g.device.type == "cpu" for _, g in self._pending)
-        self._done.append((columns, measured.rows() if cpu else measured))
-        self._pending, self._pending_bytes, self._last = [], 0, None
+        self._done.append((columns, measured.rows() if self._pending_cpu else measured))
+        self._pending, self._pending_bytes, self._pending_cpu, self._last = [], 0, True, None
 
     def finish(self, width: int) -> torch.Tensor:
         """The ``[width, 4]`` float64 row of everything added; the reducer is empty afterwards."""
@@ -93,7 +95,13 @@ def watch_row(rows: dict[int, Statistics], width: int) -> torch.Tensor:
 
 def statistics_of(row: Statistics) -> tuple[float, float, float, float]:
     """A watch's ``(norm, max_abs, nonfinite, zero_fraction)`` from one engine row."""
-    return float(row.norm), float(row.max_abs), float(row.nonfinite), row.zero_fraction
+    # max() keeps a NaN maximum (aminmax makes both extremes NaN together)
+    return (
+        float(row.norm),
+        float(max(row.max, -row.min)),
+        float(row.nan_count + row.inf_count),
+        row.zero_fraction,
+    )
 
 
 def row_from_statistics(values, numel: int) -> Statistics:

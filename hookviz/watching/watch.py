@@ -66,6 +66,9 @@ from hookviz.watching import gather as watch_gather
 from hookviz.watching.history import STATISTICS, History
 from hookviz.watching.reduce import StepReducer, statistics_of
 
+# Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
+# this many newer ones have begun.
+_PENDING_BACKWARDS = 32
 # id(model) -> the open Watch on it (weakly): one watch per model at a time.
 _OPEN: dict[int, weakref.ref] = {}
 
@@ -208,7 +211,8 @@ class Watch:
         task = torch._C._current_graph_task_id()
         state = self._backwards.get(task)
         if state is None and not self.closed:
-            state = self._new_backward(task)
+            with self._lock:  # hooks of one backward may run on several autograd threads
+                state = self._backwards.get(task) or self._new_backward(task)
         return state
 
     def _new_backward(self, task: int) -> _Backward:
@@ -217,6 +221,8 @@ class Watch:
         self._follow_replaced()
         before = [] if self._ranks is not None else [_grad_and_version(p) for p in self._parameters]
         state = _Backward(self.recording, before)
+        if len(self._backwards) >= _PENDING_BACKWARDS:  # the oldest is one that raised: never a step
+            del self._backwards[next(iter(self._backwards))]
         self._backwards[task] = state
         torch.autograd.Variable._execution_engine.queue_callback(partial(_finish, weakref.ref(self), task))
         return state
