@@ -36,8 +36,7 @@ import torch
 from hookviz.errors import HookvizError
 from hookviz.files.saving import record_types
 from hookviz.record.graph import LOSS_MODULE
-from hookviz.stats.engine import TensorRecord
-from hookviz.stats.reduce import combined_norm
+from hookviz.stats.engine import TensorRecord, combined_norm
 
 if TYPE_CHECKING:  # for annotations only: hookviz.data.run imports this module
     import hookviz.data.run

@@ -21,8 +21,7 @@ from hookviz.analysis.explain import explain
 from hookviz.data.deferred import Deferrable, deferrable
 from hookviz.errors import TargetError, unknown_name
 from hookviz.files.saving import record_types, save
-from hookviz.stats.engine import TensorRecord, same_values
-from hookviz.stats.reduce import combined_norm
+from hookviz.stats.engine import TensorRecord, combined_norm, same_values
 
 
 @dataclass

@@ -19,6 +19,7 @@ import torch
 from hookviz.data.deferred import Deferrable, deferrable
 from hookviz.files.saving import record_types
 from hookviz.stats.reduce import NOTES, Statistics, queue_norms, reduce
+from hookviz.stats.reduce import combined_norm as combined_norm  # where its callers import it
 
 DEFAULT_FULL_TENSOR_LIMIT = 4096
 DEFAULT_HISTOGRAM_BINS = 32

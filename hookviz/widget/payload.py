@@ -21,8 +21,7 @@ import torch
 from hookviz.data.run import Run, leaf_diffs, records_equal
 from hookviz.errors import TargetError
 from hookviz.record.graph import LOSS_MODULE
-from hookviz.stats.engine import StatsBatch
-from hookviz.stats.reduce import combined_norm
+from hookviz.stats.engine import StatsBatch, combined_norm
 from hookviz.widget.tree import (
     MODULE_PREFIX,
     group_id,
