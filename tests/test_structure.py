@@ -48,9 +48,9 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
 
 
 def _is_module(dotted: str) -> bool:
-    """A module or package of hookviz: Python source, or the C source of a compiled one (``_fused``)."""
+    """A module or package of hookviz (Python source, or a folder)."""
     path = PACKAGE.parent.joinpath(*dotted.split("."))
-    return path.with_suffix(".py").exists() or path.with_suffix(".c").exists() or path.is_dir()
+    return path.with_suffix(".py").exists() or path.is_dir()
 
 
 def _dotted(path: Path) -> str:

@@ -885,7 +885,7 @@ def train_under_watch(model, steps=4, inputs=8, classes=3, seed=1):
     torch.manual_seed(seed)
     data = [(torch.randn(32, inputs), torch.randint(0, classes, (32,))) for _ in range(steps)]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with hookviz.watch(model) as watch:
+    with hookviz.watch(model, outputs=True) as watch:  # module groups are coloured by their outputs
         for x, labels in data:
             optimizer.zero_grad()
             F.cross_entropy(model(x), labels).backward()

@@ -1,17 +1,11 @@
-"""Tensor summaries, computed for many tensors at once.
+"""Tensor records: what a run keeps of each tensor, summarised for many tensors at once.
 
-A run may see thousands of gradients. Summarising them one at a time with a host sync each would cost
-more than the backward itself; tensors of equal size are stacked and reduced together (a deep net has
-few distinct sizes), every reduction is queued without a sync, and one host transfer per (device,
-dtype) brings them back. NaN/Inf are counted only where the norm is not finite (a finite norm proves
-there are none); a norm that overflows float32 is recomputed in double. Views holding the same
-elements (a gradient and its transpose) are reduced once.
-
-A dense float CPU tensor is instead read once by the compiled pass (:mod:`hookviz.stats.one_pass`), which
-gives its norm, sum, min, max and zero count together, its sums in double precision: the norms
-``torch.linalg.vector_norm`` gives on CPU drift by 1e-5 relative at 2^20 elements and 1.4e-3 at 25
-million (float32 accumulation), which a run's records then showed. A lazy run takes the norm of
-such a tensor with the same pass, so its number is the one its filled record has.
+A run may see thousands of gradients. Their statistics come from the one engine
+(:mod:`hookviz.stats.reduce`), so a record's numbers are the ones a watch or a rank gather shows
+for the same tensor; this module adds what only records need (small values, histograms, the
+overview of a large matrix) and the bookkeeping of a run: a tensor seen by two hooks is reduced
+once, views holding the same elements (a gradient and its transpose) are reduced once, a lazy run
+queues norms without a host sync.
 """
 
 from __future__ import annotations
@@ -23,7 +17,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from hookviz.data.deferred import Fillable
-from hookviz.stats import one_pass
+from hookviz.stats.reduce import NOTES, Statistics, queue_norms, reduce
+from hookviz.stats.reduce import combined_norm as combined_norm  # where its callers import it
 
 DEFAULT_FULL_TENSOR_LIMIT = 4096
 DEFAULT_HISTOGRAM_BINS = 32
@@ -37,7 +32,7 @@ OVERVIEW_BLOCKS = 32
 SETTLE_ABOVE = 1 << 20  # elements; larger CPU gradients are summarised as soon as a hook sees them
 VIEWS_ABOVE = 1 << 12  # elements; a lazy batch looks whether a gradient this large is a view of another
 # A lazy batch holds smaller float CPU gradients to the end of the run and takes their norms in one
-# torch._foreach_norm call, up to this many elements in all (64 KiB of float32 at most each).
+# call, up to this many elements in all (64 KiB of float32 at most each).
 HOLD_SMALL_UP_TO = 1 << 22
 _HELD_DTYPES = (torch.float32, torch.float64)
 
@@ -47,9 +42,6 @@ class Settled:
     """Stands for a tensor already summarised by :meth:`StatsBatch.settle`: its key in the batch."""
 
     key: int
-
-
-_STACK_BELOW = 1 << 17  # elements; smaller tensors of one size are stacked and reduced together
 
 
 def _json_float(value: float | None) -> float | str | None:
@@ -85,7 +77,8 @@ class TensorRecord(Fillable):
         numel: number of elements.
         value: a detached CPU copy when ``numel`` is at most the run's full-tensor limit, else None.
         norm: 2-norm over all elements (``torch.linalg.vector_norm``); None for an empty tensor.
-        mean, min, max: over all elements; None for an empty tensor. NaN propagates into them.
+        mean, min, max: over all elements; None for an empty tensor. NaN propagates into them. min
+            and max are exact: ints for an integer tensor.
         nan_count, inf_count: number of NaN and of +/-Inf elements.
         zero_fraction: fraction of elements exactly equal to 0 (0.0 for an empty tensor).
         histogram: ``(counts, edges)`` with ``len(edges) == len(counts) + 1`` over ``[min, max]``,
@@ -343,17 +336,7 @@ class StatsBatch:
                 _, norm, note, nnz = self._norms[known[0]]
                 self._norms.append((meta, norm, note, nnz))
                 return key
-        note, nnz, measured = "", None, tensor
-        if not strided or tensor.is_complex():  # sparse COO (other layouts have a whole record)
-            measured, nnz = _stand_in(tensor)
-            note = _STAND_IN_NOTE["complex" if strided else "sparse"]
-        if not measured.dtype.is_floating_point:  # the int64 zeros a full hook sees for token ids
-            measured = measured.float()
-        norm = _compiled_norm(measured)  # a float now: the CPU is done with it
-        if norm is None:
-            # detach(): no graph is recorded even under create_graph (cheaper than a no_grad block)
-            low_precision = measured.dtype not in (torch.float32, torch.float64)
-            norm = torch.linalg.vector_norm(measured.detach(), dtype=torch.float32 if low_precision else None)
+        ((norm, nnz, note),) = queue_norms([tensor])
         self._norms.append((meta, norm, note, nnz))
         if view is not None:
             self._views[view] = (key, reference)
@@ -361,40 +344,24 @@ class StatsBatch:
 
     def _compute_lazy(self) -> list[TensorRecord]:
         values: dict[int, float] = {}
-        held: set[int] = set()
-        # Contiguous tensors of one shape and dtype are stacked, and their norms taken along the
-        # rows in one kernel; the rest in one torch._foreach_norm call per dtype. Either way each
-        # norm is bit-equal to torch.linalg.vector_norm of that tensor alone (a row of a contiguous
-        # matrix is reduced as the contiguous tensor is; a transposed view is not, so it goes to
-        # _foreach_norm, which runs torch.linalg.vector_norm per tensor on CPU).
-        same_shape: dict[tuple, list[int]] = {}
+        held: list[int] = []
         for key, version in self._held:
             meta, tensor, _, _ = self._norms[key]
-            held.add(key)
             if tensor._version != version:  # changed in place since a hook saw it: norm lost
                 changed = _metadata_record(tensor, "modified in place after it was recorded")
                 self._norms[key] = (changed, None, "", None)
-            elif (norm := _compiled_norm(tensor)) is not None:
-                values[key] = norm
             else:
-                group = (meta[1], meta[0]) if tensor.is_contiguous() else (meta[1], None)
-                same_shape.setdefault(group, []).append(key)
-        one_by_one: dict[str, list[int]] = {}
-        with torch.no_grad():  # (a gradient made under create_graph requires grad)
-            for (dtype, shape), keys in same_shape.items():
-                if shape is None or len(keys) == 1:
-                    one_by_one.setdefault(dtype, []).extend(keys)
-                    continue
-                rows = torch.stack([self._norms[k][1] for k in keys]).reshape(len(keys), -1)
-                values.update(zip(keys, torch.linalg.vector_norm(rows, dim=1).double().tolist()))
-            for keys in one_by_one.values():
-                norms = torch._foreach_norm([self._norms[k][1] for k in keys])
-                values.update(zip(keys, torch.stack(norms).double().tolist()))
+                held.append(key)
+        # The held tensors' norms in one call per dtype, each bit for bit the one queued alone.
+        norms = queue_norms([self._norms[k][1] for k in held])
+        for key, (norm, _, _) in zip(held, norms):
+            meta, _, note, nnz = self._norms[key]
+            self._norms[key] = (meta, norm, note, nnz)
         by_device: dict[str, list[int]] = {}
         for key, (meta, norm, _, _) in enumerate(self._norms):
-            if type(norm) is float:  # taken by the compiled pass when it was queued
+            if type(norm) is float:  # known without a read (a ZeroTensor)
                 values[key] = norm
-            elif norm is not None and key not in held:
+            elif norm is not None:
                 by_device.setdefault(meta[2], []).append(key)
         for keys in by_device.values():  # one host transfer per device
             for key, value in zip(keys, torch.stack([self._norms[k][1] for k in keys]).double().tolist()):
@@ -419,7 +386,6 @@ class StatsBatch:
             return self._compute_lazy()
         records: list[TensorRecord | None] = [None] * len(self.tensors)
         views: dict[tuple, list[int]] = {}
-        standing_in: dict[int, tuple] = {}  # key -> (the sparse or complex tensor it stands for, nnz)
         for key, tensor in enumerate(self.tensors):
             version = self.versions[key]
             if tensor is None:
@@ -428,55 +394,36 @@ class StatsBatch:
                 records[key] = _metadata_record(tensor, "modified in place after it was recorded")
             elif (whole := self._whole_record(tensor)) is not None:
                 records[key] = whole
-            elif tensor.is_sparse or tensor.is_complex():
-                self.tensors[key], nnz = _stand_in(tensor)
-                standing_in[key] = (tensor, nnz)
-                if self.tensors[key].numel() == 0:  # a sparse tensor that stores nothing: all zeros
-                    records[key] = TensorRecord(
-                        tuple(tensor.shape),
-                        dtype_name(tensor.dtype),
-                        str(tensor.device),
-                        tensor.numel(),
-                        value=self._small_value(tensor),
-                        norm=0.0,
-                        mean=0.0,
-                        min=0.0,
-                        max=0.0,
-                        zero_fraction=1.0,
-                        nnz=0,
-                        note=_STAND_IN_NOTE["sparse"],
-                    )
-                    continue
-                views.setdefault(_elements_key(self.tensors[key]), []).append(key)
-            else:
+            elif tensor.layout == torch.strided and not tensor._is_zerotensor():
                 views.setdefault(_elements_key(tensor), []).append(key)
+            else:
+                views[(key,)] = [key]
         # Views of the same elements (a gradient and its transpose) are reduced once, through a
-        # contiguous one where there is one (flattening a transposed view would copy it).
-        groups: dict[tuple, list[int]] = {}
+        # contiguous one where there is one.
+        chosen: list[int] = []
         copies: list[tuple[int, int]] = []
         for keys in views.values():
-            chosen = next((k for k in keys if self.tensors[k].is_contiguous()), keys[0])
-            copies += [(k, chosen) for k in keys if k != chosen]
-            groups.setdefault((self.tensors[chosen].device, self.tensors[chosen].dtype), []).append(chosen)
-        for keys in groups.values():
-            for key, record in zip(keys, self._summarise([self.tensors[k] for k in keys])):
-                records[key] = record
+            if len(keys) == 1:
+                chosen.append(keys[0])
+                continue
+            first = next((k for k in keys if self.tensors[k].is_contiguous()), keys[0])
+            copies += [(k, first) for k in keys if k != first]
+            chosen.append(first)
+        for key, record in zip(chosen, self._summarise([self.tensors[k] for k in chosen])):
+            records[key] = record
         for key, original in copies:
             tensor, source = self.tensors[key], records[original]
             value = None if source.value is None else tensor.detach().cpu().clone()
             records[key] = replace(source, shape=tuple(tensor.shape), value=value)
-        for key, (tensor, nnz) in standing_in.items():
-            records[key] = self._stood_in(records[key], tensor, nnz)
         self.records = records
         self.tensors, self.versions, self._keys = [], [], {}
         self._settled_refs, self._settled_elements = {}, {}
         return records
 
     def _whole_record(self, tensor: torch.Tensor) -> TensorRecord | None:
-        """The complete record of a tensor with nothing to reduce (meta, a layout other than
-        strided or sparse COO, or empty), else None."""
-        if tensor.is_meta or tensor.layout not in (torch.strided, torch.sparse_coo):
-            return _metadata_record(tensor)
+        """The complete record of a tensor with nothing to reduce (meta, or empty), else None."""
+        if tensor.is_meta:
+            return _metadata_record(tensor, NOTES["meta"])
         if tensor.numel() == 0:
             return replace(_metadata_record(tensor), value=self._small_value(tensor))
         return None
@@ -484,145 +431,57 @@ class StatsBatch:
     def _small_value(self, tensor: torch.Tensor) -> torch.Tensor | None:
         if tensor.numel() > self.full_limit:
             return None
-        dense = tensor.to_dense() if tensor.is_sparse else tensor
+        if tensor._is_zerotensor():
+            return torch.zeros(tensor.shape, dtype=tensor.dtype)
+        dense = tensor.to_dense() if tensor.layout != torch.strided else tensor
         return dense.detach().cpu().clone()
 
-    def _stood_in(self, record: TensorRecord, tensor: torch.Tensor, nnz: int | None) -> TensorRecord:
-        """The record of a sparse or complex tensor from the record of its stand-in."""
-        numel = tensor.numel()
-        if tensor.is_sparse:
-            stored = record.numel
-            nonzero = stored * (1.0 - record.zero_fraction)
-            return replace(
-                record,
-                shape=tuple(tensor.shape),
-                dtype=dtype_name(tensor.dtype),
-                numel=numel,
-                value=self._small_value(tensor),
-                mean=record.mean * stored / numel,
-                min=min(record.min, 0.0) if stored < numel else record.min,
-                max=max(record.max, 0.0) if stored < numel else record.max,
-                zero_fraction=(numel - nonzero) / numel,
-                nnz=nnz,
-                histogram=None,
-                overview=None,
-                note=_STAND_IN_NOTE["sparse"],
-            )
-        return replace(
-            record,
-            dtype=dtype_name(tensor.dtype),
-            value=self._small_value(tensor),
-            note=_STAND_IN_NOTE["complex"],
-        )
-
     def _summarise(self, originals: list[torch.Tensor]) -> list[TensorRecord]:
+        """The records of tensors with elements, their statistics from :func:`hookviz.stats.reduce.reduce`."""
+        rows = reduce(originals)
         with torch.no_grad():
-            # float16/bfloat16 sums and counts overflow: reduce those in float32
-            # (no detach: nothing below records a graph under no_grad)
-            tensors = [t if t.dtype in (torch.float32, torch.float64) else t.float() for t in originals]
-            # A dense CPU tensor is read once by the compiled pass (hookviz.stats.one_pass), all its
-            # statistics at a time and its sums in double precision.
-            compiled = {}
-            for i, tensor in enumerate(tensors):
-                found = one_pass.summary(tensor)
-                if found is not None:
-                    compiled[i] = found
-            # Tensors of the same shape are stacked into one [k, n] matrix, so each statistic is
-            # one kernel per shape (a deep net has few), not one per tensor.
-            by_size: dict[object, list[int]] = {}
-            for i, tensor in enumerate(tensors):
-                if i in compiled:
-                    continue
-                # A large tensor is reduced on its own: stacking would only add a copy.
-                size = tensor.shape if tensor.numel() <= _STACK_BELOW else -1 - i
-                by_size.setdefault(size, []).append(i)
-            order, columns, counts, samples = [], [], [], {}
-            chunks = list(_bounded(by_size.values(), tensors))
-            singles = [m[0] for m in chunks if len(m) == 1]
-            if singles:
-                # Whole-tensor reductions: on a large tensor they are several times faster than
-                # the same reductions along a dimension.
-                norms = torch._foreach_norm([tensors[i] for i in singles])
-                for i, norm in zip(singles, norms):
-                    tensor = tensors[i]
-                    low, high = torch.aminmax(tensor)
-                    columns.append(torch.stack([norm, tensor.sum(), low, high])[None])
-                    counts.append(torch.count_nonzero(tensor)[None])
+            # The values read for histograms and overviews: dense real ones (a complex tensor's
+            # magnitudes, as its statistics); a sparse tensor, or a ZeroTensor, gets neither.
+            real = [
+                (t.detach().abs() if t.is_complex() else t.detach())
+                if t.layout == torch.strided and not t._is_zerotensor()
+                else None
+                for t in originals
+            ]
+            samples: dict[int, torch.Tensor] = {}
+            for i, tensor in enumerate(real):
+                if tensor is not None:
                     self._sample_one(tensor, i, samples)
-                order += singles
-            for members in chunks:
-                if len(members) == 1:
-                    continue
-                rows = torch.stack([tensors[i] for i in members]).reshape(len(members), -1)
-                # (amin and amax separately: aminmax along a dim is far slower on CPU; the L0
-                # "norm" is the fastest nonzero count, exact up to 2**24 elements per row)
-                columns.append(
-                    torch.stack(
-                        [
-                            torch.linalg.vector_norm(rows, dim=1),
-                            rows.sum(1),
-                            rows.amin(1),
-                            rows.amax(1),
-                        ],
-                        dim=1,
-                    )
-                )
-                counts.append(torch.linalg.vector_norm(rows, ord=0, dim=1).long())
-                self._sample(rows, members, samples)
-                order += members
-            table_rows = torch.cat(columns).double().tolist() if columns else []
-            count_rows = torch.cat(counts).tolist() if counts else []
-            table = [None] * len(tensors)
-            nonzero_counts = [0] * len(tensors)
-            for position, i in enumerate(order):
-                table[i], nonzero_counts[i] = table_rows[position], count_rows[position]
-            for i, (sum_of_squares, total, low, high, zeros, nans, _) in compiled.items():
-                if nans:  # as amin / amax give them: NaN propagates
-                    low = high = math.nan
-                table[i] = [math.sqrt(sum_of_squares), total, low, high]
-                nonzero_counts[i] = tensors[i].numel() - zeros
-                self._sample_one(tensors[i], i, samples)
-            histograms = self._histograms(samples, table, tensors[0].device)
+            histograms = self._histograms(samples, rows)
             # The small tensors' values: one copy per shape and dtype, each value a row of it.
             by_shape: dict[tuple, list[int]] = {}
             for i, t in enumerate(originals):
-                if t.numel() <= self.full_limit:
+                if t.numel() <= self.full_limit and t.layout == torch.strided and not t._is_zerotensor():
                     by_shape.setdefault((t.shape, t.dtype), []).append(i)
             values = {}
             for members in by_shape.values():
                 values.update(zip(members, torch.stack([originals[i] for i in members]).cpu().unbind(0)))
-            records = []
-            for i, (tensor, (norm, total, low, high)) in enumerate(zip(tensors, table)):
-                numel = tensor.numel()
-                nan_count = inf_count = 0
-                if not math.isfinite(norm):
-                    if i in compiled:  # the compiled pass counted them already
-                        nan_count, inf_count = compiled[i][5], compiled[i][6]
-                    else:
-                        nan_count = int(torch.isnan(tensor).sum())
-                        inf_count = int(torch.isinf(tensor).sum())
-                    if not nan_count and not inf_count:
-                        # float32 squares overflow past ~1e19; exploding gradients get there
-                        norm = tensor.double().norm().item()
-                records.append(
-                    TensorRecord(
-                        shape=tuple(tensor.shape),
-                        dtype=dtype_name(originals[i].dtype),
-                        device=str(tensor.device),
-                        numel=numel,
-                        value=values.get(i),
-                        norm=norm,
-                        mean=total / numel,
-                        min=low,
-                        max=high,
-                        nan_count=nan_count,
-                        inf_count=inf_count,
-                        zero_fraction=(numel - nonzero_counts[i]) / numel,
-                        histogram=histograms.get(i),
-                        overview=self._overview(originals[i]),
-                    )
+            return [
+                TensorRecord(
+                    shape=tuple(tensor.shape),
+                    dtype=dtype_name(tensor.dtype),
+                    device=str(tensor.device),
+                    numel=tensor.numel(),
+                    value=values[i] if i in values else self._small_value(tensor),
+                    norm=row.norm,
+                    mean=row.mean,
+                    min=row.min,
+                    max=row.max,
+                    nan_count=row.nan_count,
+                    inf_count=row.inf_count,
+                    zero_fraction=row.zero_fraction,
+                    histogram=histograms.get(i),
+                    overview=None if real[i] is None else self._overview(real[i]),
+                    note=row.note,
+                    nnz=row.stored,
                 )
-            return records
+                for i, (tensor, row) in enumerate(zip(originals, rows))
+            ]
 
     def _overview(self, tensor: torch.Tensor) -> torch.Tensor | None:
         """The block root-mean-square overview of a 2-D tensor too large to keep (see
@@ -630,9 +489,6 @@ class StatsBatch:
         both; the leaf table neither)."""
         if tensor.dim() != 2 or tensor.numel() <= self.full_limit or self.histogram_bins <= 0:
             return None
-        found = one_pass.overview(tensor, OVERVIEW_BLOCKS)  # one read, no squared copy, where built
-        if found is not None:
-            return found
         blocks = (min(tensor.shape[0], OVERVIEW_BLOCKS), min(tensor.shape[1], OVERVIEW_BLOCKS))
         squares = tensor.detach().float().square()[None, None]
         return torch.nn.functional.adaptive_avg_pool2d(squares, blocks)[0, 0].sqrt_().cpu()
@@ -656,9 +512,9 @@ class StatsBatch:
         elif self.histogram_bins > 0:
             samples[i] = tensor[torch.unravel_index(_sample_indices(numel, tensor.device), tensor.shape)]
 
-    def _histograms(self, samples: dict[int, torch.Tensor], table: list, device) -> dict[int, tuple]:
+    def _histograms(self, samples: dict[int, torch.Tensor], rows: list[Statistics]) -> dict[int, tuple]:
         """Histograms over [min, max] of each tensor of more than ``HISTOGRAM_ABOVE`` elements, in
-        a few batched ops (one set per sample length).
+        a few batched ops (one set per device and sample length).
 
         A tensor of up to ``HISTOGRAM_SAMPLE`` elements is counted whole, so its counts are exact.
         A larger one is counted on a fixed sample (``HISTOGRAM_SAMPLE`` elements at indices
@@ -666,11 +522,12 @@ class StatsBatch:
         independent of the tensor's size.
         """
         found = {}
-        by_length: dict[int, list[int]] = {}
+        by_length: dict[tuple, list[int]] = {}
         for i, sample in samples.items():
-            if math.isfinite(table[i][2]) and math.isfinite(table[i][3]):
-                by_length.setdefault(len(sample), []).append(i)
-        for wanted in by_length.values():
+            if math.isfinite(rows[i].min) and math.isfinite(rows[i].max):
+                by_length.setdefault((sample.device, len(sample)), []).append(i)
+        for (device, _), wanted in by_length.items():
+            table = {i: (float(rows[i].min), float(rows[i].max)) for i in wanted}
             found.update(self._histograms_of(wanted, samples, table, device))
         return found
 
@@ -678,8 +535,8 @@ class StatsBatch:
         """The histograms of samples of one length, in one ``bincount``."""
         bins = self.histogram_bins
         stacked = torch.stack([samples[i] for i in wanted]).float()
-        low = torch.tensor([table[i][2] for i in wanted], device=device)
-        high = torch.tensor([table[i][3] for i in wanted], device=device)
+        low = torch.tensor([table[i][0] for i in wanted], device=device)
+        high = torch.tensor([table[i][1] for i in wanted], device=device)
         width = torch.where(high > low, high - low, torch.ones_like(high))
         position = ((stacked - low[:, None]) / width[:, None] * bins).long().clamp_(0, bins - 1)
         position += torch.arange(len(wanted), device=device)[:, None] * bins
@@ -687,41 +544,10 @@ class StatsBatch:
         counts = counts.reshape(len(wanted), bins).tolist()
         found = {}
         for row, i in enumerate(wanted):
-            lo, hi = table[i][2], table[i][3]
+            lo, hi = table[i]
             step = (hi - lo) / bins if hi > lo else 1.0 / bins
             found[i] = (counts[row], [lo + step * b for b in range(bins + 1)])
         return found
-
-
-_STAND_IN_NOTE = {
-    "sparse": "sparse: statistics over the stored values; the zeros it does not store count in mean "
-    "and zero_fraction",
-    "complex": "complex: statistics of the magnitude |z|",
-}
-
-
-def _stand_in(tensor: torch.Tensor) -> tuple[torch.Tensor, int | None]:
-    """What the statistics of a sparse or complex tensor are computed on: the coalesced stored
-    values (magnitudes, if complex), or the magnitude of a dense complex tensor; and, for a sparse
-    one, its ``_nnz()`` after coalescing (coalesced once, here)."""
-    nnz = None
-    if tensor.is_sparse:
-        coalesced = tensor.detach().coalesce()
-        tensor, nnz = coalesced.values().reshape(-1), coalesced._nnz()
-    return (tensor.detach().abs() if tensor.is_complex() else tensor.detach()), nnz
-
-
-def _bounded(groups, tensors, limit: int = 1 << 24):
-    """Split groups so that no stacked matrix holds more than ``limit`` elements."""
-    for members in groups:
-        chunk, size = [], 0
-        for i in members:
-            if chunk and size + tensors[i].numel() > limit:
-                yield chunk
-                chunk, size = [], 0
-            chunk.append(i)
-            size += tensors[i].numel()
-        yield chunk
 
 
 _SAMPLE_INDICES: dict[tuple, torch.Tensor] = {}
@@ -736,33 +562,16 @@ def _sample_indices(numel: int, device) -> torch.Tensor:
     return indices
 
 
-def _compiled_norm(tensor: torch.Tensor) -> float | None:
-    """The 2-norm :meth:`StatsBatch._summarise` gives ``tensor`` through the compiled pass (which
-    reads a float32 copy of a half-precision one, and a norm that overflows float32 again in double),
-    or None where that pass does not read it: a lazy run's norm is then the very number its filled
-    record would have."""
-    if tensor.dtype in (torch.float16, torch.bfloat16) and tensor.is_cpu and one_pass.KERNELS:
-        tensor = tensor.float()
-    found = one_pass.summary(tensor)
-    return None if found is None else one_pass.norm(found, tensor)
-
-
 def _elements_key(tensor: torch.Tensor) -> tuple:
     """Equal for two views of exactly the same elements (e.g. a matrix and its transpose)."""
     return (
         tensor.untyped_storage().data_ptr(),
         tensor.storage_offset(),
         tensor.dtype,
+        tensor.is_neg(),
+        tensor.is_conj(),
         tuple(sorted(zip(tensor.shape, tensor.stride()))),
     )
-
-
-def combined_norm(norms) -> float | None:
-    """The 2-norm of several tensors taken together from their own 2-norms: ``sqrt(sum n**2)``
-    (``math.hypot``: an Inf gives Inf, else a NaN gives NaN). None entries are skipped; None when
-    none is left. The one place this formula lives."""
-    present = [n for n in norms if n is not None]
-    return math.hypot(*present) if present else None
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -15,10 +15,10 @@ a 3-number header, then ``gather`` of one float64 tensor per rank of ``kept step
 names + kept steps`` numbers), so O(names x ranks) per gathered step, bounded by the watch's
 ``capacity`` (kept steps) and ``every`` (which steps are recorded at all). Measured on 2 gloo CPU
 processes (``benchmarks/gather.py``): 0.1-0.2 us per kept step x name x rank, e.g. 12 ms for 201
-names x 256 steps. Recording itself adds, per parameter, four passes over its gradient in its hook
-(norm, min/max, NaN/Inf and zero counts, no host transfer) and the watch's batched reduction of
-``.grad`` after the all-reduce: a watched DDP step took 2.0x an unwatched one on 20 Linear layers of
-width 512 and 3.8x on 50 of width 16 (per-op overhead), against about 2.1x for a one-process watch.
+names x 256 steps. Recording itself adds, per parameter, the engine's statistics of its local
+gradient queued in its hook (:func:`hookviz.stats.reduce.measure`, NaN / Inf counted at once since
+the all-reduce writes over the gradient; no host transfer) and the watch's batched reduction of
+``.grad`` after the all-reduce.
 
 Cross-rank findings (:meth:`RankHistory.diagnose`):
 
@@ -47,32 +47,14 @@ import torch
 from hookviz.analysis.diagnose import Finding
 from hookviz.errors import WatchError
 from hookviz.files.saving import save
+from hookviz.stats.reduce import combine
 from hookviz.watching.history import STATISTICS, History
+from hookviz.watching.reduce import row_from_statistics, statistics_of
 
 DEFAULT_DIVERGE = 10.0
 
 
 # ---------------------------------------------------------------------------- recording
-
-
-def local_statistics(grad: torch.Tensor) -> torch.Tensor:
-    """``[norm, max_abs, nonfinite, zero_fraction]`` of one gradient as a float64 tensor of shape
-    ``[4]`` on the gradient's device (no host transfer, so hooks stay asynchronous on CUDA)."""
-    grad = grad.detach()
-    if grad.numel() == 0:
-        return torch.full((4,), math.nan, dtype=torch.float64, device=grad.device)
-    # four passes over the gradient; the norm in float64, as squares of exploding float32
-    # gradients overflow past about 1e19
-    low, high = torch.aminmax(grad)
-    numel = grad.numel()
-    return torch.stack(
-        [
-            torch.linalg.vector_norm(grad, dtype=torch.float64),
-            torch.maximum(high, -low).double(),
-            (numel - torch.isfinite(grad).sum()).double(),
-            (numel - torch.count_nonzero(grad)).double() / numel,
-        ]
-    )
 
 
 def is_shard(tensor: torch.Tensor) -> bool:
@@ -608,19 +590,21 @@ def _combine(views: list[_Payload], ranks: list[int], history, watch, strategy: 
 
 def _combine_shards(parts: torch.Tensor, numel: torch.Tensor) -> torch.Tensor:
     """Statistics of a full gradient from those of its shards (``parts``: [ranks, steps, names, 4];
-    ``numel``: [ranks, names]): norm = root of the sum of squares, max of max_abs, sum of NaN/Inf
-    counts, zero fraction weighted by each shard's elements. Shards with no elements are skipped."""
-    weights = numel[:, None, :].expand(parts.shape[:3])
-    present = (weights > 0) & (~parts[..., 0].isnan() | (parts[..., 2] > 0))
-    nothing = ~present.any(0)
-    norm = parts[..., 0].where(present, 0.0).square().sum(0).sqrt()
-    max_abs = parts[..., 1].where(present, -math.inf).amax(0)
-    nonfinite = parts[..., 2].where(present, 0.0).sum(0)
-    zeros = (parts[..., 3] * weights).where(present, 0.0).sum(0) / weights.where(present, 0.0).sum(
-        0
-    ).clamp_min(1)
-    combined = torch.stack([norm, max_abs, nonfinite, zeros], dim=-1)
-    combined[nothing] = math.nan
+    ``numel``: [ranks, names]) by the engine's one rule (:func:`hookviz.stats.reduce.combine`).
+    Shards with no elements, or no gradient at that step, are skipped; NaN where none is left."""
+    ranks, steps, names, _ = parts.shape
+    combined = torch.full(parts.shape[1:], math.nan, dtype=torch.float64)
+    values, counts = parts.tolist(), numel.tolist()
+    for step in range(steps):
+        for column in range(names):
+            rows = [
+                row_from_statistics(values[rank][step][column], int(counts[rank][column]))
+                for rank in range(ranks)
+                if counts[rank][column] > 0
+                and (not math.isnan(values[rank][step][column][0]) or values[rank][step][column][2] > 0)
+            ]
+            if rows:
+                combined[step, column] = torch.tensor(statistics_of(combine(rows)), dtype=torch.float64)
     return combined
 
 

@@ -2,56 +2,56 @@
 
 ``with hookviz.watch(model) as w:`` registers, on the user's model,
 
-- a ``register_post_accumulate_grad_hook`` on every parameter that requires grad: it hands the
-  parameter's ``.grad``, just accumulated, to the step's reduction, and
-- a forward hook on every module, which puts a Node pre-hook (``Node.register_prehook``) on the
-  Node that made each of the module's output tensors (a ``Tensor.register_hook`` on an output that
-  is a leaf); that hook returns None (the gradient is unchanged) and hands the gradient w.r.t. the
-  output to the step's reduction. A Node pre-hook runs after every tensor hook on that output, so
-  the watch sees the gradient the Node receives, after the user's tensor hooks wherever they were
-  registered; it also costs less than a tensor hook (about 2 us per module per step).
-
-Where the install built ``hookviz._fused`` (a C compiler was present), these gradient hooks are C
-objects (:data:`hookviz.stats.one_pass.Sink`): they read a dense float32 / float64 CPU gradient in the
-compiled pass themselves and call into Python only at the first hook of a backward and for any
-other gradient. On a 20-layer MLP that takes 0.2-0.3 ms off each step (1.23-1.27x a plain step
-becomes 1.19-1.22x, medians of 600 interleaved rounds in one process, 2-core CPU); the Python
-hooks, kept for installs without the build and for DDP / FSDP2's parameters, record the same
-numbers bit for bit.
-
-The reduction (:mod:`hookviz.watching.reduce`) reduces a dense float32 / float64 CPU gradient at once,
-in its hook; any other it keeps a reference to until it has reduced it: at the end of the
-backward, or on CPU as soon as 16 MiB of them are waiting.
+- a forward hook on the model, which puts a Node pre-hook (``Node.register_prehook``) on the Node
+  that made each of its output tensors (a ``Tensor.register_hook`` on an output that is a leaf).
+  That hook returns None (the gradient is unchanged); the first time it runs in a backward (a
+  graph task, ``torch._C._current_graph_task_id``) it notes which ``.grad`` each parameter holds and
+  queues a callback (``Variable._execution_engine.queue_callback``) that runs when that backward
+  ends. The callback reads every parameter's ``.grad`` that this backward accumulated into (a new
+  tensor, or a new version of the old one) and reduces them all at once, in a few batched torch
+  calls per device and dtype (:mod:`hookviz.watching.reduce`, :mod:`hookviz.stats.reduce`): no
+  Python runs per parameter gradient during the backward.
+- with ``outputs=True`` (opt-in: a Python hook per module output per step costs more than the
+  reductions), a forward hook on every module that puts such a Node pre-hook on each of the
+  module's output tensors, handing the gradient w.r.t. that output to the step's reduction. A Node
+  pre-hook runs after every tensor hook on that output, so the watch sees the gradient the Node
+  receives, after the user's tensor hooks wherever they were registered.
 
 No full backward hook is used: its identity Nodes change the order in which autograd sums
-gradients (see PRODUCT.md), and forward hooks, tensor hooks and Node pre-hooks leave every
-gradient bit-identical.
+gradients, and forward hooks, tensor hooks and Node pre-hooks leave every gradient bit-identical
+(``docs/architecture.md``).
 
-A *step* is one backward that reached the model: the first hook of a backward queues a callback
-(``Variable._execution_engine.queue_callback``) that runs when that backward ends and reduces what
-the hooks left there in a few batched kernels and one host transfer (:mod:`hookviz.watching.reduce`).
+A *step* is one backward that went through the model's output. Each backward is its own step with
+its own state (two threads backpropagating at once, a second backward through a retained graph, a
+second loss), and it is counted when it ends. The Node hooks live on the graph that a forward built
+and go with it; the watch keeps their handles (so that :meth:`Watch.close` removes them) only while
+the graph lives.
 
 Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
 ``zero_fraction`` (exactly-zero elements). A parameter's are those of its ``.grad`` once this
 backward has accumulated into it (accumulated over backwards when the loop does not zero it, as the
-optimizer sees it; a hook of the user's that changes ``.grad`` later in the backward is not seen); a module's
-are those of the gradient w.r.t. its output tensors, taken together over all its calls in the step.
+optimizer sees it); a module's are those of the gradient w.r.t. its output tensors, taken together
+over all its calls in the step.
 
 Memory is bounded: ``capacity`` steps are kept; when full, every other kept step is dropped and
 from then on only every other step is recorded (so a long run is kept whole, at half resolution,
-and so on). ``every=k`` records every k-th step from the start. Between steps the watch keeps one
-workspace copy of the gradients of up to 65,536 elements that the compiled pass does not take
-(half precision, accelerators; see :mod:`hookviz.watching.reduce`).
+and so on). ``every=k`` records every k-th step from the start.
 
-Limits: reentrant activation checkpointing runs nested backwards, each of which counts as a step;
-``torch.autograd.grad`` does not fill ``.grad``, so it records module outputs only.
+Limits: a backward that does not pass through an output of ``model(...)`` (a submodule called on
+its own) is not a step; ``torch.autograd.grad`` does not fill ``.grad``, so it records module
+outputs only. A parameter that is replaced (``model.fc.weight = nn.Parameter(...)``) is followed
+to its new tensor; a parameter added after the watch opened is not watched.
+Parameter names are listed nearest the loss first in definition order reversed (the watch does not
+see the order in which ``.grad`` is accumulated).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -61,13 +61,36 @@ from torch.utils import _pytree as pytree
 from hookviz.analysis.diagnose import Finding, check_thresholds, layer_findings
 from hookviz.errors import WatchError
 from hookviz.files.saving import save
-from hookviz.stats import one_pass
+from hookviz.stats.reduce import Measured, measure
 from hookviz.watching import gather as watch_gather
 from hookviz.watching.history import STATISTICS, History
-from hookviz.watching.reduce import StepReducer
+from hookviz.watching.reduce import StepReducer, statistics_of
 
+# Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
+# this many newer ones have begun.
+_PENDING_BACKWARDS = 32
 # id(model) -> the open Watch on it (weakly): one watch per model at a time.
 _OPEN: dict[int, weakref.ref] = {}
+
+
+@dataclass
+class _Backward:
+    """What one backward (graph task) through the watched model has left so far.
+
+    Attributes:
+        recording: whether this backward is a recorded step.
+        before: per parameter column, ``(.grad, its _version)`` when the backward reached the
+            model: a ``.grad`` that differs at the end was accumulated by this backward.
+        reducer: the module-output gradients (and, at the end, the parameters' ``.grad``).
+        arrived: columns in the order their gradients arrived (module outputs).
+        local: DDP / FSDP2: ``(column, statistics queued before the all-reduce)``.
+    """
+
+    recording: bool
+    before: list[tuple[object, int]]
+    reducer: StepReducer = field(default_factory=StepReducer)
+    arrived: list[int] = field(default_factory=list)
+    local: list[tuple[int, Measured]] = field(default_factory=list)
 
 
 class Watch:
@@ -84,7 +107,7 @@ class Watch:
         every: int = 1,
         *,
         parameters: bool = True,
-        outputs: bool = True,
+        outputs: bool = False,
         capacity: int = 1024,
     ):
         if not isinstance(model, torch.nn.Module):
@@ -122,26 +145,16 @@ class Watch:
         self._rows = torch.full((capacity, len(self.names), len(STATISTICS)), math.nan, dtype=torch.float64)
         self._steps: list[int] = []
         self._order: dict[int, int] = {}  # column -> position at which its gradient first arrived
-        self._task: int | None = None
-        self._recording_task = False  # whether the backward running now (self._task) is recorded
-        self._arrived: list[int] = []  # columns in the order their hooks fired in this backward
-        self._measured: list[tuple[int, torch.Tensor]] = []  # DDP / FSDP2: (column, local statistics)
-        self._tensor_handles: list = []
-        self._handles: list = []
+        # Each parameter column's owner and attribute name, to follow a replaced parameter.
+        self._parameters = [p for _, p in trainable] if parameters else []
+        self._owners = [_owner(model, n) for n in self.parameter_names]
+        self._backwards: dict[int, _Backward] = {}  # graph task id -> its state
+        self._lock = threading.Lock()
+        self._handles: list = []  # hooks on the model, removed on close
+        self._graph_handles: list = []  # hooks on the graphs of forwards, while those live
+        self._graph_handles_kept = 64  # prune dead graph handles when there are twice this many
         self._ranks: watch_gather.RankRecorder | None = None
-        self._reducer = StepReducer()
         self.gathered: watch_gather.RankHistory | None = None  # set by gather() on dst
-        # The hooks in C where the install built them (one_pass.Sink); they hold the watch weakly.
-        self._sink = None
-        if one_pass.Sink is not None:
-            reference = weakref.ref(self)
-            self._sink = one_pass.Sink(
-                torch._C._current_graph_task_id,
-                partial(_sink_begin, reference),
-                partial(_sink_fallback, reference),
-            )
-            self._reducer.attach(self._sink)
-        self._output_hooks: dict[tuple[int, int], object] = {}  # (column, output_nr) -> its C hook
         try:
             # DDP / FSDP2: local statistics before the all-reduce, reduced ones after (watch_gather)
             self._ranks = watch_gather.attach(
@@ -150,16 +163,13 @@ class Watch:
                 trainable if parameters else [],
                 partial(_parameter_hook, weakref.ref(self)),
                 self._handles,
-                self._reducer,
+                _reduce_pairs,
             )
-            if parameters:
-                for column, (_, parameter) in enumerate(trainable):
-                    hook = (
-                        self._sink.parameter_hook(column)
-                        if self._sink is not None and self._ranks is None
-                        else _parameter_hook(weakref.ref(self), column)
-                    )
+            if self._ranks is not None:
+                for column, parameter in enumerate(self._parameters):
+                    hook = _parameter_hook(weakref.ref(self), column)
                     self._handles.append(parameter.register_post_accumulate_grad_hook(hook))
+            self._handles.append(model.register_forward_hook(partial(_on_model_forward, weakref.ref(self))))
             for offset, (_, module) in enumerate(modules):
                 self._handles.append(
                     module.register_forward_hook(
@@ -170,20 +180,16 @@ class Watch:
             self.close()
             raise
         _OPEN[id(model)] = weakref.ref(self)
-        weakref.finalize(self, _remove, self._handles, self._tensor_handles)
+        weakref.finalize(self, _remove, self._handles, self._graph_handles)
 
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        """Remove every hook this watch added to the model (idempotent) and free its workspace.
-        The history stays."""
+        """Remove every hook this watch added to the model and to live graphs (idempotent). The
+        history stays."""
         self.closed = True
-        if self._sink is not None:
-            self._sink.open = 0
-        _remove(self._handles, self._tensor_handles)
-        self._reducer.clear()
-        self._arrived, self._measured, self._task = [], [], None
-        self._reducer.reset()
+        _remove(self._handles, self._graph_handles)
+        self._backwards = {}
         if _OPEN.get(id(self.model), lambda: None)() is self:
             del _OPEN[id(self.model)]
 
@@ -200,61 +206,77 @@ class Watch:
         """Whether the current step (the next backward) will be recorded."""
         return not self.closed and self.step % (self.every * self._stride) == 0
 
-    def _begin(self) -> bool:
-        """Called by every Python hook during backward; True when this step is recorded."""
+    def _begin(self) -> _Backward | None:
+        """Called by every hook during backward: this backward's state (None once closed)."""
         task = torch._C._current_graph_task_id()
-        if task != self._task:
-            self._new_backward(task)
-        return self._recording_task
+        state = self._backwards.get(task)
+        if state is None and not self.closed:
+            with self._lock:  # hooks of one backward may run on several autograd threads
+                state = self._backwards.get(task) or self._new_backward(task)
+        return state
 
-    def _new_backward(self, task: int) -> None:
-        """The first hook of backward ``task`` ran (a Python one, or one of the sink's)."""
-        # Anything still pending is from a backward that raised before its end callback ran: it
-        # is dropped, not counted as a step.
-        self._task = task
-        self._arrived, self._measured = [], []
-        self._reducer.reset()
-        torch.autograd.Variable._execution_engine.queue_callback(self._finish)
-        self._recording_task = self.recording  # the step number holds still until _finish
-        if self._sink is not None:
-            self._sink.arrived, self._sink.recording = self._arrived, self._recording_task
-            self._sink.task = task
+    def _new_backward(self, task: int) -> _Backward:
+        """The first hook of backward ``task`` ran: note each parameter's ``.grad`` and queue the
+        end-of-backward callback."""
+        self._follow_replaced()
+        before = [] if self._ranks is not None else [_grad_and_version(p) for p in self._parameters]
+        state = _Backward(self.recording, before)
+        if len(self._backwards) >= _PENDING_BACKWARDS:  # the oldest is one that raised: never a step
+            del self._backwards[next(iter(self._backwards))]
+        self._backwards[task] = state
+        torch.autograd.Variable._execution_engine.queue_callback(partial(_finish, weakref.ref(self), task))
+        return state
 
-    def _finish(self) -> None:
-        """End of a backward: reduce what the hooks left, store one row, count the step."""
-        arrived, measured = self._arrived, self._measured
-        self._arrived, self._measured, self._task = [], [], None
-        if self._sink is not None:
-            self._sink.task = -2  # no backward: the next hook begins one
-        for handle in self._tensor_handles:
-            handle.remove()
-        self._tensor_handles.clear()
-        if self.recording and not self.closed:
-            row = self._reducer.finish(len(self.names))
-            if measured:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
-                row[[c for c, _ in measured]] = torch.stack([t for _, t in measured]).cpu()
-            self._store(self.step, row)
+    def _follow_replaced(self) -> None:
+        """Point a column whose parameter was replaced on its module at the new one."""
+        for column, (owner, attribute) in enumerate(self._owners):
+            current = owner._parameters.get(attribute)
+            if current is not self._parameters[column] and current is not None:
+                self._parameters[column] = current
+
+    def _finish(self, task: int) -> None:
+        """End of backward ``task``: reduce what it left, store one row, count the step."""
+        state = self._backwards.pop(task, None)
+        if state is None or self.closed:
+            return
+        row = self._row_of(state) if state.recording else None
+        with self._lock:  # the step's number and its row are kept together
+            step = self.step
+            self.step += 1
+            if row is None:
+                return
+            self._store(step, row)
             if len(self._order) < len(self.names):  # once every column has a place, none moves
+                arrived = state.arrived + [
+                    c for c in reversed(range(len(self.parameter_names))) if not math.isnan(row[c, 0])
+                ]
                 for position, column in enumerate(arrived):
                     self._order.setdefault(column, position)
-            if self._ranks is not None:
-                self._ranks.finish(self.step)
-        self.step += 1
+        if self._ranks is not None:
+            self._ranks.finish(step)
 
-    def _output_hook(self, column: int, output_nr: int):
-        """The Node pre-hook that hands ``column`` the gradient w.r.t. output ``output_nr``."""
-        if self._sink is None:
-            return partial(_on_output_grads, weakref.ref(self), column, output_nr)
-        hook = self._output_hooks.get((column, output_nr))
-        if hook is None:
-            hook = self._output_hooks[column, output_nr] = self._sink.output_hook(column, output_nr)
-        return hook
+    def _row_of(self, state: _Backward) -> torch.Tensor:
+        """The ``[names, 4]`` row of one ended backward: every ``.grad`` it accumulated into and the
+        module-output gradients its hooks handed over, reduced together."""
+        reducer = state.reducer
+        for column, (parameter, (grad, version)) in enumerate(zip(self._parameters, state.before)):
+            now = parameter.grad
+            if now is not None and (now is not grad or now._version != version):
+                reducer.add(column, now)
+        row = reducer.finish(len(self.names))
+        if state.local:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
+            for column, values in measure_rows(state.local).items():
+                row[column] = torch.tensor(values, dtype=torch.float64)
+        return row
 
-    def _leaf_output_hook(self, column: int):
-        """The tensor hook on a module output that is a leaf (it has no Node)."""
-        if self._sink is None:
-            return partial(_on_output_grad, weakref.ref(self), column)
-        return self._sink.tensor_hook(column)
+    def _keep_graph_handle(self, handle) -> None:
+        """Keep a hook handle on a forward's graph until that graph is freed (then its handle is
+        dropped, so handles do not pile up over forwards that never see a backward)."""
+        handles = self._graph_handles
+        handles.append(handle)
+        if len(handles) > 2 * self._graph_handles_kept:
+            handles[:] = [h for h in handles if h.hooks_dict_ref() is not None]
+            self._graph_handles_kept = max(64, len(handles))
 
     def _store(self, step: int, row: torch.Tensor) -> None:
         if len(self._steps) == self.capacity:
@@ -543,7 +565,7 @@ def watch(
     every: int = 1,
     *,
     parameters: bool = True,
-    outputs: bool = True,
+    outputs: bool = False,
     capacity: int = 1024,
 ) -> Watch:
     """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.watching.watch`).
@@ -552,7 +574,8 @@ def watch(
         model: the model being trained.
         every: record every ``every``-th step (every backward that reaches the model is a step).
         parameters: record each parameter's gradient (its ``.grad`` once this backward accumulated).
-        outputs: record the gradient w.r.t. each module's output.
+        outputs: also record the gradient w.r.t. each module's output (a Python hook per module
+            output per step: opt-in, it costs more than the parameters' statistics).
         capacity: steps kept before thinning (see the module docstring).
 
     Returns:
@@ -576,46 +599,58 @@ def watch(
 # ---------------------------------------------------------------------------- hooks
 
 
-def _remove(handles: list, tensor_handles: list) -> None:
+def _remove(handles: list, graph_handles: list) -> None:
     for handle in handles:
         handle.remove()
     handles.clear()
-    for handle in tensor_handles:
+    for handle in graph_handles:
         handle.remove()
-    tensor_handles.clear()
+    graph_handles.clear()
+
+
+def _owner(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
+    """The module that holds parameter ``name`` and its attribute name there."""
+    path, _, attribute = name.rpartition(".")
+    return model.get_submodule(path), attribute
+
+
+def _grad_and_version(parameter: torch.Tensor) -> tuple[object, int]:
+    grad = parameter.grad
+    return grad, (-1 if grad is None else grad._version)
+
+
+def _reduce_pairs(pairs: list[tuple[int, torch.Tensor]], width: int) -> torch.Tensor:
+    """A ``[width, 4]`` row of ``(column, gradient)`` pairs (DDP / FSDP2's reduced ``.grad``)."""
+    return StepReducer()(pairs, width)
+
+
+def measure_rows(local: list[tuple[int, Measured]]) -> dict[int, tuple]:
+    """``{column: (norm, max_abs, nonfinite, zero_fraction)}`` of statistics queued in hooks."""
+    return {column: statistics_of(measured.rows()[0]) for column, measured in local}
+
+
+def _finish(reference: weakref.ref, task: int) -> None:
+    """The end-of-backward callback of backward ``task``."""
+    self = reference()
+    if self is not None:
+        self._finish(task)
 
 
 def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) -> None:
-    """``register_post_accumulate_grad_hook``: reduce the parameter's ``.grad``; returns None."""
+    """DDP / FSDP2 only: ``register_post_accumulate_grad_hook``: queue the statistics of the local
+    ``.grad`` before the all-reduce writes over it; returns None."""
     self = reference()
-    if self is not None and self._ranks is not None and watch_gather.is_shard(parameter):
+    if self is None or watch_gather.is_shard(parameter):
         return  # FSDP2 calls a shard's hooks with the reduced .grad, from its end-of-backward callback
-    if self is not None and not self.closed and self._begin():
-        self._arrived.append(column)
-        grad = parameter.grad
-        if self._ranks is not None:  # DDP / FSDP2: .grad is the local gradient only now
-            self._measured.append((column, watch_gather.local_statistics(grad)))
-        elif grad is not None:
-            self._reducer.add(column, grad)
+    state = self._begin()
+    if state is not None and state.recording and parameter.grad is not None:
+        state.arrived.append(column)
+        state.local.append((column, measure([parameter.grad], sums=False, counts=True)))
 
 
 def _parameter_hook(reference: weakref.ref, column: int):
-    """The parameter hook of one column (for hooks added later, on FSDP2's unsharded parameters)."""
+    """The parameter hook of one column (DDP / FSDP2's parameters, and FSDP2's unsharded ones)."""
     return partial(_on_parameter, reference, column)
-
-
-def _sink_begin(reference: weakref.ref, task: int) -> None:
-    """The sink's first hook of a backward: begin the step (sets the sink's members)."""
-    self = reference()
-    if self is not None and not self.closed:
-        self._new_backward(task)
-
-
-def _sink_fallback(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:
-    """A gradient the sink's hooks do not read themselves: to the Python reduction."""
-    self = reference()
-    if self is not None:
-        self._reducer.add(column, grad)
 
 
 def _on_output_grads(reference: weakref.ref, column: int, output_nr: int, grad_outputs: tuple) -> None:
@@ -625,9 +660,12 @@ def _on_output_grads(reference: weakref.ref, column: int, output_nr: int, grad_o
     if grad is None:
         return
     self = reference()
-    if self is not None and not self.closed and self._begin():
-        self._arrived.append(column)
-        self._reducer.add(column, grad)
+    if self is None:
+        return
+    state = self._begin()
+    if state is not None and state.recording:
+        state.arrived.append(column)
+        state.reducer.add(column, grad)
 
 
 def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:
@@ -635,20 +673,42 @@ def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> 
     _on_output_grads(reference, column, 0, (grad,))
 
 
+def _on_model_grads(reference: weakref.ref, grad_outputs) -> None:
+    """Node pre-hook (or tensor hook) on an output of the model: a backward reached the model."""
+    self = reference()
+    if self is not None:
+        self._begin()
+
+
+def _output_tensors(output) -> list[torch.Tensor]:
+    """The tensors of a module's output that require grad; one returned twice is listed once."""
+    if isinstance(output, torch.Tensor):
+        return [output] if output.requires_grad else []
+    found = {id(t): t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad}
+    return list(found.values())
+
+
+def _on_model_forward(reference: weakref.ref, module, args, output) -> None:
+    """Forward hook on the model: hook each output's Node, to learn when a backward reaches it."""
+    self = reference()
+    if self is None or self.closed or not self.parameter_names or not torch.is_grad_enabled():
+        return
+    hook = partial(_on_model_grads, reference)
+    for tensor in _output_tensors(output):
+        node = tensor.grad_fn
+        handle = tensor.register_hook(hook) if node is None else node.register_prehook(hook)
+        self._keep_graph_handle(handle)
+
+
 def _on_forward(reference: weakref.ref, column: int, module, args, output) -> None:
-    """Forward hook: put a gradient hook on each output tensor that requires grad; returns None."""
+    """Forward hook (``outputs=True``): put a gradient hook on each output tensor; returns None."""
     self = reference()
     if self is None or self.closed or not self.recording or not torch.is_grad_enabled():
         return
-    if isinstance(output, torch.Tensor):
-        tensors = (output,)
-    else:  # a tensor returned twice (``return out, out``) is one output: hooked once
-        tensors = {id(t): t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)}.values()
-    for tensor in tensors:
-        if tensor.requires_grad:
-            node = tensor.grad_fn
-            if node is None:
-                hook = tensor.register_hook(self._leaf_output_hook(column))
-            else:
-                hook = node.register_prehook(self._output_hook(column, tensor.output_nr))
-            self._tensor_handles.append(hook)
+    for tensor in _output_tensors(output):
+        node = tensor.grad_fn
+        if node is None:
+            handle = tensor.register_hook(partial(_on_output_grad, reference, column))
+        else:
+            handle = node.register_prehook(partial(_on_output_grads, reference, column, tensor.output_nr))
+        self._keep_graph_handle(handle)

@@ -1,0 +1,365 @@
+"""The one statistics engine: tensors reduced to :class:`Statistics` rows, rows combined.
+
+Runs (:class:`hookviz.stats.engine.StatsBatch`), watches (:mod:`hookviz.watching.watch`) and the
+DDP / FSDP2 gather (:mod:`hookviz.watching.gather`) all reduce tensors with :func:`measure` /
+:func:`reduce` and merge rows with :func:`combine`, so one tensor gets the same numbers, to the last
+bit, wherever hookviz shows it. Each number depends on the tensor alone (its values, dtype, layout
+and device), never on the other tensors of the batch: a tensor is never stacked with others.
+
+Numerics:
+
+- ``norm`` (2-norm), with squares that never underflow or overflow. On CPU, where the extremes are
+  known at once, a tensor whose largest magnitude lies in :data:`SAFE_RANGE` (2**-40 to 2**40) has
+  its squares summed in float32 (float16 and bfloat16 too; float64 in float64) by one
+  ``torch._foreach_norm`` call for all such tensors; any other in float64 (a float32 square lies in
+  [1e-90, 1.2e77]), and a float64 one scaled first by the power of two nearest its largest
+  magnitude, as LAPACK's ``nrm2`` scales (exact: a power-of-two scaling rounds nothing). On other
+  devices, where reading the extremes would be a host sync, every square is summed in float64
+  (``torch.linalg.vector_norm(x, dtype=torch.float64)``), a float64 tensor scaled first.
+- ``min`` / ``max``: ``torch.aminmax`` in the tensor's own dtype, read back exactly (an int32
+  2147483647 reads 2147483647). NaN propagates into both.
+- ``sum``: in float64 for floating tensors, in int64 for integer ones.
+- ``zero_count``: ``numel - torch.count_nonzero`` (NaN counts as nonzero).
+- ``nan_count`` / ``inf_count``: counted only where the norm is not finite (a finite norm proves
+  there is neither), at :meth:`Measured.rows`; or at once with ``counts=True``, for a tensor that
+  will change before the rows are read (DDP's all-reduce writes over a local gradient).
+
+Stand-ins, each stated in :attr:`Statistics.note`: a complex tensor's statistics are those of its
+magnitude ``|z|`` (the 2-norm is the same); a sparse COO tensor's are over its coalesced stored
+values, with the zeros it does not store counted in ``zero_count`` and in ``min`` / ``max``; sparse
+CSR, CSC, BSR and BSC likewise over ``values()``; a ``torch._efficientzerotensor`` is all zeros
+without a read; a meta tensor has no values, so only ``numel``. Negative and conjugate views are
+resolved first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+# On CPU a tensor whose largest magnitude lies in this range has its squares summed in float32 (float64
+# for a float64 tensor): none of them overflows, and those that underflow are below 2**-149 against a
+# sum of at least 2**-80, so they change nothing for fewer than 2**69 elements.
+SAFE_RANGE = (2.0**-40, 2.0**40)
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+NOTES = {
+    "complex": "complex: statistics of the magnitude |z|",
+    "sparse": "sparse: statistics over the stored values; the zeros it does not store count in mean "
+    "and zero_fraction",
+    "zero": "a ZeroTensor (torch._efficientzerotensor): every element is zero, nothing is stored",
+    "meta": "a meta tensor holds no values: no statistics",
+}
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """The statistics of one tensor (a row), or of several taken together (:func:`combine`).
+
+    Attributes:
+        numel: number of elements (of the whole tensor, for a sparse one).
+        norm: 2-norm over all elements, float64; None for no elements (or a meta tensor).
+        sum: sum of all elements (float for floating tensors, int for integer ones); None when not
+            asked for, for no elements, or a meta tensor.
+        min, max: over all elements, exact (int for integer tensors); NaN when an element is NaN;
+            None for no elements or a meta tensor.
+        nan_count, inf_count: NaN and +/-Inf elements.
+        zero_count: elements exactly equal to 0.
+        stored: of a sparse tensor, ``_nnz()`` after coalescing (its stored indices: rows of an
+            embedding's gradient); else None.
+        note: what the statistics are of, where that is not the plain elements (module docstring).
+    """
+
+    numel: int
+    norm: float | None = None
+    sum: float | int | None = None
+    min: float | int | None = None
+    max: float | int | None = None
+    nan_count: int = 0
+    inf_count: int = 0
+    zero_count: int = 0
+    stored: int | None = None
+    note: str = ""
+
+    @property
+    def max_abs(self) -> float | int | None:
+        """The largest magnitude: ``max(max, -min)``; NaN when an element is NaN."""
+        if self.min is None:
+            return None
+        if math.isnan(self.min) or math.isnan(self.max):
+            return math.nan
+        return max(self.max, -self.min)
+
+    @property
+    def mean(self) -> float | None:
+        """``sum / numel``; None without a sum."""
+        return None if self.sum is None or not self.numel else self.sum / self.numel
+
+    @property
+    def zero_fraction(self) -> float:
+        """Fraction of elements exactly 0 (0.0 for no elements)."""
+        return self.zero_count / self.numel if self.numel else 0.0
+
+    @property
+    def nonfinite(self) -> int:
+        """NaN and Inf elements together."""
+        return self.nan_count + self.inf_count
+
+
+def reduce(tensors: Sequence[torch.Tensor], *, sums: bool = True) -> list[Statistics]:
+    """The :class:`Statistics` of each tensor (see the module docstring for the numerics).
+
+    Args:
+        tensors: any tensors: any dtype, device, layout, view. Not modified.
+        sums: also take each tensor's sum (one more pass; a watch does without).
+
+    Returns:
+        one row per tensor, in order.
+    """
+    return measure(tensors, sums=sums).rows()
+
+
+def combine(rows: Iterable[Statistics]) -> Statistics:
+    """The statistics of several tensors taken together (the calls of a module, the shards of a
+    parameter on several ranks) from their rows: counts and sums added, min of mins, max of maxes
+    (NaN wins), norm the root of the sum of squared norms (``math.hypot``: it neither underflows
+    nor overflows). Rows with no elements add nothing but their count. Raises ValueError for no rows.
+    """
+    rows = list(rows)
+    if not rows:
+        raise ValueError("combine() needs at least one row of statistics")
+    present = [r for r in rows if r.norm is not None]
+    sums = [r.sum for r in present]
+    return Statistics(
+        numel=sum(r.numel for r in rows),
+        norm=combined_norm(r.norm for r in present),
+        sum=None if not present or any(s is None for s in sums) else sum(sums),
+        min=_extreme(min, [r.min for r in present]),
+        max=_extreme(max, [r.max for r in present]),
+        nan_count=sum(r.nan_count for r in rows),
+        inf_count=sum(r.inf_count for r in rows),
+        zero_count=sum(r.zero_count for r in rows),
+        stored=None if any(r.stored is None for r in rows) else sum(r.stored for r in rows),
+        note=rows[0].note if all(r.note == rows[0].note for r in rows) else "",
+    )
+
+
+def combined_norm(norms: Iterable[float | None]) -> float | None:
+    """The 2-norm of several tensors taken together from their own 2-norms: ``sqrt(sum n**2)`` by
+    ``math.hypot`` (no underflow or overflow; an Inf gives Inf, else a NaN gives NaN). None entries
+    are skipped; None when none is left. The one place this rule lives."""
+    present = [n for n in norms if n is not None]
+    return math.hypot(*present) if present else None
+
+
+def _extreme(pick, values: list):
+    if not values:
+        return None
+    if any(isinstance(v, float) and math.isnan(v) for v in values):
+        return math.nan
+    return pick(values)
+
+
+class Measured:
+    """The statistics of some tensors, queued on their devices; :meth:`rows` reads them.
+
+    Made by :func:`measure`. Until :meth:`rows` it holds the tensors it reads (a NaN or Inf count
+    may need a second look), so autograd cannot free them meanwhile.
+    """
+
+    def __init__(self, count: int, sums: bool, counts: bool):
+        self._rows: list[Statistics | None] = [None] * count
+        self._sums, self._counts = sums, counts
+        # per (device, dtype) read: ([(index, read tensor, numel, stored, note)], float64 [fields, k]
+        # table of norm, min, max, nonzero, then sum and the NaN / Inf counts where asked; for an
+        # integer dtype also an int64 [3, k] table of exact min, max and sum)
+        self._queued: list[tuple[list[tuple], torch.Tensor, torch.Tensor | None]] = []
+
+    def rows(self) -> list[Statistics]:
+        """The rows, in the order the tensors were given (one host transfer per dtype and device)."""
+        for entries, table, exact in self._queued:
+            columns = table.tolist()
+            norms, lows, highs, nonzeros = columns[:4]
+            sums = [None] * len(entries)
+            if exact is not None:  # integers: exact extremes and sums
+                lows, highs, exact_sums = exact.tolist()
+                sums = exact_sums if self._sums else sums
+            elif self._sums:
+                sums = columns[4]
+            for position, (index, tensor, numel, stored, note) in enumerate(entries):
+                norm, low, high = norms[position], lows[position], highs[position]
+                nans = infs = 0
+                if self._counts and exact is None:
+                    nans, infs = int(columns[-2][position]), int(columns[-1][position])
+                elif not math.isfinite(norm):
+                    nans, infs = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+                elements = tensor.numel()  # of a sparse tensor, the values it stores
+                zeros = elements - int(nonzeros[position])
+                if elements < numel:  # the zeros a sparse tensor does not store
+                    zeros += numel - elements
+                    low, high = _with_zero(min, low), _with_zero(max, high)
+                self._rows[index] = Statistics(
+                    numel, norm, sums[position], low, high, nans, infs, zeros, stored, note
+                )
+        self._queued = []
+        return list(self._rows)
+
+
+def _with_zero(pick, value):
+    return value if isinstance(value, float) and math.isnan(value) else pick(value, 0)
+
+
+def measure(tensors: Sequence[torch.Tensor], *, sums: bool = True, counts: bool = False) -> Measured:
+    """Queue the statistics of ``tensors`` on their devices without a host sync; read them with
+    :meth:`Measured.rows` (what :func:`reduce` does at once).
+
+    Args:
+        tensors: as :func:`reduce`.
+        sums: as :func:`reduce`.
+        counts: count NaN and Inf now, on the device, in every tensor (two more passes each), for
+            tensors that will change before the rows are read; the counts are the same either way.
+    """
+    measured = Measured(len(tensors), sums, counts)
+    read: dict[tuple, list[tuple]] = {}
+    with torch.no_grad():
+        for index, tensor in enumerate(tensors):
+            found = _prepare(tensor.detach())
+            if isinstance(found, Statistics):
+                measured._rows[index] = found
+                continue
+            values, stored, note = found
+            read.setdefault((values.device, values.dtype), []).append(
+                (index, values, tensor.numel(), stored, note)
+            )
+        for (device, dtype), entries in read.items():
+            measured._queued.append((entries, *_table([e[1] for e in entries], device, dtype, sums, counts)))
+    return measured
+
+
+def _table(values: list[torch.Tensor], device, dtype, sums: bool, counts: bool):
+    """The float64 table and, for integers, the int64 one (see :class:`Measured`) of tensors of one
+    device and dtype, on that device."""
+    bounds = [torch.aminmax(v) for v in values]
+    lows, highs = torch.stack([b[0] for b in bounds]), torch.stack([b[1] for b in bounds])
+    norms = _norms(values, device, dtype, (lows, highs))
+    nonzeros = torch.stack([torch.count_nonzero(v) for v in values])
+    floating = dtype.is_floating_point
+    columns = [norms, lows.double(), highs.double(), nonzeros.double()]
+    exact = None
+    if floating:
+        if sums:
+            columns.append(torch.stack([v.sum(dtype=torch.float64) for v in values]))
+        if counts:
+            columns.append(torch.stack([torch.isnan(v).sum() for v in values]).double())
+            columns.append(torch.stack([torch.isinf(v).sum() for v in values]).double())
+    else:
+        totals = torch.stack([v.sum(dtype=torch.int64) for v in values]) if sums else lows.long()
+        exact = torch.stack([lows.long(), highs.long(), totals])
+    return torch.stack(columns), exact
+
+
+def _prepare(tensor: torch.Tensor):
+    """What to read of ``tensor``: ``(dense real values, stored or None, note)``, or its whole
+    :class:`Statistics` where there is nothing to read."""
+    numel = tensor.numel()
+    if tensor.is_meta:
+        return Statistics(numel=numel, note=NOTES["meta"])
+    stored, note = None, ""
+    if tensor.layout == torch.sparse_coo:
+        tensor = tensor.coalesce()
+        stored, tensor, note = tensor._nnz(), tensor.values(), NOTES["sparse"]
+    elif tensor.layout in _COMPRESSED:
+        stored, tensor, note = tensor._nnz(), tensor.values(), NOTES["sparse"]
+    elif tensor._is_zerotensor():
+        empty = not numel
+        zero = None if empty else (0 if not (tensor.is_floating_point() or tensor.is_complex()) else 0.0)
+        return Statistics(
+            numel=numel,
+            norm=None if empty else 0.0,
+            sum=zero,
+            min=zero,
+            max=zero,
+            zero_count=numel,
+            note=NOTES["zero"],
+        )
+    if tensor.is_complex():
+        tensor, note = tensor.resolve_conj().abs(), note or NOTES["complex"]
+    tensor = tensor.resolve_neg()
+    if tensor.dtype == torch.bool:
+        tensor = tensor.view(torch.uint8)
+    if tensor.numel() == 0:
+        if stored is None:  # no elements at all
+            return Statistics(numel=numel, note=note)
+        # a sparse tensor that stores nothing: all zeros
+        zero = 0.0 if tensor.is_floating_point() else 0
+        return Statistics(numel, 0.0, zero, zero, zero, zero_count=numel, stored=0, note=note)
+    return tensor, stored, note
+
+
+def _norms(values: list[torch.Tensor], device: torch.device, dtype: torch.dtype, bounds=None) -> torch.Tensor:
+    """float64 ``[k]``: the 2-norm of each tensor, on its device (module docstring). ``bounds``: the
+    stacked minima and maxima of the tensors (``torch.aminmax``) where the caller has them."""
+    if not dtype.is_floating_point:  # integers: exact below 2**53
+        return torch.stack([torch.linalg.vector_norm(v.double()) for v in values])
+    if device.type != "cpu":  # no host sync: every square in float64
+        if dtype == torch.float64:
+            return torch.stack([_scaled_norm(v) for v in values])
+        return torch.stack([torch.linalg.vector_norm(v, dtype=torch.float64) for v in values])
+    # On CPU the extremes are read at once (the CPU has computed them already): a tensor whose largest
+    # magnitude lies in SAFE_RANGE has its squares summed in its own precision (float32 for half
+    # precision) in one torch._foreach_norm call for all; the others in float64, or scaled.
+    if bounds is None:
+        found = [torch.aminmax(v) for v in values]
+        bounds = torch.stack([b[0] for b in found]), torch.stack([b[1] for b in found])
+    lows, highs = bounds[0].tolist(), bounds[1].tolist()
+    plain, wide = [], []
+    for i, (low, high) in enumerate(zip(lows, highs)):
+        largest = max(-low, high)
+        safe = largest != largest or largest == 0 or SAFE_RANGE[0] <= largest <= SAFE_RANGE[1]
+        (plain if safe else wide).append(i)
+    accumulate = torch.float64 if dtype == torch.float64 else torch.float32
+    if not wide:
+        return torch.stack(torch._foreach_norm(values, dtype=accumulate)).double()
+    norms = torch.empty(len(values), dtype=torch.float64)
+    if plain:
+        found = torch._foreach_norm([values[i] for i in plain], dtype=accumulate)
+        norms[plain] = torch.stack(found).double()
+    for i in wide:
+        tensor = values[i]
+        wide_norm = (
+            _scaled_norm if dtype == torch.float64 else partial(torch.linalg.vector_norm, dtype=torch.float64)
+        )
+        norms[i] = wide_norm(tensor)
+    return norms
+
+
+def _scaled_norm(tensor: torch.Tensor) -> torch.Tensor:
+    """The 2-norm of a float64 tensor, scaled by a power of two near its largest magnitude first."""
+    largest = tensor.abs().amax()
+    exponent = torch.frexp(largest).exponent.clamp(-1020, 1020)
+    scaled = torch.linalg.vector_norm(torch.ldexp(tensor, -exponent))
+    return torch.ldexp(scaled, exponent)
+
+
+def queue_norms(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor | float | None, int | None, str]]:
+    """The 2-norm :func:`reduce` gives each tensor, bit for bit, queued on its device (a 0-dim
+    float64 tensor, no host sync; a float where nothing is read; None where its row has no norm),
+    with the ``stored`` and ``note`` its row would have. For a run that keeps only norms at once."""
+    found: list = [None] * len(tensors)
+    read: dict[tuple, list[tuple[int, torch.Tensor]]] = {}
+    with torch.no_grad():
+        for index, tensor in enumerate(tensors):
+            prepared = _prepare(tensor.detach())
+            if isinstance(prepared, Statistics):
+                found[index] = (prepared.norm, prepared.stored, prepared.note)
+                continue
+            values, stored, note = prepared
+            found[index] = (None, stored, note)
+            read.setdefault((values.device, values.dtype), []).append((index, values))
+        for (device, dtype), entries in read.items():
+            for (index, _), norm in zip(entries, _norms([v for _, v in entries], device, dtype)):
+                found[index] = (norm, *found[index][1:])
+    return found
