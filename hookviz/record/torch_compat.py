@@ -25,7 +25,7 @@ UnpackHook = Callable[[Any], torch.Tensor]
 SAVED_TENSORS_HOOKS_READABLE_SINCE = "2.8"
 """The first torch release with ``torch._C._autograd._top_saved_tensors_default_hooks``."""
 SAVED_TENSORS_HOOKS_READABLE = hasattr(torch._C._autograd, "_top_saved_tensors_default_hooks")
-"""Whether this torch hands over the saved-tensor hooks that are set (see :func:`saved_tensors_default_hooks`)."""
+"""Whether this torch hands over the saved-tensor hooks set (:func:`saved_tensors_default_hooks`)."""
 
 
 def _identity(value):
