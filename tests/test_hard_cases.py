@@ -12,6 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from zoo import Checkpointed, Embedded, NoGradGate, TanhMLP, TwoInputs
 
 import hookviz
+from hookviz.record import torch_compat
 
 
 def _sum(out):
@@ -84,12 +85,48 @@ def test_a_saved_tensor_changed_in_place_is_refused_as_plain_pytorch_refuses_it(
     ):
         hookviz.Session(model, (x,), loss_fn=_sum).run()
     assert_same_state(before, model_state(model))
+
+
+# torch < 2.8 cannot hand hookviz the user's saved-tensor hooks, so there a run inside them is refused
+# (test_a_run_inside_saved_tensor_hooks_is_refused_where_torch_cannot_read_them).
+chains_saved_tensor_hooks = pytest.mark.skipif(
+    not torch_compat.SAVED_TENSORS_HOOKS_READABLE,
+    reason=f"a run inside saved-tensor hooks needs torch >= 2.8 (this is {torch.__version__})",
+)
+
+
+@chains_saved_tensor_hooks
+def test_users_saved_tensor_hooks_switch_the_in_place_check_off_as_in_plain_pytorch():
+    torch.manual_seed(0)
+    model, x = DoublesASavedOutput(), torch.randn(2, 3)
     # The user's own saved-tensor hooks switch PyTorch's check off; hookviz then checks nothing
     # either, and the gradients are those of plain PyTorch under the same hooks.
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach(), lambda t: t):
         run = hookviz.Session(model, (x,), loss_fn=_sum).run()
         model(x).sum().backward()
     assert torch.equal(run.leaf_grad("fc.weight"), model.fc.weight.grad)
+
+
+@pytest.mark.skipif(torch_compat.SAVED_TENSORS_HOOKS_READABLE, reason="this torch hands the hooks over")
+def test_a_run_inside_saved_tensor_hooks_is_refused_where_torch_cannot_read_them():
+    torch.manual_seed(0)
+    model, x = TanhMLP(), torch.randn(4, 3)
+    before = model_state(model)
+    packed = []
+
+    def pack(tensor):
+        packed.append(tuple(tensor.shape))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with pytest.raises(
+            hookviz.UnsupportedError, match=r"needs torch >= 2\.8.*outside the saved_tensors_hooks"
+        ):
+            hookviz.Session(model, (x,), loss_fn=_sum).run()
+        assert packed == [()]  # the probe saved one 0-dim tensor; the model never ran
+        assert_same_state(before, model_state(model))
+        model(x).sum().backward()  # the user's hooks are still the ones set
+    assert len(packed) > 1
 
 
 class ReadsSavedTensorHooks(nn.Module):
@@ -100,19 +137,24 @@ class ReadsSavedTensorHooks(nn.Module):
         self.fc, self.seen = nn.Linear(3, 3), []
 
     def forward(self, x):
-        self.seen.append(torch._C._autograd._top_saved_tensors_default_hooks(False))
+        self.seen.append(torch_compat.saved_tensors_hooks_set())
         return torch.sigmoid(self.fc(x))
 
 
 def test_a_run_sets_saved_tensor_hooks_only_to_chain_to_the_users():
     model, x = ReadsSavedTensorHooks(), torch.randn(2, 3)
     run = hookviz.Session(model, (x,), loss_fn=_sum, details="eager").run()
-    assert model.seen == [None]  # none: PyTorch's own unpacking and version check stay on
+    assert model.seen == [False]  # none: PyTorch's own unpacking and version check stay on
     sigmoid = next(n for n in run.nodes.values() if n.op == "SigmoidBackward0")
     assert [(s.name, s.shape, s.nbytes) for s in sigmoid.saved] == [("result", (2, 3), 24)]
+
+
+@chains_saved_tensor_hooks
+def test_a_run_inside_the_users_saved_tensor_hooks_chains_to_them():
+    model, x = ReadsSavedTensorHooks(), torch.randn(2, 3)
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach(), lambda t: t):
         run = hookviz.Session(model, (x,), loss_fn=_sum, details="eager").run()
-    assert model.seen[-1] is not None  # hookviz's, chained to the user's: they say where tensors live
+    assert model.seen == [True]  # hookviz's, chained to the user's: they say where tensors live
     sigmoid = next(n for n in run.nodes.values() if n.op == "SigmoidBackward0")
     assert [(s.name, s.shape, s.nbytes) for s in sigmoid.saved] == [("result", (2, 3), 24)]
 

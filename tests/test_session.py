@@ -10,6 +10,7 @@ from torch import nn
 
 import hookviz
 from hookviz.examples import TinyGPT, canonical_inputs, next_token_loss, sigmoid_mlp
+from hookviz.record import torch_compat
 from hookviz.stats.engine import SETTLE_ABOVE
 
 
@@ -274,7 +275,7 @@ def test_transformer_leaf_grads_equal_plain_backward_bit_for_bit():
         assert torch.equal(again.leaf_grad(name), run.leaf_grad(name)), name
 
 
-def test_saved_tensors_are_recorded_and_users_save_on_cpu_still_applies():
+def test_saved_tensors_are_recorded():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
     data = torch.randn(3, 4)
@@ -284,6 +285,17 @@ def test_saved_tensors_are_recorded_and_users_save_on_cpu_still_applies():
     # data does not require grad, so addmm saves only what the weight's gradient needs: the data
     assert [s.name for s in run.node("AddmmBackward0_0").saved] == ["mat1"]
     assert run.node("AddmmBackward0_0").saved_bytes == 3 * 4 * 4
+
+
+@pytest.mark.skipif(
+    not torch_compat.SAVED_TENSORS_HOOKS_READABLE,
+    reason=f"a run inside saved-tensor hooks needs torch >= 2.8 (this is {torch.__version__})",
+)
+def test_users_saved_tensor_hooks_still_apply_during_a_run():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    data = torch.randn(3, 4)
+    run = hookviz.Session(model, (data,), loss_fn=lambda out: out.sum()).run()
     packed = []
 
     def pack(tensor):

@@ -17,6 +17,7 @@ from hookviz.data.run import LOSS_MODULE, Event, HookCall, HookInfo, ModuleCall,
 from hookviz.record.graph import Walk, resolve_hidden
 from hookviz.record.hooks import BackwardRecorder, user_module_hooks, user_tensor_hooks
 from hookviz.record.module_views import full_hook_view, split_shared_inputs
+from hookviz.record.torch_compat import forward_output_counts
 from hookviz.stats.engine import Settled, StatsBatch
 
 
@@ -312,6 +313,7 @@ class _StaticParts:
         parameters = {*graph.parameter_names, *graph.parameter_aliases}
         ran = {call.module for call in forward_calls}
         self.node_fields: dict[str, dict] = {}
+        output_counts = forward_output_counts(walk.nodes.values())
         for node in walk.nodes.values():
             call = forward_calls[node.call] if node.call is not None else None
             module = call.module if call is not None else _leaf_module(node.id, node.kind, parameters, ran)
@@ -333,9 +335,7 @@ class _StaticParts:
                 "sites": ["grad"] if node.id in graph.leaves else [],
             }
             if node.kind == "op":
-                fields["sites"] = _op_sites(
-                    tuple(slot for slot, _, _ in node.inputs), len(node.fn._input_metadata)
-                )
+                fields["sites"] = _op_sites(tuple(slot for slot, _, _ in node.inputs), output_counts[node.id])
             else:
                 fields["user_hooks"] = list(user_tensors.get(node.id, []))
             self.node_fields[node.id] = fields

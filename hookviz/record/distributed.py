@@ -20,12 +20,12 @@ FSDP2's own hooks from the user's (:func:`is_framework_hook`).
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 
 import torch
 
 from hookviz.errors import HookvizError
+from hookviz.record import torch_compat
 
 DDP = "ddp"
 FSDP = "fsdp"
@@ -38,15 +38,10 @@ def _ddp_class():
 
 
 def _fsdp_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    # fully_shard lives in torch.distributed.fsdp: a process that never imported it has no FSDP
-    # module, and importing it here would cost seconds (it pulls in DTensor) on every plain model
-    if "torch.distributed.fsdp" not in sys.modules:
+    fsdp_module = torch_compat.fsdp_module_class()
+    if fsdp_module is None:  # FSDP2 never imported: no module of this process is sharded
         return []
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # a torch without FSDP2
-        return []
-    return [(n, m) for n, m in model.named_modules() if isinstance(m, FSDPModule)]
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, fsdp_module)]
 
 
 def strategy(model: torch.nn.Module) -> str | None:
@@ -115,7 +110,7 @@ def fsdp_parameters(model: torch.nn.Module) -> list[tuple[str, object]]:
     names = {id(m): n for n, m in model.named_modules()}
     found = []
     for _, module in _fsdp_modules(model):
-        for group in _state(module)._fsdp_param_groups:
+        for group in torch_compat.fsdp_param_groups(module):
             for fsdp_param in group.fsdp_params:
                 info = fsdp_param._module_info
                 prefix = names.get(id(info.module))

@@ -9,7 +9,6 @@ and never calls back into it.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from torch.utils import _pytree as pytree
 
 from hookviz.data.run import Run, SavedTensor
 from hookviz.errors import BackwardError, ForwardError, HookvizError, LossError, UnsupportedError
-from hookviz.record import distributed, module_tree
+from hookviz.record import distributed, module_tree, torch_compat
 from hookviz.record.build import RunContext, build_run
 from hookviz.record.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
 from hookviz.record.hooks import (
@@ -216,7 +215,10 @@ def _record_forward(
     leaf_names = {id(t): n for n, t in inputs.items() if t.grad_fn is None}
     for name, parameter in module_tree.named_parameters(model, remove_duplicate=False):
         leaf_names.setdefault(id(parameter), name)
-    boundary_names = {(id(t.grad_fn), t.output_nr): n for n, t in inputs.items() if t.grad_fn is not None}
+    # Held until the walk: torch 2.4 makes a new Python Node object at each `.grad_fn` read while none
+    # is alive, so the id of a dropped one matches nothing the walk meets.
+    boundary_fns = {n: t.grad_fn for n, t in inputs.items() if t.grad_fn is not None}
+    boundary_names = {(id(fn), inputs[n].output_nr): n for n, fn in boundary_fns.items()}
     named_leaves = {n: t for n, t in inputs.items() if t.requires_grad} | {
         n: p for n, p in module_tree.named_parameters(model) if p.requires_grad
     }
@@ -485,10 +487,9 @@ def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch)
 
 def _eager(model: torch.nn.Module):
     """Run ``torch.compile``d submodules eagerly, so hookviz's per-op hooks see their ops."""
-    compiled = any(
-        isinstance(getattr(m, "_orig_mod", None), torch.nn.Module) for m in module_tree.modules(model)
-    )
-    return torch.compiler.set_stance("force_eager") if compiled else contextlib.nullcontext()
+    modules = module_tree.modules(model)
+    compiled = [m for m in modules if isinstance(getattr(m, "_orig_mod", None), torch.nn.Module)]
+    return torch_compat.compiled_modules_run_eagerly(compiled)
 
 
 def _refuse_unsupported(walk: Walk) -> None:

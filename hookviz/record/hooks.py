@@ -37,7 +37,7 @@ from torch.utils import _pytree as pytree
 
 from hookviz.data.run import Event, HookCall, HookInfo, LogEntry
 from hookviz.edits.edit import Edit, replace_slots
-from hookviz.record import module_tree
+from hookviz.record import module_tree, torch_compat
 from hookviz.record.distributed import is_framework_hook
 from hookviz.record.model_state import KeptState, writes
 from hookviz.stats.engine import device_name
@@ -441,10 +441,14 @@ class SavedTensorsRecorder:
     20-layer MLP step). With the user's hooks, PyTorch checks nothing, and neither does hookviz.
     Source: https://pytorch.org/docs/stable/autograd.html#torch.autograd.graph.saved_tensors_hooks
     and ``SavedVariable::unpack`` (torch/csrc/autograd/saved_variable.cpp).
+
+    Raises:
+        UnsupportedError: the user's hooks are set and torch is too old to hand them over
+            (:func:`hookviz.record.torch_compat.saved_tensors_default_hooks`).
     """
 
     def __init__(self):
-        outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        outer = torch_compat.saved_tensors_default_hooks()
         self.outer_pack, self.outer_unpack = outer if outer is not None else (None, None)
         self.needed = outer is not None  # the user's hooks decide where saved tensors live
         self.unpacked: list[_Packed] | None = None  # collects while attribute() reads one
