@@ -59,7 +59,7 @@ def train(options: argparse.Namespace) -> None:
     x, y = batch(rank, options.bad_step, bad=rank == options.bad_rank)
     run = hookviz.Session(ddp, (x,), loss_fn=lambda out: F.mse_loss(out, y)).run()
     if rank == 0:  # the history, with a run whose graph the widget draws its norms on
-        path = w.save(options.out, run=run)
+        path = hookviz.save(w, options.out, run=run)
         print(f"saved {len(history.steps)} steps of ranks {history.ranks} to {path}")
         for finding in history.diagnose():
             print(f"[{finding.kind}] {finding.message}")

@@ -8,6 +8,7 @@ backward; ``hookviz.show(...)`` draws it all as a widget in Jupyter.
 from hookviz.analysis.diagnose import Finding, diagnose
 from hookviz.analysis.explain import explain
 from hookviz.data.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
+from hookviz.data.tensors import TensorRecord
 from hookviz.edits.edit import Edit
 from hookviz.errors import (
     BackwardError,
@@ -24,7 +25,6 @@ from hookviz.errors import (
 from hookviz.files.saving import FileFormatError, load, save
 from hookviz.record.devices import devices
 from hookviz.record.session import Session
-from hookviz.stats.engine import TensorRecord
 from hookviz.watching.gather import RankHistory
 from hookviz.watching.watch import Watch, watch
 

@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hookviz
+from hookviz.data import tensors as stats
 from hookviz.data.run import leaf_diffs
 from hookviz.errors import (
     DetailsChanged,
@@ -26,7 +27,6 @@ from hookviz.errors import (
     ForwardError,
     HookvizError,
 )
-from hookviz.stats import engine as stats
 
 TENSOR_DETAILS = (
     *("value", "mean", "min", "max", "nan_count", "inf_count"),

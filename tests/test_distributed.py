@@ -9,7 +9,6 @@ CUDA/NCCL variants run the same workers on 2 GPUs and are skipped without them.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import gc
 import math
 import os
@@ -283,7 +282,7 @@ def _watch_gather(rank, device, directory, use_fsdp):
             assert reduced[prefix + n] == pytest.approx(expected_reduced[step][n], rel=1e-5), (step, n)
         assert set(gathered.norms(step, rank=1, kind="output")) == {n for n, _ in wrapped.named_modules()}
     assert gathered.diagnose() == []
-    loaded = hookviz.load(w.save(os.path.join(directory, "gathered")))
+    loaded = hookviz.load(hookviz.save(w, os.path.join(directory, "gathered")))
     for field in ("local", "reduced", "order"):
         a, b = getattr(loaded, field), getattr(gathered, field)
         assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num()), field
@@ -358,7 +357,7 @@ def _findings(rank, device, directory):
     assert gathered.diagnose(diverge=1e9) == [f for f in findings if f.kind != "diverging"]
     with pytest.raises(hookviz.WatchError, match="diverge=0.5"):
         gathered.diagnose(diverge=0.5)
-    w.save(os.path.join(directory, "findings"))
+    hookviz.save(w, os.path.join(directory, "findings"))
 
 
 def _run_of_last_batch(rank, device, directory):
@@ -394,8 +393,8 @@ def test_cross_rank_diagnosis_names_the_rank_and_step(tmp_path):
     assert "opened from a file" in widget.errors["edit"]
     with pytest.raises(hookviz.WatchError, match="not a graph.*hookviz.show\\(history"):
         hookviz.show(history)
-    # saved together (Watch.save(path, run=run)), one file opens in the watch view
-    together = hookviz.load(dataclasses.replace(history, run=run).save(tmp_path / "together"))
+    # saved together (hookviz.save(watch, path, run=run)), one file opens in the watch view
+    together = hookviz.load(hookviz.save(history, tmp_path / "together", run=run))
     assert all(torch.equal(together.run.leaf_grad(n), run.leaf_grad(n)) for n in run.leaf_names)
     assert hookviz.show(together).watch_ranks == [0, 1]
 

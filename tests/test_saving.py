@@ -18,9 +18,9 @@ from torch import nn
 
 import hookviz
 from hookviz.data.run import LogEntry
+from hookviz.data.tensors import TensorRecord
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
 from hookviz.files.saving import FileFormatError, load, save
-from hookviz.stats.engine import TensorRecord
 from hookviz.watching.gather import RankHistory, from_watch
 from hookviz.widget.payload import json_float
 
@@ -119,7 +119,7 @@ def test_watch_history_round_trip_is_exact(tmp_path):
             optimizer.zero_grad()
             x = torch.randn(8, 4) if step != 2 else torch.full((8, 4), math.inf)
             F.cross_entropy(model(x), torch.zeros(8, dtype=torch.long)).backward()
-    path = w.save(tmp_path / "watch")
+    path = hookviz.save(w, tmp_path / "watch")
     loaded = hookviz.load(path)
     assert isinstance(loaded, RankHistory) and loaded.ranks == [0] and loaded.steps == [0, 1, 2, 3]
     history = w.history
@@ -290,7 +290,7 @@ def test_a_one_process_history_opens_on_its_one_rank(tmp_path):
             model.zero_grad()
             F.cross_entropy(model(data), labels).backward()
     run = hookviz.Session(model, (data,), loss_fn=lambda out: F.cross_entropy(out, labels)).run()
-    history = hookviz.load(from_watch(watch).save(tmp_path / "history"))
+    history = hookviz.load(hookviz.save(from_watch(watch), tmp_path / "history"))
     widget = hookviz.show(history, hookviz.load(hookviz.save(run, tmp_path / "run")))
     assert widget.watch_view["rank"] == 0 and widget.watch_view["reduced"] is False
     assert widget.watch_view["norms"] == {n: json_float(v) for n, v in watch.norms(watch.steps[-1]).items()}

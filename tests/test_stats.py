@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from hookviz.stats.engine import StatsBatch, summarise
+from hookviz.data.tensors import StatsBatch, summarise
 from hookviz.stats.reduce import combine, measure, reduce
 
 

@@ -1,4 +1,4 @@
-"""The package's import graph stays one-way (issue 11's structure rules), read from the source.
+"""The package's layers, read from the source: imports run one way, down the layers of docs/architecture.md.
 
 Every ``import`` and ``from ... import`` of a hookviz module counts, at module level or inside a
 function, except those under ``if TYPE_CHECKING:`` (they never run).
@@ -105,6 +105,57 @@ def test_the_checker_sees_a_cycle_inside_a_function_and_ignores_type_checking(tm
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    import hookviz.data.run\n"
-        "def f():\n    from hookviz.stats.engine import _x\n"
+        "def f():\n    from hookviz.data.tensors import _x\n"
     )
-    assert _imports(source) == [("hookviz.stats.engine", ["_x"])]
+    assert _imports(source) == [("hookviz.data.tensors", ["_x"])]
+
+
+# The layers, lowest first. A module may import its own layer and the layers below it, never one above:
+# data is plain records, the recorder builds data, analysis and files read it, the widget draws it.
+# docs/architecture.md draws the same picture.
+LAYERS = [
+    {"hookviz.errors", "hookviz.examples"},
+    {"hookviz.stats"},
+    {"hookviz.data"},
+    {"hookviz.edits"},
+    {"hookviz.analysis"},
+    {"hookviz.record"},
+    {"hookviz.watching"},
+    {"hookviz.files"},
+    {"hookviz.widget"},
+]
+
+
+def _layer(module: str) -> int:
+    """The index in LAYERS of the layer that holds ``module`` (a dotted name inside hookviz)."""
+    for index, layer in enumerate(LAYERS):
+        if any(module == top or module.startswith(top + ".") for top in layer):
+            return index
+    raise AssertionError(f"{module} is in no layer: add its folder to LAYERS and to docs/architecture.md")
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_module_imports_only_its_own_layer_and_those_below(module):
+    upward = [target for target, _ in EDGES[module] if _layer(target) > _layer(module)]
+    assert not upward, f"{module} (layer {_layer(module)}) imports layers above it: {upward}"
+
+
+def test_the_layer_rule_sees_an_upward_import(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from hookviz.widget.payload import graph_json\n")
+    targets = [target for target, _ in _imports(source)]
+    assert targets == ["hookviz.widget.payload"] and _layer(targets[0]) > _layer("hookviz.data.run")
+
+
+def test_the_package_exports_its_public_api_only():
+    import hookviz
+
+    exported = set(hookviz.__all__)
+    assert not [name for name in exported if name.startswith("_")]
+    # Everything the package namespace holds beyond __all__ is a subpackage or a dunder, no helper.
+    extra = {
+        name
+        for name in vars(hookviz)
+        if not name.startswith("__") and name not in exported and not _is_module(f"hookviz.{name}")
+    }
+    assert not extra, f"hookviz exposes names outside __all__: {sorted(extra)}"

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from hookviz.data.run import LOSS_MODULE
+from hookviz.data.tensors import TensorRecord, combined_norm
 from hookviz.errors import HookvizError
-from hookviz.stats.engine import TensorRecord, combined_norm
 
 if TYPE_CHECKING:  # for annotations only: hookviz.data.run imports this module
     import hookviz.data.run

@@ -16,8 +16,8 @@ import networkx as nx
 import torch
 
 from hookviz.data.deferred import Deferrable, Fillable, deferrable
+from hookviz.data.tensors import TensorRecord, combined_norm, same_values
 from hookviz.errors import DetailsRefused, DetailsUnavailable, TargetError, unknown_name
-from hookviz.stats.engine import TensorRecord, combined_norm, same_values
 
 LOSS_MODULE = "(loss)"
 """The ``module`` of the Nodes that ``loss_fn`` made, outside the model (not a module name: it has
@@ -546,7 +546,7 @@ def diff(before: Run, after: Run) -> Diff:
 
     A node changed when any of its ``grad_inputs`` or ``grad_outputs`` differs (exact comparison
     of the values when both runs kept them, else of shape and statistics). A leaf changed when its
-    gradients differ. Both use :func:`hookviz.stats.engine.same_values`: bit for bit, NaN equal to NaN,
+    gradients differ. Both use :func:`hookviz.data.tensors.same_values`: bit for bit, NaN equal to NaN,
     sparse gradients compared dense. Nodes or leaves present in only one
     run appear with None on the other side and ``changed=True``.
 
@@ -577,7 +577,7 @@ def diff(before: Run, after: Run) -> Diff:
 
 def leaf_diffs(before: Run, after: Run) -> dict[str, LeafDiff]:
     """The leaf half of :func:`diff`: each leaf's gradient in both runs (``torch.equal`` after
-    :func:`hookviz.stats.engine.same_values`' rules), by leaf name. It reads the leaves' gradients only,
+    :func:`hookviz.data.tensors.same_values`' rules), by leaf name. It reads the leaves' gradients only,
     so a lazy run's details are not recorded for it."""
     leaves = {}
     for name in dict.fromkeys([*before.leaf_grads, *after.leaf_grads]):

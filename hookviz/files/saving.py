@@ -23,6 +23,7 @@ the target itself is replaced by the new file; the file it pointed to is left as
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import json
 import math
@@ -35,6 +36,8 @@ import torch
 
 from hookviz.errors import HookvizError
 from hookviz.files import schema
+from hookviz.watching.gather import RankHistory
+from hookviz.watching.watch import Watch
 
 FORMAT = "hookviz"
 VERSION = schema.VERSION
@@ -288,13 +291,17 @@ def _write_new(path: Path, data: bytes) -> None:
         raise
 
 
-def save(obj, path: str | Path) -> Path:
-    """Write a :class:`~hookviz.Run` or a watch history to ``path`` (see the module docstring).
+def save(obj, path: str | Path, *, run=None) -> Path:
+    """Write a run or a watch to ``path``, as ``torch.save`` writes an object, but never with pickle
+    (see the module docstring); :func:`load` opens it.
 
     Args:
-        obj: a :class:`hookviz.Run`, or a :class:`hookviz.watching.gather.RankHistory` (what
-            ``Watch.save`` and ``Watch.gather`` produce).
+        obj: a :class:`hookviz.Run`; a :class:`hookviz.Watch` (its gathered history after
+            ``Watch.gather``, on ``dst``, else this process's: :meth:`hookviz.Watch.rank_history`);
+            or a :class:`hookviz.watching.gather.RankHistory`.
         path: the file to write; ``.hookviz`` is appended when it has another suffix or none.
+        run: with a watch or a history only: a :class:`hookviz.Run` of the same model to keep with
+            it, so that ``hookviz.show(hookviz.load(path))`` draws the norms on its graph.
 
     Returns:
         the path written. Tensors are stored as they are (dtype and shape kept, moved to CPU);
@@ -306,13 +313,21 @@ def save(obj, path: str | Path) -> Path:
         OSError: the file cannot be written (the target is a directory, the folder is not
             writable, the disk is full); nothing is left behind.
     """
+    if isinstance(obj, Watch):
+        obj = obj.rank_history(run)
+    elif run is not None:
+        if not isinstance(obj, RankHistory):
+            raise HookvizError(
+                f"save(..., run=...) keeps a run with a watch or a watch history, not with a "
+                f"{type(obj).__name__}: save the run on its own, hookviz.save(run, path)"
+            )
+        obj = dataclasses.replace(obj, run=run)
     types = _schema(str(VERSION))
     kinds = {types.classes[name]: kind for kind, name in schema.KINDS.items()}
     kind = kinds.get(type(obj))
     if kind is None:
         raise HookvizError(
-            "save() takes a hookviz.Run or a watch history (Watch.save / Watch.gather), got "
-            f"{type(obj).__name__}"
+            f"save() takes a hookviz.Run, a hookviz.Watch or a watch history, got {type(obj).__name__}"
         )
     import safetensors.torch
 
@@ -393,7 +408,7 @@ def _read(path: Path) -> tuple[dict, bytes]:
                 (
                     "it is a pickle (torch.save / pickle.dump) file, not a hookviz file. hookviz never "
                     "unpickles, because unpickling a file can run any code in it; save runs and watch "
-                    "histories with run.save(path) / watch.save(path) and open those"
+                    "histories with hookviz.save(run_or_watch, path) and open those"
                 ),
             )
         if len(start) < 8:
@@ -448,7 +463,7 @@ def _read(path: Path) -> tuple[dict, bytes]:
 
 
 def load(path: str | Path):
-    """Open a file written by ``Run.save`` or ``Watch.save``.
+    """Open a file written by :func:`save` (a run, a watch or a watch history).
 
     Args:
         path: the ``.hookviz`` file.

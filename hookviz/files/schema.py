@@ -43,7 +43,7 @@ _TENSOR_RECORD = "TensorRecord | None"
 
 RECORDS: dict[str, tuple[str, dict[str, str]]] = {
     "TensorRecord": (
-        "hookviz.stats.engine",
+        "hookviz.data.tensors",
         {
             "shape": "tuple[int, ...]",
             "dtype": "str",

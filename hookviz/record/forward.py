@@ -17,6 +17,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from hookviz.data.run import Run, SavedTensor
+from hookviz.data.tensors import StatsBatch, dtype_name
 from hookviz.errors import BackwardError, ForwardError, HookvizError, LossError, UnsupportedError
 from hookviz.record import distributed, module_tree, torch_compat
 from hookviz.record.build import RunContext, build_run
@@ -38,7 +39,6 @@ from hookviz.record.hooks import (
 )
 from hookviz.record.model_state import KeptState
 from hookviz.record.module_views import CallPlan, plan_call
-from hookviz.stats.engine import StatsBatch, dtype_name
 
 
 @dataclass
@@ -185,7 +185,7 @@ def record_forward(
             ``loss_fn`` that differentiates meets them), and it runs the first backward.
         device: where it runs. user_model: the user's model (its hooks are the user's).
         asked_grads: inputs made to require grad by ``input_grads=True`` (named in errors).
-        full_tensor_limit, histogram_bins: see :class:`~hookviz.stats.engine.StatsBatch`.
+        full_tensor_limit, histogram_bins: see :class:`~hookviz.data.tensors.StatsBatch`.
         values: summarise forward values (what each op made, what module hooks saw). False for
             a lazy run, whose forward values are filled with its other details on first read.
 

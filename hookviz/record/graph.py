@@ -42,7 +42,7 @@ class WalkedNode:
             for Nodes made outside every module, e.g. by ``loss_fn``).
         saved: what it saved for backward (:class:`hookviz.data.run.SavedTensor`, filled after forward).
         constants: the Python numbers it saved for backward, by name (filled after forward).
-        output: summary of its forward value (a :class:`hookviz.stats.engine.TensorRecord`), when seen.
+        output: summary of its forward value (a :class:`hookviz.data.tensors.TensorRecord`), when seen.
     """
 
     id: str

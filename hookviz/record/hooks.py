@@ -36,11 +36,11 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from hookviz.data.run import Event, HookCall, HookInfo, LogEntry
+from hookviz.data.tensors import device_name
 from hookviz.edits.edit import Edit, replace_slots
 from hookviz.record import module_tree, torch_compat
 from hookviz.record.distributed import is_framework_hook
 from hookviz.record.model_state import KeptState, writes
-from hookviz.stats.engine import device_name
 
 # ----------------------------------------------------------------------------------------------
 # Forward
@@ -566,7 +566,7 @@ class BackwardRecorder:
         Args:
             op_nodes: ids of the op Nodes (``grad`` on one of them edits its ``grad_outputs[0]``,
                 as a tensor hook on its output would; on a leaf, the leaf's gradient).
-            settle: see :meth:`hookviz.stats.engine.StatsBatch.settle`. keep: (node, slot) pairs whose
+            settle: see :meth:`hookviz.data.tensors.StatsBatch.settle`. keep: (node, slot) pairs whose
                 ``grad_inputs`` a module view adds up, kept whole. keep_outputs: (node, output_nr)
                 pairs whose ``grad_outputs`` a module view reads whole.
         """

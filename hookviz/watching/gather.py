@@ -40,13 +40,11 @@ import weakref
 import zlib
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import torch
 
 from hookviz.analysis.diagnose import Finding
 from hookviz.errors import WatchError
-from hookviz.files.saving import save
 from hookviz.stats.reduce import combine
 from hookviz.watching.history import STATISTICS, History
 from hookviz.watching.reduce import row_from_statistics, statistics_of
@@ -169,7 +167,7 @@ def _after_forward(reference: weakref.ref, hook_for_column, module, args, output
 @dataclass
 class RankHistory:
     """Gradient statistics of every rank of a job over the kept steps (from :func:`gather`), or of
-    one process (``Watch.save`` without a gather: ``ranks == [0]``, ``strategy == ""``).
+    one process (``hookviz.save(watch, path)`` without a gather: ``ranks == [0]``, ``strategy == ""``).
 
     Attributes:
         ranks: global ranks, in the order of the first axis of ``local``.
@@ -186,7 +184,7 @@ class RankHistory:
         module_types: class name of every module.
         strategy: ``"ddp"``, ``"fsdp"`` or ``""``.
         every: the watch's ``every``.
-        run: a recorded run of the same model, saved with the history (``Watch.save(path,
+        run: a recorded run of the same model, saved with the history (``hookviz.save(watch, path,
             run=run)``) so that ``hookviz.show(history)`` can draw the norms on its graph; or None.
     """
 
@@ -437,10 +435,6 @@ class RankHistory:
         )
         return figure
 
-    def save(self, path) -> Path:
-        """Write this history to a ``.hookviz`` file (see :func:`hookviz.files.saving.save`)."""
-        return save(self, path)
-
     def __repr__(self) -> str:
         return (
             f"RankHistory(ranks={self.ranks}, steps={len(self.steps)}, names={len(self.names)}, "
@@ -497,7 +491,7 @@ def gather(watch, dst: int = 0, group=None) -> RankHistory | None:
     if not (dist.is_available() and dist.is_initialized()):
         raise WatchError(
             "gather() needs torch.distributed initialised (torch.distributed.init_process_group, "
-            "as torchrun scripts do); in one process use watch.history or watch.save()"
+            "as torchrun scripts do); in one process use watch.history or hookviz.save(watch, path)"
         )
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
     if dst not in ranks:

@@ -47,20 +47,19 @@ see the order in which ``.grad`` is accumulated).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import torch
 from torch.utils import _pytree as pytree
 
 from hookviz.analysis.diagnose import Finding, check_thresholds, layer_findings
 from hookviz.errors import WatchError
-from hookviz.files.saving import save
 from hookviz.stats.reduce import Measured, measure
 from hookviz.watching import gather as watch_gather
 from hookviz.watching.history import STATISTICS, History
@@ -534,19 +533,18 @@ class Watch:
         self.gathered = watch_gather.gather(self, dst, group)
         return self.gathered
 
-    def save(self, path, run=None) -> Path:
-        """Write the gathered history (after :meth:`gather`, on ``dst``) or else this process's
-        history to a ``.hookviz`` file; open it with :func:`hookviz.load`. Returns the path.
+    def rank_history(self, run=None) -> watch_gather.RankHistory:
+        """What :func:`hookviz.save` writes for this watch: the gathered history (after
+        :meth:`gather`, on ``dst``) or else this process's, as a
+        :class:`~hookviz.watching.gather.RankHistory`.
 
-        ``run``: a :class:`hookviz.Run` of the same model to store with it, so that
+        ``run``: a :class:`hookviz.Run` of the same model to keep with it, so that
         ``hookviz.show(hookviz.load(path))`` draws the norms on its graph. Raises WatchError when
         no step was recorded.
         """
-        import dataclasses
-
         self._row(None)
         history = self.gathered if self.gathered is not None else watch_gather.from_watch(self)
-        return save(dataclasses.replace(history, run=run) if run is not None else history, path)
+        return dataclasses.replace(history, run=run) if run is not None else history
 
     def _history_or_error(self) -> History:
         self._row(None)

@@ -20,8 +20,8 @@ import torch
 
 from hookviz.analysis.explain import explain
 from hookviz.data.run import LOSS_MODULE, Run, leaf_diffs, records_equal
+from hookviz.data.tensors import StatsBatch, combined_norm
 from hookviz.errors import TargetError
-from hookviz.stats.engine import StatsBatch, combined_norm
 from hookviz.widget.tree import (
     MODULE_PREFIX,
     group_id,

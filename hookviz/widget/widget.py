@@ -620,8 +620,8 @@ class Widget(anywidget.AnyWidget):
     def show_watch_history(self, history, rank: int | None = None, step: int | None = None) -> Widget:
         """Show a gathered :class:`~hookviz.watching.gather.RankHistory`: ``rank``'s local norms, or
         (None) the reduced ones, with ``watch_ranks`` listing the ranks for the selector. A
-        one-process history (``Watch.save`` without a gather) has nothing reduced: it opens on its
-        one rank."""
+        one-process history (``hookviz.save(watch, path)`` without a gather) has nothing reduced:
+        it opens on its one rank."""
         from hookviz.watching.gather import RankView
 
         if rank is None and not history.strategy:
@@ -852,7 +852,7 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
     ``show(run)`` shows a recorded run read-only (one from :func:`hookviz.load`: inspect, replay,
     diagnosis; edit and re-run are refused with a note, ``Widget.read_only``; ``show(run,
     baseline)`` compares two). ``show(history, run)`` shows a gathered watch history (from
-    ``hookviz.load`` of ``Watch.save``) over that run's graph (``show(history)``: over the run
+    ``hookviz.load`` of ``hookviz.save(watch, path)``) over that run's graph (``show(history)``: over the run
     saved with it), reduced norms first; ``Widget.watch_rank(r)`` shows rank ``r``'s.
 
     Args:
@@ -885,7 +885,7 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
             raise WatchError(
                 "this watch history holds gradient norms, not a graph: pass a run of the same model "
                 "to draw them on, e.g. hookviz.show(history, hookviz.load('run.hookviz')), or save "
-                "one with it: watch.save(path, run=session.run())"
+                "one with it: hookviz.save(watch, path, run=session.run())"
             )
         widget = Widget(RecordedSession(run), **widget_options)
         return widget.show_watch_history(model)

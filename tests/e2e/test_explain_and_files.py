@@ -55,7 +55,7 @@ with hookviz.watch(model) as watch:
         F.cross_entropy(model(data), labels).backward()
 folder = Path(tempfile.mkdtemp())
 run = hookviz.Session(model, (data,), loss_fn=lambda out: F.cross_entropy(out, labels)).run()
-history = hookviz.load(watch_gather.from_watch(watch).save(folder / "history"))
+history = hookviz.load(hookviz.save(watch, folder / "history"))
 opened = hookviz.load(hookviz.save(run, folder / "run"))
 v = hookviz.show(history, opened)
 v
