@@ -229,8 +229,10 @@ def _with_header(header: dict, data: bytes, length: int) -> bytes:
 
 
 def test_saving_something_else_is_a_clear_error(tmp_path):
-    with pytest.raises(hookviz.HookvizError, match="takes a hookviz.Run or a watch history"):
+    with pytest.raises(hookviz.HookvizError, match="takes a hookviz.Run, a hookviz.Watch or a watch history"):
         save({"a": 1}, tmp_path / "x")
+    with pytest.raises(hookviz.HookvizError, match="keeps a run with a watch or a watch history, not"):
+        save(hookviz.Run(torch.tensor(1.0), "cpu", [], {}, "", {}, [], [], [], [], ()), tmp_path / "x", run=1)
     record = TensorRecord((1,), "float32", "cpu", 1, note=object())
     run = hookviz.Run(torch.tensor(1.0), "cpu", [], {}, "", {}, [], [], [], [], ())
     run.calls.append(record)

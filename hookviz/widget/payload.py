@@ -720,7 +720,7 @@ def diagnosis_json(
 ) -> dict:
     """What the diagnosis banner shows: ``{source, step, findings, counts, error, pending}``.
 
-    ``source`` is ``"run"`` (``run.diagnose()``) or ``"watch"`` (``watch.diagnose(step)``);
+    ``source`` is ``"run"`` (``hookviz.diagnose(run)``) or ``"watch"`` (``watch.diagnose(step)``);
     ``counts`` is ``{kind: number of findings}`` in :data:`FINDING_KINDS` order (kinds with none
     left out); ``error`` says why the diagnosis failed (then ``findings`` is empty); ``pending``:
     the run's details are still being recorded (:meth:`hookviz.Widget.fill_details`).
