@@ -1,6 +1,6 @@
 """hookviz's whole benchmark table in one command, written with the machine it ran on to a results file.
 
-    python -m benchmarks [--repeats N] [--device cpu] [--only mlp|gpt] [--widget] [--gather]
+    python -m benchmarks [--repeats N] [--device cpu] [--only mlp|gpt|none] [--widget] [--gather]
                          [--output PATH | --no-write]
 
 For each case of ``benchmarks/cases.py`` (the 20-layer MLP and GPT-2 6x384) and each row of
@@ -180,7 +180,7 @@ def measure(case: Case, repeats: int, device: str, emit) -> None:
 def _script_section(title: str, script: str, arguments: list[str], emit) -> None:
     """Run ``benchmarks/<script>`` as its own process and emit what it prints, as a section."""
     emit("")
-    emit(f"## {title}: `python benchmarks/{script} {' '.join(arguments)}`".rstrip())
+    emit(f"## {title}: `{' '.join(['python', f'benchmarks/{script}', *arguments])}`")
     emit("")
     environment = {
         **os.environ,
@@ -207,7 +207,9 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, help="pairs a row (default: the case's own, 15 MLP, 9 GPT-2)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--only", choices=sorted(CASES))
+    parser.add_argument(
+        "--only", choices=[*sorted(CASES), "none"], help="one case; none: only --widget / --gather"
+    )
     parser.add_argument("--widget", action="store_true", help="append benchmarks/widget.py (a browser)")
     parser.add_argument("--gather", action="store_true", help="append benchmarks/gather.py (2 processes)")
     parser.add_argument(
@@ -221,30 +223,41 @@ def main() -> None:
         return
     os.environ.setdefault("WANDB_SILENT", "true")
     command = "python -m benchmarks " + " ".join(sys.argv[1:])
-    lines: list[str] = []
-
-    def emit(line: str) -> None:
-        print(line, flush=True)
-        lines.append(line)
-
-    for line in header(options, command.strip()):
-        emit(line)
-    for key, build in CASES.items():
-        if options.only in (None, key):
-            case = build(options.device)
-            measure(case, options.repeats or case.repeats, options.device, emit)
-    if options.widget:
-        _script_section("Widget in JupyterLab + headless Chromium", "widget.py", [], emit)
-    if options.gather:
-        _script_section("Watch.gather across 2 DDP processes", "gather.py", [], emit)
-    emit("")
-    emit(f"load average (1, 5, 15 min) at the end: {_load()}")
+    path = None
     if not options.no_write:
         today = datetime.datetime.now(datetime.timezone.utc)
         path = options.output or RESULTS / f"{today:%Y-%m-%d}-{_git('rev-parse', '--short', 'HEAD')}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
-        print(f"\nwritten to {path.relative_to(REPOSITORY) if path.is_relative_to(REPOSITORY) else path}")
+        path.write_text("")
+
+    def emit(line: str) -> None:
+        """Print a line and append it to the results file at once: a run cut short keeps its rows."""
+        print(line, flush=True)
+        if path is not None:
+            with path.open("a") as results:
+                results.write(line + "\n")
+
+    for line in header(options, command.strip()):
+        emit(line)
+    try:
+        for key, build in CASES.items():
+            if options.only in (None, key):
+                case = build(options.device)
+                measure(case, options.repeats or case.repeats, options.device, emit)
+        if options.widget:
+            _script_section("Widget in JupyterLab + headless Chromium", "widget.py", [], emit)
+        if options.gather:
+            _script_section("Watch.gather across 2 DDP processes", "gather.py", [], emit)
+    except KeyboardInterrupt:
+        emit("")
+        emit("(interrupted: the rows above are all this run measured)")
+        raise
+    finally:
+        emit("")
+        emit(f"load average (1, 5, 15 min) at the end: {_load()}")
+        if path is not None:
+            shown = path.relative_to(REPOSITORY) if path.is_relative_to(REPOSITORY) else path
+            print(f"\nwritten to {shown}")
 
 
 if __name__ == "__main__":
