@@ -1,44 +1,80 @@
-"""The models and command line that ``overhead.py`` and ``watch.py`` share."""
+"""The benchmark models, one definition each: what every row of ``python -m benchmarks`` runs on.
+
+Each case is built from seed 0 on the device asked for. A *plain step* of a case is what a user's
+training step costs without hookviz: ``zero_grad(set_to_none=True)``, forward, loss, ``backward()``.
+"""
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
+from hookviz.examples import sigmoid_mlp
 
 
-def options(description: str, repeats: int, *extra: tuple[str, dict]) -> argparse.Namespace:
-    """``--repeats`` (default ``repeats``), ``--device``, ``--only mlp|gpt`` and ``extra``
-    (``(flag, add_argument keywords)``) parsed; prints the torch version, device and threads."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--repeats", type=int, default=repeats)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--only", choices=["mlp", "gpt"])
-    for flag, keywords in extra:
-        parser.add_argument(flag, **keywords)
-    parsed = parser.parse_args()
+@dataclass
+class Case:
+    """One model with its inputs and loss.
+
+    Attributes:
+        key: short name on the command line (``--only mlp``).
+        title: what the results table calls it.
+        model: the ``nn.Module``, on ``device``.
+        args: its positional forward arguments, on ``device``.
+        loss_fn: ``loss_fn(model(*args))`` is a 0-dim float tensor.
+        repeats: how many interleaved pairs a row takes by default (fewer for a slow model).
+    """
+
+    key: str
+    title: str
+    model: torch.nn.Module
+    args: tuple
+    loss_fn: Callable[[object], torch.Tensor]
+    repeats: int
+
+    def plain_step(self) -> None:
+        """One plain training step (no optimizer): ``zero_grad``, forward, loss, ``backward``."""
+        self.model.zero_grad(set_to_none=True)
+        self.loss_fn(self.model(*self.args)).backward()
+
+
+def mlp(device: str = "cpu") -> Case:
+    """Issue 11's MLP: 20 Linear layers of width 256 with sigmoids, 64 inputs, 10 classes, batch 64,
+    cross-entropy (41 parameters)."""
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, device {parsed.device}, threads {torch.get_num_threads()}", end=", ")
-    return parsed
+    model = sigmoid_mlp(depth=20, width=256, inputs=64, classes=10).to(device)
+    data = torch.randn(64, 64, device=device)
+    labels = torch.randint(0, 10, (64,), device=device)
+    return Case(
+        "mlp",
+        "20-layer sigmoid MLP, width 256, batch 64",
+        model,
+        (data,),
+        lambda out: F.cross_entropy(out, labels),
+        repeats=15,
+    )
 
 
-def mlp():
-    """(name, model, args, loss_fn) of issue 11's MLP: 20 sigmoid layers of width 256, batch 128."""
-    model = sigmoid_mlp(depth=20, width=256, inputs=64, classes=10)
-    data, labels = torch.randn(128, 64), torch.randint(0, 10, (128,))
-    loss_fn = lambda out: F.cross_entropy(out, labels.to(out.device))  # noqa: E731
-    return "20-layer sigmoid MLP, width 256, batch 128", model, (data,), loss_fn
+def gpt2(device: str = "cpu") -> Case:
+    """Hugging Face ``GPT2LMHeadModel`` from its config (6 layers, width 384, 6 heads, eager attention,
+    GPT-2's vocabulary and dropout), train mode, 4 x 128 random tokens, next-token cross-entropy."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=6, n_embd=384, n_head=6, attn_implementation="eager")
+    model = GPT2LMHeadModel(config).to(device)
+    tokens = torch.randint(0, config.vocab_size, (4, 128), device=device)
+
+    def next_token(out) -> torch.Tensor:
+        logits = out.logits[:, :-1]
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+    return Case("gpt", "Hugging Face GPT-2 6x384, 4x128 tokens", model, (tokens,), next_token, repeats=9)
 
 
-def tiny_gpt(layers: int = 12):
-    """A GPT-2-small-like TinyGPT (``layers`` x 768, 12 heads, GPT-2's vocabulary), no dropout."""
-    return TinyGPT(vocab=50257, context=1024, layers=layers, width=768, heads=12, dropout=0.0)
-
-
-def tokens_and_loss(batch: int, length: int):
-    """Random token ids ``[batch, length]`` and the next-token loss on them."""
-    tokens = torch.randint(0, 50257, (batch, length))
-    return tokens, lambda out: next_token_loss(out, tokens.to(out.device))
+CASES = {"mlp": mlp, "gpt": gpt2}

@@ -1,8 +1,16 @@
-"""Timing helpers shared by the benchmarks: wall time of one call, synchronised on CUDA."""
+"""How every benchmark row is timed: interleaved pairs with a baseline, in one process.
+
+A row's ratio is the median over pairs of (row's time / baseline's time), each pair run back to
+back, which one goes first alternating, so that load on a shared machine that drifts during a
+table hits both members of a pair alike.
+"""
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -13,10 +21,53 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed(function, device: str) -> float:
+def timed(function: Callable[[], object], device: str) -> float:
     """Seconds one call of ``function()`` takes, with the device synchronised before and after."""
     sync(device)
     start = time.perf_counter()
     function()
     sync(device)
     return time.perf_counter() - start
+
+
+@dataclass
+class Pairs:
+    """Times of ``repeats`` interleaved (row, baseline) pairs, in seconds."""
+
+    row: list[float]
+    baseline: list[float]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [r / b for r, b in zip(self.row, self.baseline)]
+
+    @property
+    def ratio(self) -> float:
+        """Median over pairs of row time / baseline time."""
+        return statistics.median(self.ratios)
+
+    @property
+    def quartiles(self) -> tuple[float, float]:
+        """First and third quartile of the pair ratios (their spread under the machine's load)."""
+        if len(self.ratios) < 2:
+            return self.ratio, self.ratio
+        first, _, third = statistics.quantiles(self.ratios, n=4, method="inclusive")
+        return first, third
+
+
+def paired(
+    row: Callable[[], object], baseline: Callable[[], object], repeats: int, device: str, warmup: int = 2
+) -> Pairs:
+    """Time ``row`` against ``baseline`` in ``repeats`` back-to-back pairs after ``warmup`` of each."""
+    for _ in range(warmup):
+        baseline()
+        row()
+    pairs = Pairs([], [])
+    for i in range(repeats):
+        if i % 2:
+            pairs.baseline.append(timed(baseline, device))
+            pairs.row.append(timed(row, device))
+        else:
+            pairs.row.append(timed(row, device))
+            pairs.baseline.append(timed(baseline, device))
+    return pairs

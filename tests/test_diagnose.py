@@ -69,6 +69,7 @@ def test_gradient_stats_match_plain_pytorch():
     grads = plain_grads(model, x, loss_fn)
     stats = {(s.kind, s.name): s for s in gradient_stats(run, model)}
     assert [name for kind, name in stats if kind == "layer"] == ["6", "4", "2", "0"]  # nearest first
+    compared = 0
     for name, parameter in model.named_parameters():
         s = stats["parameter", name]
         norm = torch.linalg.vector_norm(grads[name]).item()
@@ -78,6 +79,8 @@ def test_gradient_stats_match_plain_pytorch():
         assert s.ratio_to_parameter == pytest.approx(norm / value, rel=1e-6)
         assert s.ratio_to_nearest == pytest.approx(norm / layer_norm(grads, "6"), rel=1e-6)
         assert s.zero_fraction == (grads[name] == 0).double().mean().item()
+        compared += 1
+    assert compared == 8  # four Linear layers' weights and biases
     assert stats["layer", "2"].grad_norm == pytest.approx(layer_norm(grads, "2"), rel=1e-6)
     # without the model: same gradient numbers, no parameter norms
     bare = {(s.kind, s.name): s for s in gradient_stats(run)}
@@ -99,6 +102,7 @@ def test_badly_initialised_deep_net_explodes():
     exploding = {f.module: f.value for f in findings if f.kind == "exploding"}
     expected = {m: layer_norm(grads, m) for m in (str(i) for i in range(0, 23, 2))}
     assert {m for m, v in expected.items() if v > 1e3} == set(exploding)
+    assert exploding, "no layer's gradient explodes: the comparison below would compare nothing"
     for module, norm in exploding.items():
         assert norm == pytest.approx(expected[module], rel=1e-5)
     assert {f.kind for f in findings} == {"exploding"}
@@ -138,16 +142,18 @@ def test_large_weights_saturate_sigmoids(full_tensor_limit):
     loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
     run = hookviz.Session(model, (x,), loss_fn=loss_fn, full_tensor_limit=full_tensor_limit).run()
     saturated = {f.module: f.value for f in hookviz.diagnose(run, model=model) if f.kind == "saturated"}
-    h = x
+    h, compared = x, 0
     for i, layer in enumerate(model):
         h = layer(h)
         if isinstance(layer, nn.Sigmoid):
+            compared += 1
             fraction = ((h <= 0.01) | (h >= 0.99)).double().mean().item()
             assert fraction >= 0.9
             if full_tensor_limit > h.numel():
                 assert saturated[str(i)] == pytest.approx(fraction, abs=1e-12)
             else:  # the histogram estimate counts whole bins: never below the truth
                 assert saturated[str(i)] >= fraction - 0.05
+    assert compared == 3 == len(saturated)  # each Sigmoid, and no other module, is saturated
 
 
 def test_healthy_models_have_no_findings(canonical):

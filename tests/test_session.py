@@ -550,15 +550,21 @@ def test_huggingface_bert_from_config_matches_plain_backward():
         "attention_mask": torch.ones(2, 16, dtype=torch.long),
     }
     before = model_state(model)
-    session = hookviz.Session(model, kwargs=inputs, loss_fn=lambda out: out.last_hidden_state.pow(2).mean())
+
+    def loss_fn(out):  # the pooler's output too, so that every parameter gets a gradient
+        return out.last_hidden_state.pow(2).mean() + out.pooler_output.pow(2).mean()
+
+    session = hookviz.Session(model, kwargs=inputs, loss_fn=loss_fn)
     run = session.run().fill_details()
     assert_same_state(before, model_state(model))
-    model(
-        **inputs
-    )  # the run left the RNG as it found it: same dropout masks.last_hidden_state.pow(2).mean().backward()
+    # The run left the RNG as it found it, so this plain forward draws the same dropout masks.
+    loss_fn(model(**inputs)).backward()
+    compared = 0
     for name, parameter in model.named_parameters():
-        if parameter.grad is not None:
-            assert torch.equal(run.leaf_grad(name), parameter.grad), name
+        assert parameter.grad is not None, f"{name}: plain backward gave it no gradient"
+        assert torch.equal(run.leaf_grad(name), parameter.grad), name
+        compared += 1
+    assert compared == len(list(model.parameters())) == 71
     assert "encoder.layer.3.attention.self" in run.modules
     assert "attention_mask" in run.module_io("encoder.layer.0.attention.self").inputs
 

@@ -915,16 +915,20 @@ def test_watch_view_colours_the_graph_by_each_steps_norms():
         assert view["norms"] == {name: widget_data.json_float(v) for name, v in norms.items()}
         node_norms = view["node_norms"]
         # Parameter leaves by name; module groups and module-view nodes by the module's output.
+        coloured_leaves, coloured_groups = set(), set()
         for item in graph["nodes"]:
             if item["id"] in parameters:
                 assert node_norms[item["id"]] == norms[item["id"]]
+                coloured_leaves.add(item["id"])
             else:
                 assert item["id"] not in node_norms  # ops and forward arguments stay grey
         for group in graph["groups"]:
             if group["module"] in modules:
                 assert node_norms[group["id"]] == norms[group["module"]]
+                coloured_groups.add(group["module"])
             else:  # what loss_fn built is no module of the model
                 assert group["id"] not in node_norms
+        assert coloured_leaves == parameters and len(coloured_groups) > 0
         # The numbers are plain PyTorch's: the parameter's gradient norm at that step.
         assert norms["0.weight"] == watch.history.column("0.weight")[watch.steps.index(step)]
         assert widget.diagnosis["source"] == "watch" and widget.diagnosis["step"] == step
@@ -1114,13 +1118,16 @@ def test_the_leaf_table_gives_each_gradient_its_norm_min_max_and_exact_values_up
     plain = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3))
     plain.load_state_dict(model.state_dict())
     plain(x).pow(2).sum().backward()
+    compared = 0
     for name, parameter in plain.named_parameters():
+        compared += 1
         row = leaf_after(widget, name)["after"]
         grad = parameter.grad
         assert row["shape"] == list(grad.shape) and row["numel"] == grad.numel()
         assert row["norm"] == pytest.approx(grad.norm().item(), rel=1e-6)
         assert (row["min"], row["max"]) == (grad.min().item(), grad.max().item())
         assert row["value"] == (grad.tolist() if grad.numel() <= 16 else None)
+    assert compared == 4 == len(widget.leaf_summary)
     assert_json_safe(widget)
     # A NaN gradient's values are written as the string "nan", which JSON can carry.
     nan = hookviz.show(nn.Linear(2, 2), (torch.ones(1, 2),), loss_fn=lambda out: (out * math.nan).sum())

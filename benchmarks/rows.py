@@ -1,0 +1,234 @@
+"""The rows of the benchmark table: hookviz through its public API, its peers, and the floors.
+
+A row is set up on a case (``cases.Case``) and gives a step to time against a baseline: the plain
+training step, or for a re-run also a plain backward on a retained graph. Anything a row needs that
+is missing (a peer not installed, an API that changed) skips that row with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import io
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+import hookviz
+from benchmarks.cases import Case
+
+
+class Skip(Exception):
+    """A row that cannot run here; the message says why."""
+
+
+@dataclass
+class Row:
+    """One line of the table.
+
+    Attributes:
+        label: what the table calls it.
+        setup: ``setup(case) -> (step, close)``; ``step()`` is timed, ``close()`` runs after.
+        baseline: "step" (the case's plain step) or "backward" (a plain backward on a retained graph).
+        targets: the ratio issue 32 asks for, by case key ("mlp", "gpt").
+    """
+
+    label: str
+    setup: Callable[[Case], tuple[Callable[[], object], Callable[[], object]]]
+    baseline: str = "step"
+    targets: dict[str, float] = field(default_factory=dict)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _session(case: Case) -> hookviz.Session:
+    return hookviz.Session(case.model, case.args, loss_fn=case.loss_fn)
+
+
+def fresh_run(case: Case):
+    session = _session(case)
+    return (lambda: session.run(forward=True)), _nothing
+
+
+def rerun(case: Case):
+    session = _session(case)
+    session.run(forward=True)  # the graph the re-runs go back through
+    return session.run, _nothing
+
+
+def fresh_run_every_detail(case: Case):
+    session = _session(case)
+    if not hasattr(hookviz.Run, "fill_details"):
+        raise Skip("hookviz.Run has no fill_details()")
+    return (lambda: session.run(forward=True).fill_details()), _nothing
+
+
+def _twin(case: Case) -> tuple[torch.nn.Module, Callable[[], None]]:
+    """A copy of the case's model and its plain step: a watch hooks the model it watches, so it
+    watches the twin and the baseline stays plain."""
+    twin = copy.deepcopy(case.model)
+
+    def step() -> None:
+        twin.zero_grad(set_to_none=True)
+        case.loss_fn(twin(*case.args)).backward()
+
+    return twin, step
+
+
+def _watch_row(**options):
+    def setup(case: Case):
+        twin, step = _twin(case)
+        watch = hookviz.watch(twin, **options)
+        return step, watch.close
+
+    return setup
+
+
+def _watch_outputs_default() -> bool | None:
+    parameter = inspect.signature(hookviz.watch).parameters.get("outputs")
+    return None if parameter is None else parameter.default
+
+
+def wandb_watch(case: Case):
+    try:
+        import wandb
+    except ImportError as error:
+        raise Skip("wandb is not installed (pip install -e '.[bench]')") from error
+    twin, twin_step = _twin(case)
+    quiet = (contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()))
+    with quiet[0], quiet[1]:
+        run = wandb.init(mode="offline", dir=tempfile.mkdtemp(), project="hookviz-bench")
+        run.watch(twin, log="gradients", log_freq=1)
+
+    def step() -> None:
+        twin_step()
+        run.log({})
+
+    def close() -> None:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            run.unwatch(twin)
+            run.finish()
+
+    return step, close
+
+
+def torchlens_trace(case: Case):
+    try:
+        import torchlens
+    except ImportError as error:
+        raise Skip("torchlens is not installed (pip install -e '.[bench]')") from error
+    # unwrap_when_done: torchlens wraps torch's functions, which would slow every later row.
+    options = torchlens.options.CaptureOptions(unwrap_when_done=True)
+
+    def step() -> None:
+        with contextlib.redirect_stdout(io.StringIO()):
+            torchlens.trace(case.model, list(case.args), capture=options)  # saves every layer by default
+
+    return step, _nothing
+
+
+def torchviz_make_dot(case: Case):
+    try:
+        import torchviz
+    except ImportError as error:
+        raise Skip("torchviz is not installed (pip install -e '.[bench]')") from error
+    parameters = dict(case.model.named_parameters())
+
+    def step() -> None:
+        case.model.zero_grad(set_to_none=True)
+        loss = case.loss_fn(case.model(*case.args))
+        torchviz.make_dot(loss, params=parameters)  # the graph object only: no Graphviz layout
+        loss.backward()
+
+    return step, _nothing
+
+
+def floor_one_foreach_norm(case: Case):
+    def step() -> None:
+        case.plain_step()
+        grads = [p.grad for p in case.model.parameters() if p.grad is not None]
+        torch.stack(torch._foreach_norm(grads)).tolist()
+
+    return step, _nothing
+
+
+def _norm_every_gradient(loss: torch.Tensor) -> list[torch.Tensor]:
+    """Hang a Node post-hook on every Node of ``loss``'s graph that queues the 2-norm of each
+    gradient the Node passes on (no host sync); returns the list they fill."""
+    norms: list[torch.Tensor] = []
+
+    def hook(grad_inputs, grad_outputs):
+        norms.extend(torch.linalg.vector_norm(g) for g in grad_inputs if g is not None)
+
+    seen, stack = set(), [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        node.register_hook(hook)
+        stack.extend(child for child, _ in node.next_functions)
+    return norms
+
+
+def floor_fresh_norm_per_gradient(case: Case):
+    def step() -> None:
+        case.model.zero_grad(set_to_none=True)
+        loss = case.loss_fn(case.model(*case.args))
+        norms = _norm_every_gradient(loss)
+        loss.backward()
+        torch.stack(norms).tolist()
+
+    return step, _nothing
+
+
+def retained_backward(case: Case) -> Callable[[], object]:
+    """A plain backward through a graph kept for re-use: the baseline of a re-run."""
+    loss = case.loss_fn(case.model(*case.args))
+    trainable = [p for p in case.model.parameters() if p.requires_grad]
+    return lambda: torch.autograd.grad(loss, trainable, retain_graph=True)
+
+
+def floor_rerun_norm_per_gradient(case: Case):
+    loss = case.loss_fn(case.model(*case.args))
+    trainable = [p for p in case.model.parameters() if p.requires_grad]
+    norms = _norm_every_gradient(loss)
+
+    def step() -> None:
+        norms.clear()
+        torch.autograd.grad(loss, trainable, retain_graph=True)
+        torch.stack(norms).tolist()
+
+    return step, _nothing
+
+
+def rows() -> list[Row]:
+    """Every row, in table order."""
+    default_outputs = _watch_outputs_default()
+    watches = [Row("hookviz.watch(model), defaults", _watch_row(), targets={"mlp": 1.12, "gpt": 1.03})]
+    if default_outputs is not None:
+        other = not default_outputs
+        watches.append(Row(f"hookviz.watch(model, outputs={other})", _watch_row(outputs=other)))
+    return [
+        Row("hookviz fresh run: Session.run(forward=True)", fresh_run, targets={"gpt": 1.2}),
+        Row("hookviz backward-only re-run: Session.run()", rerun, targets={"mlp": 1.05, "gpt": 1.05}),
+        Row(
+            "hookviz backward-only re-run, over a plain backward",
+            rerun,
+            baseline="backward",
+            targets={"mlp": 1.05, "gpt": 1.05},
+        ),
+        Row("hookviz fresh run + run.fill_details()", fresh_run_every_detail),
+        *watches,
+        Row("wandb.watch(log='gradients', log_freq=1), offline", wandb_watch),
+        Row("torchlens trace (forward, saves every layer)", torchlens_trace),
+        Row("torchviz make_dot + backward", torchviz_make_dot),
+        Row("floor: plain step + one _foreach_norm", floor_one_foreach_norm),
+        Row("floor: fresh, a Node hook and norm per gradient", floor_fresh_norm_per_gradient),
+        Row("floor: re-run, a Node hook and norm per gradient", floor_rerun_norm_per_gradient, "backward"),
+    ]
