@@ -1,8 +1,8 @@
 """A model's submodules, parameters and buffers as lists, for code that runs on every recorded run.
 
-``torch.nn.Module.named_modules`` is a recursive generator, one generator per module: on a model of
-6,669 modules one walk takes about 38 ms, ``named_parameters`` as long again, and a fresh run used
-to walk the model a dozen times. These functions give the same pairs in the same order
+``torch.nn.Module.named_modules`` is a recursive generator, one generator per module, so on a model
+of thousands of modules a walk is a noticeable cost (``named_parameters`` walks again), and a fresh
+run used to walk the model a dozen times (docs/perf.md). These functions give the same pairs in the same order
 (``named_modules``' pre-order over ``Module._modules``, each module's ``_parameters`` /
 ``_buffers`` in insertion order, ``None`` entries skipped, duplicates by identity dropped unless
 ``remove_duplicate=False``), built in one loop, several times faster. A listing without

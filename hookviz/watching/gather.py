@@ -13,12 +13,11 @@ On a data-parallel model (see :mod:`hookviz.record.distributed`) a :class:`hookv
 ``dst`` gets a :class:`RankHistory`, the others None. Its cost: two collectives (``all_gather`` of
 a 3-number header, then ``gather`` of one float64 tensor per rank of ``kept steps x names x 8 + 2 x
 names + kept steps`` numbers), so O(names x ranks) per gathered step, bounded by the watch's
-``capacity`` (kept steps) and ``every`` (which steps are recorded at all). Measured on 2 gloo CPU
-processes (``benchmarks/gather.py``): 0.1-0.2 us per kept step x name x rank, e.g. 12 ms for 201
-names x 256 steps. Recording itself adds, per parameter, the engine's statistics of its local
-gradient queued in its hook (:func:`hookviz.stats.reduce.measure`, NaN / Inf counted at once since
-the all-reduce writes over the gradient; no host transfer) and the watch's batched reduction of
-``.grad`` after the all-reduce.
+``capacity`` (kept steps) and ``every`` (which steps are recorded at all); ``python -m benchmarks
+--gather`` measures it per kept step x name x rank. Recording itself adds, per parameter, the engine's
+statistics of its local gradient queued in its hook (:func:`hookviz.stats.reduce.measure`, NaN / Inf
+counted at once since the all-reduce writes over the gradient; no host transfer) and the watch's
+batched reduction of ``.grad`` after the all-reduce.
 
 Cross-rank findings (:meth:`RankHistory.diagnose`):
 

@@ -889,8 +889,8 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
             )
         widget = Widget(RecordedSession(run), **widget_options)
         return widget.show_watch_history(model)
-    # The session's checks and its first run share one listing of the model (20-40 ms on a model
-    # of thousands of modules); the run lists it afresh after its forward.
+    # The session's checks and its first run share one listing of the model (a walk is not free on a
+    # model of thousands of modules); the run lists it afresh after its forward.
     with module_tree.listed_once(model):
         session = Session(model, args, kwargs=kwargs, loss_fn=loss_fn, **session_options)
         return Widget(session, **widget_options)
