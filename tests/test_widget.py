@@ -7,6 +7,8 @@ the gradients of the module's last op (SubBackward0) and moves x.grad to [177779
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import gc
 import json
 import math
@@ -947,6 +949,46 @@ def test_watch_view_colours_the_graph_by_each_steps_norms():
     assert widget.handle_message({"type": "hide_watch"})["ok"]
     assert widget.watch_view == {} and widget.watch_heatmap == {}
     assert widget.diagnosis["source"] == "run"
+
+
+def test_the_default_watch_colours_module_groups_by_their_parameters_gradients():
+    # Without outputs=True the watch has no module-output norms: a module group takes the 2-norm of
+    # all its parameters' gradients together, checked against a plain-PyTorch twin's .grad.
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=3, width=16, inputs=8, classes=3, activation=nn.ReLU)
+    twin = copy.deepcopy(model)
+    torch.manual_seed(1)
+    data = [(torch.randn(32, 8), torch.randint(0, 3, (32,))) for _ in range(2)]
+    plain_steps = []
+    for module, record in ((model, None), (twin, plain_steps)):
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+        watcher = hookviz.watch(module) if record is None else contextlib.nullcontext()
+        with watcher as watch:
+            for x, labels in data:
+                optimizer.zero_grad()
+                F.cross_entropy(module(x), labels).backward()
+                if record is not None:
+                    record.append({n: p.grad.detach().clone() for n, p in module.named_parameters()})
+                optimizer.step()
+        if record is None:
+            model_watch = watch
+    x, labels = data[0]
+    session = hookviz.Session(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
+    widget = hookviz.show_watch(model_watch, session, step=1)
+    node_norms = widget.watch_view["node_norms"]
+    compared = 0
+    for group in widget.graph["groups"]:
+        module = group["module"]
+        grads = [g for n, g in plain_steps[1].items() if n.startswith(f"{module}.")]
+        if not grads:  # what loss_fn built; a module without parameters
+            assert group["id"] not in node_norms
+            continue
+        expected = torch.linalg.vector_norm(torch.cat([g.flatten().double() for g in grads])).item()
+        assert node_norms[group["id"]] == pytest.approx(expected, rel=1e-6), module
+        compared += 1
+    assert compared == len(
+        [m for m, mod in model.named_modules() if m and next(mod.parameters(), None) is not None]
+    )
 
 
 def test_watch_banner_shows_the_steps_findings():

@@ -742,16 +742,26 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
     """The watch's norms on the drawn elements: ``{element id: norm}``.
 
     A parameter leaf (its node id is the parameter's qualified name) takes the norm of that
-    parameter's gradient; a module group (``"group:<name>"``) takes the norm of the gradient
-    w.r.t. the module's output. Elements left out have no value (drawn grey).
+    parameter's gradient. A module group (``"group:<name>"``) takes the norm of the gradient
+    w.r.t. the module's output where the watch recorded outputs (``hookviz.watch(...,
+    outputs=True)``), else the 2-norm of all its parameters' gradients taken together (every
+    parameter named ``<name>.…``), so the default watch colours modules too. Elements left out
+    have no value (drawn grey): what ``loss_fn`` built, a module without parameters when outputs
+    were not watched.
     """
     out = {}
     for item in graph_data.get("nodes", []):
         if item["kind"] == "leaf" and item["id"] in parameter_norms:
             out[item["id"]] = json_float(parameter_norms[item["id"]])
     for group in graph_data.get("groups", []):
-        if group["module"] in output_norms:
-            out[group["id"]] = json_float(output_norms[group["module"]])
+        module = group["module"]
+        if module in output_norms:
+            norm = output_norms[module]
+        else:
+            prefix = f"{module}."
+            norm = combined_norm(v for name, v in parameter_norms.items() if name.startswith(prefix))
+        if norm is not None:
+            out[group["id"]] = json_float(norm)
     return out
 
 
