@@ -137,3 +137,13 @@ def test_compiled_modules_run_eagerly_inside_and_compiled_again_after():
         handle.remove()
     assert len(calls) == 1 and torch.equal(out, model(x))  # the submodule's hook saw its own call
     assert compiled.forward == forward  # put back, though the body raised
+
+
+def test_version_counters_are_set_back_as_an_unchanged_tensor_has_them():
+    a, b = torch.zeros(3), torch.ones(2)
+    versions = [a._version, b._version]
+    a.add_(1)
+    b.mul_(2).mul_(3)
+    assert [a._version, b._version] == [versions[0] + 1, versions[1] + 2]
+    torch_compat.set_version_counters([a, b], versions)
+    assert [a._version, b._version] == versions

@@ -194,3 +194,29 @@ def fsdp_param_groups(module: torch.nn.Module) -> list:
     if groups is not None:
         return list(groups)
     return [] if state._fsdp_param_group is None else [state._fsdp_param_group]
+
+
+def _batched_version_setter() -> bool:
+    probe = torch.zeros(())
+    try:
+        torch._C._autograd._unsafe_set_version_counter((probe,), (0,))
+    except TypeError:
+        return False
+    return True
+
+
+_SET_VERSIONS_BATCHED = _batched_version_setter()
+
+
+def set_version_counters(tensors: list[torch.Tensor], versions: list[int]) -> None:
+    """Set each tensor's version counter (``tensor._version``) to ``versions[i]``.
+
+    ``torch._C._autograd._unsafe_set_version_counter`` (torch/csrc/autograd/init.cpp) takes two
+    sequences in newer torch and one tensor and one int per call in torch 2.4; which form this torch
+    takes is found once, at import, on a 0-dim probe tensor.
+    """
+    if _SET_VERSIONS_BATCHED:
+        torch._C._autograd._unsafe_set_version_counter(tuple(tensors), tuple(versions))
+        return
+    for tensor, version in zip(tensors, versions, strict=True):
+        torch._C._autograd._unsafe_set_version_counter(tensor, version)
