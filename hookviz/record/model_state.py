@@ -29,9 +29,7 @@ import warnings
 import torch
 from torch.overrides import TorchFunctionMode
 
-from hookviz.record import module_tree
-
-_SET_VERSION = getattr(torch._C._autograd, "_unsafe_set_version_counter", None)
+from hookviz.record import module_tree, torch_compat
 
 
 def _version(tensor: torch.Tensor) -> int | None:
@@ -152,8 +150,8 @@ class KeptState:
             if version is not None and tensor._version != version:
                 tensors.append(tensor)
                 versions.append(version)
-        if tensors and _SET_VERSION is not None:
-            _SET_VERSION(tensors, versions)
+        if tensors:
+            torch_compat.set_version_counters(tensors, versions)
         if unseen:  # written where hookviz's function mode could not see it (C++ code)
             warnings.warn(
                 f"{len(unseen)} parameter(s) (the first of shape {list(unseen[0].shape)}) were changed in "
@@ -189,8 +187,8 @@ class KeptState:
                 if version is not None:
                     tensors.append(tensor)
                     versions.append(version)
-        if tensors and _SET_VERSION is not None:
-            _SET_VERSION(tensors, versions)
+        if tensors:
+            torch_compat.set_version_counters(tensors, versions)
 
 
 class _After:
