@@ -339,9 +339,12 @@ def _norms(values: list[torch.Tensor], device: torch.device, dtype: torch.dtype,
 def _scaled_norm(tensor: torch.Tensor) -> torch.Tensor:
     """The 2-norm of a float64 tensor, scaled by a power of two near its largest magnitude first."""
     largest = tensor.abs().amax()
-    exponent = torch.frexp(largest).exponent.clamp(-1020, 1020)
-    scaled = torch.linalg.vector_norm(torch.ldexp(tensor, -exponent))
-    return torch.ldexp(scaled, exponent)
+    exponent = torch.frexp(largest).exponent.clamp(-1020, 1020).to(torch.float64)
+    # The powers of two are made in float64 here: torch 2.4's ldexp made them in the default
+    # dtype (float32), where 2**130 is inf and the norm came out NaN. A power of two scales exactly.
+    two = torch.tensor(2.0, dtype=torch.float64, device=tensor.device)
+    scaled = torch.linalg.vector_norm(tensor * torch.pow(two, -exponent))
+    return scaled * torch.pow(two, exponent)
 
 
 def queue_norms(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor | float | None, int | None, str]]:
