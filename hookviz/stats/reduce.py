@@ -311,16 +311,30 @@ def _norms(values: list[torch.Tensor], device: torch.device, dtype: torch.dtype,
     # On CPU the extremes are read at once (the CPU has computed them already): a tensor whose largest
     # magnitude lies in SAFE_RANGE has its squares summed in its own precision (float32 for half
     # precision) in one torch._foreach_norm call for all; the others in float64, or scaled.
+    accumulate = torch.float64 if dtype == torch.float64 else torch.float32
     if bounds is None:
-        found = [torch.aminmax(v) for v in values]
-        bounds = torch.stack([b[0] for b in found]), torch.stack([b[1] for b in found])
-    lows, highs = bounds[0].tolist(), bounds[1].tolist()
+        # Without the extremes at hand, the norm summed in the tensor's precision often proves its
+        # largest magnitude safe (max <= norm <= sqrt(numel) * max), with a margin of 2 for the
+        # rounding of that norm: the same call then is the answer, bit for bit, with no extremes
+        # read. Only the others have theirs read.
+        first = torch.stack(torch._foreach_norm(values, dtype=accumulate))
+        unproven = [
+            i
+            for i, norm in enumerate(first.tolist())
+            if not 2 * SAFE_RANGE[0] * math.sqrt(values[i].numel()) <= norm <= SAFE_RANGE[1] / 2
+        ]
+        if not unproven:
+            return first.double()
+        found = {i: torch.aminmax(values[i]) for i in unproven}
+        lows = [found[i][0].item() if i in found else 1.0 for i in range(len(values))]
+        highs = [found[i][1].item() if i in found else 1.0 for i in range(len(values))]
+    else:
+        lows, highs = bounds[0].tolist(), bounds[1].tolist()
     plain, wide = [], []
     for i, (low, high) in enumerate(zip(lows, highs)):
         largest = max(-low, high)
         safe = largest != largest or largest == 0 or SAFE_RANGE[0] <= largest <= SAFE_RANGE[1]
         (plain if safe else wide).append(i)
-    accumulate = torch.float64 if dtype == torch.float64 else torch.float32
     if not wide:
         return torch.stack(torch._foreach_norm(values, dtype=accumulate)).double()
     norms = torch.empty(len(values), dtype=torch.float64)
