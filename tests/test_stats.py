@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hookviz.data.tensors import StatsBatch, summarise
-from hookviz.stats.reduce import combine, measure, reduce
+from hookviz.stats.reduce import combine, measure, queue_norms, reduce
 
 
 def test_batched_statistics_equal_per_tensor_reductions():
@@ -285,3 +285,27 @@ def test_a_run_a_watch_and_a_gather_give_one_parameter_the_same_statistics_bit_f
         assert tuple(gathered.reduced[0, column].tolist()) == expected
         compared += 1
     assert compared == 4
+
+
+def test_queued_norms_are_reduce_norms_bit_for_bit_whether_or_not_extremes_are_read():
+    # A lazy run queues norms without reading a tensor's extremes where its own norm proves it in
+    # the float32-safe range; tiny, huge, NaN and zero tensors beside it have theirs read. Each
+    # queued norm must be the number reduce() gives that tensor, alone or in any company.
+    torch.manual_seed(0)
+    tensors = [
+        torch.randn(64, 256),
+        torch.full((50,), 1e-23),
+        torch.randn(300).double() * 1e200,
+        torch.tensor([1.0, float("nan")]),
+        torch.zeros(7),
+        torch.randn(5000).half(),
+        torch.randn(17).double(),
+    ]
+    compared = 0
+    for company in (tensors, tensors[::-1], *[[t] for t in tensors]):
+        for tensor, (queued, _, _) in zip(company, queue_norms(company)):
+            (row,) = reduce([tensor])
+            queued = float(queued)
+            assert queued == row.norm or (math.isnan(queued) and math.isnan(row.norm)), tensor.dtype
+            compared += 1
+    assert compared == 3 * len(tensors)

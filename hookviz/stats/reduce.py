@@ -315,39 +315,39 @@ def _norms(values: list[torch.Tensor], device: torch.device, dtype: torch.dtype,
     if bounds is None:
         # Without the extremes at hand, the norm summed in the tensor's precision often proves its
         # largest magnitude safe (max <= norm <= sqrt(numel) * max), with a margin of 2 for the
-        # rounding of that norm: the same call then is the answer, bit for bit, with no extremes
-        # read. Only the others have theirs read.
-        first = torch.stack(torch._foreach_norm(values, dtype=accumulate))
+        # rounding of that norm: that norm is then the answer, bit for bit, with no extremes read.
+        # Only the others have theirs read.
+        own = torch.stack(torch._foreach_norm(values, dtype=accumulate)).double()
         unproven = [
             i
-            for i, norm in enumerate(first.tolist())
+            for i, norm in enumerate(own.tolist())
             if not 2 * SAFE_RANGE[0] * math.sqrt(values[i].numel()) <= norm <= SAFE_RANGE[1] / 2
         ]
-        if not unproven:
-            return first.double()
         found = {i: torch.aminmax(values[i]) for i in unproven}
-        lows = [found[i][0].item() if i in found else 1.0 for i in range(len(values))]
-        highs = [found[i][1].item() if i in found else 1.0 for i in range(len(values))]
+        largest = {i: max(-low.item(), high.item()) for i, (low, high) in found.items()}
     else:
-        lows, highs = bounds[0].tolist(), bounds[1].tolist()
-    plain, wide = [], []
-    for i, (low, high) in enumerate(zip(lows, highs)):
-        largest = max(-low, high)
-        safe = largest != largest or largest == 0 or SAFE_RANGE[0] <= largest <= SAFE_RANGE[1]
-        (plain if safe else wide).append(i)
-    if not wide:
-        return torch.stack(torch._foreach_norm(values, dtype=accumulate)).double()
-    norms = torch.empty(len(values), dtype=torch.float64)
-    if plain:
-        found = torch._foreach_norm([values[i] for i in plain], dtype=accumulate)
-        norms[plain] = torch.stack(found).double()
+        own = None
+        largest = {i: max(-low, high) for i, (low, high) in enumerate(zip(*(b.tolist() for b in bounds)))}
+    wide = [
+        i
+        for i, value in largest.items()
+        if not (value != value or value == 0 or SAFE_RANGE[0] <= value <= SAFE_RANGE[1])
+    ]
+    if own is None:
+        if not wide:
+            return torch.stack(torch._foreach_norm(values, dtype=accumulate)).double()
+        plain = sorted(set(range(len(values))) - set(wide))
+        own = torch.empty(len(values), dtype=torch.float64)
+        if plain:
+            own[plain] = torch.stack(
+                torch._foreach_norm([values[i] for i in plain], dtype=accumulate)
+            ).double()
+    wide_norm = (
+        _scaled_norm if dtype == torch.float64 else partial(torch.linalg.vector_norm, dtype=torch.float64)
+    )
     for i in wide:
-        tensor = values[i]
-        wide_norm = (
-            _scaled_norm if dtype == torch.float64 else partial(torch.linalg.vector_norm, dtype=torch.float64)
-        )
-        norms[i] = wide_norm(tensor)
-    return norms
+        own[i] = wide_norm(values[i])
+    return own
 
 
 def _scaled_norm(tensor: torch.Tensor) -> torch.Tensor:
