@@ -12,8 +12,9 @@ details (a fresh forward with the session's first random state, the run's own ed
 module hooks the run had), pairs that run's records with the lazy run's by their place (node id
 and slot, module call and slot), checks every gradient's shape, dtype and norm, and only then
 fills every pending field at once. The model's parameters and buffers are put back after that
-recording's backward (:func:`model_values_kept`), so a forward that changes a parameter in place
-changes it once per :meth:`~hookviz.Session.run`, never again for its details.
+recording's backward, as after every run's (:mod:`hookviz.record.model_state`), so a forward
+that changes a parameter in place changes it once per :meth:`~hookviz.Session.run`, never again
+for its details.
 
 It refuses, with a :class:`~hookviz.errors.DetailsRefused` that says why and what to do, when the
 numbers could not be the run's own: something that affects them changed since the run
@@ -24,10 +25,9 @@ raising) propagates as it is; the records stay pending and nothing is half fille
 
 from __future__ import annotations
 
-import contextlib
 import math
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 
@@ -211,27 +211,6 @@ def _what_changed(before: dict[str, tuple], now: dict[str, tuple]) -> list[str]:
             more = f" and {len(modules) - 3} more" if len(modules) > 3 else ""
             changed.append(f"module {', '.join(modules[:3])}{more} switched to {mode} mode")
     return changed
-
-
-@contextlib.contextmanager
-def model_values_kept(model: torch.nn.Module) -> Iterator[None]:
-    """Put every parameter and buffer of ``model`` back as it was after the body (the same tensor
-    object under the same name, with the same values), for the recording of a run's details:
-    its forward must leave no trace, as the run's own left none. Written through ``.data`` after
-    the body's backward has run, so no Node that saved one of them sees it change."""
-    kept = []
-    for module in module_tree.modules(model):
-        for table in (module._parameters, module._buffers):
-            for name, tensor in table.items():
-                kept.append((table, name, tensor, None if tensor is None else tensor.detach().clone()))
-    try:
-        yield
-    finally:
-        for table, name, tensor, value in kept:
-            if table.get(name) is not tensor:
-                table[name] = tensor
-            if tensor is not None:
-                tensor.data.copy_(value)
 
 
 # ---------------------------------------------------------------------------- pairing

@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from contextlib import nullcontext
 
 import torch
 from torch.utils import _pytree as pytree
@@ -29,7 +28,7 @@ from hookviz.edits.edit import Edit
 from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, unknown_name
 from hookviz.record import distributed, module_tree
 from hookviz.record.build import RunContext
-from hookviz.record.details import Details, ModelState, input_marks, model_values_kept
+from hookviz.record.details import Details, ModelState, input_marks
 from hookviz.record.devices import device_of, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
 from hookviz.record.hooks import BackwardRecorder, module_hook_state, module_hooks_as
@@ -258,12 +257,9 @@ class Session:
             changes.note_changes()
             changes.refuse_changes_since(epoch, inputs_then, inputs)
             try:
-                with (
-                    module_hooks_as(recipe.model, hooks),
-                    module_tree.listed_once(recipe.model),
-                    # on another device the recording runs a copy: the user's model is left alone
-                    model_values_kept(recipe.model) if device == recipe.home_device else nullcontext(),
-                ):
+                # The recording puts the model's state back after its own backward, as every run
+                # does (hookviz.record.model_state), so the fill leaves no trace either.
+                with module_hooks_as(recipe.model, hooks), module_tree.listed_once(recipe.model):
                     run, graph = recipe._record(device, edits, None, lazy=False)
                 graph.remove_hooks()
             finally:
