@@ -46,3 +46,13 @@ await build({
   outfile: "../hookviz/widget/static/widget.js",
   logLevel: "info",
 });
+
+// The saved page's loader (hookviz.widget.export.save_html puts it in the page as it is).
+await build({
+  entryPoints: ["src/saved_page.js"],
+  format: "esm",
+  minify: true,
+  target: "es2020",
+  outfile: "../hookviz/widget/static/saved_page.js",
+  logLevel: "info",
+});

@@ -25,7 +25,6 @@ import hookviz
 import hookviz.widget.widget as hookviz_widget
 from hookviz.examples import ResidualStack, sigmoid_mlp
 from hookviz.widget import payload as widget_data
-from hookviz.widget import tree as widget_tree
 
 TRAITS = (
     "graph",
@@ -113,7 +112,7 @@ def test_opens_on_the_canonical_graph(widget):
     edges = {(u, v) for u, v, _ in widget.graph["edges"]}
     assert ("x", "MulBackward0_0") in edges and ("SubBackward0_0", "MseLossBackward0_0") in edges
     assert widget.summary["loss"] == 50.0
-    assert widget.collapsed == []  # small graph: nothing collapsed
+    assert widget.collapsed is None  # the page opens the first view (js/tests: nothing collapsed)
     assert widget.devices[0] == "cpu" and widget.device == "cpu"
     x, y, z = plain_grads()
     for name, grad in zip("xyz", (x, y, z)):
@@ -263,14 +262,14 @@ def test_forward_error_keeps_the_last_good_run():
         [1, 2],
         {},
         {"type": "no_such_request"},
-        {"type": "select"},
-        {"type": "select", "node": 3},
-        {"type": "select", "node": "x" * 5000},
+        {"type": "select", "node": "x"},  # the page selects by itself (the `selected` traitlet)
+        {"type": "remove_edit"},
+        {"type": "remove_edit", "id": 3},
+        {"type": "remove_edit", "id": "x" * 5000},
         {"type": "apply_edit", "target": "SubBackward0_0", "slot": "grad_inputs[0]"},
         {"type": "apply_edit", "target": "SubBackward0_0", "slot": None, "expression": "grad"},
         {"type": "rerun", "device": 0},
-        {"type": "set_view", "view": ["ops"]},
-        {"type": "toggle_group"},
+        {"type": "apply_edit", "target": "x" * 5000, "slot": "grad_inputs[0]", "expression": "grad"},
         {"type": "remove_edit", "id": {}},
     ],
 )
@@ -285,7 +284,7 @@ def test_malformed_messages_get_an_error_reply(widget, message):
 
 def test_requests_refused_by_their_control_are_not_malformed(widget):
     for message, control in [
-        ({"type": "select", "node": "NoSuchNode_0"}, "select"),
+        ({"type": "remove_edit", "id": "no-such-edit"}, "edits"),
         (
             {
                 "type": "apply_edit",
@@ -305,8 +304,6 @@ def test_requests_refused_by_their_control_are_not_malformed(widget):
             "edit",
         ),
         ({"type": "rerun", "device": "cuda:99"}, "device"),
-        ({"type": "set_view", "view": "3d"}, "view"),
-        ({"type": "toggle_group", "module": "no.such.module"}, "group"),
     ]:
         reply = widget.handle_message(message)
         assert reply["ok"] is False and reply["error"] is None
@@ -316,7 +313,8 @@ def test_requests_refused_by_their_control_are_not_malformed(widget):
 
 def test_the_page_drives_the_whole_round_trip_through_messages(widget):
     send = widget.handle_message
-    assert send({"type": "select", "node": "SubBackward0_0"})["ok"]
+    widget.selected = "SubBackward0_0"  # the page's click
+    assert widget.inspector["id"] == "SubBackward0_0" and widget.inspector["sites"]
     assert send(
         {
             "type": "apply_edit",
@@ -337,8 +335,6 @@ def test_the_page_drives_the_whole_round_trip_through_messages(widget):
     assert leaf_after(widget, "x")["after"]["value"] == [1777792.0, 1777764.0]
     assert send({"type": "remove_edit", "id": widget.edits[0]["id"]})["ok"]
     assert send({"type": "reset_edits"})["ok"] and widget.edits == []
-    assert send({"type": "set_view", "view": "modules"})["ok"] and widget.view == "modules"
-    assert send({"type": "set_view", "view": "ops"})["ok"] and widget.view == "ops"
     assert send({"type": "rerun"})["ok"]
     assert leaf_after(widget, "x")["after"]["value"] == [16.0, -12.0]
 
@@ -382,164 +378,109 @@ def Deep(depth: int) -> ResidualStack:  # noqa: N802 (reads as the model it buil
     return ResidualStack(depth, width=4)
 
 
-def test_large_graph_opens_as_its_module_tree():
-    torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(40), (torch.randn(3, 4),))
-    assert widget.collapsed
-    drawn = _drawn(widget.graph, widget.collapsed)
-    assert drawn <= widget_tree.VISIBLE_BUDGET
-    modules = {g["module"] for g in widget.graph["groups"]}
-    assert {"blocks", "blocks.0", "blocks.0.fc", "head"} <= modules
-    parents = {g["module"]: g["parent"] for g in widget.graph["groups"]}
-    assert parents["blocks.0.fc"] == "group:blocks.0" and parents["blocks"] is None
-    # Forty identical blocks do not fit: they stay boxes, all alike.
-    assert {f"blocks.{i}" for i in range(40)} <= set(widget.collapsed) or "blocks" in widget.collapsed
-    repeats = {g["module"]: g["repeat"] for g in widget.graph["groups"]}
-    assert repeats["blocks.3"] == {"index": 4, "count": 40}
-    assert repeats["head"] is None  # one of a kind
-    labels = {g["module"]: g["label"] for g in widget.graph["groups"]}
-    assert labels["blocks.3"] == "blocks.3" and labels["blocks.3.fc"] == "blocks.3.fc"
-    # A box opens one level at a time, in place.
-    widget.collapse_all()
-    # (the sum after head, which the root's forward runs, is drawn in the (loss) box)
-    assert set(widget.collapsed) == {"blocks", "head", "(loss)"}
-    assert widget.toggle_group("blocks")
-    assert "blocks" not in widget.collapsed
-    assert {f"blocks.{i}" for i in range(40)} <= set(widget.collapsed)
-    assert widget.toggle_group("blocks.7")
-    assert "blocks.7" not in widget.collapsed and "blocks.7.fc" in widget.collapsed
-    assert widget.toggle_group("blocks") and "blocks" in widget.collapsed
-    widget.expand_all()
-    assert widget.collapsed == []
-    assert_json_safe(widget)
+# The page's view rules (js/src/logic.js) are tested by the JS tests on these payloads, written
+# here from real runs: the contract between Python's payload and the page cannot drift. CI runs
+# pytest before the JS tests (.ci/run); run this test before `npx vitest run` by hand.
+FIXTURES = Path(__file__).resolve().parents[1] / "js" / "tests" / "fixtures"
 
 
-def test_small_model_opens_to_its_ops_and_gpt2_to_its_blocks():
-    torch.manual_seed(0)
-    small = hookviz_widget.show(Deep(2), (torch.randn(3, 4),))
-    assert small.collapsed == []  # everything fits: every op is drawn
+def _gpt2_widget(layers: int = 6):
     transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(n_layer=6, n_embd=32, n_head=2, vocab_size=100)
+    config = transformers.GPT2Config(n_layer=layers, n_embd=32, n_head=2, vocab_size=100)
+    torch.manual_seed(0)
     ids = torch.randint(0, 100, (1, 8))
     model = transformers.GPT2LMHeadModel(config)
-    widget = hookviz_widget.show(
+    return hookviz_widget.show(
         model, (), kwargs={"input_ids": ids, "labels": ids}, loss_fn=lambda out: out.loss
     )
-    blocks = {f"transformer.h.{i}" for i in range(6)}
-    # embeddings -> h (six block boxes) -> ln_f -> lm_head -> loss
-    assert blocks <= set(widget.collapsed)
-    assert "transformer" not in widget.collapsed and "transformer.h" not in widget.collapsed
-    assert {"transformer.wte", "transformer.ln_f", "lm_head"} <= set(widget.collapsed)
-    groups = {g["module"]: g for g in widget.graph["groups"]}
-    assert groups["transformer.h.3"]["label"] == "h.3"
-    assert groups["transformer.h.3.attn"]["label"] == "h.3.attn"
-    assert groups["transformer.h.3"]["type"] == "GPT2Block"
-    assert groups["transformer.h.3"]["repeat"] == {"index": 4, "count": 6}
-    assert len({groups[b]["signature"] for b in blocks}) == 1
-    # The embeddings are both Embedding, but of different shapes: not identical.
+
+
+def test_the_js_tests_read_payloads_written_from_real_runs():
+    from hookviz.examples import Canonical as CanonicalExample
+    from hookviz.examples import canonical_inputs as canonical_example_inputs
+
+    x, y, z, target = canonical_example_inputs()
+    widgets = {
+        "canonical": hookviz_widget.show(
+            CanonicalExample(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target)
+        ),
+        "gpt2": _gpt2_widget(),
+    }
+    for depth in (2, 6, 12, 40):
+        torch.manual_seed(0)
+        widgets[f"deep{depth}"] = hookviz_widget.show(Deep(depth), (torch.randn(3, 4),), input_grads=True)
+    FIXTURES.mkdir(exist_ok=True)
+    for name, widget in widgets.items():
+        graph = widget.graph
+        assert graph["nodes"] and graph["edges"] and "color_range" in graph, name
+        assert all("label" not in g and "repeat" not in g for g in graph["groups"]), name  # the page's
+        (FIXTURES / f"{name}.json").write_text(json.dumps(graph, allow_nan=False), encoding="utf-8")
+    assert len(list(FIXTURES.glob("*.json"))) >= len(widgets)
+    # What only the recording knows, and the page cannot: identical blocks share a signature, and
+    # two Embeddings of different shapes do not.
+    groups = {g["module"]: g for g in widgets["gpt2"].graph["groups"]}
+    assert len({groups[f"transformer.h.{i}"]["signature"] for i in range(6)}) == 1
     assert groups["transformer.wte"]["signature"] != groups["transformer.wpe"]["signature"]
-    # 8 of 1,024 positions are used: wpe's other rows get no gradient by design, not "dead".
-    assert not [f for f in widget.diagnosis["findings"] if f["kind"] == "dead"]
+    assert groups["transformer.h.3"]["type"] == "GPT2Block"
+    deep = {g["module"]: g for g in widgets["deep40"].graph["groups"]}
+    assert deep["blocks.0.fc"]["parent"] == "group:blocks.0" and deep["blocks"]["parent"] is None
+    # Siblings in the order the forward ran them, outer before inner.
+    assert [g["module"] for g in widgets["deep12"].graph["groups"]][:4] == [
+        "blocks",
+        "head",
+        "(loss)",
+        "blocks.0",
+    ]
 
 
-def test_search_and_select_open_the_boxes_around_a_match():
+def test_the_page_makes_the_first_view_and_python_asks_it_again():
+    torch.manual_seed(0)
+    widget = hookviz_widget.show(Deep(12), (torch.randn(3, 4),))
+    assert widget.collapsed is None  # no page yet: the page opens the first view by its rules
+    widget.collapsed = ["blocks"]  # as the page writes it
+    assert widget.set_view("modules") and widget.view == "modules" and widget.collapsed is None
+    widget.collapsed = ["blocks"]
+    assert widget.rerun() and widget.collapsed == ["blocks"]  # same graph: the page's view stays
+    widget.expand_all()
+    assert widget.collapsed == []
+    assert widget.toggle_group("blocks.3") and "group" not in widget.errors  # asked of the page
+    assert not widget.toggle_group("no.such.module") and "no.such.module" in widget.errors["group"]
+
+
+def test_select_takes_exact_names_and_search_asks_the_page():
     torch.manual_seed(0)
     widget = hookviz_widget.show(Deep(40), (torch.randn(3, 4),))
-    widget.collapse_all()
-    assert widget.search("blocks.7.fc")
-    assert widget.selected == "blocks.7.fc" and widget.inspector["kind"] == "module"
-    assert "blocks" not in widget.collapsed and "blocks.7" not in widget.collapsed
-    assert "blocks.7.fc" in widget.collapsed  # the match itself is drawn as its box
-    assert _drawn(widget.graph, widget.collapsed) < 60
-    # A parameter by the end of its name: the boxes around it open, down to its module.
-    assert widget.select("12.fc.weight")
-    assert widget.selected == "blocks.12.fc.weight"
-    assert not {"blocks.12", "blocks.12.fc"} & set(widget.collapsed)
-    # An exact node id needs no search; replay steps do not open boxes.
-    widget.collapse_all()
-    assert widget.select("head.weight", reveal=False)
-    assert set(widget.collapsed) == {"blocks", "head", "(loss)"}
-    assert not widget.search("no such thing") and "search" in widget.errors
-    assert widget.handle_message({"type": "search", "query": "head"})["ok"]
-    assert widget.selected == "head" and "search" not in widget.errors
+    assert widget.select("blocks.7.fc") and widget.selected == "module:blocks.7.fc"
+    assert widget.inspector["kind"] == "module" and widget.inspector["id"] == "module:blocks.7.fc"
+    assert widget.select("blocks.12.fc.weight") and widget.selected == "blocks.12.fc.weight"
+    assert widget.inspector["id"] == "blocks.12.fc.weight"
+    assert not widget.select("12.fc.weight") and "w.search" in widget.errors["select"]
+    assert widget.selected == "blocks.12.fc.weight"  # a refused name changes nothing
+    # The page selects: the kernel answers with the inspector (values) for that element.
+    widget.selected = "module:head"
+    assert widget.inspector["id"] == "module:head" and widget.inspector["grad_input"]
+    widget.search("fc")
+    assert widget.query == "fc"
+    widget.search("fc")  # asked again: the page sees a change and searches again
+    assert widget.query == "fc"
 
 
-def test_find_ranks_exact_then_suffix_then_shortest():
-    graph = {
-        "groups": [{"module": m} for m in ("transformer.h.3", "transformer.h.3.mlp", "mlp")],
-        "nodes": [{"id": "transformer.h.3.mlp.c_fc.weight"}, {"id": "MulBackward0_13"}],
-    }
-    assert widget_tree.find("mlp", graph) == "mlp"
-    assert widget_tree.find("h.3.mlp", graph) == "transformer.h.3.mlp"
-    assert widget_tree.find("C_FC.weight", graph) == "transformer.h.3.mlp.c_fc.weight"
-    assert widget_tree.find("mul", graph) == "MulBackward0_13"
-    assert widget_tree.find("  ", graph) is None and widget_tree.find("zzz", graph) is None
-
-
-def test_short_names_keep_the_list_they_index():
-    assert widget_tree.short_name("transformer.h.3") == "h.3"
-    assert widget_tree.short_name("transformer.h.3.attn") == "h.3.attn"
-    assert widget_tree.short_name("transformer.h.3.attn.c_attn") == "c_attn"
-    assert widget_tree.short_name("0") == "0" and widget_tree.short_name("fc1") == "fc1"
-
-
-def _drawn(graph, collapsed):
-    """Elements drawn for a collapse state (the page's visibleGraph, in Python)."""
-    collapsed = set(collapsed)
-
-    def hidden_by(module):
-        chain, name = [], module
-        while name:
-            chain.append(name)
-            name = widget_tree.parent_module(name)
-        for name in reversed(chain):
-            if name in collapsed:
-                return name
-        return None
-
-    drawn_nodes = sum(1 for n in graph["nodes"] if hidden_by(n["module"]) is None)
-    drawn_groups = sum(
-        1
-        for g in graph["groups"]
-        if widget_tree.parent_module(g["module"]) is None
-        or hidden_by(widget_tree.parent_module(g["module"])) is None
-    )
-    return drawn_nodes + drawn_groups
-
-
-@pytest.mark.parametrize("depth", [6, 12])
-def test_first_view_opens_a_box_of_blocks_only_when_its_row_fits(depth):
-    """Six blocks open in place (a six-layer GPT-2); twelve (GPT-2 small) stay one closed box, since
-    a box's row of children cannot wrap: the first view keeps its labels readable."""
-    torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(depth), (torch.randn(3, 4),))
-    blocks = {f"blocks.{i}" for i in range(depth)}
-    if depth <= widget_tree.ROW_BUDGET:
-        assert "blocks" not in widget.collapsed  # open: its blocks are drawn (here opened too)
-    else:
-        assert "blocks" in widget.collapsed and not blocks & set(widget.collapsed)
-    if depth > widget_tree.ROW_BUDGET:
-        assert widget.toggle_group("blocks") and blocks <= set(widget.collapsed)  # a click opens it
-
-
-def test_module_tree_view_opens_the_tree_while_its_columns_fit():
-    torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(12), (torch.randn(3, 4),), input_grads=True)
-    assert widget.set_view("modules") and widget.view == "modules"
-    groups = widget.graph["groups"]
-    # Depth 0: blocks and head; depth 1: the 12 identical blocks (within 16); depth 2 would hold
-    # their 24 children, so every block stays a closed box.
-    assert widget.collapsed == sorted(f"blocks.{i}" for i in range(12))
-    assert widget_tree.tree_collapsed(groups, budget=24) == []
-    assert widget_tree.tree_collapsed(groups, budget=11) == ["blocks", *widget.collapsed]
-    # Siblings in the order the forward ran them, outer before inner.
-    assert [g["module"] for g in groups][:4] == ["blocks", "head", "(loss)", "blocks.0"]
-    assert widget.select("module:blocks.0.fc")
+def test_a_container_that_was_never_called_is_inspected_as_what_it_is():
+    """GPT-2's ``transformer.h`` (a ModuleList) ran only through its blocks: the inspector names its
+    children and the norms of the parameters inside it, never an error."""
+    widget = _gpt2_widget()
+    assert widget.select("transformer.h") and widget.selected == "module:transformer.h"
     data = widget.inspector
-    assert data["kind"] == "module" and data["grad_input"]
-    assert any(site.startswith("grad_input") for site in data["sites"])
-    first = widget_tree.default_collapsed(widget.graph)
-    assert widget.set_view("ops") and widget.collapsed == first
+    assert "select" not in widget.errors
+    assert data["container"] and data["op"] == "ModuleList"
+    assert data["children"] == [f"transformer.h.{i}" for i in range(6)]
+    norms = data["parameter_norms"]
+    assert len(norms) == len([n for n, _ in widget.session.model.transformer.h.named_parameters()])
+    assert all(widget_data.json_float(v) == v for v in norms.values())
+    # The page's own click on it gets the same answer.
+    widget.selected = ""
+    widget.selected = "module:transformer.h"
+    assert widget.inspector["container"] and "select" not in widget.errors
 
 
 def _layer_grad_norm(model, inputs, module):
@@ -757,8 +698,8 @@ def test_vanishing_gradients_are_diagnosed_and_a_click_selects_the_layer():
     # The finding points at the layer's first parameter, a leaf of the graph: clicking selects it.
     first = diagnosis["findings"][0]
     assert first["node"] in nodes and first["node"].endswith(".weight")
-    reply = widget.handle_message({"type": "select", "node": first["node"]})
-    assert reply["ok"] and widget.inspector["id"] == first["node"]
+    widget.selected = first["node"]  # the page's click on the finding
+    assert widget.inspector["id"] == first["node"]
     assert_json_safe(widget)
 
 
@@ -1001,7 +942,7 @@ def test_watch_banner_shows_the_steps_findings():
     assert widget.diagnosis["counts"]["vanishing"] == sum(f.kind == "vanishing" for f in expected)
     # A watch finding points at a parameter: a leaf of the graph, so a click selects it.
     node = widget.diagnosis["findings"][0]["node"]
-    assert widget.handle_message({"type": "select", "node": node})["ok"]
+    widget.selected = node  # the page's click on the finding
     assert widget.inspector["id"] == node
     # A re-run keeps the watch view (and its banner) on screen.
     assert widget.rerun()
@@ -1070,6 +1011,10 @@ def test_save_html_writes_one_self_contained_page(widget, tmp_path):
     assert state["graph"] == widget.graph and state["collapsed"] == widget.collapsed
     assert state["static_note"] and set(state["__inspectors"]) >= {"SubBackward0_0", "x", "module:"}
     assert state["__inspectors"]["SubBackward0_0"]["op"] == "SubBackward0"
+    # The page runs the bundle's own code: its one script is the built loader, nothing else.
+    scripts = re.findall(r'<script type="module">(.*?)</script>', page, re.S)
+    loader = (Path(widget_data.__file__).parent / "static" / "saved_page.js").read_text()
+    assert scripts == [loader] and "renderSaved" in loader
 
 
 def test_grad_inputs_carry_their_argument_names_from_the_op_schema():

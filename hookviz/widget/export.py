@@ -1,9 +1,10 @@
 """One self-contained HTML file of a widget: opens in a browser with no kernel and no network.
 
-The file holds the widget's own bundle (``static/widget.js``, base64) and the run's state as JSON;
-a small stand-in for the anywidget model answers the page's requests from that state: selecting
-shows an inspector recorded here, boxes open and close, replay and chart work. Edits and re-run
-need Python, so the page disables them and says why.
+The file holds the widget's own bundle (``static/widget.js``, base64), the run's state as JSON and
+the bundle's loader (``static/saved_page.js``, built from ``js/src/saved_page.js``). The page runs
+the notebook's own code: the view (boxes, selection, search, replay, chart) is the page's anyway,
+and a stand-in for the kernel in the bundle (``js/src/saved.js``) answers a selection with the
+inspector saved here. Edits and re-run need Python, so the page disables them and says why.
 """
 
 from __future__ import annotations
@@ -23,73 +24,6 @@ STATIC_NOTE = (
     "Saved page: no Python kernel behind it, so edits and re-run are off. "
     "Open the notebook to change gradients."
 )
-
-# The stand-in model: anywidget's get/set/on/off/send/save_changes over the saved state. The
-# expansion rules mirror hookviz.widget.tree (open one level; search opens the boxes around a
-# match); everything else that needs Python answers with STATIC_NOTE.
-_SHIM = r"""
-const state = JSON.parse(document.getElementById("hookviz-state").textContent);
-const inspectors = state.__inspectors; delete state.__inspectors;
-const listeners = {};
-const emit = (name) => (listeners["change:" + name] || []).forEach((fn) => fn());
-const set = (name, value) => { state[name] = value; emit(name); };
-const groups = (state.graph && state.graph.groups) || [];
-const childrenOf = (m) => groups.filter((g) => g.parent === "group:" + m).map((g) => g.module);
-const parentOf = (m) => (m.includes(".") ? m.slice(0, m.lastIndexOf(".")) : null);
-const openOne = (list, m) => [...new Set([...list.filter((x) => x !== m), ...childrenOf(m)])].sort();
-const reveal = (module, itself) => {
-  const chain = [];
-  for (let m = itself ? module : parentOf(module); m; m = parentOf(m)) chain.unshift(m);
-  let list = state.collapsed || [];
-  for (const m of chain) if (list.includes(m)) list = openOne(list, m);
-  set("collapsed", list);
-};
-const select = (id, doReveal) => {
-  const data = inspectors[id] || inspectors["module:" + id];
-  if (!data) { set("errors", { ...state.errors, select: `${id} was not saved in this page` }); return; }
-  if (doReveal) {
-    const node = state.graph.nodes.find((n) => n.id === data.id);
-    reveal(node ? node.module : data.module, !!node);
-  }
-  set("selected", data.id); set("inspector", data);
-};
-const before = (a, b) => { for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i] < b[i]; return false; };
-const find = (query) => {
-  const q = query.trim().toLowerCase();
-  const names = [...groups.map((g) => [g.module, 0]), ...state.graph.nodes.map((n) => [n.id, 1])];
-  let best = null;
-  for (const [name, kind] of names) {
-    const l = name.toLowerCase();
-    if (!q || !l.includes(q)) continue;
-    const rank = [l !== q, !(l.endsWith("." + q) || l === q), name.length, kind, name];
-    if (!best || before(rank, best)) best = rank;
-  }
-  return best && best[4];
-};
-const model = {
-  get: (name) => state[name],
-  set: (name, value) => set(name, value),
-  save_changes: () => {},
-  on: (event, fn) => { (listeners[event] ||= []).push(fn); },
-  off: (event, fn) => { listeners[event] = (listeners[event] || []).filter((f) => f !== fn); },
-  send: (msg) => {
-    const note = () => set("errors", { ...state.errors, rerun: NOTE });
-    switch (msg.type) {
-      case "select": return select(msg.node, !msg.replay);
-      case "search": { const hit = find(msg.query || ""); return hit ? select(hit, true) : set("errors", { ...state.errors, search: `nothing is named like '${msg.query}'` }); }
-      case "collapse_all": return set("collapsed", groups.filter((g) => !g.parent).map((g) => g.module));
-      case "expand_all": return set("collapsed", []);
-      case "set_view": { state.view = msg.view; set("collapsed", msg.view === "modules" ? state.__tree_collapsed : state.__first_collapsed); return emit("view"); }
-      default: return note();
-    }
-  },
-};
-const NOTE = state.static_note;
-const bytes = Uint8Array.from(atob(document.getElementById("hookviz-esm").textContent), (c) => c.charCodeAt(0));
-const url = URL.createObjectURL(new Blob([bytes], { type: "text/javascript" }));
-const widget = (await import(url)).default;
-widget.render({ model, el: document.getElementById("hookviz") });
-"""
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -151,17 +85,15 @@ def save_html(widget, path, title: str = "hookviz") -> Path:
     The file needs no kernel and no network: the bundle and the state are inside it. Graph,
     inspector, replay, chart and search work; edits and re-run are disabled with a note.
     """
-    from hookviz.widget.tree import default_collapsed, tree_collapsed
-
     state = {name: getattr(widget, name) for name in widget.keys if not name.startswith("_")}
     state = {k: v for k, v in state.items() if k not in ("layout", "comm", "tabbable", "tooltip")}
     state["static_note"] = STATIC_NOTE
-    state["__first_collapsed"] = default_collapsed(widget.graph, widget.visible_budget)
-    state["__tree_collapsed"] = tree_collapsed(widget.graph.get("groups", []))
     state["__inspectors"] = inspectors_json(widget)
     text = _script_json(state)
-    esm = base64.b64encode((Path(widget_data.__file__).parent / "static" / "widget.js").read_bytes())
-    page = _PAGE.format(title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=_SHIM)
+    static = Path(widget_data.__file__).parent / "static"
+    esm = base64.b64encode((static / "widget.js").read_bytes())
+    loader = (static / "saved_page.js").read_text(encoding="utf-8")
+    page = _PAGE.format(title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=loader)
     target = Path(path)
     target.write_text(page, encoding="utf-8")
     return target

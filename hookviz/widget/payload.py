@@ -6,8 +6,8 @@ Inf) become the strings ``"nan"``, ``"inf"``, ``"-inf"``, as :meth:`TensorRecord
 
 Module groups: every op node belongs to the innermost module that created it (its ``module``
 attribute); a module ``"a.b"`` is drawn as a compound node inside ``"a"``. The root module ``""``
-is not a group (it holds everything). Which groups are open is :mod:`hookviz.widget.tree`'s job;
-where things sit on screen is the page's (ELK).
+is not a group (it holds everything). Which groups are open, their labels and which siblings are
+identical blocks are the page's job (``js/src/logic.js``); where things sit on screen too (ELK).
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from hookviz.errors import TargetError
 from hookviz.widget.tree import (
     MODULE_PREFIX,
     group_id,
-    mark_repeats,
+    mark_signatures,
     natural_key,
     parent_module,
-    short_name,
 )
 
 # One rule for the chart's line and the diagnosis banner: a layer's gradient vanishes below this
@@ -121,9 +120,9 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         kind, order, norm, nan, edited, user_hooks, hint}`` (module: the box it is drawn in, the
         module that made it except for the loss ops of :func:`_box_the_loss_ops`; hint:
         :func:`operand_hint`); edge:
-        ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, label, type,
-        size, norm, nan, edited, user_hooks, signature, repeat}``
-        (see :func:`hookviz.widget.tree.mark_repeats`).
+        ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, type,
+        size, norm, nan, edited, user_hooks, signature}`` (signature: see
+        :func:`hookviz.widget.tree.mark_signatures`; the page adds labels and identical blocks).
     """
     key = structure if structure is not None else structure_key(run)
     edited_targets = {edit.target for edit in run.edits}
@@ -159,7 +158,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         module_hooks[call.module] += len(call.user_hooks)
         types.setdefault(call.module, call.type)
     groups = _groups(by_module, boundary, edited_targets, module_hooks, types)
-    mark_repeats(groups, nodes, _leaf_shapes(run))
+    mark_signatures(groups, nodes, _leaf_shapes(run))
     scale = baseline if baseline is not None else run
     scale_norms = list((norms if scale is run else node_norms(scale)).values())
     scale_norms += list(module_norms(scale).values()) if scale is not run else list(boundary.values())
@@ -339,7 +338,6 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
                 "id": group_id(module),
                 "module": module,
                 "parent": None if parent_module(module) is None else group_id(parent_module(module)),
-                "label": short_name(module),
                 "type": types.get(module, ""),
                 "size": size,
                 "norm": json_float(norm if norm is not None else _combine(norms)),

@@ -1,10 +1,15 @@
 """The hookviz widget: an ``anywidget.AnyWidget`` whose state lives in typed traitlets.
 
-Python holds the state; the page (``hookviz/static/widget.js``, built from ``js/``) draws the
-traitlets and sends requests with ``model.send({"type": ..., ...})``. Every request is validated
-here and answered through the traitlets (an error goes to ``errors[control]``, next to the
-control that caused it); the last good run stays on screen. The same requests are public methods,
-so every interaction can be driven from Python:
+Python holds the run; the page (``hookviz/static/widget.js``, built from ``js/``) owns the view:
+which module boxes are open, the selection, the search and the view kind are decided there (the
+rules live once, in ``js/src/logic.js``) and synced to the ``collapsed``, ``selected``, ``query``
+and ``view`` traitlets. Python reads them, and sets them to drive the page (:meth:`Widget.select`,
+:meth:`Widget.search`, :meth:`Widget.set_view`); the page follows. A selection is answered with
+the ``inspector`` traitlet (tensor statistics and values, which only the kernel has). Requests that
+need Python (edits, re-run) come with ``model.send({"type": ..., ...})``; each is validated here
+and answered through the traitlets (an error goes to ``errors[control]``, next to the control that
+caused it); the last good run stays on screen. The same requests are public methods, so every
+interaction can be driven from Python:
 
 >>> w = hookviz.show(model, (x, y, z), loss_fn=loss_fn)   # doctest: +SKIP
 >>> w.select("SubBackward0_0"); w.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
@@ -37,7 +42,6 @@ from hookviz.errors import DetailsRefused, DeviceError, EditError, ExpressionErr
 from hookviz.record import module_tree
 from hookviz.record.devices import devices
 from hookviz.widget import payload as widget_data
-from hookviz.widget import tree as widget_tree
 from hookviz.widget.recorded import READ_ONLY_NOTE, RecordedSession
 
 _STATIC = Path(__file__).parent / "static"
@@ -71,7 +75,8 @@ class Widget(anywidget.AnyWidget):
     Args:
         session: the session to show; it is run once now when it has no run yet.
         visible_budget: about how many elements the first view draws: the module tree opens as
-            deep as fits in it (see :func:`hookviz.widget.tree.default_collapsed`).
+            deep as fits in it (the page's rule, ``defaultCollapsed`` in ``js/src/logic.js``);
+            None: the page's default (40).
         vanishing_threshold: a layer's gradient "vanishes" below this fraction of the gradient of
             the layer nearest the loss: the chart's line and the diagnosis banner use it alike.
 
@@ -86,14 +91,22 @@ class Widget(anywidget.AnyWidget):
     )
     """The run's graph for the page: nodes, edges, module groups, colour range (``graph_json``);
     sent as one buffer of JSON."""
-    collapsed = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    """Names of the module boxes drawn closed."""
+    collapsed = traitlets.List(traitlets.Unicode(), allow_none=True, default_value=None).tag(sync=True)
+    """Names of the module boxes drawn closed, as the page last drew them; None until the page has
+    made the first view of this graph (a new graph structure and :meth:`set_view` set it back to
+    None: the page opens the first view by its rules)."""
     view = traitlets.Enum(VIEWS, default_value="ops").tag(sync=True)
     """``"ops"`` (the module tree, opened as far as fits) or ``"modules"`` (every module box)."""
+    visible_budget = traitlets.Int(allow_none=True, default_value=None).tag(sync=True)
+    """About how many elements the first view draws (None: the page's default)."""
     inspector = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
-    """What the inspector shows for the selected node or module (``widget_data.*_inspector_json``)."""
+    """What the kernel knows of the selection (``widget_data.*_inspector_json``: statistics and
+    values); the page draws what its graph says meanwhile."""
     selected = traitlets.Unicode("").tag(sync=True)
-    """Id of the selected node (``"module:<name>"`` for a module box); "" for none."""
+    """Id of the selected node (``"module:<name>"`` for a module box); "" for none. Set by the page
+    (a click, a search, a finding) or by :meth:`select`; the ``inspector`` follows it."""
+    query = traitlets.Unicode("").tag(sync=True)
+    """The last search (the page's box or :meth:`search`); the page finds and selects its match."""
     edits = traitlets.List(traitlets.Dict()).tag(sync=True)
     """The session's edits: id, target, slot, source, one dict each."""
     edit_state = traitlets.Dict(key_trait=traitlets.Unicode()).tag(sync=True)
@@ -136,7 +149,7 @@ class Widget(anywidget.AnyWidget):
         self,
         session,
         *,
-        visible_budget: int = widget_tree.VISIBLE_BUDGET,
+        visible_budget: int | None = None,
         vanishing_threshold: float = widget_data.VANISHING_RATIO,
         **kwargs: Any,
     ) -> None:
@@ -186,13 +199,10 @@ class Widget(anywidget.AnyWidget):
         self._structure = key
         data = widget_data.graph_json(run, baseline, key)
         data["run"] = self._run_count
+        self._name_containers(data["groups"])
         with self.hold_sync():
-            if new_structure:
-                self.collapsed = (
-                    widget_tree.tree_collapsed(data["groups"])
-                    if self.view == "modules"
-                    else widget_tree.default_collapsed(data, self.visible_budget)
-                )
+            if new_structure:  # the page opens the first view of the new graph
+                self.collapsed = None
             self.graph = data
             self.device = run.device
             self.summary = {
@@ -233,6 +243,17 @@ class Widget(anywidget.AnyWidget):
                 self._inspect(self.selected, quiet=True)
         if self.details_pending:
             _fill_before_the_next_cell(self)
+
+    def _name_containers(self, groups: list[dict]) -> None:
+        """Give the boxes of containers that were never called (a ``ModuleList``: no call
+        recorded its type) their type from the model, when the session has one."""
+        model = getattr(self.session, "model", None)
+        if model is None or all(g["type"] for g in groups):
+            return
+        modules = dict(model.named_modules())
+        for group in groups:
+            if not group["type"] and group["module"] in modules:
+                group["type"] = type(modules[group["module"]]).__name__
 
     def fill_details(self) -> bool:
         """Record the details of the run on screen (values, statistics, forward values) if they
@@ -347,92 +368,119 @@ class Widget(anywidget.AnyWidget):
 
     # ----- what the page (or a test) asks for ---------------------------------------------------
 
-    def select(self, target: str, reveal: bool = True) -> bool:
-        """Show a node (id), a module (``"module:<name>"`` or its qualified name) in the inspector,
-        open the module boxes around it so it is drawn, and let the page zoom to it.
+    def select(self, target: str) -> bool:
+        """Select a node (its id, e.g. ``"SubBackward0_0"`` or a leaf's name) or a module
+        (``"module:<name>"`` or its qualified name, e.g. ``"transformer.h"``): the inspector shows
+        it, and the page opens the module boxes around it and zooms to it.
 
-        A name that is neither is searched for as in :meth:`search` (``"h.3.mlp"``,
-        ``"c_fc.weight"``). Returns False (and sets ``errors["select"]``) when nothing matches.
-        ``reveal=False`` leaves the boxes as they are (the replay steps through nodes that way).
+        The name must be exact; :meth:`search` takes part of a name. Returns False (and sets
+        ``errors["select"]``) when nothing is named so.
         """
-        return self._select(target, reveal, control="select")
-
-    def search(self, query: str) -> bool:
-        """Select the best match of a substring of a module name, op node id or leaf name (see
-        :func:`hookviz.widget.tree.find`). Returns False and sets ``errors["search"]`` when
-        nothing matches."""
-        return self._select(query, True, control="search")
-
-    def _select(self, target: str, reveal: bool, control: str) -> bool:
-        run = self.run
-        name = (
-            target[len(widget_data.MODULE_PREFIX) :]
-            if target.startswith(widget_data.MODULE_PREFIX)
-            else target
-        )
-        known_module = name in run.modules or name == LOSS_MODULE
-        if control == "search" or (target not in run.nodes and not known_module):
-            found = widget_tree.find(target, self.graph)
-            if found is None:
-                self._set_error(
-                    control,
-                    f"nothing is named like {target!r}: search takes part of a module name "
-                    "(h.3.mlp), an op (AddmmBackward0_3) or a leaf (c_fc.weight)",
-                )
-                return False
-            target = found
+        found = self._element(target)
+        if found is None:
+            self._set_error(
+                "select",
+                f"nothing is named {target!r}: select takes a node id (AddmmBackward0_3), a leaf "
+                "(transformer.h.0.mlp.c_fc.weight) or a module (transformer.h.0); "
+                "w.search(text) finds part of a name",
+            )
+            return False
         with self.hold_sync():
-            if not self._inspect(target, quiet=False):
-                return False
-            if reveal:
-                self._reveal(target)
-            self._clear_errors("select", "search")
+            self._clear_errors("select")
+            if found == self.selected:
+                self._inspect(found, quiet=False)
+            self.selected = found  # the page reveals it; the inspector follows (_on_selected)
         return True
 
-    def _reveal(self, target: str) -> None:
-        """Open the module boxes around ``target`` (a node id or module name)."""
-        groups = self.graph.get("groups", [])
-        node = next((n for n in self.graph.get("nodes", []) if n["id"] == target), None)
-        if node is not None:
-            collapsed = widget_tree.reveal(self.collapsed, node["module"], groups, open_itself=True)
-        else:
-            module = (
-                target[len(widget_data.MODULE_PREFIX) :]
-                if target.startswith(widget_data.MODULE_PREFIX)
-                else target
-            )
-            collapsed = widget_tree.reveal(self.collapsed, module, groups, open_itself=False)
-        if collapsed != list(self.collapsed):
-            self.collapsed = collapsed
+    def search(self, query: str) -> None:
+        """Search the graph as the page's search box does: the page selects the best match of
+        part of a module name, op node id or leaf name (exact name first, then a name ending with
+        it, then the shortest; ``find`` in ``js/src/logic.js``), and ``selected`` follows."""
+        with self.hold_sync():
+            if self.query == query:  # asked again: the page searches again
+                self.query = ""
+        self.query = query
+
+    def _element(self, target: str) -> str | None:
+        """The id the page selects for ``target``: a node id as it is, a module as
+        ``"module:<name>"``, the loss (``"module:(loss)"``) as its root op; None when unknown."""
+        run = self.run
+        if target in run.nodes:
+            return target
+        name = target.removeprefix(widget_data.MODULE_PREFIX)
+        if name == LOSS_MODULE:
+            return run.root
+        groups = {g["module"] for g in self.graph.get("groups", [])}
+        if name in groups or name in run.modules:
+            return widget_data.MODULE_PREFIX + name
+        return None
+
+    @traitlets.observe("selected")
+    def _on_selected(self, change) -> None:
+        self._inspect(change["new"], quiet=True)
 
     def _inspect(self, target: str, quiet: bool) -> bool:
+        if not target:
+            self.inspector = {}
+            return True
         self.fill_details()  # the inspector shows values: record them now, and the diagnosis with them
         run = self.run
         try:
             if target in run.nodes:
                 data = widget_data.node_inspector_json(run, target, self.baseline)
             else:
-                module = (
-                    target[len(widget_data.MODULE_PREFIX) :]
-                    if target.startswith(widget_data.MODULE_PREFIX)
-                    else target
-                )
+                module = target.removeprefix(widget_data.MODULE_PREFIX)
                 if module == LOSS_MODULE:  # not a module: what loss_fn built; show its root op
-                    return self._inspect(run.root, quiet)
-                run.module_io(module)  # raises TargetError for an unknown name
-                data = widget_data.module_inspector_json(run, module, self._sites(module), self.baseline)
+                    data = {**widget_data.node_inspector_json(run, run.root, self.baseline), "id": target}
+                elif self._container(module):
+                    data = self._container_json(module)
+                else:
+                    run.module_io(module)  # raises TargetError for an unknown name
+                    data = widget_data.module_inspector_json(run, module, self._sites(module), self.baseline)
         except HookvizError as error:
             if not quiet:
                 self._set_error("select", str(error))
             else:
-                self.selected = ""
                 self.inspector = {}
             return False
         with self.hold_sync():
-            self.selected = target
             self.inspector = data
             self._clear_errors("select")
         return True
+
+    def _container(self, module: str) -> bool:
+        """A module box of the graph that was never called itself (a ``ModuleList``, GPT-2's
+        ``transformer.h``): only its children ran."""
+        return module not in {call.module for call in self.run.calls} and any(
+            g["module"] == module for g in self.graph.get("groups", [])
+        )
+
+    def _container_json(self, module: str) -> dict:
+        """The inspector of a container: what it is and which of its children ran, with the
+        gradient norms of the parameters it holds (``run.leaves``)."""
+        group = next(g for g in self.graph.get("groups", []) if g["module"] == module)
+        prefix = module + "."
+        children = [g["module"] for g in self.graph["groups"] if g["parent"] == group["id"]]
+        parameters = {
+            item["id"]: item["norm"]
+            for item in self.graph["nodes"]
+            if item["kind"] != "op" and item["module"].startswith(prefix)
+        }
+        kind = group.get("type") or "module"
+        return {
+            "id": widget_data.MODULE_PREFIX + module,
+            "target": module,
+            "kind": "module",
+            "node_kind": "container",
+            "container": True,
+            "op": kind,
+            "module": module,
+            "children": children,
+            "parameter_norms": parameters,
+            "explanation": f"{module} ({kind}) is a container: it was never called itself, its "
+            f"{len(children)} child modules were. Its gradients are theirs: open it, or pick a child.",
+            "sites": [],
+        }
 
     def _sites(self, target: str) -> list[str]:
         try:
@@ -502,45 +550,44 @@ class Widget(anywidget.AnyWidget):
 
     def set_view(self, view: str) -> bool:
         """``"modules"``: the module tree as a tree diagram (one box per module, an edge from each
-        module to its children, no ops), opened as deep as its columns fit
-        (:func:`hookviz.widget.tree.tree_collapsed`); ``"ops"``: the first view again (the graph
-        with its module boxes, opened as deep as fits)."""
+        module to its children, no ops), opened as deep as its columns fit; ``"ops"``: the first
+        view again (the graph with its module boxes, opened as deep as fits). The page opens the
+        boxes by its rules (``firstCollapsed`` in ``js/src/logic.js``)."""
         if view not in VIEWS:
             self._set_error("view", f"view {view!r} does not exist; use 'ops' or 'modules'")
             return False
-        groups = self.graph.get("groups", [])
         with self.hold_sync():
             self.view = view
-            if view == "modules":
-                self.collapsed = widget_tree.tree_collapsed(groups)
-            else:
-                self.collapsed = widget_tree.default_collapsed(self.graph, self.visible_budget)
+            self.collapsed = None
             self._clear_errors("view")
         return True
 
     def toggle_group(self, module: str) -> bool:
-        """Open a collapsed module box in place (its child modules as closed boxes), or close an
-        open one."""
-        groups = self.graph.get("groups", [])
-        if module not in {g["module"] for g in groups}:
-            self._set_error("group", f"module {module!r} has no group in this graph")
+        """Open a closed module box on the page (its child modules as closed boxes), or close an
+        open one: the page does it by its rule, as for a click, and ``collapsed`` follows. Returns
+        False (and sets ``errors["group"]``) for a module the graph has no box for."""
+        if module not in {g["module"] for g in self.graph.get("groups", [])}:
+            self._set_error("group", f"module {module!r} has no box in this graph")
             return False
-        if module in self.collapsed:
-            collapsed = widget_tree.open_one_level(self.collapsed, module, groups)
-        else:
-            collapsed = sorted({*self.collapsed, module})
-        with self.hold_sync():
-            self.collapsed = collapsed
-            self._clear_errors("group")
+        self._clear_errors("group")
+        self._ask_page({"command": "toggle_group", "module": module})
         return True
 
     def collapse_all(self) -> None:
-        """Collapse every top-level module group."""
-        self.collapsed = sorted(g["module"] for g in self.graph.get("groups", []) if g["parent"] is None)
+        """Close every top-level module box on the page."""
+        self._ask_page({"command": "collapse_all"})
 
     def expand_all(self) -> None:
-        """Expand every module group."""
+        """Open every module box."""
         self.collapsed = []
+
+    def _ask_page(self, message: dict) -> None:
+        """Ask the page for a view change it makes by its own rules (as lonboard's ``fly_to``);
+        its answer comes back in the traitlets. Nothing happens while no page shows the widget."""
+        try:
+            self.send({"type": "view", **message})
+        except Exception:  # no page attached (tests) or a closed comm
+            pass
 
     def save_html(self, path, title: str = "hookviz"):
         """Write this view to one self-contained HTML file that opens in a browser with no kernel
@@ -715,11 +762,6 @@ class Widget(anywidget.AnyWidget):
             return False, f"malformed message: expected an object, got {type(content).__name__}"
         kind = content.get("type")
         handlers = {
-            "select": (
-                ("node",),
-                lambda c: self.select(c["node"], reveal=not c.get("replay")),
-            ),
-            "search": (("query",), lambda c: self.search(c["query"])),
             "apply_edit": (
                 ("target", "slot", "expression"),
                 lambda c: self.apply_edit(c["target"], c["slot"], c["expression"]) is not None,
@@ -727,10 +769,6 @@ class Widget(anywidget.AnyWidget):
             "remove_edit": (("id",), lambda c: self.remove_edit(c["id"])),
             "reset_edits": ((), lambda c: self.reset_edits() or True),
             "rerun": ((), lambda c: self.rerun(c.get("device"))),
-            "set_view": (("view",), lambda c: self.set_view(c["view"])),
-            "toggle_group": (("module",), lambda c: self.toggle_group(c["module"])),
-            "collapse_all": ((), lambda c: self.collapse_all() or True),
-            "expand_all": ((), lambda c: self.expand_all() or True),
             "watch_step": ((), lambda c: self.watch_step(c.get("step"))),
             "hide_watch": ((), lambda c: self.hide_watch() or True),
             "watch_rank": ((), lambda c: self.watch_rank(c.get("rank"))),

@@ -45,13 +45,12 @@ function opLabel(n) {
  * tooltip). A block with identical siblings (the six blocks of a GPT-2) carries "≡".
  */
 function boxLabel(group) {
-  return group.repeat && group.repeat.count > 2 ? `${group.label} ≡` : group.label;
+  return group.repeat ? `${group.label} ≡` : group.label;
 }
 
 function boxTitle(group) {
   const kind = group.type ? ` (${group.type})` : "";
-  const same =
-    group.repeat && group.repeat.count > 2 ? `, ${group.repeat.index} of ${group.repeat.count} identical blocks` : "";
+  const same = group.repeat ? `, ${group.repeat.index} of ${group.repeat.count} identical blocks` : "";
   return `${group.module}${kind}${same}`;
 }
 

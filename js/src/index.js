@@ -1,5 +1,8 @@
-// hookviz widget entry point (anywidget ESM). Python holds the state; this file draws it and
-// sends requests back with model.send({type, ...}).
+// hookviz widget entry point (anywidget ESM). The run comes from Python (graph, tables, chart);
+// the view is the page's own: which boxes are open, the selection, search and the view kind are
+// decided here (logic.js holds the rules) and written to the `collapsed`, `selected`, `query`
+// and `view` traitlets, which Python reads and may set (w.select, w.search, w.set_view); the page
+// follows. Requests that need Python (edits, re-run, details) go with model.send({type, ...}).
 import css from "./style.css";
 import { errorLine, fill, h } from "./dom.js";
 import { GraphView } from "./graphview.js";
@@ -16,7 +19,15 @@ import {
   HOOK_COLOR,
   replayState,
   toggleGroup,
+  collapseAll as collapseAllOf,
+  find,
+  firstCollapsed,
+  graphSummary,
+  prepareGraph,
+  revealTarget,
+  VISIBLE_BUDGET,
 } from "./logic.js";
+import { savedModel } from "./saved.js";
 
 function legend(range, title = "log10 ‖grad‖") {
   const stops = legendStops(range, 5);
@@ -56,15 +67,15 @@ function render({ model, el }) {
   // (hookviz.widget._json_buffer), and as plain values in a saved page: parsed once per new value.
   const decoder = new TextDecoder();
   const parsed = {};
-  const jsonState = (name, empty) => {
+  const jsonState = (name, empty, prepare = (v) => v) => {
     const raw = model.get(name);
     if (!parsed[name] || parsed[name].raw !== raw) {
       const bytes = raw instanceof ArrayBuffer || ArrayBuffer.isView(raw);
-      parsed[name] = { raw, value: bytes ? JSON.parse(decoder.decode(raw)) : (raw ?? empty) };
+      parsed[name] = { raw, value: prepare(bytes ? JSON.parse(decoder.decode(raw)) : (raw ?? empty)) };
     }
     return parsed[name].value;
   };
-  const graphOf = () => jsonState("graph", {});
+  const graphOf = () => jsonState("graph", {}, prepareGraph);
   const replayOf = () => jsonState("replay", []);
   // A leaf whose gradient did not change comes without "after" (hookviz.widget._leaf_rows_buffer).
   const leavesOf = () => {
@@ -81,7 +92,7 @@ function render({ model, el }) {
     {
       class: "hv-view-ops",
       title: "the module tree opened as deep as fits",
-      onclick: () => send({ type: "set_view", view: "ops" }),
+      onclick: () => setView("ops"),
     },
     "Overview",
   );
@@ -90,7 +101,7 @@ function render({ model, el }) {
     {
       class: "hv-view-modules",
       title: "every module open down to the innermost ones",
-      onclick: () => send({ type: "set_view", view: "modules" }),
+      onclick: () => setView("modules"),
     },
     "Module tree",
   );
@@ -107,7 +118,8 @@ function render({ model, el }) {
     e.stopPropagation();
     if (e.key === "Enter" && search.value.trim()) {
       mark("search");
-      send({ type: "search", query: search.value });
+      runSearch(search.value);
+      setState({ query: search.value });
     } else if (e.key === "Escape") {
       search.value = "";
       searchError.textContent = "";
@@ -126,10 +138,10 @@ function render({ model, el }) {
   );
   const collapseAll = h(
     "button",
-    { class: "hv-collapse-all", onclick: () => send({ type: "collapse_all" }) },
+    { class: "hv-collapse-all", onclick: () => setState({ collapsed: collapseAllOf(graphOf().groups) }) },
     "Collapse all",
   );
-  const expandAll = h("button", { class: "hv-expand-all", onclick: () => send({ type: "expand_all" }) }, "Expand all");
+  const expandAll = h("button", { class: "hv-expand-all", onclick: () => setState({ collapsed: [] }) }, "Expand all");
   const fitBtn = h("button", { class: "hv-fit", onclick: () => graphView?.fit() }, "Fit");
   const staleNote = h("span", { class: "hv-stale", hidden: true });
   const device = h("select", { class: "hv-device", "aria-label": "device" });
@@ -175,7 +187,7 @@ function render({ model, el }) {
       class: "hv-side-close",
       title: "close the panel (the graph takes the whole width)",
       onclick: () => {
-        sideClosedFor = (model.get("inspector") || {}).id || null;
+        sideClosedFor = model.get("selected") || null;
         side.hidden = true;
       },
     },
@@ -221,6 +233,59 @@ function render({ model, el }) {
     marks[name] = performance.now();
   };
   root.hookviz = { cy: null, paints, marks, model };
+
+  // ----- the view: the page's own state -------------------------------------------------------
+  // Written to the model and synced: Python reads it (w.collapsed, w.selected) and a kernel that
+  // is busy or gone changes nothing here.
+  const setState = (changes) => {
+    for (const [name, value] of Object.entries(changes)) model.set(name, value);
+    model.save_changes();
+  };
+  const collapsedNow = () => model.get("collapsed") || [];
+  const sameList = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+  // The first view of a graph the collapsed list was not made for (Python sends null with a new
+  // graph structure and a new view kind): the rules of logic.firstCollapsed.
+  const ensureCollapsed = () => {
+    const g = graphOf();
+    if (model.get("collapsed") === null || model.get("collapsed") === undefined) {
+      if (!g.groups) return false;
+      setState({ collapsed: firstCollapsed(g, model.get("view"), model.get("visible_budget") ?? VISIBLE_BUDGET) });
+      return true;
+    }
+    return false;
+  };
+  const setView = (view) => {
+    setState({ view, collapsed: firstCollapsed(graphOf(), view, model.get("visible_budget") ?? VISIBLE_BUDGET) });
+  };
+  // Select an element (a node id or "module:<name>") and open the boxes around it so it is drawn.
+  let quietSelection = null; // the replay's selection: no boxes open for it
+  const selectElement = (id, { reveal = true } = {}) => {
+    const changes = {};
+    if (reveal) {
+      const opened = revealTarget(collapsedNow(), id, graphOf());
+      if (!sameList(opened, [...collapsedNow()].sort())) changes.collapsed = opened;
+    } else quietSelection = id;
+    changes.selected = id;
+    setState(changes);
+  };
+  let searchedFor = null;
+  const runSearch = (query) => {
+    searchedFor = query;
+    const hit = find(query, graphOf());
+    searchError.textContent = hit
+      ? ""
+      : `nothing is named like '${query.trim()}': search takes part of a module name (h.3.mlp), an op (AddmmBackward0_3) or a leaf (c_fc.weight)`;
+    if (hit) selectElement(hit);
+  };
+  // Errors that answer one request of this page (a refused edit, a malformed message) belong to
+  // the page that asked: a page opened later (a reload) does not show an old one.
+  const REQUEST_ERRORS = ["edit", "edits", "message", "select", "search", "group", "view"];
+  const stale = REQUEST_ERRORS.filter((name) => (model.get("errors") || {})[name]);
+  if (stale.length) {
+    const kept = { ...(model.get("errors") || {}) };
+    for (const name of stale) delete kept[name];
+    setState({ errors: kept });
+  }
   // cytoscape needs its container in the page with a size: anywidget calls render() before
   // attaching el, so the graph view is made once el is connected.
   let graphView = null;
@@ -231,17 +296,15 @@ function render({ model, el }) {
         mark("tap");
         // A click reopens a closed panel, also on the node it was closed on.
         sideClosedFor = null;
-        if ((model.get("inspector") || {}).id === id) side.hidden = false;
+        if (model.get("selected") === id) side.hidden = false;
         cyEl.focus({ preventScroll: true });
-        send({ type: "select", node: id });
+        selectElement(id);
       },
       onToggleGroup: (module) => {
         mark("toggle");
         // Opened in the page, with no round trip: the kernel may be busy (recording a large run's
         // details, or another cell); it learns the new state when the change is synced.
-        const groups = graphOf().groups;
-        model.set("collapsed", toggleGroup(model.get("collapsed"), module, groups));
-        model.save_changes();
+        setState({ collapsed: toggleGroup(collapsedNow(), module, graphOf().groups) });
       },
       // The new layout's elements are in place (its animation starts): read by the benchmark.
       onPlaced: () => mark("placed"),
@@ -274,7 +337,7 @@ function render({ model, el }) {
   let replayK = -1;
   let replayTimer = 0;
   const replay = new ReplayBar(replayEl, {
-    // Each step is drawn here at once; the inspector is asked for once the slider rests.
+    // Each step is drawn here at once; the step's node is selected once the slider rests.
     onStep: (k) => {
       replayK = k;
       const steps = replayOf();
@@ -282,8 +345,7 @@ function render({ model, el }) {
       graphView?.showReplay(state);
       if (state.current) graphView?.focus(state.current);
       clearTimeout(replayTimer);
-      if (state.current)
-        replayTimer = setTimeout(() => send({ type: "select", node: state.current, replay: true }), 250);
+      if (state.current) replayTimer = setTimeout(() => selectElement(state.current, { reveal: false }), 250);
     },
   });
 
@@ -299,7 +361,7 @@ function render({ model, el }) {
     rerunError.textContent = e.rerun || e.device || "";
     // A refused device does not stay picked: the picker shows the device of the run on screen.
     if (e.device) device.value = model.get("device");
-    searchError.textContent = e.search || "";
+    if (e.search) searchError.textContent = e.search;
     viewError.textContent = e.view || "";
     graphError.textContent = e.group || "";
     selectError.textContent = e.select || "";
@@ -317,12 +379,13 @@ function render({ model, el }) {
         : legend(g.color_range, "log10 ‖grad‖ (scale fixed by the baseline run)"),
     );
     if (!graphView) return Promise.resolve();
-    const inspector = model.get("inspector") || {};
-    return graphView
+    // A first view is made here and written to the model, which draws it (change:collapsed).
+    if (ensureCollapsed()) return lastDraw;
+    lastDraw = graphView
       .render(g, {
-        collapsed: model.get("collapsed") || [],
+        collapsed: collapsedNow(),
         view: model.get("view"),
-        selected: inspector.id,
+        selected: model.get("selected") || undefined,
         overlay,
         editState: model.get("edit_state") || {},
       })
@@ -330,7 +393,9 @@ function render({ model, el }) {
         graphView.showReplay(replayState(replayOf(), replayK));
         askDetails();
       });
+    return lastDraw;
   };
+  let lastDraw = Promise.resolve();
   // A large run arrives with its norms only (hookviz.Widget.fill_details): once its graph is on
   // screen, ask the kernel for the rest (values, the diagnosis), once per run.
   let detailsAskedFor = null;
@@ -362,10 +427,18 @@ function render({ model, el }) {
   let focused = null;
   const typed = {}; // what the user typed in the edit box, kept when the panel is redrawn
   const drawInspector = () => {
-    const data = model.get("inspector") || {};
-    side.hidden = (!data.id && !errors().select) || (!!data.id && data.id === sideClosedFor);
-    if (data.id !== sideClosedFor) sideClosedFor = null;
-    renderInspector(inspectorEl, data);
+    const id = model.get("selected") || "";
+    const full = model.get("inspector") || {};
+    // The kernel's inspector (values, statistics, hook sites) once it has come for this
+    // selection; meanwhile, or with no kernel, what the graph on the page says.
+    const data = id && full.id === id ? full : {};
+    const summary = id ? graphSummary(graphOf(), id) : null;
+    side.hidden = (!id && !errors().select) || (!!id && id === sideClosedFor);
+    if (id !== sideClosedFor) sideClosedFor = null;
+    const note = staticNote
+      ? "tensor values of this element are not in this saved page"
+      : "tensor statistics and values: asking the kernel…";
+    renderInspector(inspectorEl, data, summary, note);
     renderEditor(
       editorEl,
       data,
@@ -378,10 +451,27 @@ function render({ model, el }) {
       staticNote,
     );
     mark("inspector");
-    graphView?.select(data.id);
+    graphView?.select(id || undefined);
     // A new selection (click, search, finding, w.select) is brought into view once.
-    if (data.id && data.id !== focused) graphView?.focus(data.id);
-    focused = data.id || null;
+    if (id && id !== focused) graphView?.focus(id);
+    focused = id || null;
+  };
+  // A selection made in Python (w.select) or by another view: open the boxes around it here.
+  const onSelected = () => {
+    const id = model.get("selected") || "";
+    if (id && id !== quietSelection) {
+      const opened = revealTarget(collapsedNow(), id, graphOf());
+      if (!sameList(opened, [...collapsedNow()].sort())) setState({ collapsed: opened });
+    }
+    quietSelection = null;
+    drawInspector();
+  };
+  // A search asked from Python (w.search): the page finds the match.
+  const onQuery = () => {
+    const query = model.get("query") || "";
+    if (!query.trim() || query === searchedFor) return;
+    search.value = query;
+    runSearch(query);
   };
   const drawEditState = () => {
     const state = model.get("edit_state") || {};
@@ -408,7 +498,7 @@ function render({ model, el }) {
   const drawLeaves = () => renderLeaves(leavesEl, leavesOf(), model.get("details_pending"));
   const selectNode = (id) => {
     mark("tap");
-    send({ type: "select", node: id });
+    selectElement(id);
   };
   const drawBanner = () => {
     diagnosing.hidden = !(model.get("diagnosis") || {}).pending;
@@ -438,6 +528,9 @@ function render({ model, el }) {
     "change:devices": drawDevices,
     "change:device": drawDevices,
     "change:inspector": drawInspector,
+    "change:selected": onSelected,
+    "change:query": onQuery,
+    "change:visible_budget": () => model.get("view") !== "modules" && setView("ops"),
     "change:errors": () => {
       drawErrors();
       drawInspector();
@@ -456,6 +549,13 @@ function render({ model, el }) {
     "change:watch_view": drawWatch,
     "change:watch_ranks": drawWatch,
     "change:watch_heatmap": drawHeatmap,
+  };
+  // View changes Python asks for by name (w.toggle_group, w.collapse_all): made by the page's rules.
+  handlers["msg:custom"] = (msg) => {
+    if (msg?.type !== "view") return;
+    const groups = graphOf().groups;
+    if (msg.command === "toggle_group") setState({ collapsed: toggleGroup(collapsedNow(), msg.module, groups) });
+    else if (msg.command === "collapse_all") setState({ collapsed: collapseAllOf(groups) });
   };
   for (const [ev, fn] of Object.entries(handlers)) model.on(ev, fn);
 
@@ -495,6 +595,14 @@ function render({ model, el }) {
     destroyChart(chartEl);
     destroyChart(heatmapEl);
   };
+}
+
+/**
+ * Draw a saved page (hookviz.Widget.save_html): the same render() over a stand-in model that
+ * holds the saved state (saved.js), so the saved page runs this page's code and nothing else.
+ */
+export function renderSaved(el, state) {
+  return render({ model: savedModel(state), el });
 }
 
 export default { render };

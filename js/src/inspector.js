@@ -170,11 +170,84 @@ function tensorList(title, after, before, changed, names = null) {
   );
 }
 
-/** Fill the inspector element from the `inspector` traitlet. */
-export function renderInspector(el, data) {
+/** A module's child modules and the gradient norms of the parameters inside it (graphSummary). */
+function structureSections(summary) {
+  if (!summary || summary.kind !== "module") return [];
+  const name = (m) => (m === "" ? "(root)" : m);
+  const norm = (x) => (x.nan ? "NaN/Inf" : formatNumber(x.norm));
+  const children = summary.children.length
+    ? h(
+        "div",
+        { class: "hv-section hv-children" },
+        h("h4", {}, `child modules (${summary.children.length})`),
+        h(
+          "table",
+          { class: "hv-tensors" },
+          h("tr", {}, h("th", {}, "module"), h("th", {}, "type"), h("th", {}, "‖grad‖")),
+          summary.children.map((c) =>
+            h("tr", {}, h("td", { class: "hv-slot" }, c.label), h("td", {}, c.type || ""), h("td", {}, norm(c))),
+          ),
+        ),
+      )
+    : null;
+  const parameters = summary.parameters.length
+    ? h(
+        "div",
+        { class: "hv-section hv-parameters" },
+        h("h4", {}, `parameters' gradient norms (${summary.parameters.length})`),
+        h(
+          "table",
+          { class: "hv-tensors" },
+          summary.parameters.map((p) =>
+            h("tr", {}, h("td", { class: "hv-slot", title: p.id }, p.name), h("td", {}, norm(p))),
+          ),
+        ),
+      )
+    : null;
+  return [children, parameters].filter(Boolean);
+}
+
+/**
+ * Fill the inspector element. `summary` is what the graph already on the page says about the
+ * selection (logic.graphSummary: no kernel needed); `data` the kernel's full inspector (tensor
+ * statistics and values, the `inspector` traitlet) when it has come for this selection, else null;
+ * `note` says why it has not (asking the kernel, or a saved page without one).
+ */
+export function renderInspector(el, data, summary = null, note = "") {
   el.replaceChildren();
-  if (!data || !data.id) {
+  if ((!data || !data.id) && !summary) {
     add(el, h("div", { class: "hv-muted hv-hint" }, "Click a node of the graph to inspect it."));
+    return;
+  }
+  if (!data || !data.id) {
+    const module = summary.module === "" ? "(root)" : summary.module;
+    const isModule = summary.kind === "module";
+    const meta = isModule
+      ? [
+          ["id", summary.id],
+          ["type", summary.type || "module"],
+          ["‖grad‖ at its boundary", summary.nan ? "NaN/Inf" : formatNumber(summary.norm)],
+          ["elements inside", summary.size],
+        ]
+      : [
+          ["id", summary.id],
+          ["module", module],
+          ["kind", summary.kind],
+          ["‖grad‖", summary.nan ? "NaN/Inf" : formatNumber(summary.norm)],
+          ["inputs from", summary.inputs.join(", ") || "–"],
+          ["outputs to", summary.outputs.join(", ") || "–"],
+        ];
+    add(
+      el,
+      h("h3", { class: "hv-title" }, isModule ? `module ${module}` : summary.op || summary.id),
+      h(
+        "table",
+        { class: "hv-meta" },
+        meta.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, String(v)))),
+      ),
+      ...structureSections(summary),
+      note ? h("div", { class: "hv-muted hv-small hv-values-note" }, note) : null,
+    );
     return;
   }
   const title = data.kind === "module" ? `module ${data.module === "" ? "(root)" : data.module}` : `${data.op}`;
@@ -201,6 +274,7 @@ export function renderInspector(el, data) {
       meta.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, String(v)))),
     ),
     data.explanation ? h("div", { class: "hv-explanation" }, data.explanation) : null,
+    ...structureSections(summary),
   );
   const before = data.before || {};
   const changed = data.changed || {};

@@ -59,8 +59,10 @@ export function normColor(norm, range, nan = false) {
   if (n === null) return NO_GRAD_COLOR;
   if (!Number.isFinite(n)) return NAN_COLOR;
   if (n === 0) return ZERO_GRAD_COLOR;
-  const lo = range?.lo ?? -8;
-  const hi = range?.hi ?? 2;
+  // The range always comes with the payload (hookviz.widget.payload: a run without any norm has
+  // one too); the page invents none.
+  if (!range) return NO_GRAD_COLOR;
+  const { lo, hi } = range;
   const span = hi - lo > 0 ? hi - lo : 1;
   return viridis((Math.log10(Math.abs(n)) - lo) / span);
 }
@@ -90,8 +92,8 @@ export function beyondRange(norm, range) {
 
 /** Legend stops: [{log10, color}] from lo to hi, `count` stops. */
 export function legendStops(range, count = 5) {
-  const lo = range?.lo ?? -8;
-  const hi = range?.hi ?? 2;
+  if (!range) return [];
+  const { lo, hi } = range;
   const out = [];
   for (let i = 0; i < count; i++) {
     const v = count === 1 ? lo : lo + ((hi - lo) * i) / (count - 1);
@@ -256,15 +258,13 @@ export function visibleCount(graph, collapsed) {
 
 /**
  * The collapse state after a click on a module box, as a new sorted list: a closed box opens one
- * level (its child modules drawn as closed boxes: the rule of hookviz.widget_tree.open_one_level),
- * an open one closes. groups: the graph payload's groups ({module, parent: "group:<module>"}).
+ * level (openOneLevel: its child modules drawn as closed boxes), an open one closes.
+ * groups: the graph payload's groups ({module, parent: "group:<module>"}).
  */
 export function toggleGroup(collapsed, module, groups) {
   const s = new Set(collapsed || []);
-  if (s.has(module)) {
-    s.delete(module);
-    for (const g of groups || []) if (g.parent === `group:${module}`) s.add(g.module);
-  } else s.add(module);
+  if (s.has(module)) return openOneLevel(collapsed, module, groups);
+  s.add(module);
   return [...s].sort();
 }
 
@@ -376,4 +376,302 @@ export function heatmapWithStep(figure, step) {
         ];
   layout.shapes = [...(layout.shapes || []), ...marker];
   return { data: figure?.data || [], layout };
+}
+
+// ----- the module tree: names, identical blocks, what is open ------------------------------------
+// The one home of the view's rules (hookviz only sends the graph: groups with their parent and
+// signature). Python never computes which boxes are open: the page does, and writes the result to
+// the `collapsed` traitlet.
+
+export const MODULE_PREFIX = "module:";
+// About this many drawn elements (op nodes, leaves and boxes) keep a first view readable when it
+// is fitted into a notebook cell; the first view opens the module tree as deep as fits in it. The
+// widget's `visible_budget` traitlet overrides it.
+export const VISIBLE_BUDGET = 40;
+// The first view opens a box only when it holds at most this many child modules, so GPT-2
+// small's twelve blocks stay one `h` box (opened by a click) and a six-layer GPT-2 opens to them.
+export const ROW_BUDGET = 8;
+// The Module tree view opens levels while no column holds more than this many boxes: a column of
+// 16 boxes fitted into a notebook cell keeps 8 px labels.
+export const TREE_COLUMN_BUDGET = 16;
+// Siblings with one signature are marked "≡ identical blocks" from this many on (a pair is not a
+// pattern worth a mark; the first view still opens identical siblings together from two on).
+export const IDENTICAL_BLOCKS_MIN = 3;
+
+/** "a.b.c" -> "a.b", "a" -> null (the root module "" is not a box). */
+export function parentModule(module) {
+  const i = module.lastIndexOf(".");
+  return i < 0 ? null : module.slice(0, i);
+}
+
+/** The modules enclosing `module`, outermost first, without `module` itself. */
+export function ancestors(module) {
+  const out = [];
+  for (let m = module ? parentModule(module) : null; m; m = parentModule(m)) out.unshift(m);
+  return out;
+}
+
+/** Sort key comparison that puts h.2 before h.10 (indices compare as numbers). */
+export function naturalCompare(a, b) {
+  const pa = a.split(".");
+  const pb = b.split(".");
+  for (let i = 0; i < Math.min(pa.length, pb.length); i++) {
+    if (pa[i] === pb[i]) continue;
+    const na = /^\d+$/.test(pa[i]);
+    const nb = /^\d+$/.test(pb[i]);
+    if (na && nb) return Number(pa[i]) - Number(pb[i]);
+    if (na !== nb) return na ? -1 : 1;
+    return pa[i] < pb[i] ? -1 : 1;
+  }
+  return pa.length - pb.length;
+}
+
+/**
+ * What a box shows: the last part of the path, with its list's name when the part is an index or
+ * sits in a list item: transformer.h.3 -> h.3, transformer.h.3.attn -> h.3.attn,
+ * transformer.h.3.attn.c_attn -> c_attn, 0 -> 0.
+ */
+export function shortName(module) {
+  const parts = module.split(".");
+  if (parts.length === 1) return module;
+  const isIndex = (p) => /^\d+$/.test(p);
+  if (isIndex(parts[parts.length - 1])) return parts.slice(-2).join(".");
+  if (isIndex(parts[parts.length - 2])) return `${shortName(parts.slice(0, -1).join("."))}.${parts[parts.length - 1]}`;
+  return parts[parts.length - 1];
+}
+
+/**
+ * Complete a graph payload in place, once per graph: each group gets its `label` (shortName) and,
+ * when at least IDENTICAL_BLOCKS_MIN siblings share its `signature` (same type, same own ops,
+ * parameters of the same shapes, children identical in pairs: hookviz sends it), `repeat =
+ * {index, count}` (1-based among them, natural order); else repeat is null. Returns the graph.
+ */
+export function prepareGraph(graph) {
+  const groups = graph?.groups || [];
+  const classes = new Map();
+  for (const g of groups) {
+    g.label = shortName(g.module);
+    const key = `${g.parent}\u0000${g.signature}`;
+    if (!classes.has(key)) classes.set(key, []);
+    classes.get(key).push(g);
+  }
+  for (const members of classes.values()) {
+    members.sort((a, b) => naturalCompare(a.module, b.module));
+    members.forEach((g, i) => {
+      g.repeat = members.length >= IDENTICAL_BLOCKS_MIN ? { index: i + 1, count: members.length } : null;
+    });
+  }
+  return graph;
+}
+
+/** module -> its child modules (names), from the payload's `parent` links; the top level under null. */
+function childModules(groups) {
+  const children = new Map([[null, []]]);
+  for (const g of groups || []) {
+    const parent = g.parent ? g.parent.slice("group:".length) : null;
+    if (!children.has(parent)) children.set(parent, []);
+    children.get(parent).push(g.module);
+  }
+  return children;
+}
+
+/**
+ * Walk the module tree level by level from the top. At each level, identical siblings (same
+ * parent, same signature: the six blocks of a GPT-2) form one class, and tryOpen(members, depth)
+ * says whether that class opens; the children of opened modules make the next level.
+ */
+function openLevels(groups, children, tryOpen) {
+  const signature = new Map((groups || []).map((g) => [g.module, g.signature]));
+  const kids = (m) => children.get(m) || [];
+  let level = [...kids(null)].sort();
+  let depth = 0;
+  while (level.length) {
+    const classes = new Map();
+    for (const module of level) {
+      if (!kids(module).length) continue;
+      const key = `${parentModule(module)}\u0000${signature.get(module)}`;
+      if (!classes.has(key)) classes.set(key, []);
+      classes.get(key).push(module);
+    }
+    const next = [];
+    for (const members of classes.values()) if (tryOpen(members, depth)) for (const m of members) next.push(...kids(m));
+    level = next.sort();
+    depth += 1;
+  }
+}
+
+/**
+ * The modules collapsed in the first view of the graph (the "Overview"): the module tree opened as
+ * deep as fits. Every top-level module starts as one box; boxes that hold other modules open level
+ * by level while the drawn elements stay within `budget` and a box holds at most ROW_BUDGET child
+ * modules; identical siblings open together or not at all. Modules that hold only ops open only
+ * when the whole graph fits, so a small model shows its ops and a large one its blocks.
+ */
+export function defaultCollapsed(graph, budget = VISIBLE_BUDGET) {
+  const nodes = graph?.nodes || [];
+  const groups = graph?.groups || [];
+  if (!groups.length || nodes.length + groups.length <= budget) return [];
+  const children = childModules(groups);
+  const kids = (m) => children.get(m) || [];
+  const direct = new Map();
+  for (const n of nodes) direct.set(n.module, (direct.get(n.module) || 0) + 1);
+  const collapsed = new Set(kids(null));
+  let count = (direct.get("") || 0) + collapsed.size;
+  openLevels(groups, children, (members) => {
+    const added = members.reduce((sum, m) => sum + (direct.get(m) || 0) + kids(m).length, 0);
+    if (count + added > budget || members.some((m) => kids(m).length > ROW_BUDGET)) return false;
+    count += added;
+    for (const m of members) {
+      collapsed.delete(m);
+      for (const k of kids(m)) collapsed.add(k);
+    }
+    return true;
+  });
+  return [...collapsed].sort();
+}
+
+/**
+ * The modules collapsed when the Module tree view opens: the tree opened level by level while
+ * every depth's column holds at most `budget` boxes; identical siblings open together or not at
+ * all. Every module that has children is listed unless opened.
+ */
+export function treeCollapsed(groups, budget = TREE_COLUMN_BUDGET) {
+  const children = childModules(groups);
+  const kids = (m) => children.get(m) || [];
+  const collapsed = new Set((groups || []).map((g) => g.module).filter((m) => kids(m).length));
+  const column = new Map([[0, kids(null).length]]);
+  openLevels(groups, children, (members, depth) => {
+    const added = members.reduce((sum, m) => sum + kids(m).length, 0);
+    if ((column.get(depth + 1) || 0) + added > budget) return false;
+    column.set(depth + 1, (column.get(depth + 1) || 0) + added);
+    for (const m of members) collapsed.delete(m);
+    return true;
+  });
+  return [...collapsed].sort();
+}
+
+/** The collapsed list a view kind starts with: "modules" (treeCollapsed) or "ops" (defaultCollapsed). */
+export function firstCollapsed(graph, view, budget = VISIBLE_BUDGET) {
+  return view === "modules" ? treeCollapsed(graph?.groups) : defaultCollapsed(graph, budget);
+}
+
+/** "Collapse all": every top-level module as one closed box. */
+export function collapseAll(groups) {
+  return (groups || [])
+    .filter((g) => !g.parent)
+    .map((g) => g.module)
+    .sort();
+}
+
+/** `collapsed` with `module` open and its child modules drawn as closed boxes. */
+export function openOneLevel(collapsed, module, groups) {
+  const s = new Set(collapsed || []);
+  s.delete(module);
+  for (const k of childModules(groups).get(module) || []) s.add(k);
+  return [...s].sort();
+}
+
+/**
+ * `collapsed` with every module around `module` open (one level each), so an element of `module`
+ * is drawn; `module` itself too when openItself (to show one of its ops).
+ */
+export function reveal(collapsed, module, groups, openItself) {
+  const chain = [...ancestors(module), ...(openItself && module ? [module] : [])];
+  let state = [...(collapsed || [])].sort();
+  for (const name of chain) if (state.includes(name)) state = openOneLevel(state, name, groups);
+  return state;
+}
+
+/** The collapsed list that draws the element `id` (a node id or "module:<name>") of `graph`. */
+export function revealTarget(collapsed, id, graph) {
+  if (id.startsWith(MODULE_PREFIX)) return reveal(collapsed, id.slice(MODULE_PREFIX.length), graph.groups, false);
+  const node = (graph.nodes || []).find((n) => n.id === id);
+  return node ? reveal(collapsed, node.module, graph.groups, true) : [...(collapsed || [])].sort();
+}
+
+/**
+ * The best match of a search: a module name, op node id or leaf name containing `query`
+ * (case-insensitive). An exact name wins, then a name that ends with "." + it, then the shortest;
+ * modules before nodes of equal rank. Returns "module:<name>" or a node id; null when nothing matches.
+ */
+export function find(query, graph) {
+  const needle = (query || "").trim().toLowerCase();
+  if (!needle) return null;
+  let best = null;
+  const consider = (name, kind, id) => {
+    const lowered = name.toLowerCase();
+    if (!lowered.includes(needle)) return;
+    const rank = [lowered !== needle, !(lowered === needle || lowered.endsWith(`.${needle}`)), name.length, kind, name];
+    if (!best || lessThan(rank, best.rank)) best = { rank, id };
+  };
+  for (const g of graph?.groups || []) consider(g.module, 0, MODULE_PREFIX + g.module);
+  for (const n of graph?.nodes || []) consider(n.id, 1, n.id);
+  return best && best.id;
+}
+
+function lessThan(a, b) {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i] < b[i];
+  return false;
+}
+
+/**
+ * What the inspector can say about an element from the graph alone (no kernel): for a node its op,
+ * module, gradient norm and neighbours; for a module box its type, its child modules and the
+ * gradient norms of the parameters (leaves) it holds, each with its norm. `id` is a node id or
+ * "module:<name>". Returns null for an id the graph does not have.
+ */
+export function graphSummary(graph, id) {
+  const nodes = graph?.nodes || [];
+  const groups = graph?.groups || [];
+  if (id.startsWith(MODULE_PREFIX)) {
+    const module = id.slice(MODULE_PREFIX.length);
+    const group = groups.find((g) => g.module === module);
+    if (!group) return null;
+    const children = groups
+      .filter((g) => g.parent === group.id)
+      .map((g) => ({ module: g.module, label: shortName(g.module), type: g.type, norm: g.norm, nan: g.nan }));
+    const inside = (m) => m === module || m.startsWith(`${module}.`);
+    const parameters = nodes
+      .filter((n) => n.kind !== "op" && inside(n.module))
+      .map((n) => ({
+        id: n.id,
+        // its name inside the module (h.0.attn.c_attn.weight in transformer.h): the table stays narrow
+        name: module && n.id.startsWith(`${module}.`) ? n.id.slice(module.length + 1) : n.id,
+        module: n.module,
+        norm: n.norm,
+        nan: n.nan,
+      }));
+    const ops = nodes.filter((n) => n.kind === "op" && n.module === module).length;
+    return {
+      kind: "module",
+      id,
+      module,
+      type: group.type,
+      norm: group.norm,
+      nan: group.nan,
+      size: group.size,
+      children,
+      parameters,
+      ops,
+    };
+  }
+  const node = nodes.find((n) => n.id === id);
+  if (!node) return null;
+  const inputs = [];
+  const outputs = [];
+  for (const [source, target] of graph.edges || []) {
+    if (target === id) inputs.push(source);
+    if (source === id) outputs.push(target);
+  }
+  return {
+    kind: node.kind,
+    id,
+    op: node.op,
+    module: node.module,
+    norm: node.norm,
+    nan: node.nan,
+    hint: node.hint,
+    inputs,
+    outputs,
+  };
 }

@@ -24,8 +24,10 @@ import {
   visibleCount,
   visibleGraph,
 } from "../src/logic.js";
-// The canonical example's `graph` traitlet, as hookviz.widget_data.graph_json wrote it.
-import canonical from "./fixtures/canonical.json";
+import { payload } from "./fixtures.js";
+
+// The canonical example's `graph` traitlet, written by the Python tests from a real run.
+const canonical = payload("canonical");
 
 describe("colour scale", () => {
   it("maps the ends of the range to the ends of viridis", () => {

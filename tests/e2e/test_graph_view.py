@@ -49,7 +49,7 @@ def lab(tmp_path_factory):
     harness.require_browser()
     pytest.importorskip("transformers")
     root = tmp_path_factory.mktemp("lab")
-    harness.write_notebook(root / "gpt2.ipynb", [GPT2, 'w.select("c_fc.weight")'])
+    harness.write_notebook(root / "gpt2.ipynb", [GPT2, 'w.search("c_fc.weight")'])
     harness.write_notebook(root / "mlp.ipynb", [MLP])
     # As a run past the cheap-details limit (GPT-2 small, a 20,000-Node graph) is shown: drawn from
     # its norms, its details recorded when the page asks after the first paint.

@@ -1,0 +1,1 @@
+const e=t=>document.getElementById(t).textContent,o=Uint8Array.from(atob(e("hookviz-esm")),t=>t.charCodeAt(0)),n=URL.createObjectURL(new Blob([o],{type:"text/javascript"}));import(n).then(({renderSaved:t})=>t(document.getElementById("hookviz"),JSON.parse(e("hookviz-state"))));

@@ -1,0 +1,16 @@
+// The graph payloads the JS tests read: written by the Python test run from real recorded runs
+// (tests/test_widget.py::test_the_js_tests_read_payloads_written_from_real_runs), never by hand,
+// so the page's rules are tested on what hookviz sends today. CI runs pytest first (.ci/run).
+import { existsSync, readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+/** The graph payload `name` (canonical, gpt2, deep2, deep6, deep12, deep40), parsed afresh. */
+export function payload(name) {
+  const path = fileURLToPath(new URL(`./fixtures/${name}.json`, import.meta.url));
+  if (!existsSync(path))
+    throw new Error(
+      `${path} is missing: the Python tests write it from a real run; run ` +
+        "`python -m pytest tests/test_widget.py -k js_tests` first (CI runs pytest before vitest)",
+    );
+  return JSON.parse(readFileSync(path, "utf8"));
+}
