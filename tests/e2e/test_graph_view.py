@@ -179,6 +179,7 @@ def test_gpt2_opens_as_its_fitted_module_tree(lab):
         selected = harness.view_report(page)
         assert "transformer.h.0.mlp.c_fc.weight" not in selected["outside"]
         assert "c_fc.weight" in root.locator(".hv-inspector").inner_text()
+        root.locator(".hv-inspector .hv-tensor .hv-histwrap").first.wait_for(state="visible", timeout=30_000)
         # Its gradient, [128, 512], is past the full-tensor limit: statistics, a histogram of a
         # sample, a heatmap of its block overview, and a note that its values were not kept.
         tensor = root.locator(".hv-inspector .hv-tensor").first
@@ -274,6 +275,8 @@ def test_deep_mlp_first_view_is_fitted_and_readable(lab):
         page.wait_for_function(
             "() => document.querySelector('.hookviz-widget .hv-inspector .hv-title')?.textContent.includes('AccumulateGrad')"
         )
+        # The page draws what its graph says at once; the kernel's tensors come after.
+        root.locator(".hv-inspector .hv-tensor .hv-stats").first.wait_for(state="visible", timeout=30_000)
         view = page.evaluate(
             """() => {
                 const root = document.querySelector('.hookviz-widget');
@@ -494,6 +497,12 @@ def test_saved_page_opens_from_a_file_without_kernel(tmp_path):
         )
         page.wait_for_function(
             "() => document.querySelector('.hookviz-widget').cy.getElementById('group:0').isParent()",
+            timeout=10_000,
+        )
+        # Click where the opened box's leaf ends up, not where its layout's animation passes.
+        page.wait_for_function(
+            "() => { const cy = document.querySelector('.hookviz-widget').cy;"
+            " return !cy.animated() && !cy.nodes().some((n) => n.animated()); }",
             timeout=10_000,
         )
         harness.click_node(page, "0.weight")
