@@ -279,7 +279,7 @@ function render({ model, el }) {
   };
   // Errors that answer one request of this page (a refused edit, a malformed message) belong to
   // the page that asked: a page opened later (a reload) does not show an old one.
-  const REQUEST_ERRORS = ["edit", "edits", "message", "select", "search", "group", "view"];
+  const REQUEST_ERRORS = ["edit", "edits", "message", "select", "group", "view"];
   const stale = REQUEST_ERRORS.filter((name) => (model.get("errors") || {})[name]);
   if (stale.length) {
     const kept = { ...(model.get("errors") || {}) };
@@ -361,7 +361,6 @@ function render({ model, el }) {
     rerunError.textContent = e.rerun || e.device || "";
     // A refused device does not stay picked: the picker shows the device of the run on screen.
     if (e.device) device.value = model.get("device");
-    if (e.search) searchError.textContent = e.search;
     viewError.textContent = e.view || "";
     graphError.textContent = e.group || "";
     selectError.textContent = e.select || "";
