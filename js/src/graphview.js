@@ -537,6 +537,11 @@ export class GraphView {
     });
   }
 
+  /** Read the theme's colours again (JupyterLab switched theme): cytoscape copies them at creation. */
+  restyle() {
+    this.cy.style(styleFor(theme(this.container)));
+  }
+
   /** Fit the whole drawing into the box (animated). */
   fit() {
     const view = viewportFor(this.boxOf(this.target || {}), this.cy.width(), this.cy.height(), MAX_FIT_ZOOM);
