@@ -181,7 +181,11 @@ const NOT_SEEN_FROM_PYTHON =
 function forwardValue(data) {
   if (data.output) return tensorView(data.output);
   const pending = (data.pending || []).includes("output");
-  const why = pending ? "recorded with the run's details, in a moment" : NOT_SEEN_FROM_PYTHON;
+  const why = pending
+    ? "recorded with the run's details, in a moment"
+    : data.node_kind === "leaf"
+      ? "a leaf (a parameter or an input) is not computed by an op in this graph: no forward output"
+      : NOT_SEEN_FROM_PYTHON;
   return h("div", { class: "hv-muted hv-not-seen" }, `None: ${why}`);
 }
 
