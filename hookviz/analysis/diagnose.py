@@ -131,6 +131,12 @@ def percent(fraction: float) -> str:
     return "< 0.01%" if fraction < 0.5 else "> 99.99%"
 
 
+def places(findings: list[Finding]) -> set[tuple[str, str]]:
+    """``(kind, module)`` of every place ``findings`` cover, each module of a grouped one included:
+    what two runs' findings are compared by (a grouped finding's ``module`` is only its worst)."""
+    return {(f.kind, module) for f in findings for module in (f.modules or (f.module,))}
+
+
 # Which finding of a run is its worst: the smallest ratio, the largest norm or fraction.
 _WORST = {"vanishing": min}
 
