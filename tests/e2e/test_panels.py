@@ -12,7 +12,8 @@
 - The leaf table of a 60-layer MLP (120 parameters, more than two pages): every leaf reached by
   paging, the columns inside the panel, and "most changed first" ordered by Python's own
   |log10(norm / baseline norm)|.
-- The diagnosis banner of a 20-layer sigmoid MLP: one line for the run of vanishing layers.
+- The diagnosis banner of a 20-layer sigmoid MLP: one line for the run of vanishing layers; the
+  inspector of an op inside GPT-2's scaled_dot_product_attention says why it has no forward value.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ ids = torch.randint(0, 1000, (2, 32))
 w = hookviz.show(GPT2LMHeadModel(config), (), kwargs={"input_ids": ids, "labels": ids},
                  loss_fn=lambda out: out.loss)
 w"""
+
+# An op of scaled_dot_product_attention's math path: autograd made it inside that one call.
+INSIDE_ATTENTION = """\
+inside = next(n for n in w.run.nodes if n.startswith("SafeSoftmaxBackward0"))
+print("INSIDE", json.dumps([inside, w.run.nodes[inside].output is None]))
+w.select(inside)"""
 
 MLP = """\
 import torch, torch.nn.functional as F, hookviz
@@ -91,7 +98,7 @@ def lab(tmp_path_factory):
     harness.require_browser()
     pytest.importorskip("transformers")
     root = tmp_path_factory.mktemp("panels-lab")
-    harness.write_notebook(root / "gpt2.ipynb", [GPT2])
+    harness.write_notebook(root / "gpt2.ipynb", [GPT2, "import json\n" + INSIDE_ATTENTION])
     harness.write_notebook(root / "mlp.ipynb", [MLP, FINDINGS, 'w.toggle_group("0")', MLP])
     harness.write_notebook(root / "deep.ipynb", [DEEP, DEEP_EDIT])
     # The theme switch writes user settings: this JupyterLab keeps them in its own folder.
@@ -167,6 +174,19 @@ def test_chart_keeps_its_height_on_first_show_resize_and_full_screen(lab):
         assert_chart_fits(page, "after leaving full screen")
         root.locator(".hv-chart").scroll_into_view_if_needed()
         root.locator(".hv-chart").screenshot(path=str(ARTIFACTS / "panels_chart_after_fullscreen.png"))
+
+        # An op inside scaled_dot_product_attention has no forward value: the inspector says why.
+        harness.run_cell(page, 1)
+        inside, missing = printed(page, "INSIDE", 1)
+        assert missing  # what hookviz recorded: no forward value for it
+        page.wait_for_function(
+            "(id) => document.querySelector('.hookviz-widget .hv-inspector .hv-meta')?.textContent.includes(id)",
+            arg=inside,
+            timeout=30_000,
+        )
+        note = root.locator(".hv-inspector .hv-not-seen").inner_text()
+        assert note.startswith("None: not seen from Python: autograd made this op inside a larger torch call")
+        root.locator(".hv-side").screenshot(path=str(ARTIFACTS / "panels_inspector_inside_attention.png"))
 
 
 # ----- contrast in Light and Dark -----------------------------------------------------------------
