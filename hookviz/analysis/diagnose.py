@@ -165,7 +165,7 @@ def _grouped(flags: list[Finding | None], describe, group: bool = True) -> list[
         if len(run) == 1:
             out.append(run[0])
             continue
-        worst = _WORST.get(run[0].kind, max)(run, key=lambda f: f.value if f.value is not None else math.nan)
+        worst = _WORST.get(run[0].kind, max)(run, key=lambda f: f.value)
         out.append(
             Finding(
                 worst.kind,
