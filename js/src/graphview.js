@@ -283,8 +283,8 @@ export class GraphView {
     this.layouts = new Map(); // expansion state and view size -> positions ELK computed for them
     this.representative = new Map();
     this.rendering = Promise.resolve();
-    // What the page's view frames ({ids, maxZoom, minZoom}, see frame; null: the whole drawing,
-    // readable), framed again when the view changes size, unless the user moved the view since.
+    // What the page's view frames ({ids, around, maxZoom, minZoom}, see frame; null: the whole
+    // drawing, readable), framed again when the view changes size, unless the user moved it since.
     this.subject = null;
     this.userMoved = false;
     // Cytoscape zooms 3 % per mouse-wheel notch once it takes the wheel for an "inaccurate" device
@@ -396,7 +396,7 @@ export class GraphView {
       this.onPlaced(performance.now() - t0);
       this.representative = representative;
       this.select(this.selectedId);
-      return this.settle(first, opened.length ? opened : closed, t0, nodes.length);
+      return this.settle(first, opened.length ? { ids: opened } : { around: closed[0] }, t0, nodes.length);
     });
     // A failed layout must not leave a promise that never settles behind every later focus().
     this.rendering = this.rendering.catch((error) => {
@@ -476,16 +476,27 @@ export class GraphView {
   }
 
   /**
-   * The viewport the page chooses for what it frames now (`this.subject`: the ids of the boxes just
-   * opened or closed, else the whole drawing), in the view's size now: fitted, but never below
-   * the zoom at which labels are readable (see viewportFor).
+   * The viewport the page chooses for what it frames now (`this.subject`: the boxes just opened,
+   * a node brought into view, else the whole drawing, kept `around` a box just closed), in the
+   * view's size now: fitted, but never below the zoom at which labels are readable (viewportFor).
    */
-  frame({ ids = null, maxZoom = MAX_FIT_ZOOM, minZoom = READABLE_ZOOM } = this.subject || {}) {
+  frame({ ids = null, around = null, maxZoom = MAX_FIT_ZOOM, minZoom = READABLE_ZOOM } = this.subject || {}) {
     // ELK's boxes hold their children and their title (top padding): their union is exact.
     const all = this.positions || {};
     const drawn = (ids || []).filter((id) => all[id]);
-    const part = drawn.length ? drawn.map((id) => all[id]) : Object.values(all);
-    return viewportFor(unionBox(part), this.cy.width(), this.cy.height(), maxZoom, minZoom);
+    const box = unionBox(drawn.length ? drawn.map((id) => all[id]) : Object.values(all));
+    const [width, height] = [this.cy.width(), this.cy.height()];
+    // A box just closed stays in view when the whole drawing is too large to read.
+    if (around && all[around] && viewportFor(box, width, height, maxZoom).zoom < minZoom)
+      return viewportFor(unionBox([all[around]]), width, height, minZoom, minZoom);
+    return viewportFor(box, width, height, maxZoom, minZoom);
+  }
+
+  /** After an animation of the view: frame again if the view changed size during it (resize). */
+  reframeIfResized() {
+    if (!this.resizedMeanwhile) return;
+    this.resizedMeanwhile = false;
+    if (!this.userMoved) this.cy.viewport(this.frame());
   }
 
   /**
@@ -494,14 +505,13 @@ export class GraphView {
    * opened a box), the frame is taken again in the new size.
    */
   settle(first, subject, t0, count) {
-    this.subject = !first && subject.length ? { ids: subject } : null;
+    this.subject = first ? null : subject;
     this.userMoved = false;
     const view = this.frame();
     if (first) {
       this.cy.viewport(view);
       return this.painted({ kind: "layout", t0, count });
     }
-    const size = [this.cy.width(), this.cy.height()];
     const moves = this.moving.map((n) =>
       n
         .animation({ position: this.target[n.id()], duration: ANIMATION_MS, easing: "ease-in-out-cubic" })
@@ -513,7 +523,7 @@ export class GraphView {
       .play()
       .promise();
     return Promise.all([...moves, viewport]).then(() => {
-      if (this.cy.width() !== size[0] || this.cy.height() !== size[1]) this.cy.viewport(this.frame());
+      this.reframeIfResized();
       return this.painted({ kind: "layout", t0, count });
     });
   }
@@ -573,7 +583,8 @@ export class GraphView {
       return this.cy
         .animation({ ...view, duration: ANIMATION_MS, easing: "ease-in-out-cubic" })
         .play()
-        .promise();
+        .promise()
+        .then(() => this.reframeIfResized());
     });
   }
 
@@ -596,17 +607,23 @@ export class GraphView {
   fit() {
     this.subject = { ids: null, minZoom: 0 };
     this.userMoved = false;
-    this.cy.animation({ ...this.frame(), duration: ANIMATION_MS }).play();
+    this.cy
+      .animation({ ...this.frame(), duration: ANIMATION_MS })
+      .play()
+      .promise()
+      .then(() => this.reframeIfResized());
   }
 
   /**
    * The container changed size (resize handle, full screen, the side panel opening or closing):
    * redraw, and frame again what the page framed last, unless the user zoomed or panned since.
-   * During an animation the new frame is taken when it ends (settle).
+   * During an animation of the view the new frame is taken when it ends (reframeIfResized).
    */
   resize() {
     this.cy.resize();
-    if (this.target && !this.userMoved && !this.cy.animated()) this.cy.viewport(this.frame());
+    if (!this.target || this.userMoved) return;
+    if (this.cy.animated()) this.resizedMeanwhile = true;
+    else this.cy.viewport(this.frame());
   }
 
   destroy() {

@@ -200,6 +200,7 @@ def open_box(page, group: str) -> dict:
 def assert_readable_when_opened(report: dict, group: str) -> None:
     assert report["open"] and report["held"] >= 3, (group, report)
     share = report["readable"] / report["held"]
+    print(f"opened {group}: {report}")
     assert share >= 0.8, f"{group}: {report['readable']} of {report['held']} readable and in view: {report}"
 
 
