@@ -211,6 +211,19 @@ def assert_edges_clear(page, what: str) -> dict:
     return drawn
 
 
+def assert_downward(drawn: dict, what: str) -> None:
+    """Every edge leaves its source from below, enters its target from above, and its target is
+    drawn lower: no edge reads backwards."""
+    backwards = [
+        e["id"]
+        for e in drawn["edges"]
+        if not (e["target_below"] and e["leaves_down"] and e["enters_from_above"])
+    ]
+    assert backwards == [], (
+        f"{what}: {len(backwards)} of {len(drawn['edges'])} edges read backwards: {backwards}"
+    )
+
+
 def test_gpt2_attention_opens_readable_with_clear_edges_and_a_usable_wheel(lab):
     ARTIFACTS.mkdir(exist_ok=True)
     with (
@@ -230,6 +243,7 @@ def test_gpt2_attention_opens_readable_with_clear_edges_and_a_usable_wheel(lab):
         assert attention["held"] >= 30, attention
         assert_readable_when_opened(attention, "h.0.attn")
         drawn = assert_edges_clear(page, "GPT-2 with h.0.attn open")
+        assert_downward(drawn, "GPT-2 with h.0.attn open")
         assert sum(e["routed"] == "segments" for e in drawn["edges"]) >= 5
 
         # Six notches of a mouse wheel (100 px each) zoom out by more than half.
@@ -262,7 +276,7 @@ def test_bert_attention_self_opens_readable(lab):
         root.screenshot(path=str(ARTIFACTS / "layout_bert_self_open.png"))
         assert report["held"] >= 25, report
         assert_readable_when_opened(report, "layer.1.attention.self")
-        assert_edges_clear(page, "BERT with attention.self open")
+        assert_downward(assert_edges_clear(page, "BERT with attention.self open"), "BERT")
         assert not [line for line in console if line.startswith("pageerror")]
 
 
@@ -288,13 +302,7 @@ def test_resnet_skip_is_a_second_input_of_add_and_opening_keeps_edges_downward(l
         report = open_box(page, "group:blocks.0.bn1")
         root.screenshot(path=str(ARTIFACTS / "layout_cnn_bn1_open.png"))
         assert_readable_when_opened(report, "blocks.0.bn1")
-        drawn = assert_edges_clear(page, "CNN with bn1 open")
-        backwards = [
-            e["id"]
-            for e in drawn["edges"]
-            if not (e["target_below"] and e["leaves_down"] and e["enters_from_above"])
-        ]
-        assert backwards == [], f"{len(backwards)} of {len(drawn['edges'])} edges read backwards: {backwards}"
+        assert_downward(assert_edges_clear(page, "CNN with bn1 open"), "CNN with bn1 open")
         assert not [line for line in console if line.startswith("pageerror")]
 
 
@@ -309,5 +317,5 @@ def test_deep_mlp_edges_clear_and_an_opened_layer_readable(lab):
         report = open_box(page, "group:20")
         root.screenshot(path=str(ARTIFACTS / "layout_mlp_20_open.png"))
         assert_readable_when_opened(report, "20")
-        assert_edges_clear(page, "MLP with 20 open")
+        assert_downward(assert_edges_clear(page, "MLP with 20 open"), "MLP with 20 open")
         assert not [line for line in console if line.startswith("pageerror")]
