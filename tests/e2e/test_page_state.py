@@ -230,8 +230,9 @@ def test_a_refused_edit_error_does_not_come_back_after_a_reload(lab):
         expression.fill("__import__('os')")
         expression.press("Enter")
         error = root.locator(".hv-editor .hv-error")
-        page.wait_for_function(
-            "(el) => el.textContent.trim() !== ''", arg=error.element_handle(), timeout=30_000
+        page.wait_for_function(  # the editor is drawn anew with each answer: find it each time
+            "() => document.querySelector('.hookviz-widget .hv-editor .hv-error')?.textContent.trim()",
+            timeout=30_000,
         )
         assert "__import__" in error.inner_text() or "not allowed" in error.inner_text().lower()
         page.keyboard.press("Control+s")
