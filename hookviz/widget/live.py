@@ -16,9 +16,11 @@ When training stops, the last step is sent at most ``every_seconds`` later (one 
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import time
+import weakref
 
 import torch
 
@@ -26,6 +28,18 @@ from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 
 # With every_steps alone, the last steps of a loop that stopped are sent after this quiet time.
 QUIET_SECONDS = 1.0
+
+
+# The feeds whose thread may still run: stopped and joined when the interpreter exits, so that
+# no update is halfway through torch code while the process tears down.
+_RUNNING: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for feed in list(_RUNNING):
+        feed.stop()
+        feed._thread.join(timeout=2.0)
 
 
 class LiveFeed:
@@ -61,6 +75,7 @@ class LiveFeed:
         if watch.closed:
             self._closed = True
         self._thread = threading.Thread(target=self._run, name="hookviz-live-watch", daemon=True)
+        _RUNNING.add(self)
         self._thread.start()
 
     # ----- the training thread ----------------------------------------------------------------
@@ -69,6 +84,10 @@ class LiveFeed:
         """The watch's step listener: note the step; wake the sender on an alarm."""
         alarm = row is not None and bool(row.gt(self._alarm_limits).any())
         with self._condition:
+            # The sender sleeps until its next update is due; it is woken only when it waits for
+            # nothing (all sent), when an alarm must go now, or when every_steps steps came: a
+            # wake-up per step would hand the GIL back and forth with the training thread.
+            idle = self._latest == self._shown
             if step is None:
                 self._closed = True
             else:
@@ -77,7 +96,8 @@ class LiveFeed:
                 self._new_steps += 1
                 self._urgent |= alarm and not self._alarmed
                 self._alarmed = alarm
-            self._condition.notify()
+            if idle or self._closed or self._urgent or self._new_steps == self.every_steps:
+                self._condition.notify()
 
     # ----- the sender thread --------------------------------------------------------------------
 
@@ -135,9 +155,13 @@ class LiveFeed:
             self._condition.notify()
 
     def wait_shown(self, timeout: float = 10.0) -> bool:
-        """Wait until the last kept step has been sent (tests, notebooks); False on timeout."""
+        """Wait until the last kept step has been sent, and after the watch closed its final
+        state (tests, notebooks); False on timeout."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self._closed:  # the final state goes last, then the thread ends
+                self._thread.join(max(0.0, deadline - time.monotonic()))
+                return not self._thread.is_alive()
             if self._latest == self._shown and not self._urgent:
                 return True
             time.sleep(0.01)
