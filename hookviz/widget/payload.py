@@ -98,9 +98,15 @@ def module_norms(run: Run) -> dict[str, float | None]:
 
 def _color_range(norms) -> dict:
     logs = [math.log10(n) for n in norms if n is not None and math.isfinite(n) and n > 0]
-    if not logs:
+    return _log_range(min(logs), max(logs)) if logs else _log_range(None, None)
+
+
+def _log_range(smallest: float | None, largest: float | None) -> dict:
+    """The colour range ``{lo, hi}`` (whole decades) around log10 norms from ``smallest`` to
+    ``largest``; -1..1 when there is none."""
+    if smallest is None:
         return {"lo": -1.0, "hi": 1.0}
-    lo, hi = math.floor(min(logs)), math.ceil(max(logs))
+    lo, hi = math.floor(smallest), math.ceil(largest)
     if hi <= lo:
         hi = lo + 1
     return {"lo": lo, "hi": hi}
@@ -767,8 +773,11 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
 
 def watch_color_range(history) -> dict:
     """One log10 colour range over every kept step of a watch, so the colours of two steps compare."""
-    values = history.norm.flatten().tolist()
-    return _color_range(v for v in values if not math.isnan(v))
+    norms = history.norm[torch.isfinite(history.norm) & (history.norm > 0)]
+    if not norms.numel():
+        return _log_range(None, None)
+    logs = torch.log10(norms)
+    return _log_range(logs.min().item(), logs.max().item())
 
 
 # A live watch figure (live_watch_figure) draws at most this many steps (evenly picked, the last
@@ -805,8 +814,10 @@ def live_watch_figure(history, title: str) -> dict:
     picked = _evenly(len(history.steps), LIVE_FIGURE_STEPS)
     steps = [history.steps[i] for i in picked]
     norms = history.norm[picked][:, columns] if columns else torch.zeros(len(picked), 0, dtype=torch.float64)
-    logs = torch.log10(norms.where(norms > 0, torch.tensor(math.nan, dtype=torch.float64))).round(decimals=3)
-    z = [[v if math.isfinite(v) else None for v in row] for row in logs.T.tolist()]
+    nan = torch.tensor(math.nan, dtype=torch.float64)
+    logs = torch.log10(norms.where(norms > 0, nan)).round(decimals=3)
+    logs = logs.where(torch.isfinite(logs), nan)
+    z = [[v if v == v else None for v in row] for row in logs.T.tolist()]  # NaN != NaN: JSON null
     # Layer norms: sqrt of the sum of its parameters' squared norms (NaN where none got a gradient).
     layers: dict[str, list[int]] = {}
     for position, name in enumerate(names):
@@ -837,8 +848,8 @@ def live_watch_figure(history, title: str) -> dict:
         )
     # NaN/Inf in a gradient: its cells drawn red over the heatmap, as the graph draws them.
     nonfinite = history.nonfinite[picked][:, columns] if columns else torch.zeros(len(picked), 0)
-    bad = [[1 if v > 0 else None for v in row] for row in nonfinite.T.tolist()]
-    if any(v for row in bad for v in row):
+    if bool((nonfinite > 0).any()):
+        bad = [[1 if v > 0 else None for v in row] for row in nonfinite.T.tolist()]
         traces.insert(
             0,
             {
