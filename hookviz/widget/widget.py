@@ -69,7 +69,9 @@ class Widget(anywidget.AnyWidget):
     """Interactive view of a :class:`hookviz.Session`: graph, inspector, edits, re-run, replay, chart.
 
     Args:
-        session: the session to show; it is run once now when it has no run yet.
+        session: the session to show; it is run once now when it has no run yet. None: no
+            graph, for a watch shown alone (``hookviz.show(watch)``, :meth:`show_live`); requests
+            that need a run are refused with a note.
         visible_budget: about how many elements the first view draws: the module tree opens as
             deep as fits in it (see :func:`hookviz.widget.tree.default_collapsed`).
         vanishing_threshold: a layer's gradient "vanishes" below this fraction of the gradient of
