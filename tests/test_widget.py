@@ -1380,7 +1380,7 @@ def _train(model, steps, poison_at=None):
         optimizer.step()
 
 
-def test_show_of_an_open_watch_follows_training_and_keeps_the_final_state():
+def test_show_of_an_open_watch_follows_training_and_keeps_the_final_state(tmp_path):
     torch.manual_seed(0)
     model = sigmoid_mlp(depth=4, width=16, inputs=8, classes=3)
     with hookviz.watch(model) as watch:
@@ -1406,6 +1406,9 @@ def test_show_of_an_open_watch_follows_training_and_keeps_the_final_state():
     # a widget with no graph refuses what needs one, and says what to do
     reply = view.handle_message({"type": "select", "node": "0.weight"})
     assert not reply["ok"] and "show_watch" in reply["error"]
+    # saving the watch works as without a live view
+    loaded = hookviz.load(hookviz.save(watch, tmp_path / "watch.hookviz"))
+    assert loaded.steps == watch.steps == list(range(7))
 
 
 def test_a_nan_step_is_shown_at_once_whatever_the_throttle():
