@@ -154,8 +154,8 @@ def _merged_histogram(histogram: dict) -> dict:
 def _compact_tensor(record: dict, keep_values: bool) -> dict:
     """A tensor's JSON (``TensorRecord.to_dict``) as a saved page keeps it: its statistics to
     STATISTIC_DIGITS, histogram edges to EDGE_DIGITS, a coarser overview, and its values only when
-    ``keep_values``; fields that say nothing (None, "", []) are left out (the page reads a missing
-    field as absent)."""
+    ``keep_values``; fields that say nothing (None, "", no pending fields) are left out (the page
+    reads a missing field as absent)."""
     out = {}
     for name, value in record.items():
         if name == "value" and not keep_values:
@@ -166,7 +166,7 @@ def _compact_tensor(record: dict, keep_values: bool) -> dict:
             value = _merged_histogram(value)
         elif name == "overview" and value:
             value = _pooled_overview(value)
-        if value is None or value == "" or value == []:
+        if value is None or value == "" or (name == "pending" and not value):
             continue
         out[name] = value
     return out
@@ -222,7 +222,7 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
     Every tensor keeps its statistics, histogram and overview; its values (the numbers) are kept
     for the inspector on screen and the ``pinned`` node ids or module names with
     ``values="opened"`` (the default), for every tensor the run recorded with ``values="all"``
-    (GPT-2 small, 12 layers x 128 tokens: about 7 MB by default).
+    (GPT-2 small, 12 layers x 128 tokens: about 7.6 MB by default, 14 MB with "all").
 
     Raises:
         HookvizError: ``values`` is not "opened" or "all".
