@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import hookviz
-from hookviz.analysis.diagnose import Finding, diagnose, gradient_stats
+from hookviz.analysis.diagnose import Finding, diagnose, gradient_stats, percent
 from hookviz.examples import sigmoid_mlp
 
 
@@ -44,7 +44,7 @@ def test_deep_sigmoid_mlp_vanishes():
     model = sigmoid_mlp(depth=20, width=256, inputs=64, classes=10)
     loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
     run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
-    findings = hookviz.diagnose(run, model=model)
+    findings = hookviz.diagnose(run, model=model, group=False)
     grads = plain_grads(model, x, loss_fn)
     nearest = layer_norm(grads, "38")
     expected = [m for m in (str(i) for i in range(0, 39, 2)) if layer_norm(grads, m) < 1e-3 * nearest]
@@ -57,7 +57,103 @@ def test_deep_sigmoid_mlp_vanishes():
     assert first.value == pytest.approx(layer_norm(grads, "0") / nearest, rel=1e-5)
     assert "module '0' (Linear)" in first.message and "module '38'" in first.message
     # the same run with a looser threshold reports fewer layers
-    assert len(hookviz.diagnose(run, vanishing=1e-9)) < len(vanishing)
+    assert len(hookviz.diagnose(run, vanishing=1e-9, group=False)) < len(vanishing)
+
+
+@pytest.mark.parametrize("depth", [20, 30])
+def test_a_run_of_vanishing_layers_is_one_finding_with_its_range(depth):
+    """A deep sigmoid MLP: the layers below the threshold form one run from the loss side down to
+    the input, said in one line with its first and last ratio (plain PyTorch's numbers)."""
+    x, y = data()
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=depth, width=256, inputs=64, classes=10)
+    loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
+    run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+    grads = plain_grads(model, x, loss_fn)
+    layers = [str(i) for i in range(2 * depth - 2, -1, -2)]  # nearest the loss first
+    nearest = layer_norm(grads, layers[0])
+    below = [m for m in layers if layer_norm(grads, m) < 1e-3 * nearest]
+    assert below == layers[layers.index(below[0]) :] and len(below) >= 10  # one run, down to '0'
+    (finding,) = hookviz.diagnose(run, model=model)
+    assert finding.kind == "vanishing" and finding.modules == tuple(below)
+    first, last = (layer_norm(grads, m) / nearest for m in (below[0], below[-1]))
+    assert finding.message.startswith(
+        f"the gradient vanishes from module '{below[0]}' down to module '0' ({len(below)} Linear layers "
+        f"in a row): {first:.3g} … {last:.3g} x that of module '{layers[0]}' (Linear)"
+    )
+    worst = min(below, key=lambda m: layer_norm(grads, m))
+    assert finding.module == worst and finding.node == f"{worst}.weight"
+    assert finding.value == pytest.approx(layer_norm(grads, worst) / nearest, rel=1e-5)
+    # the per-layer findings are still there for who wants them, one per layer of the run
+    assert [f.module for f in hookviz.diagnose(run, model=model, group=False)] == below
+
+
+def test_runs_end_where_the_problem_changes():
+    """One huge layer in the middle saturates the sigmoid after it, so every layer below gets an
+    exactly-zero gradient (dead updates) while the two above it only vanish: two runs, two lines,
+    each with the layers plain PyTorch says have that problem."""
+    x, y = data()
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=12, width=64, inputs=64, classes=10)
+    with torch.no_grad():
+        model[10].weight.mul_(1e4)
+    loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
+    run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+    grads = plain_grads(model, x, loss_fn)
+    layers = [str(i) for i in range(22, -1, -2)]  # nearest the loss first
+    nearest = layer_norm(grads, "22")
+
+    def problem(module):
+        zeros = torch.cat([g.flatten() for n, g in grads.items() if n.rsplit(".", 1)[0] == module])
+        if (zeros == 0).double().mean().item() >= 0.9:
+            return "dead"
+        return "vanishing" if layer_norm(grads, module) < 1e-3 * nearest else None
+
+    runs: list[tuple[str, list[str]]] = []
+    for module in layers:
+        kind = problem(module)
+        if kind and runs and runs[-1][0] == kind and runs[-1][1][-1] == layers[layers.index(module) - 1]:
+            runs[-1][1].append(module)
+        elif kind:
+            runs.append((kind, [module]))
+    assert [kind for kind, _ in runs] == ["vanishing", "dead"]  # the model has both, in a row
+    layer_findings = [f for f in hookviz.diagnose(run, model=model) if f.kind in ("vanishing", "dead")]
+    layer_findings = [f for f in layer_findings if "updates" in f.message or f.kind == "vanishing"]
+    assert [(f.kind, list(f.modules)) for f in layer_findings] == runs
+    dead = layer_findings[1]
+    assert dead.message.startswith(
+        f"the updates are dead from module '{runs[1][1][0]}' down to module '0' ({len(runs[1][1])} "
+        "Linear layers in a row): 100% … 100% of each layer's parameter gradient is exactly zero"
+    )
+
+
+def test_percentages_never_round_a_part_to_all_or_nothing():
+    assert [percent(f) for f in (0, 1, 0.37, 0.995, 0.9999, 1 - 64 / 3.2e6, 2e-5, 0.004)] == [
+        "0%",
+        "100%",
+        "37%",
+        "99.5%",
+        "99.99%",
+        "> 99.99%",
+        "< 0.01%",
+        "0.4%",
+    ]
+    # a real layer with one live unit of 20000: its updates are dead but not "100%" dead
+    x, y = data()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 20000), nn.ReLU(), nn.Linear(20000, 10))
+    with torch.no_grad():
+        model[0].bias.fill_(-100)
+        model[0].bias[0] = 100
+    loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
+    findings = hookviz.diagnose(hookviz.Session(model, (x,), loss_fn=loss_fn).run(), model=model)
+    grads = plain_grads(model, x, loss_fn)
+    zeros = (torch.cat([grads["0.weight"].flatten(), grads["0.bias"]]) == 0).double().mean().item()
+    assert 0.9999 < zeros < 1
+    dead = next(f for f in findings if f.kind == "dead" and "updates are dead" in f.message)
+    assert dead.modules == ("2", "0") and "> 99.99%" in dead.message and "100%" not in dead.message
+    units = next(f for f in findings if f.kind == "dead" and f.module == "1")
+    assert units.message.startswith("> 99.99% of the outputs of module '1' (ReLU)")
 
 
 def test_gradient_stats_match_plain_pytorch():
@@ -97,7 +193,8 @@ def test_badly_initialised_deep_net_explodes():
         for parameter in model.parameters():
             parameter.mul_(10)
     loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
-    findings = hookviz.diagnose(hookviz.Session(model, (x,), loss_fn=loss_fn).run(), model=model)
+    run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+    findings = hookviz.diagnose(run, model=model, group=False)
     grads = plain_grads(model, x, loss_fn)
     exploding = {f.module: f.value for f in findings if f.kind == "exploding"}
     expected = {m: layer_norm(grads, m) for m in (str(i) for i in range(0, 23, 2))}
@@ -106,6 +203,13 @@ def test_badly_initialised_deep_net_explodes():
     for module, norm in exploding.items():
         assert norm == pytest.approx(expected[module], rel=1e-5)
     assert {f.kind for f in findings} == {"exploding"}
+    # grouped: every layer explodes, nearest the loss first, so one line from '22' down to '0'
+    (grouped,) = hookviz.diagnose(run, model=model)
+    assert grouped.modules == tuple(str(i) for i in range(22, -1, -2))
+    assert grouped.message.startswith(
+        f"the gradient explodes from module '22' down to module '0' (12 Linear layers in a row): norms "
+        f"{expected['22']:.3g} … {expected['0']:.3g}"
+    )
 
 
 def test_relu_with_large_negative_bias_is_dead():
@@ -115,7 +219,8 @@ def test_relu_with_large_negative_bias_is_dead():
     with torch.no_grad():
         model[0].bias.fill_(-100)
     loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
-    findings = hookviz.diagnose(hookviz.Session(model, (x,), loss_fn=loss_fn).run(), model=model)
+    run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+    findings = hookviz.diagnose(run, model=model, group=False)
     relu_out = model[1](model[0](x))
     grads = plain_grads(model, x, loss_fn)
     dead = {f.module: f for f in findings if f.kind == "dead"}
@@ -129,6 +234,10 @@ def test_relu_with_large_negative_bias_is_dead():
     zeros_2 = (torch.cat([grads["2.weight"].flatten(), grads["2.bias"]]) == 0).double().mean().item()
     assert zeros_2 >= 0.9 and dead["2"].value == pytest.approx(zeros_2)
     assert {f.kind for f in findings} == {"dead"}
+    # grouped: layers '2' and '0' are in a row (dead updates), the ReLU's units on their own
+    grouped = hookviz.diagnose(run, model=model)
+    assert [f.modules for f in grouped] == [("2", "0"), ()] and grouped[1].module == "1"
+    assert grouped[0].value == max(dead["0"].value, zeros_2)
 
 
 @pytest.mark.parametrize("full_tensor_limit", [1 << 20, 16])  # whole values, then histograms
@@ -141,7 +250,12 @@ def test_large_weights_saturate_sigmoids(full_tensor_limit):
             parameter.mul_(100)
     loss_fn = lambda out: F.cross_entropy(out, y)  # noqa: E731
     run = hookviz.Session(model, (x,), loss_fn=loss_fn, full_tensor_limit=full_tensor_limit).run()
-    saturated = {f.module: f.value for f in hookviz.diagnose(run, model=model) if f.kind == "saturated"}
+    grouped = [f for f in hookviz.diagnose(run, model=model) if f.kind == "saturated"]
+    assert [f.modules for f in grouped] == [("1", "3", "5")]  # one line: the sigmoids in a row
+    assert grouped[0].message.startswith("saturated activations from module '1' to module '5' (3 Sigmoid")
+    saturated = {
+        f.module: f.value for f in hookviz.diagnose(run, model=model, group=False) if f.kind == "saturated"
+    }
     h, compared = x, 0
     for i, layer in enumerate(model):
         h = layer(h)

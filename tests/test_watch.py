@@ -313,7 +313,7 @@ def test_vanishing_and_plots_over_steps():
         torch.linalg.vector_norm(model[0].bias.grad).item(),
     )
     assert layers["0"] == pytest.approx(expected, rel=1e-6)
-    vanishing = {f.module for f in w.diagnose() if f.kind == "vanishing"}
+    vanishing = {m for f in w.diagnose() if f.kind == "vanishing" for m in f.modules or (f.module,)}
     assert vanishing == {m for m, n in layers.items() if n < 1e-3 * layers["22"]} and "0" in vanishing
     heatmap = w.heatmap()
     assert list(heatmap.data[0].x) == [0, 1, 2]

@@ -829,7 +829,8 @@ def test_dead_gradients_made_by_the_users_own_zeroing_edit_say_so():
     assert widget.diagnosis["findings"] == []
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0") and widget.rerun()
     findings = widget.diagnosis["findings"]
-    assert {f["module"] for f in findings if f["kind"] == "dead"} == {
+    # one grouped finding for the layers in a row (nearest the loss first), each one named
+    assert {m for f in findings if f["kind"] == "dead" for m in f["modules"] or [f["module"]]} == {
         f"blocks.{i}.{part}" for i in range(3) for part in ("fc", "norm")
     }
     assert findings and all(f["from_edit"] for f in findings)

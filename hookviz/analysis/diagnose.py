@@ -20,6 +20,13 @@ Thresholds (keyword arguments of :func:`diagnose`, with their defaults):
 - ``saturated=0.9`` and ``saturation_margin=0.01``: a sigmoid (tanh) whose outputs are at least this
   fraction within ``saturation_margin`` of 0 or 1 (of -1 or 1), where its gradient is nearly zero.
 
+Findings about neighbouring places are grouped (``group=True``, the default): a run of layers in
+a row (in the order nearest the loss first) that all vanish, explode or have dead updates is one
+finding that names the first and last layer and the range of its numbers ("the gradient vanishes
+from module '30' down to module '0' (16 Linear layers in a row): 1e-4 … 4e-17 x ..."); so are
+saturated activations and dead units of modules that follow each other in forward order. A
+grouped finding lists its places in ``modules`` and points at the worst of them.
+
 NaN/Inf origin (no threshold): in backward, the first node in backward order whose ``grad_inputs``
 hold NaN/Inf while its ``grad_outputs`` do not; in forward, the first op whose output holds NaN/Inf
 while the inputs it got from other recorded ops do not (or a model input that holds them).
@@ -89,6 +96,9 @@ class Finding:
         step: the training step, for findings of a watch; None for a run.
         rank: the distributed rank concerned, for cross-rank findings of a gathered watch
             (:meth:`hookviz.watching.gather.RankHistory.diagnose`); else None.
+        modules: for a grouped finding, the modules of the run of layers (or of modules) it
+            covers, in the order the message names them; ``module``, ``node`` and ``value`` are
+            those of the worst of them. Empty for a finding about one place.
     """
 
     kind: str
@@ -98,6 +108,94 @@ class Finding:
     value: float | None = None
     step: int | None = None
     rank: int | None = None
+    modules: tuple[str, ...] = ()
+
+
+def percent(fraction: float) -> str:
+    """A fraction in [0, 1] as a percentage that never rounds a part to all or nothing.
+
+    ``0.37 -> "37%"``, ``0.995 -> "99.5%"``, ``0.99998 -> "> 99.99%"``, ``2e-5 -> "< 0.01%"``;
+    only exactly 0 and 1 give ``"0%"`` and ``"100%"`` (64 non-zero elements of 3.2 million are
+    not "100% zero").
+    """
+    if math.isnan(fraction):
+        return "NaN%"
+    if fraction <= 0:
+        return "0%"
+    if fraction >= 1:
+        return "100%"
+    for digits in (0, 1, 2):
+        shown = round(100 * fraction, digits)
+        if 0 < shown < 100:
+            return f"{shown:.{digits}f}%"
+    return "< 0.01%" if fraction < 0.5 else "> 99.99%"
+
+
+def places(findings: list[Finding]) -> set[tuple[str, str]]:
+    """``(kind, module)`` of every place ``findings`` cover, each module of a grouped one included:
+    what two runs' findings are compared by (a grouped finding's ``module`` is only its worst)."""
+    return {(f.kind, module) for f in findings for module in (f.modules or (f.module,))}
+
+
+# Which finding of a run is its worst: the smallest ratio, the largest norm or fraction.
+_WORST = {"vanishing": min}
+
+
+def _runs(flags: list[Finding | None]) -> list[list[Finding]]:
+    """Maximal runs of consecutive findings of one kind; None (a healthy place) ends a run."""
+    runs: list[list[Finding]] = []
+    previous = None
+    for finding in flags:
+        if finding is not None:
+            if previous is not None and previous.kind == finding.kind:
+                runs[-1].append(finding)
+            else:
+                runs.append([finding])
+        previous = finding
+    return runs
+
+
+def _grouped(flags: list[Finding | None], describe, group: bool = True) -> list[Finding]:
+    """The findings of ``flags`` (one entry per place, in order; None = healthy), each run of two
+    or more of one kind merged into one finding whose message is ``describe(run)``."""
+    if not group:
+        return [f for f in flags if f is not None]
+    out = []
+    for run in _runs(flags):
+        if len(run) == 1:
+            out.append(run[0])
+            continue
+        worst = _WORST.get(run[0].kind, max)(run, key=lambda f: f.value)
+        out.append(
+            Finding(
+                worst.kind,
+                worst.module,
+                worst.node,
+                describe(run),
+                worst.value,
+                worst.step,
+                worst.rank,
+                tuple(f.module for f in run),
+            )
+        )
+    return out
+
+
+def _span(
+    run: list[Finding], types: dict[str, str] | None, what: str = "layers", between: str = "down to"
+) -> str:
+    """ "module '30' down to module '0' (16 Linear layers in a row)" for a run of findings."""
+    kinds = {(types or {}).get(f.module) for f in run}
+    same = kinds.pop() if len(kinds) == 1 else None
+    first, last = (
+        (_label(run[0].module), _label(run[-1].module))
+        if same
+        else (
+            _label(run[0].module, types),
+            _label(run[-1].module, types),
+        )
+    )
+    return f"{first} {between} {last} ({len(run)} {same + ' ' if same else ''}{what} in a row)"
 
 
 @dataclass
@@ -293,6 +391,7 @@ def layer_findings(
     node_of: dict[str, str] | None = None,
     types: dict[str, str] | None = None,
     step: int | None = None,
+    group: bool = True,
 ) -> list[Finding]:
     """Vanishing, exploding and dead-update findings from layer gradient norms.
 
@@ -303,26 +402,30 @@ def layer_findings(
         zero_fractions: layer -> fraction of exactly-zero gradient elements.
         node_of: layer -> the node id to point at. types: module name -> class name.
         step: the training step, for a watch.
+        group: one finding per run of layers in a row (in ``norms`` order) with the same problem,
+            naming the first and last layer and the range; False gives one finding per layer.
     """
-    found = []
+    flags: list[Finding | None] = []
     zero_fractions = zero_fractions or {}
     node_of = node_of or {}
     reference = norms[nearest]
     usable = math.isfinite(reference) and reference > 0  # else ratios to it mean nothing
+    nearest_label = _label(nearest, types)
     for module, norm in norms.items():
         label, node = _label(module, types), node_of.get(module)
         zeros = zero_fractions.get(module, 0.0)
         if math.isnan(norm):
-            continue  # NaN is reported by its origin, not as a size
+            flags.append(None)  # NaN is reported by its origin, not as a size
+            continue
         if zeros >= thresholds["dead"]:
-            found.append(
+            flags.append(
                 Finding(
                     "dead",
                     module,
                     node,
                     (
-                        f"{zeros:.0%} of the parameter gradient of {label} is exactly zero: its updates are "
-                        f"dead (no gradient reaches it, e.g. the units it feeds or is fed by never fire)"
+                        f"{percent(zeros)} of the parameter gradient of {label} is exactly zero: its updates "
+                        f"are dead (no gradient reaches it, e.g. the units it feeds or is fed by never fire)"
                     ),
                     zeros,
                     step,
@@ -333,7 +436,7 @@ def layer_findings(
         if norm > thresholds["exploding_norm"] or (
             module != nearest and ratio is not None and ratio > thresholds["exploding"]
         ):
-            found.append(
+            flags.append(
                 Finding(
                     "exploding",
                     module,
@@ -343,8 +446,7 @@ def layer_findings(
                         + (
                             " (the layer nearest the loss)"
                             if module == nearest
-                            else f", {ratio:.3g} x that of {_label(nearest, types)}, the layer "
-                            f"nearest the loss"
+                            else f", {ratio:.3g} x that of {nearest_label}, the layer nearest the loss"
                             if ratio is not None
                             else ""
                         )
@@ -356,21 +458,43 @@ def layer_findings(
                 )
             )
         elif module != nearest and ratio is not None and ratio < thresholds["vanishing"]:
-            found.append(
+            flags.append(
                 Finding(
                     "vanishing",
                     module,
                     node,
                     (
                         f"the gradient vanishes at {label}: its norm is {norm:.3g}, {ratio:.3g} x that of "
-                        f"{_label(nearest, types)}, the layer nearest the loss (threshold: below "
+                        f"{nearest_label}, the layer nearest the loss (threshold: below "
                         f"{thresholds['vanishing']:g} x)"
                     ),
                     ratio,
                     step,
                 )
             )
-    return found
+        else:
+            flags.append(None)
+
+    def describe(run: list[Finding]) -> str:
+        first, last, span = run[0].value, run[-1].value, _span(run, types)
+        if run[0].kind == "vanishing":
+            return (
+                f"the gradient vanishes from {span}: {first:.3g} … {last:.3g} x that of {nearest_label}, "
+                f"the layer nearest the loss (threshold: below {thresholds['vanishing']:g} x)"
+            )
+        if run[0].kind == "exploding":
+            return (
+                f"the gradient explodes from {span}: norms {first:.3g} … {last:.3g} (thresholds: norm "
+                f"above {thresholds['exploding_norm']:g} or above {thresholds['exploding']:g} x that of "
+                f"{nearest_label}, the layer nearest the loss)"
+            )
+        return (
+            f"the updates are dead from {span}: {percent(first)} … {percent(last)} of each layer's "
+            "parameter gradient is exactly zero (no gradient reaches them, e.g. the units they feed or "
+            "are fed by never fire)"
+        )
+
+    return _grouped(flags, describe, group)
 
 
 def _near_limit_fraction(record: TensorRecord, low: float, high: float, margin: float) -> float | None:
@@ -537,7 +661,7 @@ def nan_findings(run: hookviz.data.run.Run) -> list[Finding]:
 
 
 def diagnose(
-    run: hookviz.data.run.Run, model: torch.nn.Module | None = None, **thresholds: float
+    run: hookviz.data.run.Run, model: torch.nn.Module | None = None, group: bool = True, **thresholds: float
 ) -> list[Finding]:
     """Findings about one run in plain words; an empty list for a healthy run.
 
@@ -545,6 +669,8 @@ def diagnose(
         run: a recorded :class:`~hookviz.data.run.Run`.
         model: the model it recorded; default ``run.model`` (the session's model, when it is
             still alive). Used for parameter names and norms (see :func:`gradient_stats`).
+        group: one finding per run of layers (or modules) in a row with the same problem, with
+            the range of its numbers (see this module's docstring); False: one per layer or module.
         **thresholds: any of ``vanishing``, ``exploding``, ``exploding_norm``, ``dead``,
             ``saturated``, ``saturation_margin`` (defaults and meaning: see this module's docstring).
 
@@ -579,45 +705,70 @@ def diagnose(
             zeros,
             node_of,
             types,
+            group=group,
         )
     parents = {m.rsplit(".", 1)[0] if "." in m else "" for m in run.modules if m != ""}
+    dead_units: list[Finding | None] = []
     for call in run.calls:
         if call.call != 0 or call.module == "" or call.module in parents or not call.output:
             continue
         record = call.output[0]
-        if record is not None and record.numel and record.zero_fraction >= limits["dead"]:
-            found.append(
-                Finding(
-                    "dead",
-                    call.module,
-                    call.output_node,
-                    (
-                        f"{record.zero_fraction:.0%} of the outputs of {_label(call.module, types)} "
-                        f"are exactly "
-                        "zero: dead units, which pass no gradient back (e.g. ReLUs whose input is always "
-                        "negative: check the bias and the initialisation, or use LeakyReLU)"
-                    ),
-                    record.zero_fraction,
-                )
+        if record is None or not record.numel or record.zero_fraction < limits["dead"]:
+            dead_units.append(None)
+            continue
+        dead_units.append(
+            Finding(
+                "dead",
+                call.module,
+                call.output_node,
+                (
+                    f"{percent(record.zero_fraction)} of the outputs of {_label(call.module, types)} are "
+                    "exactly zero: dead units, which pass no gradient back (e.g. ReLUs whose input is "
+                    "always negative: check the bias and the initialisation, or use LeakyReLU)"
+                ),
+                record.zero_fraction,
             )
+        )
+    found += _grouped(
+        dead_units,
+        lambda run_: (
+            f"dead units from {_span(run_, types, 'modules', 'to')}: {percent(run_[0].value)} … "
+            f"{percent(run_[-1].value)} of each one's outputs are exactly zero, which pass no gradient "
+            "back (e.g. ReLUs whose input is always negative: check the bias and the initialisation, "
+            "or use LeakyReLU)"
+        ),
+        group,
+    )
     saturating = [r for r in run.nodes.values() if r.op in _SATURATING and r.output is not None]
+    saturated: list[Finding | None] = []
     for record in sorted(saturating, key=lambda r: -(r.order if r.order is not None else -1)):
         low, high, name = _SATURATING[record.op]
         fraction = _near_limit_fraction(record.output, low, high, limits["saturation_margin"])
-        if fraction is not None and fraction >= limits["saturated"]:
-            found.append(
-                Finding(
-                    "saturated",
-                    record.module,
-                    record.id,
-                    (
-                        f"{fraction:.0%} of the {name} outputs of {_label(record.module, types)} "
-                        f"({record.id}) "
-                        f"are within {limits['saturation_margin']:g} of {low:g} or {high:g}, where its "
-                        "gradient is nearly zero: the pre-activations are too large (scale the "
-                        "initialisation down or normalise the layer's input)"
-                    ),
-                    fraction,
-                )
+        if fraction is None or fraction < limits["saturated"]:
+            saturated.append(None)
+            continue
+        saturated.append(
+            Finding(
+                "saturated",
+                record.module,
+                record.id,
+                (
+                    f"{percent(fraction)} of the {name} outputs of {_label(record.module, types)} "
+                    f"({record.id}) are within {limits['saturation_margin']:g} of {low:g} or {high:g}, "
+                    "where its gradient is nearly zero: the pre-activations are too large (scale the "
+                    "initialisation down or normalise the layer's input)"
+                ),
+                fraction,
             )
+        )
+    found += _grouped(
+        saturated,
+        lambda run_: (
+            f"saturated activations from {_span(run_, types, 'modules', 'to')}: {percent(run_[0].value)} … "
+            f"{percent(run_[-1].value)} of each one's outputs are within {limits['saturation_margin']:g} "
+            "of its limits, where the gradient is nearly zero: the pre-activations are too large "
+            "(scale the initialisation down or normalise the layer's input)"
+        ),
+        group,
+    )
     return found

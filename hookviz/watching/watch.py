@@ -61,7 +61,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
 
-from hookviz.analysis.diagnose import Finding, check_thresholds, layer_findings
+from hookviz.analysis.diagnose import Finding, check_thresholds, layer_findings, percent
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import Measured, measure
 from hookviz.watching import gather as watch_gather
@@ -405,8 +405,11 @@ class Watch:
             firsts[module] = min(firsts.get(module, math.inf), self._order.get(column, math.inf))
         return {m: math.sqrt(layers[m]) for m in sorted(layers, key=lambda m: firsts[m])}
 
-    def diagnose(self, step: int | None = None, **thresholds: float) -> list[Finding]:
+    def diagnose(self, step: int | None = None, group: bool = True, **thresholds: float) -> list[Finding]:
         """Findings at ``step`` (None = the last kept step) from the recorded statistics.
+
+        ``group``: one finding per run of layers in a row with the same problem, with its range
+        (as :func:`hookviz.analysis.diagnose.diagnose`); False gives one per layer.
 
         Vanishing, exploding and dead updates per layer (as :func:`hookviz.analysis.diagnose.diagnose`,
         same thresholds), dead outputs (a module whose output gradient is at least ``dead``
@@ -454,7 +457,9 @@ class Watch:
                 m: next(n for n in self.parameter_names if (n.rsplit(".", 1)[0] if "." in n else "") == m)
                 for m in norms
             }
-            found += layer_findings(norms, next(iter(norms)), limits, zero, node_of, self.module_types, step)
+            found += layer_findings(
+                norms, next(iter(norms)), limits, zero, node_of, self.module_types, step, group
+            )
         for offset, name in enumerate(self.module_names):
             column = len(self.parameter_names) + offset
             zeros = row[column, 3].item()
@@ -465,8 +470,9 @@ class Watch:
                         name,
                         name,
                         (
-                            f"step {step}: {zeros:.0%} of the gradient w.r.t. the output of module {name!r} "
-                            f"({self.module_types.get(name)}) is exactly zero: the units after it are dead"
+                            f"step {step}: {percent(zeros)} of the gradient w.r.t. the output of module "
+                            f"{name!r} ({self.module_types.get(name)}) is exactly zero: the units after it "
+                            "are dead"
                         ),
                         zeros,
                         step,
@@ -545,7 +551,7 @@ class Watch:
         import plotly.graph_objects as go
 
         history = self._history_or_error()
-        findings = [f for step in history.steps for f in self.diagnose(step, **thresholds)]
+        findings = [f for step in history.steps for f in self.diagnose(step, group=False, **thresholds)]
         figure = go.Figure()
         for kind in ("nan", "exploding", "vanishing", "dead"):
             chosen = [f for f in findings if f.kind == kind]

@@ -699,8 +699,10 @@ FINDING_KINDS = ("nan", "exploding", "vanishing", "dead", "saturated")
 
 
 def findings_json(findings, caused_by_edits: set | None = None) -> list[dict]:
-    """:class:`hookviz.Finding` objects as ``[{kind, module, node, message, value, step,
-    from_edit}]``; ``from_edit`` for those whose ``(kind, module)`` is in ``caused_by_edits``."""
+    """:class:`hookviz.Finding` objects as ``[{kind, module, node, message, value, step, modules,
+    from_edit}]`` (``modules``: the run of layers a grouped finding covers, else empty);
+    ``from_edit`` for those with a place (``(kind, module)``, each module of a grouped finding)
+    in ``caused_by_edits``."""
     caused_by_edits = caused_by_edits or set()
     return [
         {
@@ -710,7 +712,8 @@ def findings_json(findings, caused_by_edits: set | None = None) -> list[dict]:
             "message": f.message,
             "value": json_float(f.value),
             "step": f.step,
-            "from_edit": (f.kind, f.module) in caused_by_edits,
+            "modules": list(f.modules),
+            "from_edit": any((f.kind, module) in caused_by_edits for module in (f.modules or (f.module,))),
         }
         for f in findings
     ]

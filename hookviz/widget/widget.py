@@ -31,7 +31,7 @@ import anywidget
 import orjson
 import traitlets
 
-from hookviz.analysis.diagnose import diagnose
+from hookviz.analysis.diagnose import diagnose, places
 from hookviz.data.run import LOSS_MODULE
 from hookviz.errors import DetailsRefused, DeviceError, EditError, ExpressionError, HookvizError, WatchError
 from hookviz.record import module_tree
@@ -315,7 +315,7 @@ class Widget(anywidget.AnyWidget):
             caused = set()
             if run.edits and self.baseline is not None and self.baseline is not run:
                 before = diagnose(self.baseline, vanishing=self.vanishing_threshold)
-                caused = {(f.kind, f.module) for f in findings} - {(f.kind, f.module) for f in before}
+                caused = places(findings) - places(before)
             return widget_data.diagnosis_json(findings, "run", caused_by_edits=caused)
         except Exception as error:  # a diagnosis bug must not take the widget down
             return widget_data.diagnosis_json(

@@ -32,12 +32,35 @@ function drawWith(el, draw) {
   );
 }
 
+// The chart's height on screen (px): its box's CSS height (.hv-chart) says the same, so the plot
+// is never asked to fit a box that has not been laid out yet (a 20 px strip).
+export const CHART_HEIGHT = 300;
+
+/**
+ * Keep a drawn plot the size of its box: plotly's own Plots.resize, called when the box changes
+ * size (window resize, full screen, a side panel opening), not only on a window "resize" event.
+ */
+function followSize(el) {
+  if (el.hvResize || typeof ResizeObserver === "undefined") return;
+  let frame = 0;
+  el.hvResize = new ResizeObserver(() => {
+    cancelAnimationFrame(frame);
+    frame = requestAnimationFrame(() => {
+      // A box hidden or detached (display: none, width 0) keeps the last size.
+      if (loadedPlotly && el.clientWidth > 0 && el.classList.contains("js-plotly-plot")) loadedPlotly.Plots.resize(el);
+    });
+  });
+  el.hvResize.observe(el);
+}
+
 export function renderChart(el, chart) {
   if (!chart || !chart.modules || !chart.modules.length) {
     destroyChart(el);
     el.textContent = "";
+    el.hidden = true;
     return;
   }
+  el.hidden = false;
   const s = chartSeries(chart);
   const many = s.labels.length > 40;
   const mode = s.labels.length > 150 ? "lines" : "lines+markers";
@@ -57,9 +80,12 @@ export function renderChart(el, chart) {
   const css = getComputedStyle(el);
   const text = css.getPropertyValue("--jp-ui-font-color1").trim() || "#212121";
   const grid = css.getPropertyValue("--jp-border-color2").trim() || "#e0e0e0";
+  // The widget's error red for the theme (style.css --hv-error): readable on light and dark.
+  const red = css.getPropertyValue("--hv-error").trim() || "#c62828";
   const layout = {
     title: { text: "Gradient flow: norm of each layer's parameter gradient", font: { size: 13 } },
-    height: 280,
+    height: CHART_HEIGHT,
+    autosize: true,
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     font: { color: text },
@@ -96,24 +122,23 @@ export function renderChart(el, chart) {
             y: Math.log10(s.threshold),
             text: s.rule || `vanishing < ${s.threshold}`,
             showarrow: false,
-            font: { color: "#e53935", size: 10 },
+            font: { color: red, size: 10 },
             xanchor: "left",
             yanchor: "bottom",
           },
         ]
       : [],
   };
-  drawWith(el, (Plotly) =>
-    Plotly.react(el, traces, layout, {
-      displaylogo: false,
-      responsive: true,
-      modeBarButtonsToRemove: ["lasso2d", "select2d"],
-    }),
-  );
+  drawWith(el, (Plotly) => {
+    Plotly.react(el, traces, layout, { displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] });
+    followSize(el);
+  });
 }
 
 export function destroyChart(el) {
   el.hvDraw = (el.hvDraw || 0) + 1; // a draw still waiting for plotly is dropped
+  el.hvResize?.disconnect();
+  el.hvResize = null;
   try {
     loadedPlotly?.purge(el);
   } catch {
@@ -143,11 +168,8 @@ export function renderHeatmap(el, figure, step, onStep) {
   };
   el.hvOnStep = onStep;
   drawWith(el, (Plotly) => {
-    Plotly.react(el, data, sized, {
-      displaylogo: false,
-      responsive: true,
-      modeBarButtonsToRemove: ["lasso2d", "select2d"],
-    });
+    Plotly.react(el, data, sized, { displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] });
+    followSize(el);
     if (!el.hvClickBound) {
       el.hvClickBound = true;
       el.on("plotly_click", (event) => {

@@ -2,7 +2,7 @@
 // a web worker, fitted to the box, labels drawn only where they are readable.
 import cytoscape from "cytoscape";
 import { elkLayout, warmUp } from "./elk.js";
-import { BOX_PADDING, elkGraph, fitZoom, positionsOf, wrapsIntoRows } from "./layout.js";
+import { BOX_PADDING, edgeRouteStyle, elkGraph, fitZoom, positionsOf, routesOf, wraps } from "./layout.js";
 import {
   EDIT_COLOR,
   HOOK_COLOR,
@@ -23,6 +23,13 @@ const FONT = `${FONT_SIZE}px -apple-system, "Segoe UI", Roboto, Helvetica, Arial
 export const MIN_LABEL_PX = 8;
 // A fit never zooms in further than this: a small graph is drawn at its natural size.
 const MAX_FIT_ZOOM = 1.4;
+// A view the page chooses (first view, an opened box, a found node) never zooms out below this:
+// labels stay readable; a drawing too large for it is shown from its top, where data enters.
+const READABLE_ZOOM = (MIN_LABEL_PX / FONT_SIZE) * 1.05;
+// Zoom per wheel event, as d3-zoom's default: 2^(-deltaY x 0.002) for pixel deltas (a mouse notch
+// of 100 px: x1.15), lines x 0.05, pages x 1; a pinch (ctrlKey) ten times faster.
+const wheelZoomFactor = (e) =>
+  2 ** (-e.deltaY * (e.deltaMode === 1 ? 0.05 : e.deltaMode ? 1 : 0.002) * (e.ctrlKey ? 10 : 1));
 const ANIMATION_MS = 300;
 const FIT_PADDING = 16;
 
@@ -230,17 +237,37 @@ function treeElementsFor(graph, collapsed, range, overlay, editState) {
   return { els, representative: tree.representative };
 }
 
-/** The zoom and pan that fit a model-space box into the view, never above maxZoom. */
-function viewportFor(box, width, height, maxZoom) {
-  const zoom = Math.min(
+/**
+ * The zoom and pan that fit a model-space box into the view, never above maxZoom. Below minZoom
+ * the box is shown at minZoom instead: centred along each side that fits, else from its top
+ * (where data enters, the drawing flows down) or left edge.
+ */
+function viewportFor(box, width, height, maxZoom, minZoom = 0) {
+  const fit = Math.min(
     maxZoom,
     (width - 2 * FIT_PADDING) / Math.max(1, box.w),
     (height - 2 * FIT_PADDING) / Math.max(1, box.h),
   );
-  return {
-    zoom,
-    pan: { x: width / 2 - zoom * (box.x1 + box.w / 2), y: height / 2 - zoom * (box.y1 + box.h / 2) },
-  };
+  const zoom = Math.max(fit, Math.min(minZoom, maxZoom));
+  const place = (start, size, room) =>
+    zoom * size <= room - 2 * FIT_PADDING ? room / 2 - zoom * (start + size / 2) : FIT_PADDING - zoom * start;
+  return { zoom, pan: { x: place(box.x1, box.w, width), y: place(box.y1, box.h, height) } };
+}
+
+/** The model-space box {x1, y1, w, h} around rectangles {x, y (centre), width, height}. */
+function unionBox(rects) {
+  let x1 = Infinity;
+  let y1 = Infinity;
+  let x2 = -Infinity;
+  let y2 = -Infinity;
+  for (const p of rects) {
+    x1 = Math.min(x1, p.x - p.width / 2);
+    x2 = Math.max(x2, p.x + p.width / 2);
+    y1 = Math.min(y1, p.y - p.height / 2);
+    y2 = Math.max(y2, p.y + p.height / 2);
+  }
+  if (!Number.isFinite(x1)) return { x1: 0, y1: 0, w: 1, h: 1 };
+  return { x1, y1, w: x2 - x1, h: y2 - y1 };
 }
 
 export class GraphView {
@@ -256,6 +283,14 @@ export class GraphView {
     this.layouts = new Map(); // expansion state and view size -> positions ELK computed for them
     this.representative = new Map();
     this.rendering = Promise.resolve();
+    // What the page's view frames ({ids, around, maxZoom, minZoom}, see frame; null: the whole
+    // drawing, readable), framed again when the view changes size, unless the user moved it since.
+    this.subject = null;
+    this.userMoved = false;
+    // Cytoscape zooms 3 % per mouse-wheel notch once it takes the wheel for an "inaccurate" device
+    // (every notch the same delta): the page zooms itself, before cytoscape's own listener (both
+    // capture on the container, this one registered first).
+    container.addEventListener("wheel", (e) => this.wheelZoom(e), { capture: true, passive: false });
     this.cy = cytoscape({
       container,
       style: styleFor(theme(container)),
@@ -280,6 +315,19 @@ export class GraphView {
     this.cy.on("mouseover", "node", (evt) => this.showTooltip(evt.target));
     this.cy.on("mouseout", "node", () => this.hideTooltip());
     this.cy.on("viewport", () => this.hideTooltip());
+    this.cy.on("dragpan", () => (this.userMoved = true));
+  }
+
+  wheelZoom(e) {
+    if (!this.cy || e.deltaY === 0) return;
+    e.preventDefault();
+    e.stopImmediatePropagation();
+    const r = this.container.getBoundingClientRect();
+    this.userMoved = true;
+    this.cy.zoom({
+      level: Math.max(this.cy.minZoom(), Math.min(this.cy.maxZoom(), this.cy.zoom() * wheelZoomFactor(e))),
+      renderedPosition: { x: e.clientX - r.left, y: e.clientY - r.top },
+    });
   }
 
   showTooltip(node) {
@@ -327,6 +375,12 @@ export class GraphView {
     }
     const first = this.layoutKey === null;
     this.layoutKey = key;
+    // The boxes this change opened (framed once drawn), or closed (kept in view).
+    const now = new Set(collapsed || []);
+    const was = this.collapsedBefore || now;
+    this.collapsedBefore = now;
+    const opened = [...was].filter((m) => !now.has(m)).map((m) => `group:${m}`);
+    const closed = [...now].filter((m) => !was.has(m)).map((m) => `group:${m}`);
     const generation = (this.generation = (this.generation || 0) + 1);
     const nodes = els.filter((e) => e.group === "nodes");
     // ELK is given the view's aspect ratio and the choice to wrap into rows depends on the view's
@@ -338,11 +392,11 @@ export class GraphView {
       if (generation !== this.generation) return null; // a newer state is being drawn
       this.layouts.set(sized, pos);
       const before = new Map(this.cy.nodes().map((n) => [n.id(), { ...n.position() }]));
-      const changed = this.place(els, pos, before, representative);
+      this.place(els, pos, before, representative);
       this.onPlaced(performance.now() - t0);
       this.representative = representative;
       this.select(this.selectedId);
-      return this.settle(changed, first, t0, nodes.length);
+      return this.settle(first, opened.length ? { ids: opened } : { around: closed[0] }, t0, nodes.length);
     });
     // A failed layout must not leave a promise that never settles behind every later focus().
     this.rendering = this.rendering.catch((error) => {
@@ -353,9 +407,10 @@ export class GraphView {
   }
 
   /**
-   * ELK positions of the drawn elements. Left to right first; when its labels would be too small
-   * to draw in this view (a deep chain, see wrapsIntoRows), again wrapped into rows, and the
-   * larger of the two.
+   * ELK positions of the drawn elements and routes of their edges: {positions, routes}. Top to
+   * bottom; when its labels would be too small to draw in this view and no box is open (a deep
+   * chain, see wraps), again wrapped into pieces side by side, and the larger of the two. The
+   * Module tree view is a tree left to right, one column per depth.
    */
   layOut(els, nodes, tree = false) {
     const compound = new Set(nodes.map((e) => e.data.parent).filter(Boolean));
@@ -370,19 +425,26 @@ export class GraphView {
     const width = this.cy.width();
     const height = this.cy.height();
     const aspect = width / Math.max(1, height);
-    return elkLayout(elkGraph(items, edges, aspect)).then((result) => {
-      const straight = positionsOf(result);
-      // A tree has one column per depth: rows would only tangle its edges.
-      if (tree || !wrapsIntoRows(fitZoom(straight, width, height), FONT_SIZE, MIN_LABEL_PX)) return straight;
-      return elkLayout(elkGraph(items, edges, aspect, true)).then((wrapped) => {
-        const rows = positionsOf(wrapped);
-        return fitZoom(rows, width, height) > fitZoom(straight, width, height) ? rows : straight;
+    const direction = tree ? "RIGHT" : "DOWN";
+    const drawing = (result) => ({ positions: positionsOf(result), routes: tree ? {} : routesOf(result) });
+    return elkLayout(elkGraph(items, edges, aspect, false, direction)).then((result) => {
+      const straight = drawing(result);
+      const zoom = fitZoom(straight.positions, width, height);
+      // A tree has one column per depth: wrapping would only tangle its edges.
+      if (tree || !wraps(zoom, FONT_SIZE, MIN_LABEL_PX, compound.size > 0)) return straight;
+      return elkLayout(elkGraph(items, edges, aspect, true, direction)).then((result) => {
+        const wrapped = drawing(result);
+        return fitZoom(wrapped.positions, width, height) > zoom ? wrapped : straight;
       });
     });
   }
 
-  /** Swap in the new elements; those that existed keep their old place for the animation. */
-  place(els, pos, before, representative) {
+  /**
+   * Swap in the new elements; those that existed keep their old place for the animation. Each
+   * edge is drawn along the route ELK computed for it (edgeRouteStyle), so it passes around the
+   * nodes between its ends, as ELK placed them.
+   */
+  place(els, { positions: pos, routes }, before, representative) {
     const prior = this.representative;
     this.cy.batch(() => {
       this.cy.elements().remove();
@@ -395,34 +457,57 @@ export class GraphView {
         el.position = from ? { ...from } : { x, y };
       }
       this.cy.add(els);
+      for (const edge of this.cy.edges()) {
+        const d = edge.data();
+        const style = edgeRouteStyle(routes[d.id], pos[d.source], pos[d.target]);
+        if (style) edge.style(style);
+      }
     });
-    const changed = this.cy.nodes().filter((n) => !before.has(n.id()));
     const leaves = this.cy.nodes().filter((n) => !n.isParent());
     const moving = leaves.filter((n) => {
       const p = pos[n.id()];
       const q = n.position();
       return p && (p.x !== q.x || p.y !== q.y);
     });
+    this.positions = pos;
     this.target = Object.fromEntries(leaves.map((n) => [n.id(), pos[n.id()]]));
     this.moving = before.size ? moving : this.cy.collection();
     if (!before.size) leaves.forEach((n) => n.position(pos[n.id()]));
-    return changed;
   }
 
-  /** Animate nodes to their places and the viewport to the fit, then report the paint. */
-  settle(changed, first, t0, count) {
-    const final = this.boxOf(this.target);
-    const all = viewportFor(final, this.cy.width(), this.cy.height(), MAX_FIT_ZOOM);
-    // After an expand, when the whole graph would be too small to read, frame the part that changed.
-    let view = all;
-    if (!first && all.zoom * FONT_SIZE < MIN_LABEL_PX && changed.nonempty()) {
-      const ids = new Set(changed.map((n) => n.id()));
-      const part = Object.fromEntries(
-        Object.entries(this.target).filter(([id]) => ids.has(id) || this.isInside(id, ids)),
-      );
-      if (Object.keys(part).length)
-        view = viewportFor(this.boxOf(part), this.cy.width(), this.cy.height(), MAX_FIT_ZOOM);
-    }
+  /**
+   * The viewport the page chooses for what it frames now (`this.subject`: the boxes just opened,
+   * a node brought into view, else the whole drawing, kept `around` a box just closed), in the
+   * view's size now: fitted, but never below the zoom at which labels are readable (viewportFor).
+   */
+  frame({ ids = null, around = null, maxZoom = MAX_FIT_ZOOM, minZoom = READABLE_ZOOM } = this.subject || {}) {
+    // ELK's boxes hold their children and their title (top padding): their union is exact.
+    const all = this.positions || {};
+    const drawn = (ids || []).filter((id) => all[id]);
+    const box = unionBox(drawn.length ? drawn.map((id) => all[id]) : Object.values(all));
+    const [width, height] = [this.cy.width(), this.cy.height()];
+    // A box just closed stays in view when the whole drawing is too large to read.
+    if (around && all[around] && viewportFor(box, width, height, maxZoom).zoom < minZoom)
+      return viewportFor(unionBox([all[around]]), width, height, minZoom, minZoom);
+    return viewportFor(box, width, height, maxZoom, minZoom);
+  }
+
+  /** After an animation of the view: frame again if the view changed size during it (resize). */
+  reframeIfResized() {
+    if (!this.resizedMeanwhile) return;
+    this.resizedMeanwhile = false;
+    if (!this.userMoved) this.cy.viewport(this.frame());
+  }
+
+  /**
+   * Animate nodes to their places and the viewport to frame `subject` (see frame), then report
+   * the paint. When the view changed size meanwhile (the side panel opened with the click that
+   * opened a box), the frame is taken again in the new size.
+   */
+  settle(first, subject, t0, count) {
+    this.subject = first ? null : subject;
+    this.userMoved = false;
+    const view = this.frame();
     if (first) {
       this.cy.viewport(view);
       return this.painted({ kind: "layout", t0, count });
@@ -437,35 +522,10 @@ export class GraphView {
       .animation({ ...view, duration: ANIMATION_MS, easing: "ease-in-out-cubic" })
       .play()
       .promise();
-    return Promise.all([...moves, viewport]).then(() => this.painted({ kind: "layout", t0, count }));
-  }
-
-  isInside(id, ids) {
-    let n = this.cy.getElementById(id).parent();
-    while (n.nonempty()) {
-      if (ids.has(n.id())) return true;
-      n = n.parent();
-    }
-    return false;
-  }
-
-  /** Model-space box of node centres with their sizes (and room for open boxes' titles). */
-  boxOf(positions) {
-    let x1 = Infinity;
-    let y1 = Infinity;
-    let x2 = -Infinity;
-    let y2 = -Infinity;
-    for (const [id, p] of Object.entries(positions)) {
-      if (!p) continue;
-      const depth = this.cy.getElementById(id).parents().length;
-      const margin = depth * (BOX_PADDING.side + 2);
-      x1 = Math.min(x1, p.x - p.width / 2 - margin);
-      x2 = Math.max(x2, p.x + p.width / 2 + margin);
-      y1 = Math.min(y1, p.y - p.height / 2 - depth * (BOX_PADDING.top + 2));
-      y2 = Math.max(y2, p.y + p.height / 2 + margin);
-    }
-    if (!Number.isFinite(x1)) return { x1: 0, y1: 0, w: 1, h: 1 };
-    return { x1, y1, w: x2 - x1, h: y2 - y1 };
+    return Promise.all([...moves, viewport]).then(() => {
+      this.reframeIfResized();
+      return this.painted({ kind: "layout", t0, count });
+    });
   }
 
   painted({ kind, t0, count }) {
@@ -505,20 +565,26 @@ export class GraphView {
       if (n.empty()) return;
       const box = n.renderedBoundingBox({ includeLabels: true });
       const readable = this.cy.zoom() * FONT_SIZE >= MIN_LABEL_PX;
-      const inView = box.x1 >= 0 && box.y1 >= 0 && box.x2 <= this.cy.width() && box.y2 <= this.cy.height();
+      // A box larger than the view is in view when its top left corner is (as frame shows it).
+      const along = (lo, hi, room) => lo >= 0 && (hi <= room || (hi - lo > room && lo < room / 2));
+      const inView = along(box.x1, box.x2, this.cy.width()) && along(box.y1, box.y2, this.cy.height());
       if (inView && readable) return;
+      this.subject = { ids: [n.id()], maxZoom: Math.max(1, this.cy.zoom()) };
+      this.userMoved = false;
       const model = n.boundingBox({ includeLabels: true });
       const view = viewportFor(
         { x1: model.x1, y1: model.y1, w: model.w, h: model.h },
         this.cy.width(),
         this.cy.height(),
-        Math.max(1, this.cy.zoom()),
+        this.subject.maxZoom,
+        READABLE_ZOOM,
       );
       this.cy.stop();
       return this.cy
         .animation({ ...view, duration: ANIMATION_MS, easing: "ease-in-out-cubic" })
         .play()
-        .promise();
+        .promise()
+        .then(() => this.reframeIfResized());
     });
   }
 
@@ -537,17 +603,32 @@ export class GraphView {
     });
   }
 
-  /** Fit the whole drawing into the box (animated). */
-  fit() {
-    const view = viewportFor(this.boxOf(this.target || {}), this.cy.width(), this.cy.height(), MAX_FIT_ZOOM);
-    this.cy.animation({ ...view, duration: ANIMATION_MS }).play();
+  /** Read the theme's colours again (JupyterLab switched theme): cytoscape copies them at creation. */
+  restyle() {
+    this.cy.style(styleFor(theme(this.container)));
   }
 
-  /** The container changed size (resize handle, full screen): redraw and fit again. */
+  /** Fit the whole drawing into the box (animated), however small its labels get. */
+  fit() {
+    this.subject = { ids: null, minZoom: 0 };
+    this.userMoved = false;
+    this.cy
+      .animation({ ...this.frame(), duration: ANIMATION_MS })
+      .play()
+      .promise()
+      .then(() => this.reframeIfResized());
+  }
+
+  /**
+   * The container changed size (resize handle, full screen, the side panel opening or closing):
+   * redraw, and frame again what the page framed last, unless the user zoomed or panned since.
+   * During an animation of the view the new frame is taken when it ends (reframeIfResized).
+   */
   resize() {
     this.cy.resize();
-    if (this.target)
-      this.cy.viewport(viewportFor(this.boxOf(this.target), this.cy.width(), this.cy.height(), MAX_FIT_ZOOM));
+    if (!this.target || this.userMoved) return;
+    if (this.cy.animated()) this.resizedMeanwhile = true;
+    else this.cy.viewport(this.frame());
   }
 
   destroy() {

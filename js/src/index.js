@@ -6,6 +6,7 @@ import { GraphView } from "./graphview.js";
 import { renderInspector } from "./inspector.js";
 import { renderBanner, renderEditor, renderEdits, renderLeaves, renderLog, ReplayBar, WatchBar } from "./panels.js";
 import { renderChart, renderHeatmap, destroyChart } from "./chart.js";
+import { onThemeChange } from "./theme.js";
 import {
   formatNumber,
   legendStops,
@@ -440,6 +441,8 @@ function render({ model, el }) {
     "change:graph": drawGraph,
     "change:collapsed": drawGraph,
     "change:view": () => {
+      // Replay's fading belongs to the view it was turned on in: another view starts without it.
+      replay.setOn(false);
       drawGraph();
       drawSummary();
     },
@@ -485,6 +488,12 @@ function render({ model, el }) {
       return;
     }
     makeGraphView();
+    // A theme switch (JupyterLab Light <-> Dark) restyles what copied the theme's colours.
+    stopThemeWatch = onThemeChange(() => {
+      graphView?.restyle();
+      drawChart();
+      drawHeatmap();
+    });
     // The graph first; the leaf table and the chart once it is on screen.
     drawGraph().then(() => {
       drawLeaves();
@@ -492,9 +501,11 @@ function render({ model, el }) {
       drawHeatmap();
     });
   };
+  let stopThemeWatch = () => {};
   frame = requestAnimationFrame(whenAttached);
 
   return () => {
+    stopThemeWatch();
     for (const [ev, fn] of Object.entries(handlers)) model.off(ev, fn);
     cancelAnimationFrame(frame);
     replay.destroy();

@@ -1,6 +1,6 @@
 // The inspector: what one node (or module) saw during the run, before -> after, and its hooks.
 import { add, h } from "./dom.js";
-import { formatNumber, formatValue, parseNumber } from "./logic.js";
+import { formatNumber, formatPercent, formatValue, parseNumber } from "./logic.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -107,7 +107,7 @@ export function tensorView(t) {
         "div",
         { class: bad ? "hv-stats hv-bad" : "hv-stats" },
         `norm ${formatNumber(t.norm)} · mean ${formatNumber(t.mean)} · min ${formatNumber(t.min)} · max ${formatNumber(t.max)}` +
-          ` · zeros ${formatNumber(Math.round((parseNumber(t.zero_fraction) || 0) * 1000) / 10)}%` +
+          ` · zeros ${formatPercent(t.zero_fraction)}` +
           (bad ? ` · NaN ${t.nan_count} · Inf ${t.inf_count}` : ""),
       ),
     );
@@ -170,6 +170,25 @@ function tensorList(title, after, before, changed, names = null) {
   );
 }
 
+// Why an op has no forward value: hookviz notes the result of each torch call made from Python (a
+// TorchFunctionMode, hookviz.record.hooks.ForwardRecorder), so a Node that autograd made inside one
+// call (the steps of scaled_dot_product_attention's math kernel, a C++ function) never reaches it.
+const NOT_SEEN_FROM_PYTHON =
+  "not seen from Python: autograd made this op inside a larger torch call (such as the steps of " +
+  "scaled_dot_product_attention, or a function written in C++), and hookviz sees the result of each " +
+  "call made from Python, not the steps inside it. Its gradients below are recorded all the same.";
+
+function forwardValue(data) {
+  if (data.output) return tensorView(data.output);
+  const pending = (data.pending || []).includes("output");
+  const why = pending
+    ? "recorded with the run's details, in a moment"
+    : data.node_kind === "leaf"
+      ? "a leaf (a parameter or an input) is not computed by an op in this graph: no forward output"
+      : NOT_SEEN_FROM_PYTHON;
+  return h("div", { class: "hv-muted hv-not-seen" }, `None: ${why}`);
+}
+
 /** Fill the inspector element from the `inspector` traitlet. */
 export function renderInspector(el, data) {
   el.replaceChildren();
@@ -228,7 +247,7 @@ export function renderInspector(el, data) {
     add(el, tensorList("legacy grad_input (register_backward_hook)", data.legacy_grad_input, null, null));
     add(el, tensorList("legacy grad_output (register_backward_hook)", data.legacy_grad_output, null, null));
   } else {
-    add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), tensorView(data.output)));
+    add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), forwardValue(data)));
     add(el, tensorList("grad_outputs (pre-hook sees)", data.grad_outputs, before.grad_outputs, changed.grad_outputs));
     add(
       el,

@@ -4,13 +4,27 @@
 // Inside an open module box: room for its title above the content, a margin elsewhere.
 export const BOX_PADDING = { top: 24, side: 10 };
 
+// Spacing of every level (ELK reads spacing per nested graph, also with INCLUDE_CHILDREN). Tight
+// between layers: a 24-layer attention block opened in a 560 px view stays readable.
+const SPACING = {
+  "elk.layered.spacing.nodeNodeBetweenLayers": "16",
+  "elk.spacing.nodeNode": "12",
+  "elk.layered.spacing.edgeNodeBetweenLayers": "6",
+  "elk.layered.spacing.edgeEdgeBetweenLayers": "5",
+  "elk.spacing.edgeNode": "6",
+  "elk.spacing.edgeEdge": "5",
+};
+
 /**
  * ELK layered options for the whole drawing. Hierarchy handling lays out every level of the
  * module tree in one pass, so an edge from inside one box to inside another is routed across
- * levels. With `wrap`, a long chain (a deep MLP) wraps into rows that fill a view of the given
- * aspect ratio (width / height).
+ * levels; every edge gets an orthogonal route around the nodes (drawn as is, see edgeRouteStyle),
+ * in absolute coordinates. Data flows `direction` ("DOWN" for the op graph: op labels are wide and
+ * short, so a chain is denser top to bottom; "RIGHT" for the module tree). With `wrap`, a long
+ * chain (a deep MLP) is cut into pieces placed side by side to fill a view of the given aspect
+ * ratio (width / height).
  */
-export function layoutOptions(aspect, wrap = false) {
+export function layoutOptions(aspect, wrap = false, direction = "DOWN") {
   const wrapping = wrap
     ? {
         "elk.layered.wrapping.strategy": "MULTI_EDGE",
@@ -19,12 +33,12 @@ export function layoutOptions(aspect, wrap = false) {
     : {};
   return {
     "elk.algorithm": "layered",
-    "elk.direction": "RIGHT",
+    "elk.direction": direction,
     "elk.hierarchyHandling": "INCLUDE_CHILDREN",
-    "elk.layered.spacing.nodeNodeBetweenLayers": "28",
-    "elk.spacing.nodeNode": "14",
+    "elk.edgeRouting": "ORTHOGONAL",
+    "elk.json.edgeCoords": "ROOT",
+    ...SPACING,
     "elk.spacing.componentComponent": "24",
-    "elk.layered.spacing.edgeNodeBetweenLayers": "8",
     "elk.layered.considerModelOrder.strategy": "NODES_AND_EDGES",
     "elk.padding": "[top=10,left=10,bottom=10,right=10]",
     ...wrapping,
@@ -34,16 +48,22 @@ export function layoutOptions(aspect, wrap = false) {
 /**
  * The ELK JSON graph of drawn elements.
  * nodes: [{id, parent, width, height, compound}] (compound: an open box; its size comes from its
- * children); edges: [{id, source, target}] between drawn non-compound nodes; aspect, wrap: see
- * layoutOptions.
+ * children); edges: [{id, source, target}] between drawn non-compound nodes; aspect, wrap,
+ * direction: see layoutOptions.
  */
-export function elkGraph(nodes, edges, aspect, wrap = false) {
+export function elkGraph(nodes, edges, aspect, wrap = false, direction = "DOWN") {
   const byId = new Map();
-  const root = { id: "__root", layoutOptions: layoutOptions(aspect, wrap), children: [], edges: [] };
+  const root = {
+    id: "__root",
+    layoutOptions: layoutOptions(aspect, wrap, direction),
+    children: [],
+    edges: [],
+  };
   for (const n of nodes) {
     const item = { id: n.id, children: [] };
     if (n.compound) {
       item.layoutOptions = {
+        ...SPACING,
         "elk.padding": `[top=${BOX_PADDING.top},left=${BOX_PADDING.side},bottom=${BOX_PADDING.side},right=${BOX_PADDING.side}]`,
       };
     } else {
@@ -83,14 +103,68 @@ export function positionsOf(result) {
 }
 
 /**
- * Whether a drawing is laid out again wrapped into rows: only when, laid out left to right, it
- * would fit this view only with labels smaller than `minLabelPx` on screen (`straightZoom` x
- * `fontSize`), which the page hides. A straight drawing with readable labels is kept: wrapping
- * cuts the data flow into rows whose joining edges run back across the view (a GPT-2's loss ops
- * wrapped under its transformer box).
+ * The route ELK computed for each edge: {edgeId: [{x, y}, ...]} in absolute coordinates (the
+ * layout asks for them, "elk.json.edgeCoords": "ROOT"), from the start point on the source's
+ * border through the bend points to the end point on the target's border.
  */
-export function wrapsIntoRows(straightZoom, fontSize, minLabelPx) {
-  return straightZoom * fontSize < minLabelPx;
+export function routesOf(result) {
+  const out = {};
+  const walk = (item) => {
+    for (const e of item.edges || []) {
+      const s = e.sections && e.sections[0];
+      if (s) out[e.id] = [s.startPoint, ...(s.bendPoints || []), s.endPoint].map((p) => ({ x: p.x, y: p.y }));
+    }
+    for (const child of item.children || []) walk(child);
+  };
+  walk(result);
+  return out;
+}
+
+/**
+ * Cytoscape style that draws an ELK route as it is: a `segments` edge whose end points sit where
+ * ELK put them (offsets from the node centres) and whose bends are given as cytoscape asks, each
+ * as a weight along the line from the start to the end point and a distance from it
+ * (`edge-distances: endpoints`). route: [{x, y}] from routesOf; source, target: the end nodes'
+ * centres. Null when the route cannot be drawn so (start and end at one point).
+ */
+export function edgeRouteStyle(route, source, target) {
+  if (!route || route.length < 2 || !source || !target) return null;
+  const start = route[0];
+  const end = route[route.length - 1];
+  const dx = end.x - start.x;
+  const dy = end.y - start.y;
+  const length = Math.hypot(dx, dy);
+  if (length < 1e-6) return null;
+  const weights = [];
+  const distances = [];
+  for (const p of route.slice(1, -1)) {
+    const px = p.x - start.x;
+    const py = p.y - start.y;
+    weights.push((px * dx + py * dy) / (length * length));
+    distances.push((px * -dy + py * dx) / length);
+  }
+  // Weights scale with the edge's length: five decimals keep a 1000 px edge's bends within 0.01 px.
+  const round = (v) => Math.round(v * 1e5) / 1e5;
+  return {
+    "curve-style": weights.length ? "segments" : "straight",
+    "edge-distances": "endpoints",
+    "source-endpoint": `${round(start.x - source.x)}px ${round(start.y - source.y)}px`,
+    "target-endpoint": `${round(end.x - target.x)}px ${round(end.y - target.y)}px`,
+    ...(weights.length
+      ? { "segment-weights": weights.map(round).join(" "), "segment-distances": distances.map(round).join(" ") }
+      : {}),
+  };
+}
+
+/**
+ * Whether a drawing is laid out again wrapped (cut into pieces side by side): only when it holds
+ * no open box (a wrap would cut through boxes) and, laid out straight, it would fit this view only
+ * with labels smaller than `minLabelPx` on screen (`straightZoom` x `fontSize`), which the page
+ * hides. A straight drawing with readable labels is kept: wrapping cuts the data flow into pieces
+ * whose joining edges run back across the view.
+ */
+export function wraps(straightZoom, fontSize, minLabelPx, hasOpenBox = false) {
+  return !hasOpenBox && straightZoom * fontSize < minLabelPx;
 }
 
 /** The zoom at which a laid-out drawing (from positionsOf) fits a view of width x height. */

@@ -120,6 +120,24 @@ export function formatValue(v) {
   return formatNumber(v);
 }
 
+/**
+ * A fraction in [0, 1] as a percentage that never rounds a part to all or nothing (the rule of
+ * hookviz.analysis.diagnose.percent): 0.37 -> "37%", 0.995 -> "99.5%", 0.99998 -> "> 99.99%",
+ * 2e-5 -> "< 0.01%"; only exactly 0 and 1 give "0%" and "100%".
+ */
+export function formatPercent(fraction) {
+  const f = parseNumber(fraction);
+  if (f === null) return "–";
+  if (Number.isNaN(f)) return "NaN%";
+  if (f <= 0) return "0%";
+  if (f >= 1) return "100%";
+  for (const digits of [0, 1, 2]) {
+    const shown = Number((100 * f).toFixed(digits));
+    if (shown > 0 && shown < 100) return `${shown.toFixed(digits)}%`;
+  }
+  return f < 0.5 ? "< 0.01%" : "> 99.99%";
+}
+
 export const groupId = (module) => `group:${module}`;
 
 /**

@@ -1,6 +1,6 @@
 // Side and bottom panels: edit panel, active edits + copy as code, leaf summary, hook log, replay bar.
 import { add, errorLine, fill, h } from "./dom.js";
-import { FINDING_LABELS, findingsSummary, formatValue, formatNumber, nextStep, parseNumber } from "./logic.js";
+import { FINDING_LABELS, findingsSummary, formatValue, formatNumber, parseNumber } from "./logic.js";
 
 /** A hook site with its argument's name when PyTorch's schema gives one: "grad_inputs[1] (mat1)". */
 export function siteLabel(site, names) {
@@ -142,7 +142,9 @@ export function renderEdits(el, edits, code, error, send, state = {}, disabledNo
   );
 }
 
-const MAX_LEAF_ROWS = 100;
+// Rows per page of the leaf table: a large model's thousands of parameters are paged, every one
+// reachable.
+export const LEAF_PAGE_ROWS = 50;
 
 // The leaf table's sortable columns: header, value of a row for sorting and for the cell.
 const LEAF_COLUMNS = [
@@ -153,6 +155,9 @@ const LEAF_COLUMNS = [
   { key: "ratio", title: "× baseline", value: (l) => leafRatio(l) },
 ];
 
+// Orders of the rows: the columns', and "most changed" (|log10 of × baseline|, largest first).
+const LEAF_SORTS = { ...Object.fromEntries(LEAF_COLUMNS.map((c) => [c.key, c.value])), change: (l) => leafChange(l) };
+
 /** ‖grad‖ in this run over ‖grad‖ in the baseline (null when either is missing or zero). */
 export function leafRatio(leaf) {
   const now = parseNumber(leaf.after?.norm);
@@ -161,9 +166,39 @@ export function leafRatio(leaf) {
   return now / then;
 }
 
-/** Every leaf's grad, baseline -> current run, in sortable columns (click a header). The sort
- * the user chose stays on `el` and holds for every later run. `pending`: a large run's table
- * comes after its graph is drawn (hookviz.Widget.fill_details). */
+/**
+ * How much a leaf's gradient norm changed against the baseline, both ways alike: |log10(now /
+ * then)| (x 1000 and x 0.001 both give 3); Infinity when one of them is 0 and the other not, 0
+ * when both are; null when either is missing or not finite.
+ */
+export function leafChange(leaf) {
+  const now = parseNumber(leaf.after?.norm);
+  const then = parseNumber(leaf.before?.norm);
+  if (now === null || then === null || !Number.isFinite(now) || !Number.isFinite(then)) return null;
+  if (now === then) return 0;
+  if (now === 0 || then === 0) return Infinity;
+  return Math.abs(Math.log10(now / then));
+}
+
+/** The rows in the order `sort` ({key, descending}) gives; rows without a value go last. Without a
+ * sort: changed leaves first, in the run's order. */
+export function sortLeaves(leaves, sort) {
+  const rows = [...leaves.filter((l) => l.changed), ...leaves.filter((l) => !l.changed)];
+  const value = LEAF_SORTS[sort?.key];
+  if (!value) return rows;
+  const sign = sort.descending ? -1 : 1;
+  const missing = (v) => v === null || v === undefined || Number.isNaN(v);
+  return rows.sort((a, b) => {
+    const x = value(a);
+    const y = value(b);
+    if (missing(x) || missing(y)) return missing(x) - missing(y);
+    return x < y ? -sign : x > y ? sign : 0;
+  });
+}
+
+/** Every leaf's grad, baseline -> current run, in sortable columns (click a header) or most
+ * changed first, a page at a time. The order and page the user chose stay on `el` for every later
+ * run. `pending`: a large run's table comes after its graph is drawn (hookviz.Widget.fill_details). */
 export function renderLeaves(el, leaves, pending = false) {
   const sort = el.hvSort || { key: null, descending: true };
   el.replaceChildren();
@@ -172,20 +207,14 @@ export function renderLeaves(el, leaves, pending = false) {
     add(el, h("div", { class: "hv-muted" }, pending ? "Summarising the leaves after the graph…" : "No leaves."));
     return;
   }
-  let rows = [...leaves.filter((l) => l.changed), ...leaves.filter((l) => !l.changed)];
-  const column = LEAF_COLUMNS.find((c) => c.key === sort.key);
-  if (column) {
-    const sign = sort.descending ? -1 : 1;
-    rows.sort((a, b) => {
-      const x = column.value(a);
-      const y = column.value(b);
-      if (x === null || x === undefined) return 1;
-      if (y === null || y === undefined) return -1;
-      return x < y ? -sign : x > y ? sign : 0;
-    });
-  }
-  // A large model's thousands of parameters are cut to the first rows.
-  const shown = rows.slice(0, MAX_LEAF_ROWS);
+  const rows = sortLeaves(leaves, sort);
+  const pages = Math.ceil(rows.length / LEAF_PAGE_ROWS);
+  const page = Math.min(Math.max(0, el.hvPage || 0), pages - 1);
+  const shown = rows.slice(page * LEAF_PAGE_ROWS, (page + 1) * LEAF_PAGE_ROWS);
+  const redraw = (changes) => {
+    Object.assign(el, changes);
+    renderLeaves(el, leaves, pending);
+  };
   const header = LEAF_COLUMNS.map((c) =>
     h(
       "th",
@@ -193,16 +222,44 @@ export function renderLeaves(el, leaves, pending = false) {
         class: "hv-sortable",
         "data-sort": c.key,
         title: "sort",
-        onclick: () => {
-          el.hvSort = { key: c.key, descending: sort.key === c.key ? !sort.descending : true };
-          renderLeaves(el, leaves, pending);
-        },
+        onclick: () =>
+          redraw({ hvSort: { key: c.key, descending: sort.key === c.key ? !sort.descending : true }, hvPage: 0 }),
       },
       c.title + (sort.key === c.key ? (sort.descending ? " ▼" : " ▲") : ""),
     ),
   );
+  const mostChanged = sort.key === "change";
   add(
     el,
+    h(
+      "div",
+      { class: "hv-row hv-leaf-controls" },
+      h(
+        "button",
+        {
+          class: `hv-most-changed${mostChanged ? " hv-on" : ""}`,
+          "aria-pressed": String(mostChanged),
+          title: "largest change against the baseline first, increase or decrease: |log10(× baseline)|",
+          onclick: () => redraw({ hvSort: mostChanged ? null : { key: "change", descending: true }, hvPage: 0 }),
+        },
+        "Most changed first",
+      ),
+      h(
+        "button",
+        { class: "hv-page-prev", disabled: page === 0, onclick: () => redraw({ hvPage: page - 1 }) },
+        "◀ Previous",
+      ),
+      h(
+        "span",
+        { class: "hv-page" },
+        `leaves ${page * LEAF_PAGE_ROWS + 1}–${page * LEAF_PAGE_ROWS + shown.length} of ${rows.length}`,
+      ),
+      h(
+        "button",
+        { class: "hv-page-next", disabled: page >= pages - 1, onclick: () => redraw({ hvPage: page + 1 }) },
+        "Next ▶",
+      ),
+    ),
     h(
       "table",
       { class: "hv-leaves-table" },
@@ -221,9 +278,6 @@ export function renderLeaves(el, leaves, pending = false) {
       ),
     ),
   );
-  if (rows.length > shown.length) {
-    add(el, h("div", { class: "hv-muted" }, `… and ${rows.length - shown.length} more leaves`));
-  }
 }
 
 function leafCell(before, after, changed) {
@@ -257,7 +311,12 @@ export function renderLog(el, log) {
   );
 }
 
-/** Replay bar: play/pause + slider over the recorded backward execution order. */
+/**
+ * Replay bar: an explicit on/off switch, play/pause and a slider over the recorded backward
+ * execution order. Off (the default), the graph shows the whole run and nothing is faded; on, the
+ * bar is marked and says that the nodes not run yet are faded. onStep(k) gets the step shown, -1
+ * when replay is off.
+ */
 export class ReplayBar {
   constructor(el, { onStep }) {
     this.el = el;
@@ -265,13 +324,18 @@ export class ReplayBar {
     this.steps = [];
     this.k = -1;
     this.timer = null;
-    this.play = h("button", { class: "hv-play", onclick: () => this.toggle() }, "▶ Replay backward");
+    this.switch = h(
+      "button",
+      { class: "hv-replay-toggle", "aria-pressed": "false", onclick: () => this.setOn(!this.on) },
+      "Replay: off",
+    );
+    this.play = h("button", { class: "hv-play", onclick: () => this.toggle() }, "▶ Play");
     this.slider = h("input", {
       class: "hv-slider",
       type: "range",
-      min: "-1",
-      max: "-1",
-      value: "-1",
+      min: "0",
+      max: "0",
+      value: "0",
       "aria-label": "backward step",
     });
     this.slider.addEventListener("input", () => {
@@ -279,24 +343,49 @@ export class ReplayBar {
       this.set(Number(this.slider.value));
     });
     this.label = h("span", { class: "hv-step" }, "");
+    this.state = h("div", { class: "hv-replay-state" });
     this.hooks = h("div", { class: "hv-step-hooks" });
-    fill(el, h("div", { class: "hv-row" }, this.play, this.slider, this.label), this.hooks);
+    fill(el, h("div", { class: "hv-row" }, this.switch, this.play, this.slider, this.label), this.state, this.hooks);
+    this.set(-1, false);
+  }
+
+  /** Whether replay is on (a step is shown and the rest of the graph faded). */
+  get on() {
+    return this.k >= 0;
   }
 
   setSteps(steps) {
     this.steps = steps || [];
-    this.slider.max = String(this.steps.length - 1);
+    this.slider.max = String(Math.max(0, this.steps.length - 1));
     if (this.k >= this.steps.length) this.k = -1;
     this.set(this.k, false);
   }
 
+  /** Turn replay on (at its first step, or where it was) or off (the whole run, nothing faded). */
+  setOn(on) {
+    if (!on) this.pause();
+    this.set(on && this.steps.length ? Math.max(0, this.k) : -1);
+  }
+
   set(k, notify = true) {
-    this.k = k;
-    this.slider.value = String(k);
-    const s = k >= 0 ? this.steps[k] : null;
+    this.k = this.steps.length ? k : -1;
+    const on = this.k >= 0;
+    const s = on ? this.steps[this.k] : null;
+    this.el.classList.toggle("hv-replay-on", on);
+    this.switch.textContent = on ? "Replay: on" : "Replay: off";
+    this.switch.setAttribute("aria-pressed", String(on));
+    this.switch.classList.toggle("hv-on", on);
+    this.switch.title = on ? "turn replay off: show the whole run" : "step through backward, node by node";
+    this.switch.disabled = !this.steps.length;
+    this.play.disabled = !this.steps.length;
+    // Moving the slider is a way to turn replay on too (the switch then says "on").
+    this.slider.disabled = !this.steps.length;
+    this.slider.value = String(Math.max(0, this.k));
     this.label.textContent = s
-      ? `step ${k + 1}/${this.steps.length}: ${s.op} (${s.node})`
+      ? `step ${this.k + 1}/${this.steps.length}: ${s.op} (${s.node})`
       : `${this.steps.length} backward steps recorded`;
+    this.state.textContent = on ? "Replay on: the graph fades the nodes backward has not reached yet." : "";
+    this.state.hidden = !on;
     fill(
       this.hooks,
       s && s.hooks && s.hooks.length
@@ -311,7 +400,7 @@ export class ReplayBar {
           ? h("span", { class: "hv-muted" }, "only hookviz's recording hook fired here")
           : null,
     );
-    if (notify) this.onStep(k);
+    if (notify) this.onStep(this.k);
   }
 
   toggle() {
@@ -319,24 +408,24 @@ export class ReplayBar {
     else this.start();
   }
 
+  /** Play from the step shown (from the first when replay was off or at the end); stops at the last. */
   start() {
     if (!this.steps.length) return;
-    if (this.k >= this.steps.length - 1) this.set(-1);
+    if (this.k < 0 || this.k >= this.steps.length - 1) this.set(0);
     this.play.textContent = "⏸ Pause";
     this.timer = setInterval(() => {
-      const k = nextStep(this.k, this.steps.length);
-      if (k < 0) {
+      if (this.k + 1 >= this.steps.length) {
         this.pause();
         return;
       }
-      this.set(k);
+      this.set(this.k + 1);
     }, 700);
   }
 
   pause() {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    this.play.textContent = "▶ Replay backward";
+    this.play.textContent = "▶ Play";
   }
 
   destroy() {

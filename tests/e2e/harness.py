@@ -208,6 +208,13 @@ def widget_root(page, index: int = 0):
 def click_node(page, node_id: str, index: int = 0) -> None:
     """Click a cytoscape node where it is drawn: renderedPosition + the container's page position."""
     page.locator(".hookviz-widget").nth(index).locator(".hv-cy").scroll_into_view_if_needed()
+    # Where it is drawn at rest: opening a box moves the view to it for 300 ms.
+    page.wait_for_function(
+        "(i) => { const cy = document.querySelectorAll('.hookviz-widget')[i].cy;"
+        " return !cy.animated() && !cy.nodes().some((n) => n.animated()); }",
+        arg=index,
+        timeout=10_000,
+    )
     point = page.evaluate(
         """([id, index]) => {
             const root = document.querySelectorAll('.hookviz-widget')[index];

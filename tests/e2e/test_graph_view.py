@@ -125,12 +125,12 @@ def test_gpt2_opens_as_its_fitted_module_tree(lab):
             closed, label = boxes[f"group:transformer.h.{i}"]
             assert closed and label == f"h.{i} ≡"  # six identical blocks, marked alike
         assert {"group:transformer.wte", "group:transformer.ln_f", "group:lm_head"} <= set(boxes)
-        # Left to right, the loss ops too: no edge runs back across the view (a wrapped layout's do).
+        # Top to bottom, the loss ops too: no edge runs back up the view (a wrapped layout's do).
         back = page.evaluate(
             "() => document.querySelector('.hookviz-widget').cy.edges()"
-            ".filter(e => e.target().position('x') <= e.source().position('x')).map(e => e.id())"
+            ".filter(e => e.target().position('y') <= e.source().position('y')).map(e => e.id())"
         )
-        assert back == [], f"edges drawn right to left: {back}"
+        assert back == [], f"edges drawn bottom to top: {back}"
 
         # Open a block in place: it and what it holds are in view, readable, and nothing overlaps.
         painted = harness.paint_count(page)
