@@ -1,7 +1,7 @@
 """hookviz's whole benchmark table in one command, written with the machine it ran on to a results file.
 
-    python -m benchmarks [--repeats N] [--device cpu] [--only mlp|gpt|none] [--widget] [--gather]
-                         [--output PATH | --no-write]
+    python -m benchmarks [--repeats N] [--device cpu] [--only mlp|gpt|none] [--rows TEXT]
+                         [--widget] [--gather] [--output PATH | --no-write]
 
 For each case of ``benchmarks/cases.py`` (the 20-layer MLP and GPT-2 6x384) and each row of
 ``benchmarks/rows.py`` (hookviz's fresh run, backward-only re-run and watch; wandb, torchlens and
@@ -34,7 +34,7 @@ import torch
 
 from benchmarks import rows as row_definitions
 from benchmarks.cases import CASES, Case
-from benchmarks.timing import paired
+from benchmarks.timing import blocks, paired
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 RESULTS = REPOSITORY / "benchmarks" / "results"
@@ -143,22 +143,49 @@ def _status(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def measure(case: Case, repeats: int, device: str, emit) -> None:
+def measure(case: Case, repeats: int, device: str, emit, only_rows: list[str] | None = None) -> None:
     """Time every row on ``case`` and ``emit`` its table lines as they come."""
     emit("")
     emit(f"## {case.title}, {repeats} pairs a row")
     emit("")
     emit("| row | ratio | quartiles | row ms | baseline | baseline ms | target |")
     emit("|---|---:|---:|---:|---|---:|---:|")
-    baselines = {"step": case.plain_step, "backward": row_definitions.retained_backward(case)}
+    watched, close_watched = row_definitions.watched_step(case)
+    baselines = {
+        "step": case.plain_step,
+        "backward": row_definitions.retained_backward(case),
+        "watched": watched,
+    }
+    try:
+        _rows(case, baselines, repeats, device, emit, only_rows)
+    finally:
+        close_watched()
+    if only_rows:  # a chosen few rows: no memory line
+        return
+    plain = statistics.median(_peak_bytes(case.key, "plain", device) for _ in range(3))
+    recorded = statistics.median(_peak_bytes(case.key, "hookviz", device) for _ in range(3))
+    emit(
+        f"| peak memory, fresh run over plain step (median of 3) | {recorded / plain:.2f}x | | "
+        f"{recorded / 2**20:.1f} MiB | step | {plain / 2**20:.1f} MiB | |"
+    )
+
+
+def _rows(case: Case, baselines: dict, repeats: int, device: str, emit, only_rows: list[str] | None) -> None:
+    """One line per row of ``benchmarks/rows.py`` on ``case`` (those whose label holds one of
+    ``only_rows``, when given)."""
     for row in row_definitions.rows():
+        if only_rows and not any(part in row.label for part in only_rows):
+            continue
         try:
             step, close = row.setup(case)
         except row_definitions.Skip as reason:
             emit(f"| {row.label} | skipped: {reason} | | | | | |")
             continue
+        baseline = baselines[row.baseline]
         try:
-            pairs = paired(step, baselines[row.baseline], repeats, device)
+            if row.block_seconds:
+                step, baseline = blocks(step, baseline, row.block_seconds, device)
+            pairs = paired(step, baseline, repeats, device)
         finally:
             close()
         first, third = pairs.quartiles
@@ -169,12 +196,6 @@ def measure(case: Case, repeats: int, device: str, emit) -> None:
             f"{statistics.median(pairs.row) * 1e3:.1f} | {row.baseline} | "
             f"{statistics.median(pairs.baseline) * 1e3:.1f} | {verdict} |"
         )
-    plain = statistics.median(_peak_bytes(case.key, "plain", device) for _ in range(3))
-    recorded = statistics.median(_peak_bytes(case.key, "hookviz", device) for _ in range(3))
-    emit(
-        f"| peak memory, fresh run over plain step (median of 3) | {recorded / plain:.2f}x | | "
-        f"{recorded / 2**20:.1f} MiB | step | {plain / 2**20:.1f} MiB | |"
-    )
 
 
 def _script_section(title: str, script: str, arguments: list[str], emit) -> None:
@@ -210,6 +231,9 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=[*sorted(CASES), "none"], help="one case; none: only --widget / --gather"
     )
+    parser.add_argument(
+        "--rows", action="append", metavar="TEXT", help="only the rows whose label holds TEXT (repeatable)"
+    )
     parser.add_argument("--widget", action="store_true", help="append benchmarks/widget.py (a browser)")
     parser.add_argument("--gather", action="store_true", help="append benchmarks/gather.py (2 processes)")
     parser.add_argument(
@@ -243,7 +267,7 @@ def main() -> None:
         for key, build in CASES.items():
             if options.only in (None, key):
                 case = build(options.device)
-                measure(case, options.repeats or case.repeats, options.device, emit)
+                measure(case, options.repeats or case.repeats, options.device, emit, options.rows)
         if options.widget:
             _script_section("Widget in JupyterLab + headless Chromium", "widget.py", [], emit)
         if options.gather:

@@ -32,14 +32,19 @@ class Row:
     Attributes:
         label: what the table calls it.
         setup: ``setup(case) -> (step, close)``; ``step()`` is timed, ``close()`` runs after.
-        baseline: "step" (the case's plain step) or "backward" (a plain backward on a retained graph).
-        targets: the ratio issue 32 asks for, by case key ("mlp", "gpt").
+        baseline: "step" (the case's plain step), "backward" (a plain backward on a retained graph)
+            or "watched" (a step of a twin under ``hookviz.watch``, defaults).
+        targets: the ratio an issue asks for, by case key ("mlp", "gpt").
+        block_seconds: time blocks of as many steps as the baseline takes in about this long,
+            not single steps: a row whose cost comes now and then (a live update a second) is
+            timed over whole periods.
     """
 
     label: str
     setup: Callable[[Case], tuple[Callable[[], object], Callable[[], object]]]
     baseline: str = "step"
     targets: dict[str, float] = field(default_factory=dict)
+    block_seconds: float | None = None
 
 
 def _nothing() -> None:
@@ -87,6 +92,30 @@ def _watch_row(**options):
         return step, watch.close
 
     return setup
+
+
+def watched_step(case: Case) -> tuple[Callable[[], None], Callable[[], None]]:
+    """A twin's plain step under ``hookviz.watch`` (defaults), and its close: the baseline of a
+    live view's row."""
+    twin, step = _twin(case)
+    return step, hookviz.watch(twin).close
+
+
+def live_view(case: Case):
+    """A twin's step under ``hookviz.watch`` with ``hookviz.show(watch)`` following it (its
+    default: at most one update a second, sent from its own thread). Without a kernel the
+    widget's comm sends nothing, but every update is built and serialised as in a notebook."""
+    twin, step = _twin(case)
+    watch = hookviz.watch(twin)
+    try:
+        view = hookviz.show(watch)
+    except Exception as error:
+        watch.close()
+        raise Skip(f"hookviz.show(watch) failed: {type(error).__name__}: {error}") from error
+    if getattr(view, "live", None) is None:
+        watch.close()
+        raise Skip("hookviz.show(watch) does not follow an open watch here")
+    return step, watch.close
 
 
 def _watch_outputs_default() -> bool | None:
@@ -225,6 +254,13 @@ def rows() -> list[Row]:
         ),
         Row("hookviz fresh run + run.fill_details()", fresh_run_every_detail),
         *watches,
+        Row(
+            "hookviz.show(watch) live, over a watched step (blocks of ~1 s)",
+            live_view,
+            baseline="watched",
+            targets={"mlp": 1.02, "gpt": 1.02},
+            block_seconds=1.0,
+        ),
         Row("wandb.watch(log='gradients', log_freq=1), offline", wandb_watch),
         Row("torchlens trace (forward, saves every layer)", torchlens_trace),
         Row("torchviz make_dot + backward", torchviz_make_dot),

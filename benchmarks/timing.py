@@ -71,3 +71,22 @@ def paired(
             pairs.row.append(timed(row, device))
             pairs.baseline.append(timed(baseline, device))
     return pairs
+
+
+def blocks(
+    row: Callable[[], object], baseline: Callable[[], object], seconds: float, device: str
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """``row`` and ``baseline`` each repeated as many times as ``baseline`` takes about
+    ``seconds`` to run (at least once): one timed sample then spans a whole period of a cost that
+    comes now and then."""
+    baseline()
+    count = max(1, round(seconds / timed(baseline, device)))
+
+    def repeat(function: Callable[[], object]) -> Callable[[], None]:
+        def block() -> None:
+            for _ in range(count):
+                function()
+
+        return block
+
+    return repeat(row), repeat(baseline)

@@ -23,6 +23,7 @@ EXPECTED = [
     "04_saved_tensors.ipynb",
     "05_vanishing_gradients.ipynb",
     "06_distributed.ipynb",
+    "07_live_training.ipynb",
 ]
 
 

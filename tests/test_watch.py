@@ -514,3 +514,60 @@ def test_backwards_that_raise_are_not_steps_and_are_not_kept():
         failing.remove()
         model(x).sum().backward()
     assert w.steps == [0]
+
+
+def test_a_step_listener_gets_every_kept_row_then_the_close():
+    model = small_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    heard = []
+    with watch(model) as w:
+        handle = w.add_step_listener(
+            lambda step, row: heard.append((step, None if row is None else row.clone()))
+        )
+        plain = []
+        for x, y in batches(4):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            plain.append([torch.linalg.vector_norm(p.grad).item() for p in model.parameters()])
+            optimizer.step()
+    assert [step for step, _ in heard] == [0, 1, 2, 3, None]
+    history = w.history
+    compared = 0
+    for (step, row), norms in zip(heard[:-1], plain):
+        # the row is the step's kept row: the columns of STATISTICS, norms as plain PyTorch's
+        assert torch.equal(row[:, 0], history.norm[step])
+        assert torch.equal(row[:, 2], history.nonfinite[step])
+        assert row[:, 0].tolist() == norms
+        compared += 1
+    assert compared == 4 and heard[-1] == (None, None)
+    # removed: the next watch's steps and close are not heard
+    handle.remove()
+    w.close()
+    assert len(heard) == 5
+
+
+def test_a_failing_step_listener_warns_and_training_goes_on():
+    model = small_mlp()
+    ((x, y),) = batches(1)
+
+    def broken(step, row):
+        raise ValueError("a bug in a viewer")
+
+    with pytest.warns(RuntimeWarning, match="a bug in a viewer"), watch(model) as w:
+        w.add_step_listener(broken)
+        F.cross_entropy(model(x), y).backward()
+    assert w.steps == [0] and model[0].weight.grad is not None
+
+
+def test_a_thinned_out_step_is_not_heard():
+    model = small_mlp()
+    heard = []
+    with watch(model, capacity=2) as w:
+        w.add_step_listener(lambda step, row: heard.append(step))
+        for x, y in batches(5):
+            model.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+    # capacity 2: 0 and 1 kept; at 2 they thin to every other step (0, 2), at 3 nothing is kept,
+    # at 4 to every fourth (0, 4): 3 was never kept, so never heard
+    assert w.steps == [0, 4]
+    assert heard == [0, 1, 2, 4, None]

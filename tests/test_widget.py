@@ -1237,3 +1237,152 @@ def test_in_a_kernel_the_widget_opens_its_comm_after_its_first_run():
     printed = next(m for m in messages if m["msg_type"] == "stream")["content"]["text"]
     recorded_at = datetime.fromtimestamp(float(printed), tz=opened[0]["header"]["date"].tzinfo)
     assert opened[0]["header"]["date"] > recorded_at
+
+
+# ----- save_html: what a saved page keeps ------------------------------------------------------
+
+
+def _saved_state(path):
+    import re
+
+    page = path.read_text(encoding="utf-8")
+    return json.loads(re.search(r'id="hookviz-state">(.*?)</script>', page, re.S).group(1))
+
+
+def _tensor_records(data):
+    if isinstance(data, dict):
+        if "numel" in data and "shape" in data:
+            yield data
+        else:
+            for value in data.values():
+                yield from _tensor_records(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from _tensor_records(value)
+
+
+def test_saved_page_keeps_values_only_of_the_opened_and_pinned_inspectors(widget, tmp_path):
+    widget.select("SubBackward0_0")
+    inspectors = _saved_state(widget.save_html(tmp_path / "opened.html", pinned=["x"]))["__inspectors"]
+    x_grad, _, _ = plain_grads()
+    opened = inspectors["SubBackward0_0"]["grad_inputs"][0]
+    # the opened node's values are there, as PyTorch computes them: x.grad = 2 * d loss / d(2x + 3y)
+    assert opened["value"] == (x_grad / 2).tolist() == [8.0, -6.0]
+    assert "value" in inspectors["x"]["grad_outputs"][0]
+    elsewhere = [
+        r
+        for key, data in inspectors.items()
+        if key not in ("SubBackward0_0", "x")
+        for r in _tensor_records(data)
+    ]
+    assert elsewhere and not [r for r in elsewhere if "value" in r]
+    # every tensor keeps its statistics: the norm of the opened gradient
+    assert opened["norm"] == pytest.approx(math.hypot(8, 6), rel=1e-4)
+    everything = _saved_state(widget.save_html(tmp_path / "all.html", values="all"))["__inspectors"]
+    kept = [r for data in everything.values() for r in _tensor_records(data)]
+    assert kept and all("value" in r for r in kept if r["numel"] <= 16)
+    with pytest.raises(hookviz.HookvizError, match="values='every'"):
+        widget.save_html(tmp_path / "bad.html", values="every")
+
+
+def test_saved_page_histograms_and_overviews_are_coarser_but_true():
+    from hookviz.widget import export
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(96, 192), nn.Tanh(), nn.Linear(192, 4))
+    x = torch.randn(32, 96)
+    widget = hookviz_widget.show(model, (x,), loss_fn=lambda out: out.square().mean())
+    weight = next(n["id"] for n in widget.graph["nodes"] if n["id"] == "0.weight")
+    full = widget_data.node_inspector_json(widget.run, weight)["grad_outputs"][0]
+    saved = export._compact(full, keep_values=False)
+    # 192 x 96 elements: more than the full-tensor limit, so an overview of 32 x 32 blocks
+    assert len(full["overview"]) == 32 and full["value"] is None
+    overview = torch.tensor(saved["overview"], dtype=torch.float64)
+    assert overview.shape == (export.EXPORT_OVERVIEW_BLOCKS, export.EXPORT_OVERVIEW_BLOCKS)
+    grad = model[0].weight.grad if model[0].weight.grad is not None else widget.run.leaf_grad("0.weight")
+    rms = grad.double().square().mean().sqrt().item()
+    # still root mean squares: their own RMS is the gradient's, within the pooling's overlap
+    assert overview.square().mean().sqrt().item() == pytest.approx(rms, rel=0.05)
+    counts, edges = saved["histogram"]["counts"], saved["histogram"]["edges"]
+    assert len(counts) == export.EXPORT_HISTOGRAM_BINS and len(edges) == len(counts) + 1
+    assert sum(counts) == sum(full["histogram"]["counts"])
+    assert edges[0] == pytest.approx(full["histogram"]["edges"][0], rel=1e-2)
+    assert edges[-1] == pytest.approx(full["histogram"]["edges"][-1], rel=1e-2)
+    assert saved["norm"] == pytest.approx(grad.norm().item(), rel=1e-3)
+
+
+# ----- hookviz.show(watch): the live view ------------------------------------------------------
+
+
+def _train(model, steps, poison_at=None):
+    torch.manual_seed(1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(steps):
+        if step == poison_at:
+            with torch.no_grad():
+                model[0].weight[0, 0] = float("nan")
+        optimizer.zero_grad()
+        F.cross_entropy(model(torch.randn(16, 8)), torch.randint(0, 3, (16,))).backward()
+        optimizer.step()
+
+
+def test_show_of_an_open_watch_follows_training_and_keeps_the_final_state(tmp_path):
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=4, width=16, inputs=8, classes=3)
+    with hookviz.watch(model) as watch:
+        view = hookviz.show(watch, every_steps=1, every_seconds=None)
+        assert view.watch_view == {} and view.graph == {}  # nothing kept yet, and no graph
+        _train(model, 5)
+        assert view.live.wait_shown()
+        assert view.watch_view["step"] == watch.steps[-1] == 4 and view.watch_view["live"]
+        assert view.watch_view["norms"] == pytest.approx(watch.norms())
+        heatmap = view.watch_heatmap["data"][0]
+        assert heatmap["x"] == watch.steps and heatmap["y"] == watch.parameter_names
+        expected = [[math.log10(v) for v in watch.history.column(name)] for name in watch.parameter_names]
+        assert heatmap["z"] == [[pytest.approx(v, abs=1e-3) for v in row] for row in expected]
+        lines = [trace for trace in view.watch_heatmap["data"] if trace["type"] == "scatter"]
+        assert [trace["name"] for trace in lines] == ["0", "2", "4", "6"]
+        assert lines[0]["y"][-1] == pytest.approx(
+            math.hypot(watch.norms()["0.weight"], watch.norms()["0.bias"]), rel=1e-3
+        )
+        _train(model, 2)
+    view.live._thread.join(5)
+    assert not view.live._thread.is_alive()
+    assert view.watch_view["step"] == 6 and view.watch_view["live"] is False
+    # a widget with no graph refuses what needs one, and says what to do
+    reply = view.handle_message({"type": "rerun"})
+    assert not reply["ok"] and "show_watch" in reply["error"]
+    # saving the watch works as without a live view
+    loaded = hookviz.load(hookviz.save(watch, tmp_path / "watch.hookviz"))
+    assert loaded.steps == watch.steps == list(range(7))
+
+
+def test_a_nan_step_is_shown_at_once_whatever_the_throttle():
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=4, width=16, inputs=8, classes=3)
+    with hookviz.watch(model) as watch:
+        view = hookviz.show(watch, every_seconds=600)
+        _train(model, 3)
+        deadline = time.monotonic() + 10
+        while view.live.updates < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert view.live.updates == 1 and view.diagnosis.get("counts", {}).get("nan", 0) == 0
+        _train(model, 2, poison_at=0)
+        deadline = time.monotonic() + 10
+        while view.live.updates < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # the throttle allows one update in ten minutes: the NaN came through it
+        assert view.live.updates == 2 and view.diagnosis["counts"]["nan"] == 1
+        assert view.watch_view["step"] >= 3
+
+
+def test_show_live_refuses_bad_rates():
+    model = sigmoid_mlp(depth=2, width=4, inputs=2, classes=2)
+    with hookviz.watch(model) as watch:
+        for options, message in [
+            ({"every_steps": 0}, "every_steps=0"),
+            ({"every_seconds": -1}, "every_seconds=-1"),
+            ({"every_seconds": None}, "give every_steps or every_seconds"),
+        ]:
+            with pytest.raises(hookviz.WatchError, match=message):
+                hookviz.show(watch, **options)

@@ -50,13 +50,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import warnings
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 from torch.utils import _pytree as pytree
+from torch.utils.hooks import RemovableHandle
 
 from hookviz.analysis.diagnose import Finding, check_thresholds, layer_findings, percent
 from hookviz.errors import WatchError
@@ -149,6 +152,8 @@ class Watch:
         self._owners = [_owner(model, n) for n in self.parameter_names]
         self._backwards: dict[int, _Backward] = {}  # graph task id -> its state
         self._lock = threading.Lock()
+        # add_step_listener: handle id -> listener (an OrderedDict, as RemovableHandle needs)
+        self._listeners: OrderedDict[int, object] = OrderedDict()
         self._handles: list = []  # hooks on the model, removed on close
         self._graph_handles: list = []  # hooks on the graphs of forwards, while those live
         self._graph_handles_kept = 64  # prune dead graph handles when there are twice this many
@@ -186,11 +191,41 @@ class Watch:
     def close(self) -> None:
         """Remove every hook this watch added to the model and to live graphs (idempotent). The
         history stays."""
+        already = self.closed
         self.closed = True
         _remove(self._handles, self._graph_handles)
         self._backwards = {}
         if _OPEN.get(id(self.model), lambda: None)() is self:
             del _OPEN[id(self.model)]
+        if not already:
+            self._tell_listeners(None, None)
+
+    def add_step_listener(self, listener) -> RemovableHandle:
+        """Call ``listener(step, row)`` each time a recorded step is kept, and ``listener(None,
+        None)`` once when the watch closes. A live view subscribes here.
+
+        ``step`` is the step's number; ``row`` its statistics, a float64 CPU tensor of shape
+        ``[len(watch.names), 4]`` whose columns are ``norm, max_abs, nonfinite, zero_fraction``
+        (NaN where a name got no gradient). The listener runs on the thread that ran the
+        backward, at its end, before ``backward()`` returns: it must be quick (hand the work to
+        another thread) and must not call backward. An exception in it is turned into a
+        warning, so it never breaks the training step.
+
+        Returns:
+            a ``torch.utils.hooks.RemovableHandle``; ``handle.remove()`` unsubscribes.
+        """
+        handle = RemovableHandle(self._listeners)
+        self._listeners[handle.id] = listener
+        return handle
+
+    def _tell_listeners(self, step: int | None, row: torch.Tensor | None) -> None:
+        for listener in list(self._listeners.values()):
+            try:
+                listener(step, row)
+            except Exception as error:  # a viewer's bug must not break the user's training step
+                warnings.warn(
+                    f"hookviz watch listener {listener!r} failed: {error!r}", RuntimeWarning, stacklevel=2
+                )
 
     def __enter__(self) -> Watch:
         return self
@@ -244,7 +279,7 @@ class Watch:
             self.step += 1
             if row is None:
                 return
-            self._store(step, row)
+            kept = self._store(step, row)
             if len(self._order) < len(self.names):  # once every column has a place, none moves
                 arrived = state.arrived + [
                     c for c in reversed(range(len(self.parameter_names))) if not math.isnan(row[c, 0])
@@ -253,6 +288,8 @@ class Watch:
                     self._order.setdefault(column, position)
         if self._ranks is not None:
             self._ranks.finish(step)
+        if kept and self._listeners:
+            self._tell_listeners(step, row)
 
     def _row_of(self, state: _Backward) -> torch.Tensor:
         """The ``[names, 4]`` row of one ended backward: every ``.grad`` it accumulated into and the
@@ -277,7 +314,9 @@ class Watch:
             handles[:] = [h for h in handles if h.hooks_dict_ref() is not None]
             self._graph_handles_kept = max(64, len(handles))
 
-    def _store(self, step: int, row: torch.Tensor) -> None:
+    def _store(self, step: int, row: torch.Tensor) -> bool:
+        """Keep ``row`` as step ``step`` (thinning the kept steps when full); False when thinning
+        left this step out."""
         if len(self._steps) == self.capacity:
             keep = [i for i, s in enumerate(self._steps) if s % (self.every * self._stride * 2) == 0]
             self._rows[: len(keep)] = self._rows[keep].clone()
@@ -285,9 +324,10 @@ class Watch:
             self._steps = [self._steps[i] for i in keep]
             self._stride *= 2
             if step % (self.every * self._stride):
-                return
+                return False
         self._rows[len(self._steps)] = row
         self._steps.append(step)
+        return True
 
     # ------------------------------------------------------------------ reading
 
@@ -304,10 +344,13 @@ class Watch:
 
     @property
     def history(self) -> History:
-        """The kept steps as a :class:`History` (``.to_pandas()`` when pandas is installed)."""
-        rows = self._rows[: len(self._steps)].clone()
+        """The kept steps as a :class:`History` (``.to_pandas()`` when pandas is installed); a
+        consistent copy also while another thread trains."""
+        with self._lock:
+            rows = self._rows[: len(self._steps)].clone()
+            steps = list(self._steps)
         return History(
-            list(self._steps),
+            steps,
             list(self.names),
             list(self.kinds),
             *(rows[:, :, i] for i in range(len(STATISTICS))),
@@ -319,15 +362,17 @@ class Watch:
                 "no step recorded yet: run the training loop's loss.backward() while the watch is "
                 "open (a forward alone, or a backward that does not reach the model, is not a step)"
             )
-        if step is None:
-            return self._steps[-1], self._rows[len(self._steps) - 1]
+        with self._lock:  # a copy, consistent while another thread trains and thins the steps
+            if step is None:
+                return self._steps[-1], self._rows[len(self._steps) - 1].clone()
+            if step in self._steps:
+                return step, self._rows[self._steps.index(step)].clone()
         if step not in self._steps:
             near = sorted(self._steps, key=lambda s: abs(s - step))[:3]
             raise WatchError(
                 f"step {step} is not kept (kept: {len(self._steps)} steps from "
                 f"{self._steps[0]} to {self._steps[-1]}); nearest kept: {sorted(near)}"
             )
-        return step, self._rows[self._steps.index(step)]
 
     def norms(self, step: int | None = None, kind: str | None = None) -> dict[str, float]:
         """``{parameter or module name: gradient norm}`` at ``step`` (None = the last kept step).

@@ -14,11 +14,24 @@ import html
 import json
 from pathlib import Path
 
+from hookviz.errors import HookvizError
 from hookviz.widget import payload as widget_data
 
-# Values of more elements than this are left out of the exported inspectors (their statistics
-# and histogram stay), which keeps the file small.
-EXPORT_VALUE_LIMIT = 256
+# What a saved page keeps of each tensor's values (``save_html(values=...)``): "opened", the
+# values of the tensors in the inspector on screen and in the pinned ones only (every other tensor
+# keeps its statistics, histogram and overview); "all", every value the run recorded.
+VALUES = ("opened", "all")
+# Significant digits a saved page keeps: statistics are read as numbers, histogram edges as a
+# range, overview cells as colours. The inspector shows 4 significant digits.
+STATISTIC_DIGITS = 4
+EDGE_DIGITS = 3
+OVERVIEW_DIGITS = 2
+# A saved page's histograms have at most this many bins (neighbouring bins of the run's 32 summed).
+EXPORT_HISTOGRAM_BINS = 16
+# A saved page's overview of a large 2-D tensor has at most this many blocks per side (the run
+# keeps 32: the root mean square of the blocks under each, so it stays the RMS of the tensor).
+EXPORT_OVERVIEW_BLOCKS = 12
+_STATISTICS = ("norm", "mean", "min", "max", "zero_fraction")
 
 STATIC_NOTE = (
     "Saved page: no Python kernel behind it, so edits and re-run are off. "
@@ -42,29 +55,85 @@ _PAGE = """<!DOCTYPE html>
 """
 
 
-def _trim_values(data):
-    """A copy of inspector JSON without the values of tensors larger than EXPORT_VALUE_LIMIT."""
+def _rounded(value, digits: int):
+    """``value`` (a float, or "nan"/"inf" as json_float writes them) to ``digits`` significant digits."""
+    return float(f"{value:.{digits}g}") if isinstance(value, float) else value
+
+
+def _pooled_overview(overview: list) -> list:
+    """An overview (rows of block RMS values) with at most EXPORT_OVERVIEW_BLOCKS blocks per side:
+    the RMS of each group of blocks (sqrt of the mean of their squares), so it is still the RMS of
+    the tensor's elements under it (up to unequal block sizes); rounded to OVERVIEW_DIGITS."""
+    import torch
+    import torch.nn.functional as F
+
+    grid = torch.tensor([[float(v) for v in row] for row in overview], dtype=torch.float64)
+    rows, columns = grid.shape
+    if rows > EXPORT_OVERVIEW_BLOCKS or columns > EXPORT_OVERVIEW_BLOCKS:
+        size = (min(rows, EXPORT_OVERVIEW_BLOCKS), min(columns, EXPORT_OVERVIEW_BLOCKS))
+        grid = F.adaptive_avg_pool2d((grid * grid)[None], size)[0].sqrt()
+    return [[widget_data.json_float(_rounded(v, OVERVIEW_DIGITS)) for v in row] for row in grid.tolist()]
+
+
+def _merged_histogram(histogram: dict) -> dict:
+    """``{counts, edges}`` with neighbouring bins summed until at most EXPORT_HISTOGRAM_BINS are
+    left (each merged bin spans the edges of the bins in it), edges to EDGE_DIGITS."""
+    counts, edges = histogram["counts"], histogram["edges"]
+    while len(counts) > EXPORT_HISTOGRAM_BINS:
+        counts = [sum(counts[i : i + 2]) for i in range(0, len(counts), 2)]
+        edges = edges[::2] if len(edges) % 2 else [*edges[::2], edges[-1]]
+    return {"counts": counts, "edges": [_rounded(e, EDGE_DIGITS) for e in edges]}
+
+
+def _compact_tensor(record: dict, keep_values: bool) -> dict:
+    """A tensor's JSON (``TensorRecord.to_dict``) as a saved page keeps it: its statistics to
+    STATISTIC_DIGITS, histogram edges to EDGE_DIGITS, a coarser overview, and its values only when
+    ``keep_values``; fields that say nothing (None, "", no pending fields) are left out (the page
+    reads a missing field as absent)."""
+    out = {}
+    for name, value in record.items():
+        if name == "value" and not keep_values:
+            continue
+        if name in _STATISTICS:
+            value = _rounded(value, STATISTIC_DIGITS)
+        elif name == "histogram" and value:
+            value = _merged_histogram(value)
+        elif name == "overview" and value:
+            value = _pooled_overview(value)
+        if value is None or value == "" or (name == "pending" and not value):
+            continue
+        out[name] = value
+    return out
+
+
+def _compact(data, keep_values: bool):
+    """A copy of inspector JSON with every tensor record in it made compact (:func:`_compact_tensor`)."""
     if isinstance(data, dict):
-        out = {k: _trim_values(v) for k, v in data.items()}
-        if "numel" in out and "value" in out and (out["numel"] or 0) > EXPORT_VALUE_LIMIT:
-            out["value"] = None
-        return out
+        if "numel" in data and "dtype" in data and "shape" in data:
+            return _compact_tensor(data, keep_values)
+        return {k: _compact(v, keep_values) for k, v in data.items()}
     if isinstance(data, list):
-        return [_trim_values(v) for v in data]
+        return [_compact(v, keep_values) for v in data]
     return data
 
 
-def inspectors_json(widget) -> dict:
-    """Every node's and module's inspector, by the id the page asks for."""
+def inspectors_json(widget, values: str = "opened", pinned=()) -> dict:
+    """Every node's and module's inspector, by the id the page asks for, compact (see
+    :func:`_compact_tensor`): tensor values only in the inspector on screen (``widget.selected``)
+    and the ``pinned`` ids, or everywhere with ``values="all"``."""
     run, baseline = widget.run, widget.baseline
+    if run is None:  # a watch shown alone: no graph, nothing to inspect
+        return {}
+    kept = {widget.selected, *pinned}
     out = {}
     for node_id in run.nodes:
-        out[node_id] = _trim_values(widget_data.node_inspector_json(run, node_id, baseline))
+        data = widget_data.node_inspector_json(run, node_id, baseline)
+        out[node_id] = _compact(data, values == "all" or node_id in kept)
     for call in run.calls:
         key = widget_data.MODULE_PREFIX + call.module
         if key not in out:
             data = widget_data.module_inspector_json(run, call.module, widget._sites(call.module), baseline)
-            out[key] = _trim_values(data)
+            out[key] = _compact(data, values == "all" or key in kept or call.module in kept)
     return out
 
 
@@ -79,16 +148,28 @@ def _script_json(state: dict) -> str:
     return json.dumps(state, allow_nan=False, separators=(",", ":")).translate(_SCRIPT_ESCAPES)
 
 
-def save_html(widget, path, title: str = "hookviz") -> Path:
+def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinned=()) -> Path:
     """Write ``widget``'s current view to one HTML file; returns its path.
 
     The file needs no kernel and no network: the bundle and the state are inside it. Graph,
     inspector, replay, chart and search work; edits and re-run are disabled with a note.
+    Every tensor keeps its statistics, histogram and overview; its values (the numbers) are kept
+    for the inspector on screen and the ``pinned`` node ids or module names with
+    ``values="opened"`` (the default), for every tensor the run recorded with ``values="all"``
+    (GPT-2 small, 12 layers x 128 tokens: about 7.6 MB by default, 14 MB with "all").
+
+    Raises:
+        HookvizError: ``values`` is not "opened" or "all".
     """
+    if values not in VALUES:
+        raise HookvizError(
+            f"values={values!r} is not a choice: 'opened' keeps the values of the inspector on screen "
+            "and of pinned nodes, 'all' those of every tensor the run recorded"
+        )
     state = {name: getattr(widget, name) for name in widget.keys if not name.startswith("_")}
     state = {k: v for k, v in state.items() if k not in ("layout", "comm", "tabbable", "tooltip")}
     state["static_note"] = STATIC_NOTE
-    state["__inspectors"] = inspectors_json(widget)
+    state["__inspectors"] = inspectors_json(widget, values, [*pinned])
     text = _script_json(state)
     static = Path(widget_data.__file__).parent / "static"
     esm = base64.b64encode((static / "widget.js").read_bytes())

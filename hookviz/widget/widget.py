@@ -73,7 +73,9 @@ class Widget(anywidget.AnyWidget):
     """Interactive view of a :class:`hookviz.Session`: graph, inspector, edits, re-run, replay, chart.
 
     Args:
-        session: the session to show; it is run once now when it has no run yet.
+        session: the session to show; it is run once now when it has no run yet. None: no
+            graph, for a watch shown alone (``hookviz.show(watch)``, :meth:`show_live`); requests
+            that need a run are refused with a note.
         visible_budget: about how many elements the first view draws: the module tree opens as
             deep as fits in it (the page's rule, ``defaultCollapsed`` in ``js/src/logic.js``);
             None: the page's default (40).
@@ -159,7 +161,8 @@ class Widget(anywidget.AnyWidget):
         # regions waiting on the busy core), the 20,000-Node graph's first paint came 1.2-1.7 s
         # later; loaded while the page's state is built (one Python thread), it costs nothing.
         # Opened after that instead, it came 0.5-1 s later.
-        run = session.last_run if session.last_run is not None else session.run()
+        # session None: a live watch alone (hookviz.show(watch)), with no graph.
+        run = None if session is None else session.last_run if session.last_run is not None else session.run()
         super().__init__(**kwargs)
         self.session = session
         self.visible_budget = visible_budget
@@ -173,20 +176,22 @@ class Widget(anywidget.AnyWidget):
         self._watch_range: dict = {}
         self.devices = list(devices())
         self.read_only = READ_ONLY_NOTE if getattr(session, "read_only", False) else ""
-        self._show_run(run)
+        self.live = None  # the hookviz.widget.live.LiveFeed following an open watch, if any
+        if run is not None:
+            self._show_run(run)
         self.on_msg(self._handle_message)
 
     # ----- the runs --------------------------------------------------------------------------
 
     @property
     def run(self):
-        """The run on screen (the last good one)."""
-        return self.session.last_run
+        """The run on screen (the last good one); None for a watch shown alone."""
+        return None if self.session is None else self.session.last_run
 
     @property
     def baseline(self):
-        """The run everything is compared with (the session's first run)."""
-        return self.session.baseline
+        """The run everything is compared with (the session's first run); None without a session."""
+        return None if self.session is None else self.session.baseline
 
     def _show_run(self, run) -> None:
         self._show_run_now(run)
@@ -589,18 +594,29 @@ class Widget(anywidget.AnyWidget):
         except Exception:  # no page attached (tests) or a closed comm
             pass
 
-    def save_html(self, path, title: str = "hookviz"):
+    def save_html(self, path, title: str = "hookviz", values: str = "opened", pinned=()):
         """Write this view to one self-contained HTML file that opens in a browser with no kernel
         and no network (graph, inspector, replay, chart and search work; edits and re-run are
         disabled there). Embed it in a blog post or course page with an ``<iframe>``.
 
+        Args:
+            path: the file to write.
+            title: the page's title.
+            values: ``"opened"`` (default): every tensor's statistics, histogram and overview, and
+                the values (numbers) only of the inspector on screen and of ``pinned``; ``"all"``:
+                the values of every tensor the run recorded too (a larger file).
+            pinned: node ids or module names whose inspectors keep their values.
+
         Returns:
             the ``pathlib.Path`` written.
+
+        Raises:
+            HookvizError: ``values`` is not "opened" or "all".
         """
         from hookviz.widget.export import save_html
 
         self.fill_details()
-        return save_html(self, path, title)
+        return save_html(self, path, title, values=values, pinned=pinned)
 
     def chart_figure(self):
         """The gradient-flow chart as a ``plotly.graph_objects.Figure``: per-module norm of the
@@ -644,6 +660,69 @@ class Widget(anywidget.AnyWidget):
             self._show_watch_step(step)
             self._clear_errors("watch")
         return self
+
+    def show_live(self, watch, every_steps: int | None = None, every_seconds: float | None = 1.0) -> Widget:
+        """Follow ``watch`` while it trains: heatmap, per-layer lines and findings of its latest
+        kept step, updated from a background thread (:mod:`hookviz.widget.live`) at most once
+        every ``every_steps`` kept steps or ``every_seconds`` seconds; a step that newly holds
+        NaN/Inf or an exploding norm is shown at once. When the watch closes its final state
+        stays on screen. The training thread only notes each step (one comparison), so the cost
+        is the watch's own plus the updates' (see ``benchmarks``).
+
+        Args:
+            watch: a :class:`hookviz.Watch`, open (or closed: its final state, once).
+            every_steps: at most one update every this many kept steps; None: by time.
+            every_seconds: at most one update every this many seconds (default 1); with
+                ``every_steps`` too, whichever allows fewer updates.
+
+        Returns:
+            this widget; display it by leaving it last in a cell, then train in the same cell.
+
+        Raises:
+            WatchError: ``watch`` is not a Watch, or neither ``every_steps`` nor ``every_seconds``
+                is a positive number.
+        """
+        from hookviz.watching.watch import Watch
+        from hookviz.widget.live import LiveFeed
+
+        if not isinstance(watch, Watch):
+            raise WatchError(
+                f"show_live() needs a hookviz.Watch (from hookviz.watch(model)), got {type(watch).__name__}"
+            )
+        if every_steps is not None and (
+            isinstance(every_steps, bool) or not isinstance(every_steps, int) or every_steps < 1
+        ):
+            raise WatchError(f"every_steps={every_steps!r} must be a positive int (or None: update by time)")
+        if every_seconds is not None and (isinstance(every_seconds, bool) or not every_seconds > 0):
+            raise WatchError(
+                f"every_seconds={every_seconds!r} must be a positive number of seconds (or None)"
+            )
+        if every_steps is None and every_seconds is None:
+            raise WatchError(
+                "give every_steps or every_seconds (the default, every_seconds=1.0, updates once a second)"
+            )
+        if self.live is not None:
+            self.live.stop()
+        self.watch = watch
+        self.live = LiveFeed(self, watch, every_steps, every_seconds)
+        return self
+
+    def _show_live_state(self, watch, closed: bool) -> None:
+        """The live view of ``watch``'s latest kept step (called from the LiveFeed's thread)."""
+        history = watch.history
+        if not history.steps or self.watch is not watch:
+            return
+        step = history.steps[-1]
+        name = type(watch.model).__name__
+        try:
+            figure = widget_data.live_watch_figure(history, f"{name}: gradient norms over training")
+        except Exception as error:  # the figure is a picture: without it the view still works
+            figure = {"error": f"heatmap failed: {type(error).__name__}: {error}"}
+        self._watch_range = widget_data.watch_color_range(history)
+        with self.hold_sync():
+            self.watch_heatmap = figure
+            self._show_watch_step(step, live=not closed)
+            self._clear_errors("watch")
 
     def watch_step(self, step: int) -> bool:
         """Show step ``step`` of the watch on screen (one of ``watch.steps``).
@@ -702,7 +781,7 @@ class Widget(anywidget.AnyWidget):
             self.diagnosis = self._run_diagnosis
             self._clear_errors("watch")
 
-    def _show_watch_step(self, step: int) -> None:
+    def _show_watch_step(self, step: int, live: bool = False) -> None:
         watch = self.watch
         parameters = watch.norms(step, kind="parameter")
         outputs = watch.norms(step, kind="output")
@@ -724,6 +803,8 @@ class Widget(anywidget.AnyWidget):
             # a gathered history: the rank shown (None = reduced over ranks), for the rank selector
             "rank": getattr(watch, "rank", None),
             "reduced": bool(getattr(getattr(watch, "source", None), "strategy", "")),
+            # a watch still training (show_live): the page says so, and updates follow
+            "live": live,
         }
         self.diagnosis = diagnosis
 
@@ -776,6 +857,12 @@ class Widget(anywidget.AnyWidget):
         }
         if kind not in handlers:
             return False, f"unknown message type {kind!r}; expected one of {sorted(handlers)}"
+        if self.session is None and kind not in ("watch_step", "hide_watch", "details"):
+            return False, (
+                f"{kind!r} needs a recorded run, and this widget shows a watch alone: to see the graph, "
+                "show a run of the model too, e.g. "
+                "hookviz.show_watch(w, hookviz.Session(model, args, loss_fn=...))"
+            )
         required, handler = handlers[kind]
         for field in (
             *required,
@@ -892,6 +979,9 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
     baseline)`` compares two). ``show(history, run)`` shows a gathered watch history (from
     ``hookviz.load`` of ``hookviz.save(watch, path)``) over that run's graph (``show(history)``: over the run
     saved with it), reduced norms first; ``Widget.watch_rank(r)`` shows rank ``r``'s.
+    ``show(watch)`` follows a :class:`hookviz.Watch` while it trains, in the same cell: heatmap,
+    per-layer lines and findings, updated at most every ``every_steps`` steps or ``every_seconds``
+    seconds (default 1 s), a NaN/Inf or exploding step at once (:meth:`Widget.show_live`).
 
     Args:
         model: an ``nn.Module``.
@@ -909,10 +999,13 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
     from hookviz.data.run import Run
     from hookviz.record.session import Session
     from hookviz.watching.gather import RankHistory
+    from hookviz.watching.watch import Watch
 
     widget_options = {
         k: session_options.pop(k) for k in ("visible_budget", "vanishing_threshold") if k in session_options
     }
+    if isinstance(model, Watch):
+        return Widget(None, **widget_options).show_live(model, **session_options)
     if isinstance(model, Run):  # a recorded run, usually opened from a file: read-only
         return Widget(
             RecordedSession(model, baseline=args if isinstance(args, Run) else None), **widget_options

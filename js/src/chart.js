@@ -163,7 +163,7 @@ export function renderHeatmap(el, figure, step, onStep) {
     ...layout,
     // A few steps: one tick per step (plotly would put ticks at 0.5).
     xaxis: { ...(layout.xaxis || {}), ...(steps <= 20 ? { dtick: 1 } : {}) },
-    height: Math.min(600, 140 + 16 * rows),
+    height: layout.height || Math.min(600, 140 + 16 * rows), // a live figure sets its own
     margin: { l: 110, r: 20, t: 40, b: 40 },
   };
   el.hvOnStep = onStep;

@@ -224,6 +224,7 @@ function render({ model, el }) {
   if (staticNote) {
     rerun.disabled = true;
     device.disabled = true;
+    rerun.title = device.title = staticNote;
     messageError.textContent = staticNote;
     messageError.classList.add("hv-static-note");
   }
@@ -355,6 +356,7 @@ function render({ model, el }) {
     onClose: () => send({ type: "hide_watch" }),
     onRank: (rank) => send({ type: "watch_rank", rank }),
   });
+  if (model.get("static_note")) watchBar.disable(model.get("static_note"));
 
   const errors = () => model.get("errors") || {};
   const drawErrors = () => {
@@ -368,8 +370,14 @@ function render({ model, el }) {
     messageError.textContent = e.message || staticNote;
     watchBar.set(model.get("watch_view"), e.watch, model.get("watch_ranks") || []);
   };
+  const bottom = root.querySelector(".hv-bottom");
   const drawGraph = () => {
     const g = graphOf();
+    // A watch shown alone (hookviz.show(watch)) has no graph: only its bar, findings and heatmap.
+    const graphless = !g.nodes;
+    for (const part of [main, legendEl, replayEl, bottom, chartEl]) part.hidden = graphless && !!graphView;
+    for (const group of root.querySelectorAll(".hv-toolbar .hv-group, .hv-watch-close")) group.hidden = graphless;
+    if (graphless) return Promise.resolve();
     const watchView = model.get("watch_view") || {};
     const overlay = watchView.steps ? watchView : null;
     fill(
@@ -494,6 +502,7 @@ function render({ model, el }) {
       errors().edits,
       send,
       model.get("edit_state") || {},
+      staticNote,
     );
   const drawChart = () => renderChart(chartEl, model.get("chart"));
   const drawLeaves = () => renderLeaves(leavesEl, leavesOf(), model.get("details_pending"));

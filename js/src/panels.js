@@ -70,7 +70,9 @@ export function renderEditor(el, inspector, error, typed, send, disabledNote = "
 }
 
 /** Active edits with remove, reset and copy as code; `state` is the edit_state traitlet. */
-export function renderEdits(el, edits, code, error, send, state = {}) {
+// disabledNote: why removing and resetting edits is off (a saved page has no kernel; a recorded
+// run's edits are part of what ran), shown as the buttons' tooltip.
+export function renderEdits(el, edits, code, error, send, state = {}, disabledNote = "") {
   el.replaceChildren();
   const codeBox = h("pre", { class: "hv-code", hidden: true }, code || "");
   const copy = () => {
@@ -101,7 +103,8 @@ export function renderEdits(el, edits, code, error, send, state = {}) {
                 "button",
                 {
                   class: "hv-remove",
-                  title: "remove this edit",
+                  title: disabledNote || "remove this edit",
+                  disabled: !!disabledNote,
                   onclick: () => send({ type: "remove_edit", id: e.id }),
                 },
                 "✕",
@@ -124,7 +127,12 @@ export function renderEdits(el, edits, code, error, send, state = {}) {
       { class: "hv-row" },
       h(
         "button",
-        { class: "hv-reset", onclick: () => send({ type: "reset_edits" }), disabled: !edits.length },
+        {
+          class: "hv-reset",
+          onclick: () => send({ type: "reset_edits" }),
+          disabled: !edits.length || !!disabledNote,
+          title: disabledNote || undefined,
+        },
         "Reset edits",
       ),
       h("button", { class: "hv-copy", onclick: copy }, "Copy as code"),
@@ -540,6 +548,14 @@ export class WatchBar {
     fill(el, h("div", { class: "hv-row" }, this.title, this.slider, this.label, this.rank, close), this.error);
   }
 
+  /** Turn the controls that ask the kernel off, with `note` (why) as their tooltip: a saved page. */
+  disable(note) {
+    for (const control of this.el.querySelectorAll("input, select, button")) {
+      control.disabled = true;
+      control.title = note;
+    }
+  }
+
   /** view: the watch_view traitlet ({steps, step, index, model, rank}); empty = no watch shown.
    * ranks: the watch_ranks traitlet (empty unless a gathered history is shown). */
   set(view, error, ranks = []) {
@@ -557,7 +573,9 @@ export class WatchBar {
     this.steps = view.steps;
     this.slider.max = String(view.steps.length - 1);
     this.slider.value = String(view.index);
-    this.title.textContent = `Watch of ${view.model}: gradient norms at training step`;
+    this.title.textContent = view.live
+      ? `Live watch of ${view.model}, training: gradient norms at step`
+      : `Watch of ${view.model}: gradient norms at training step`;
     this.label.textContent = `${view.step} (${view.index + 1}/${view.steps.length} kept)`;
   }
 }
