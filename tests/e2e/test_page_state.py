@@ -116,15 +116,17 @@ def _open_container(page, root, chain: list[str], container: str, children: list
     inspector.locator(".hv-children").wait_for(state="visible", timeout=10_000)
     text = inspector.inner_text()
     assert f"module {container}" in text
-    rows = inspector.locator(".hv-children tr").all_inner_texts()
+    # Read the cells in one call: the inspector is drawn again when the kernel's answer comes, and
+    # a row read across that redraw would be a detached one.
+    tables = inspector.evaluate(
+        """(el) => ['.hv-children tr', '.hv-parameters tr'].map((rows) =>
+            Array.from(el.querySelectorAll(rows), (tr) => Array.from(tr.cells, (c) => c.textContent.trim())))"""
+    )
+    rows, norms = tables
     assert len(rows) == len(children) + 1, rows  # a header row, one per child
-    for child, row in zip(children, rows[1:]):
-        assert row.split("\t")[0].strip() == child, (child, row)
-    norms = inspector.locator(".hv-parameters tr").all_inner_texts()
+    assert [row[0] for row in rows[1:]] == children, rows
     assert len(norms) > 0
-    for row in norms:
-        value = float(row.split("\t")[-1])
-        assert value > 0, row
+    assert all(float(row[-1]) > 0 for row in norms), norms
     assert _error_texts(root) == []
     root.screenshot(path=str(ARTIFACTS / shot))
     return text
