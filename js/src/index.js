@@ -483,13 +483,12 @@ function render({ model, el }) {
     runSearch(query);
   };
   const drawEditState = () => {
-    const state = model.get("edit_state") || {};
-    rerun.classList.toggle("hv-pending", !!state.stale);
-    rerun.textContent = state.stale ? "Re-run backward •" : "Re-run backward";
-    staleNote.hidden = !state.stale;
-    staleNote.textContent = state.stale
-      ? "edits changed since this run: the graph shows the old run, press Re-run"
-      : "";
+    // A saved page cannot re-run: it never asks for one (the button is disabled with the note).
+    const stale = !!(model.get("edit_state") || {}).stale && !staticNote;
+    rerun.classList.toggle("hv-pending", stale);
+    rerun.textContent = stale ? "Re-run backward •" : "Re-run backward";
+    staleNote.hidden = !stale;
+    staleNote.textContent = stale ? "edits changed since this run: the graph shows the old run, press Re-run" : "";
     drawEdits();
     drawGraph();
   };
@@ -501,7 +500,7 @@ function render({ model, el }) {
       model.get("code") || "",
       errors().edits,
       send,
-      model.get("edit_state") || {},
+      staticNote ? {} : model.get("edit_state") || {},
       staticNote,
     );
   const drawChart = () => renderChart(chartEl, model.get("chart"));

@@ -89,6 +89,9 @@ def test_saved_gpt2_small_page_is_small_and_its_kernel_controls_are_off(tmp_path
             assert "no Python kernel" in state["title"], f"{name}'s tooltip does not say why: {state}"
             checked += 1
         assert checked == len(controls)
+        # The edit was applied and never re-run, but a saved page cannot re-run: nothing asks for it.
+        assert "hv-pending" not in controls["re-run"].get_attribute("class")
+        assert "press Re-run" not in root.inner_text()
         assert all(url.startswith(("file:", "blob:", "data:")) for url in requests), requests
         assert not [line for line in console if line.startswith("pageerror")]
         page.screenshot(path=str(ARTIFACTS / "live_saved_gpt2.png"))
