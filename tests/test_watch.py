@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import pytest
 import torch
@@ -478,6 +479,44 @@ def test_a_parameter_replaced_mid_training_is_followed_to_its_new_tensor():
     column = w.names.index("0.weight")
     expected = torch.linalg.vector_norm(model[0].weight.grad).item()
     assert w.history.norm[1, column].item() == expected
+
+
+def test_a_module_replaced_mid_training_has_its_new_parameters_followed():
+    model = small_mlp()
+    x = torch.randn(8, 8)
+    with watch(model) as w:
+        model(x).sum().backward()
+        model[0] = nn.Linear(8, model[0].out_features)
+        model.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # same names: nothing goes unwatched, no warning
+            model(x).sum().backward()
+    compared = 0
+    for name in ("0.weight", "0.bias"):
+        expected = torch.linalg.vector_norm(model.get_parameter(name).grad).item()
+        assert w.history.norm[1, w.names.index(name)].item() == expected
+        compared += 1
+    assert compared == 2
+
+
+@pytest.mark.parametrize("outputs", [False, True], ids=["parameters", "and outputs"])
+def test_a_parameter_or_module_added_mid_training_is_named_in_a_warning(outputs):
+    model = small_mlp()
+    x = torch.randn(8, 8)
+    with watch(model, outputs=outputs) as w:
+        model(x).sum().backward()
+        model[0].scale = nn.Parameter(torch.ones(()))
+        model.add_module("extra", nn.Identity())
+        with pytest.warns(UserWarning) as caught:
+            model(x).sum().backward()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # named once, not at every step
+            model(x).sum().backward()
+    (warning,) = caught
+    message = str(warning.message)
+    assert "parameter '0.scale'" in message and "open a new one" in message
+    assert ("module 'extra'" in message) == outputs
+    assert "0.scale" not in w.names and w.steps == [0, 1, 2]
 
 
 @pytest.mark.parametrize("outputs", [False, True], ids=["parameters", "and outputs"])
