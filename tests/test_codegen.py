@@ -95,7 +95,9 @@ def test_exported_code_gives_the_edited_gradients(name):
             got = got.to_dense() if got.is_sparse else got
             expected = expected.to_dense() if expected.is_sparse else expected
             torch.testing.assert_close(got, expected, msg=lambda m, leaf=leaf: f"{name} {leaf}: {m}")
-    assert compared > 0 and len(edited.leaf_names) >= len(parameters), name  # not an empty comparison
+    # every parameter the plain backward reached was compared (the loop cannot come out empty)
+    reached = [n for n, p in parameters.items() if p.grad is not None]
+    assert compared >= len(reached) > 0, name
 
 
 def _statements(code: str) -> tuple[list[str], set[str], set[str]]:
