@@ -238,14 +238,17 @@ class Measured:
             fraction = zeros / zeros.new_tensor(numels)
             parts.append(torch.stack([norms, torch.maximum(highs, -lows), nonfinite, fraction], 1))
             where += [e[0] for e in entries]
-        if parts:
-            measured = torch.cat([p.cpu() for p in parts])
-            norms = measured[:, 0].tolist()
-            for position, tensor in recount:  # NaN / Inf exist only where the norm is not finite
-                if not math.isfinite(norms[position]):
-                    measured[position, 2] = int(torch.isnan(tensor).sum()) + int(torch.isinf(tensor).sum())
-            found[where] = measured
         self._queued = []
+        if not parts:
+            return found
+        measured = parts[0].cpu() if len(parts) == 1 else torch.cat([p.cpu() for p in parts])
+        norms = measured[:, 0].tolist()
+        for position, tensor in recount:  # NaN / Inf exist only where the norm is not finite
+            if not math.isfinite(norms[position]):
+                measured[position, 2] = int(torch.isnan(tensor).sum()) + int(torch.isinf(tensor).sum())
+        if len(where) == len(found):  # every tensor was read: the lines are a permutation
+            return measured if where == list(range(len(where))) else measured[torch.tensor(where).argsort()]
+        found[where] = measured
         return found
 
 

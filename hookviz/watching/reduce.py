@@ -96,7 +96,11 @@ class StepReducer:
                 numels.append(numel)
         single = [(c, lines[0]) for c, lines in places.items() if len(lines) == 1]
         if len(single) == len(places):  # one line per column: copy them
-            row[[c for c, _ in single]] = summary[[line for _, line in single]]
+            columns, lines = [c for c, _ in single], [line for _, line in single]
+            if columns == lines and lines == list(range(len(lines))):  # parameters 0 .. k-1, in order
+                row[: len(lines)] = summary
+            else:
+                row[columns] = summary[lines]
             return row
         values = summary.tolist()
         for column, lines in places.items():
