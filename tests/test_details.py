@@ -409,9 +409,11 @@ def test_a_weight_gradient_and_its_transpose_are_reduced_once_and_keep_their_sha
     monkeypatch.setattr(torch.linalg, "vector_norm", counting(norm))
     monkeypatch.setattr(torch, "_foreach_norm", counting(foreach_norm))
     run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    transposed, weight = run.node("AddmmBackward0_0").grad_inputs[2], run.node("TBackward0_0").grad_inputs[0]
+    norms = (weight.norm, transposed.norm)  # read: every queued norm has been taken
     monkeypatch.undo()
     assert reduced.count(64 * 80) == 1  # AddmmBackward0's mat2 gradient; TBackward0 passes on its view
-    transposed, weight = run.node("AddmmBackward0_0").grad_inputs[2], run.node("TBackward0_0").grad_inputs[0]
+    assert norms[0] == norms[1]
     assert (transposed.shape, weight.shape) == ((80, 64), (64, 80))
     plain = copy.deepcopy(model)
     plain(x).sum().backward()
@@ -419,6 +421,41 @@ def test_a_weight_gradient_and_its_transpose_are_reduced_once_and_keep_their_sha
     run.fill_details()
     assert weight.norm == transposed.norm and weight.min == transposed.min  # filled, and equal
     assert not run.details_pending
+
+
+def test_larger_gradients_wait_for_one_batched_norm_call_and_get_the_norms_taken_alone(monkeypatch):
+    """A lazy run takes the norms of its larger gradients in one torch call per batch of at most
+    HOLD_LARGE_BYTES, each bit for bit the norm the gradient gets alone (a batch of one)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(96, 96), nn.Sigmoid())])
+    x = torch.randn(64, 96)
+    foreach_norm, batches = torch._foreach_norm, []
+
+    def counted(tensors, *args, **kwargs):
+        batches.append(sum(t.numel() >= stats.VIEWS_ABOVE for t in tensors))
+        return foreach_norm(tensors, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "_foreach_norm", counted)
+    runs = {}
+    for waiting in (stats.HOLD_LARGE_BYTES, 0):
+        monkeypatch.setattr(stats, "HOLD_LARGE_BYTES", waiting)
+        batches.clear()
+        runs[waiting] = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum()).run()
+        runs[waiting].fill_deferred()
+        runs[waiting] = (runs[waiting], [b for b in batches if b])
+    monkeypatch.undo()
+    (batched, batched_calls), (alone, alone_calls) = runs.values()
+    # the 4 weight gradients and the gradients of the activations (64 x 96 elements) around each layer
+    assert len(alone_calls) >= 7 and alone_calls == [1] * len(alone_calls)
+    assert batched_calls == [len(alone_calls)]
+    compared = 0
+    for node_id, node in batched.nodes.items():
+        for name in ("grad_inputs", "grad_outputs"):
+            for record, other in zip(getattr(node, name), getattr(alone.node(node_id), name)):
+                if record is not None and record.numel >= stats.VIEWS_ABOVE:
+                    assert record.norm == other.norm, (node_id, name)
+                    compared += 1
+    assert compared >= 7
 
 
 def test_small_gradients_are_held_to_the_run_end_and_take_the_norms_a_per_tensor_call_gives(monkeypatch):
@@ -448,6 +485,8 @@ def test_small_gradients_are_held_to_the_run_end_and_take_the_norms_a_per_tensor
     runs, counts, default = {}, {}, stats.HOLD_SMALL_UP_TO
     for bound in (default, 200, -1):
         monkeypatch.setattr(stats, "HOLD_SMALL_UP_TO", bound)
+        # holding nothing: no larger gradient waits for a batch either
+        monkeypatch.setattr(stats, "HOLD_LARGE_BYTES", 0 if bound < 0 else stats.HOLD_LARGE_BYTES)
         calls.clear()
         runs[bound] = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
         runs[bound].fill_deferred()  # the batched norms are taken when the records are made

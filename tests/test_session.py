@@ -265,14 +265,20 @@ def test_transformer_leaf_grads_equal_plain_backward_bit_for_bit():
     loss = next_token_loss(model(tokens), tokens)  # same RNG state, same dropout masks
     loss.backward()
     assert run.loss.item() == loss.item()
+    compared = 0
     for name, parameter in model.named_parameters():
         assert torch.equal(run.leaf_grad(name), parameter.grad), name
+        compared += 1
+    assert compared == len(list(model.parameters())) > 0
     modules = {d["module"] for _, d in run.graph.nodes(data=True)}
     assert {"blocks.5.attn.qkv", "blocks.0.mlp.1", "(loss)", "ln_f"} <= modules
     assert run.node(run.module_io("blocks.2.mlp.0").output_node).module == "blocks.2.mlp.0"
     again = session.run(forward=True)  # fresh forward with the first run's RNG state
+    compared = 0
     for name in run.leaf_names:
         assert torch.equal(again.leaf_grad(name), run.leaf_grad(name)), name
+        compared += 1
+    assert compared == len(run.leaf_names) >= len(list(model.parameters()))
 
 
 def test_saved_tensors_are_recorded():
@@ -596,9 +602,12 @@ def test_large_gradients_summarised_during_backward_match_plain_pytorch():
     (grad_input,) = run.module_grads("").grad_input  # summed over the three uses of x
     assert grad_input.norm == pytest.approx(x.grad.double().norm().item(), rel=1e-6)
     assert grad_input.mean == pytest.approx(x.grad.mean().item(), rel=1e-4, abs=1e-9)
+    checked = 0
     for node in run.nodes.values():
         for record in (*node.grad_inputs, *node.grad_outputs):
             assert record is None or record.norm is not None
+            checked += record is not None
+    assert checked >= len(run.nodes)  # every Node has at least one gradient record
 
 
 def test_a_run_leaves_the_garbage_collector_as_it_found_it():
@@ -725,3 +734,14 @@ def test_a_failed_run_puts_the_models_state_back_too():
         with pytest.raises(hookviz.LossError):
             hookviz.Session(model, (torch.randn(4, 3),), loss_fn=lambda out: out).run()  # not a scalar
         assert_same_state(before, model_state(model))
+
+
+def test_a_lazy_module_not_yet_run_gets_an_error_naming_the_fix():
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 1))
+    x = torch.randn(2, 3)
+    with pytest.raises(hookviz.HookvizError, match=r"'0\.weight', '0\.bias'.*run the model once first"):
+        hookviz.Session(model, (x,), loss_fn=lambda out: out.sum())
+    model(x)  # the fix: one forward makes the parameters
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    model(x).sum().backward()
+    assert torch.equal(run.leaf_grad("0.weight"), model[0].weight.grad)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 import math
+import struct
 
 import pytest
 import torch
 
 from hookviz.data.tensors import StatsBatch, summarise
-from hookviz.stats.reduce import combine, measure, queue_norms, reduce
+from hookviz.stats.reduce import combine, measure, queue_norms, reduce, summary_of
 
 
 def test_batched_statistics_equal_per_tensor_reductions():
@@ -309,3 +310,35 @@ def test_queued_norms_are_reduce_norms_bit_for_bit_whether_or_not_extremes_are_r
             assert queued == row.norm or (math.isnan(queued) and math.isnan(row.norm)), tensor.dtype
             compared += 1
     assert compared == 3 * len(tensors)
+
+
+def test_a_summary_is_the_rows_numbers_bit_for_bit():
+    # A watch keeps Measured.summary(), computed as whole columns; a run keeps rows(). Every one of
+    # the four numbers must be the row's, bit for bit, for every kind of tensor the engine reads.
+    extra = [
+        torch.tensor([2147483647, -2147483648, 5], dtype=torch.int32),
+        torch.tensor([-(2**63), 2**62 + 1], dtype=torch.int64),
+        torch.tensor([True, False, True]),
+        torch.tensor([1.0, math.nan, math.inf, -math.inf, 0.0, math.nan]),
+        torch.tensor([-math.inf, 2.0]),
+        torch._efficientzerotensor((3, 4)),
+        torch.empty(0, 5),
+        torch.sparse_coo_tensor(torch.empty(2, 0, dtype=torch.long), torch.empty(0), (3, 3)),
+        torch.full((5,), 7.0),  # no zero: min > 0
+    ]
+    tensors = [*CASES.values(), *extra]
+    compared = 0
+    for counts in (False, True):
+        for company in (tensors, tensors[::-1]):
+            summary = measure(company, sums=False, counts=counts).summary()
+            rows = reduce(company, sums=False)
+            assert summary.shape == (len(company), 4)
+            for line, row in zip(summary.tolist(), rows):
+                assert list(map(_bits, line)) == list(map(_bits, summary_of(row))), (row, line)
+                compared += 1
+    assert compared == 4 * len(tensors)
+
+
+def _bits(value: float) -> bytes:
+    """A float's bytes, every NaN alike (NaN payloads are not numbers)."""
+    return b"nan" if math.isnan(value) else struct.pack("<d", value)

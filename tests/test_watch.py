@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import pytest
 import torch
@@ -50,6 +51,7 @@ def test_statistics_per_step_match_plain_pytorch():
     history = w.history
     assert history.steps == [0, 1, 2] and w.step == 3
     assert history.names == [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_modules()]
+    compared = 0
     for row, plain in enumerate(expected):
         for column, name in enumerate(history.names):
             grad = plain[name]  # the norm: float32 squares summed as torch sums them on CPU
@@ -57,9 +59,11 @@ def test_statistics_per_step_match_plain_pytorch():
             assert history.max_abs[row, column].item() == grad.abs().max().item()
             assert history.nonfinite[row, column].item() == 0
             assert history.zero_fraction[row, column].item() == (grad == 0).double().mean().item()
+            compared += 1
         assert w.norms(row)["0.weight"] == pytest.approx(
             torch.linalg.vector_norm(plain["0.weight"]).item(), rel=1e-6
         )
+    assert compared == 3 * len(history.names) > 0
     assert set(w.norms(1, kind="parameter")) == {n for n, _ in model.named_parameters()}
     assert set(w.norms(1, kind="output")) == {n for n, _ in model.named_modules()}
     records = history.to_records()
@@ -102,10 +106,13 @@ def test_gradients_reduced_during_or_after_the_backward_give_the_same_row(monkey
         expected = torch.linalg.vector_norm(out.grad).item()
         assert row.norm[0, column].item() == pytest.approx(expected, rel=1e-6)
         assert row.max_abs[0, column].item() == out.grad.abs().max().item()
+    compared = 0
     for name, parameter in plain.named_parameters():
         column = row.names.index(name)
         assert row.norm[0, column].item() == pytest.approx(torch.linalg.vector_norm(parameter.grad).item())
         assert row.zero_fraction[0, column].item() == (parameter.grad == 0).double().mean().item()
+        compared += 1
+    assert compared == len(list(plain.parameters())) > 0
 
 
 class EveryKindOfOutput(nn.Module):
@@ -180,9 +187,12 @@ def test_every_kind_of_output_over_nan_overflow_and_every_2_matches_plain_pytorc
     grads |= {n: [p.grad] for n, p in model.named_parameters()}
     assert len(grads["body"]) == len(grads["split"]) == len(grads["doubled"]) == 2
     assert grads["entry"][0] is x.grad
+    compared = 0
     for name, column in zip(history.names, history.norm[0].tolist()):
         expected = math.sqrt(sum(torch.linalg.vector_norm(g.double()).item() ** 2 for g in grads[name]))
         assert column == pytest.approx(expected, rel=1e-6), name
+        compared += 1
+    assert compared == len(history.names) == len(grads)
 
 
 def test_watch_changes_no_gradient_and_leaves_no_hook():
@@ -195,8 +205,11 @@ def test_watch_changes_no_gradient_and_leaves_no_hook():
     model.zero_grad(set_to_none=True)
     with watch(model) as w:
         next_token_loss(model(tokens), tokens).backward()
+    compared = 0
     for name, parameter in model.named_parameters():
         assert torch.equal(parameter.grad, plain[name]), name  # bit for bit
+        compared += 1
+    assert compared == len(plain) > 0
     assert w.norms()["wte.weight"] == pytest.approx(
         torch.linalg.vector_norm(plain["wte.weight"]).item(), rel=1e-6
     )
@@ -478,6 +491,44 @@ def test_a_parameter_replaced_mid_training_is_followed_to_its_new_tensor():
     column = w.names.index("0.weight")
     expected = torch.linalg.vector_norm(model[0].weight.grad).item()
     assert w.history.norm[1, column].item() == expected
+
+
+def test_a_module_replaced_mid_training_has_its_new_parameters_followed():
+    model = small_mlp()
+    x = torch.randn(8, 8)
+    with watch(model) as w:
+        model(x).sum().backward()
+        model[0] = nn.Linear(8, model[0].out_features)
+        model.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # same names: nothing goes unwatched, no warning
+            model(x).sum().backward()
+    compared = 0
+    for name in ("0.weight", "0.bias"):
+        expected = torch.linalg.vector_norm(model.get_parameter(name).grad).item()
+        assert w.history.norm[1, w.names.index(name)].item() == expected
+        compared += 1
+    assert compared == 2
+
+
+@pytest.mark.parametrize("outputs", [False, True], ids=["parameters", "and outputs"])
+def test_a_parameter_or_module_added_mid_training_is_named_in_a_warning(outputs):
+    model = small_mlp()
+    x = torch.randn(8, 8)
+    with watch(model, outputs=outputs) as w:
+        model(x).sum().backward()
+        model[0].scale = nn.Parameter(torch.ones(()))
+        model.add_module("extra", nn.Identity())
+        with pytest.warns(UserWarning) as caught:
+            model(x).sum().backward()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # named once, not at every step
+            model(x).sum().backward()
+    (warning,) = caught
+    message = str(warning.message)
+    assert "parameter '0.scale'" in message and "open a new one" in message
+    assert ("module 'extra'" in message) == outputs
+    assert "0.scale" not in w.names and w.steps == [0, 1, 2]
 
 
 @pytest.mark.parametrize("outputs", [False, True], ids=["parameters", "and outputs"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import torch
 
@@ -34,6 +35,9 @@ VIEWS_ABOVE = 1 << 12  # elements; a lazy batch looks whether a gradient this la
 # A lazy batch holds smaller float CPU gradients to the end of the run and takes their norms in one
 # call, up to this many elements in all (64 KiB of float32 at most each).
 HOLD_SMALL_UP_TO = 1 << 22
+# ... and larger dense gradients until this many bytes of them wait, then takes their norms in one
+# call: few calls, and never more than this much of the gradients autograd would have freed held.
+HOLD_LARGE_BYTES = 1 << 23
 _HELD_DTYPES = (torch.float32, torch.float64)
 
 
@@ -196,6 +200,15 @@ def _metadata_record(tensor: torch.Tensor, note: str = "") -> TensorRecord:
     )
 
 
+_WAITING = object()  # a lazy batch's place for a norm that comes with the next batched call
+
+
+class _SameAs(NamedTuple):
+    """A lazy batch's place for the norm of a view of the elements of the tensor at ``key``."""
+
+    key: int
+
+
 @dataclass
 class StatsBatch:
     """Collects tensors during a run and summarises them all in :meth:`compute`.
@@ -230,6 +243,10 @@ class StatsBatch:
     # place in ``_norms``)
     _held: list[tuple[int, int]] = field(default_factory=list)
     _held_elements: int = 0
+    # lazy: (key, tensor, version seen) of the larger dense tensors waiting for one batched norm call
+    # (their place in ``_norms`` holds _WAITING until then), and their bytes
+    _waiting: list[tuple[int, torch.Tensor, int]] = field(default_factory=list)
+    _waiting_bytes: int = 0
     tensors: list[torch.Tensor] = field(default_factory=list)
     versions: list[int | None] = field(default_factory=list)
     records: list[TensorRecord] = field(default_factory=list)
@@ -334,15 +351,46 @@ class StatsBatch:
             other = known[1]() if known is not None else None
             if other is not None and _elements_key(other) == _elements_key(tensor):  # both alive
                 _, norm, note, nnz = self._norms[known[0]]
+                if norm is _WAITING:  # its norm comes with the next batch: share it then
+                    norm = _SameAs(known[0])
                 self._norms.append((meta, norm, note, nnz))
                 return key
-        ((norm, nnz, note),) = queue_norms([tensor])
-        self._norms.append((meta, norm, note, nnz))
+        if strided and numel:
+            self._norms.append((meta, _WAITING, "", None))
+            self._waiting.append((key, tensor, version))
+            self._waiting_bytes += numel * tensor.element_size()
+            if self._waiting_bytes >= HOLD_LARGE_BYTES:
+                self._reduce_waiting()
+        else:
+            ((norm, nnz, note),) = queue_norms([tensor])
+            self._norms.append((meta, norm, note, nnz))
         if view is not None:
             self._views[view] = (key, reference)
         return key
 
+    def _reduce_waiting(self) -> None:
+        """Queue the norms of the waiting larger tensors in one call (a tensor changed in place
+        since a hook saw it gets a record that says so instead) and let them go."""
+        live = []
+        for key, tensor, version in self._waiting:
+            if tensor._version != version:
+                changed = _metadata_record(tensor, "modified in place after it was recorded")
+                self._norms[key] = (changed, None, "", None)
+            else:
+                live.append((key, tensor))
+        for (key, _), (norm, nnz, note) in zip(live, queue_norms([t for _, t in live])):
+            self._norms[key] = (self._norms[key][0], norm, note, nnz)
+        self._waiting, self._waiting_bytes = [], 0
+
     def _compute_lazy(self) -> list[TensorRecord]:
+        self._reduce_waiting()
+        for key, (meta, norm, _, _) in enumerate(self._norms):
+            if type(norm) is _SameAs:  # a view of a tensor that waited: its norm, note and nnz
+                shared = self._norms[norm.key]
+                if shared[1] is None:  # that one's whole record (changed in place): with this shape
+                    self._norms[key] = (replace(shared[0], shape=meta[0]), None, "", None)
+                else:
+                    self._norms[key] = (meta, *shared[1:])
         values: dict[int, float] = {}
         held: list[int] = []
         for key, version in self._held:

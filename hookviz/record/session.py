@@ -93,6 +93,18 @@ class Session:
                 "per-op hooks; edits apply to these runs, not to the compiled model"
             )
             model = model._orig_mod
+        lazy = [
+            n
+            for n, t in [*module_tree.named_parameters(model), *model.named_buffers()]
+            if torch.nn.parameter.is_lazy(t)
+        ]
+        if lazy:
+            raise HookvizError(
+                f"{', '.join(map(repr, lazy[:3]))}{' ...' if len(lazy) > 3 else ''} of "
+                f"{type(model).__name__} {'is' if len(lazy) == 1 else 'are'} not initialised yet: a lazy "
+                "module (nn.LazyLinear, nn.LazyConv2d, ...) makes its parameters at its first forward; "
+                "run the model once first (model(*args)), then make the Session"
+            )
         frozen = [n for n, p in module_tree.named_parameters(model) if p.is_inference()]
         if frozen:
             raise HookvizError(

@@ -207,6 +207,63 @@ class Measured:
         self._queued = []
         return list(self._rows)
 
+    def summary(self) -> torch.Tensor:
+        """float64 CPU ``[count, 4]``, one line per tensor in order: its :data:`SUMMARY` (``norm``,
+        ``max_abs``, ``nonfinite``, ``zero_fraction``), the numbers :meth:`rows` would give (as
+        :func:`summary_of` reads a row), bit for bit, computed as whole columns instead of one
+        :class:`Statistics` per tensor. NaN where a row has no such number (no elements). One host
+        transfer; a NaN / Inf count is taken only where a norm is not finite. Like :meth:`rows`,
+        it reads the queue once."""
+        found = torch.full((len(self._rows), len(SUMMARY)), math.nan, dtype=torch.float64)
+        for index, row in enumerate(self._rows):
+            if row is not None:  # known without a read (ZeroTensor, meta, no elements)
+                found[index] = torch.tensor(summary_of(row), dtype=torch.float64)
+        parts, where, recount = [], [], []
+        for entries, table, _ in self._queued:
+            norms, lows, highs, nonzeros = table[:4]
+            elements = [e[1].numel() for e in entries]
+            numels = [e[2] for e in entries]
+            zeros = nonzeros.new_tensor(elements) - nonzeros
+            if elements != numels:  # the zeros a sparse tensor does not store; its extremes with 0
+                unstored = nonzeros.new_tensor(numels) - nonzeros.new_tensor(elements)
+                zeros = zeros + unstored
+                zero = lows.new_zeros(())
+                lows = torch.where(unstored > 0, torch.minimum(lows, zero), lows)
+                highs = torch.where(unstored > 0, torch.maximum(highs, zero), highs)
+            if self._counts and entries[0][1].dtype.is_floating_point:
+                nonfinite = table[-2] + table[-1]
+            else:
+                nonfinite = torch.zeros_like(norms)
+                recount += [(len(where) + i, e[1]) for i, e in enumerate(entries)]
+            fraction = zeros / zeros.new_tensor(numels)
+            parts.append(torch.stack([norms, torch.maximum(highs, -lows), nonfinite, fraction], 1))
+            where += [e[0] for e in entries]
+        self._queued = []
+        if not parts:
+            return found
+        measured = parts[0].cpu() if len(parts) == 1 else torch.cat([p.cpu() for p in parts])
+        norms = measured[:, 0].tolist()
+        for position, tensor in recount:  # NaN / Inf exist only where the norm is not finite
+            if not math.isfinite(norms[position]):
+                measured[position, 2] = int(torch.isnan(tensor).sum()) + int(torch.isinf(tensor).sum())
+        if len(where) == len(found):  # every tensor was read: the lines are a permutation
+            return measured if where == list(range(len(where))) else measured[torch.tensor(where).argsort()]
+        found[where] = measured
+        return found
+
+
+# What a watch keeps of each tensor, in this order: the columns of Measured.summary().
+SUMMARY = ("norm", "max_abs", "nonfinite", "zero_fraction")
+
+
+def summary_of(row: Statistics) -> tuple[float, float, float, float]:
+    """A row's :data:`SUMMARY`: ``(norm, max_abs, nonfinite, zero_fraction)`` as floats (NaN for a
+    norm or extreme the row does not have)."""
+    if row.min is None:
+        return (math.nan if row.norm is None else float(row.norm), math.nan, float(row.nonfinite), 0.0)
+    # max() keeps a NaN maximum (aminmax makes both extremes NaN together)
+    return (float(row.norm), float(max(row.max, -row.min)), float(row.nonfinite), row.zero_fraction)
+
 
 def _with_zero(pick, value):
     return value if isinstance(value, float) and math.isnan(value) else pick(value, 0)

@@ -44,9 +44,9 @@ import torch
 
 from hookviz.analysis.diagnose import Finding
 from hookviz.errors import WatchError
-from hookviz.stats.reduce import combine
+from hookviz.stats.reduce import combine, summary_of
 from hookviz.watching.history import STATISTICS, History
-from hookviz.watching.reduce import row_from_statistics, statistics_of
+from hookviz.watching.reduce import row_from_statistics
 
 DEFAULT_DIVERGE = 10.0
 
@@ -597,7 +597,7 @@ def _combine_shards(parts: torch.Tensor, numel: torch.Tensor) -> torch.Tensor:
                 and (not math.isnan(values[rank][step][column][0]) or values[rank][step][column][2] > 0)
             ]
             if rows:
-                combined[step, column] = torch.tensor(statistics_of(combine(rows)), dtype=torch.float64)
+                combined[step, column] = torch.tensor(summary_of(combine(rows)), dtype=torch.float64)
     return combined
 
 

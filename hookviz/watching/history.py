@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from hookviz.errors import WatchError, unknown_name
+from hookviz.stats.reduce import SUMMARY
 
-STATISTICS = ("norm", "max_abs", "nonfinite", "zero_fraction")
+STATISTICS = SUMMARY  # a watch keeps the engine's summary of each gradient
 
 
 @dataclass

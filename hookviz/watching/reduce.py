@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from hookviz.stats.reduce import Measured, Statistics, combine, measure
+from hookviz.stats.reduce import Measured, Statistics, combine, measure, summary_of
 from hookviz.watching.history import STATISTICS
 
 FLUSH_BYTES = 1 << 24  # on CPU, gradients this large in all are reduced during the backward
@@ -34,8 +34,8 @@ class StepReducer:
         self._pending_bytes = 0
         self._pending_cpu = True  # whether every pending gradient is on the CPU
         self._last: tuple[list[int], torch.Tensor] | None = None
-        # reduced batches: (column lists, their rows) on CPU, (column lists, Measured) elsewhere
-        self._done: list[tuple[list[list[int]], list[Statistics] | Measured]] = []
+        # reduced batches: (column lists, element counts, their [k, 4] summary on CPU, else Measured)
+        self._done: list[tuple[list[list[int]], list[int], torch.Tensor | Measured]] = []
 
     def __call__(self, pairs: list[tuple[int, torch.Tensor]], width: int) -> torch.Tensor:
         for column, grad in pairs:
@@ -60,48 +60,56 @@ class StepReducer:
         else:
             self._pending_cpu = False
 
+    def add_all(self, columns: list[int], grads: list[torch.Tensor]) -> None:
+        """Take one gradient for each of ``columns`` (distinct columns, distinct non-empty
+        gradients: a backward's parameter ``.grad`` tensors), reduced together at :meth:`finish`."""
+        self._flush()
+        measured = measure(grads, sums=False)
+        self._done.append(([[c] for c in columns], [g.numel() for g in grads], measured))
+
     def _flush(self) -> None:
         if not self._pending:
             return
         columns = [c for c, _ in self._pending]
-        measured = measure([g for _, g in self._pending], sums=False)
+        grads = [g for _, g in self._pending]
+        measured = measure(grads, sums=False)
         # On CPU the numbers exist already: read them now, so the gradients are not held.
-        self._done.append((columns, measured.rows() if self._pending_cpu else measured))
+        numels = [g.numel() for g in grads]
+        self._done.append((columns, numels, measured.summary() if self._pending_cpu else measured))
         self._pending, self._pending_bytes, self._pending_cpu, self._last = [], 0, True, None
 
     def finish(self, width: int) -> torch.Tensor:
         """The ``[width, 4]`` float64 row of everything added; the reducer is empty afterwards."""
         self._flush()
-        found: dict[int, list[Statistics]] = {}
-        for column_lists, rows in self._done:
-            if isinstance(rows, Measured):
-                rows = rows.rows()
-            for columns, row in zip(column_lists, rows):
+        row = torch.full((width, len(STATISTICS)), math.nan, dtype=torch.float64)
+        done, self._done = self._done, []
+        if not done:
+            return row
+        summaries = [s if isinstance(s, torch.Tensor) else s.summary() for _, _, s in done]
+        summary = summaries[0] if len(summaries) == 1 else torch.cat(summaries)
+        places: dict[int, list[int]] = {}  # column -> its lines of the summary
+        numels: list[int] = []
+        for column_lists, counts, _ in done:
+            for columns, numel in zip(column_lists, counts):
                 for column in columns:
-                    found.setdefault(column, []).append(row)
-        self._done = []
-        merged = {c: rows[0] if len(rows) == 1 else combine(rows) for c, rows in found.items()}
-        return watch_row(merged, width)
-
-
-def watch_row(rows: dict[int, Statistics], width: int) -> torch.Tensor:
-    """float64 ``[width, 4]``: each column's :data:`STATISTICS` from its row, NaN where none."""
-    flat = [math.nan] * (width * len(STATISTICS))
-    for column, row in rows.items():
-        at = column * len(STATISTICS)
-        flat[at : at + len(STATISTICS)] = statistics_of(row)
-    return torch.tensor(flat, dtype=torch.float64).view(width, len(STATISTICS))
-
-
-def statistics_of(row: Statistics) -> tuple[float, float, float, float]:
-    """A watch's ``(norm, max_abs, nonfinite, zero_fraction)`` from one engine row."""
-    # max() keeps a NaN maximum (aminmax makes both extremes NaN together)
-    return (
-        float(row.norm),
-        float(max(row.max, -row.min)),
-        float(row.nan_count + row.inf_count),
-        row.zero_fraction,
-    )
+                    places.setdefault(column, []).append(len(numels))
+                numels.append(numel)
+        single = [(c, lines[0]) for c, lines in places.items() if len(lines) == 1]
+        if len(single) == len(places):  # one line per column: copy them
+            columns, lines = [c for c, _ in single], [line for _, line in single]
+            if columns == lines and lines == list(range(len(lines))):  # parameters 0 .. k-1, in order
+                row[: len(lines)] = summary
+            else:
+                row[columns] = summary[lines]
+            return row
+        values = summary.tolist()
+        for column, lines in places.items():
+            if len(lines) == 1:
+                row[column] = summary[lines[0]]
+            else:  # several gradients of one column: the engine's combine() merges them
+                merged = combine(row_from_statistics(values[i], numels[i]) for i in lines)
+                row[column] = torch.tensor(summary_of(merged), dtype=torch.float64)
+        return row
 
 
 def row_from_statistics(values, numel: int) -> Statistics:

@@ -39,8 +39,9 @@ and so on). ``every=k`` records every k-th step from the start.
 
 Limits: a backward that does not pass through an output of ``model(...)`` (a submodule called on
 its own) is not a step; ``torch.autograd.grad`` does not fill ``.grad``, so it records module
-outputs only. A parameter that is replaced (``model.fc.weight = nn.Parameter(...)``) is followed
-to its new tensor; a parameter added after the watch opened is not watched.
+outputs only. A parameter that is replaced (``model.fc.weight = nn.Parameter(...)``, or with its
+module: ``model.fc = nn.Linear(...)``) is followed to its new tensor; a parameter or module added
+after the watch opened is not watched, and the next forward of the model warns, naming it.
 Parameter names are listed nearest the loss first in definition order reversed (the watch does not
 see the order in which ``.grad`` is accumulated).
 """
@@ -63,10 +64,10 @@ from torch.utils.hooks import RemovableHandle
 
 from hookviz.analysis.diagnose import Finding, check_thresholds, layer_findings, percent
 from hookviz.errors import WatchError
-from hookviz.stats.reduce import Measured, measure
+from hookviz.stats.reduce import Measured, measure, summary_of
 from hookviz.watching import gather as watch_gather
 from hookviz.watching.history import STATISTICS, History
-from hookviz.watching.reduce import StepReducer, statistics_of
+from hookviz.watching.reduce import StepReducer
 
 # Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
 # this many newer ones have begun.
@@ -150,6 +151,7 @@ class Watch:
         # Each parameter column's owner and attribute name, to follow a replaced parameter.
         self._parameters = [p for _, p in trainable] if parameters else []
         self._owners = [_owner(model, n) for n in self.parameter_names]
+        self._structure = _structure(model)  # to notice parameters and modules added or replaced
         self._backwards: dict[int, _Backward] = {}  # graph task id -> its state
         self._lock = threading.Lock()
         # add_step_listener: handle id -> listener (an OrderedDict, as RemovableHandle needs)
@@ -157,6 +159,8 @@ class Watch:
         self._handles: list = []  # hooks on the model, removed on close
         self._graph_handles: list = []  # hooks on the graphs of forwards, while those live
         self._graph_handles_kept = 64  # prune dead graph handles when there are twice this many
+        self._warned: set[str] = set()  # names already named in a warning
+        self._hooked_modules: list[torch.nn.Module] = []
         self._ranks: watch_gather.RankRecorder | None = None
         self.gathered: watch_gather.RankHistory | None = None  # set by gather() on dst
         try:
@@ -174,6 +178,7 @@ class Watch:
                     hook = _parameter_hook(weakref.ref(self), column)
                     self._handles.append(parameter.register_post_accumulate_grad_hook(hook))
             self._handles.append(model.register_forward_hook(partial(_on_model_forward, weakref.ref(self))))
+            self._hooked_modules = [module for _, module in modules]
             for offset, (_, module) in enumerate(modules):
                 self._handles.append(
                     module.register_forward_hook(
@@ -261,6 +266,43 @@ class Watch:
         torch.autograd.Variable._execution_engine.queue_callback(partial(_finish, weakref.ref(self), task))
         return state
 
+    def _check_structure(self) -> None:
+        """Called at each forward of the model: when a module gained or lost a parameter or a
+        submodule since the watch opened (or the last check), follow the columns' parameters to
+        their modules now and warn, naming what this watch cannot see."""
+        for module, parameters, children in self._structure:
+            if len(module._parameters) != parameters or tuple(module._modules.values()) != children:
+                break
+        else:
+            return
+        self._structure = _structure(self.model)
+        owners = dict(self.model.named_modules())
+        for column, name in enumerate(self.parameter_names):  # a replaced module's parameters
+            path, _, attribute = name.rpartition(".")
+            if path in owners and attribute in owners[path]._parameters:
+                self._owners[column] = (owners[path], attribute)
+        unseen: dict[str, str] = {}  # name -> "parameter" or "module"
+        if self.parameter_names:
+            watched = set(self.parameter_names)
+            for name, parameter in self.model.named_parameters():
+                if parameter.requires_grad and name not in watched:
+                    unseen[name] = "parameter"
+        if self.module_names:
+            hooked = set(map(id, self._hooked_modules))
+            unseen.update((name, "module") for name, m in owners.items() if id(m) not in hooked)
+        new = {name: kind for name, kind in unseen.items() if name not in self._warned}
+        if new:
+            self._warned.update(new)
+            listed = ", ".join(f"{kind} {name!r}" for name, kind in new.items())
+            one = len(new) == 1
+            warnings.warn(
+                f"hookviz.watch: {listed} of {type(self.model).__name__} {'was' if one else 'were'} "
+                f"added or replaced after the watch opened and {'is' if one else 'are'} not watched; "
+                "close this watch and open a new one (hookviz.watch(model)) to watch "
+                f"{'it' if one else 'them'}",
+                stacklevel=3,
+            )
+
     def _follow_replaced(self) -> None:
         """Point a column whose parameter was replaced on its module at the new one."""
         for column, (owner, attribute) in enumerate(self._owners):
@@ -294,12 +336,15 @@ class Watch:
     def _row_of(self, state: _Backward) -> torch.Tensor:
         """The ``[names, 4]`` row of one ended backward: every ``.grad`` it accumulated into and the
         module-output gradients its hooks handed over, reduced together."""
-        reducer = state.reducer
+        columns, grads = [], []
         for column, (parameter, (grad, version)) in enumerate(zip(self._parameters, state.before)):
             now = parameter.grad
-            if now is not None and (now is not grad or now._version != version):
-                reducer.add(column, now)
-        row = reducer.finish(len(self.names))
+            if now is not None and (now is not grad or now._version != version) and now.numel():
+                columns.append(column)
+                grads.append(now)
+        if grads:
+            state.reducer.add_all(columns, grads)
+        row = state.reducer.finish(len(self.names))
         if state.local:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
             for column, values in measure_rows(state.local).items():
                 row[column] = torch.tensor(values, dtype=torch.float64)
@@ -663,6 +708,12 @@ def _owner(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
     return model.get_submodule(path), attribute
 
 
+def _structure(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int, tuple]]:
+    """Each module with its parameter count and its submodules: what :meth:`Watch._check_structure`
+    compares."""
+    return [(m, len(m._parameters), tuple(m._modules.values())) for m in model.modules()]
+
+
 def _grad_and_version(parameter: torch.Tensor) -> tuple[object, int]:
     grad = parameter.grad
     return grad, (-1 if grad is None else grad._version)
@@ -675,7 +726,7 @@ def _reduce_pairs(pairs: list[tuple[int, torch.Tensor]], width: int) -> torch.Te
 
 def measure_rows(local: list[tuple[int, Measured]]) -> dict[int, tuple]:
     """``{column: (norm, max_abs, nonfinite, zero_fraction)}`` of statistics queued in hooks."""
-    return {column: statistics_of(measured.rows()[0]) for column, measured in local}
+    return {column: summary_of(measured.rows()[0]) for column, measured in local}
 
 
 def _finish(reference: weakref.ref, task: int) -> None:
@@ -740,7 +791,10 @@ def _output_tensors(output) -> list[torch.Tensor]:
 def _on_model_forward(reference: weakref.ref, module, args, output) -> None:
     """Forward hook on the model: hook each output's Node, to learn when a backward reaches it."""
     self = reference()
-    if self is None or self.closed or not self.parameter_names or not torch.is_grad_enabled():
+    if self is None or self.closed:
+        return
+    self._check_structure()
+    if not self.parameter_names or not torch.is_grad_enabled():
         return
     hook = partial(_on_model_grads, reference)
     for tensor in _output_tensors(output):
