@@ -820,6 +820,26 @@ def test_chart_figure_is_the_gradient_flow_chart():
     (line,) = figure.layout.shapes
     assert line.y0 == line.y1 == chart["threshold"]
     figure.to_json()  # it can be saved or shown
+    # The page draws this same figure (the chart's one home): it travels in the chart traitlet.
+    assert go.Figure(chart["figure"]) == figure
+    assert [trace["name"] for trace in chart["figure"]["data"]] == [
+        "baseline",
+        "this run",
+        "zero (drawn at the floor)",
+    ]
+
+
+def test_chart_of_many_layers_names_them_on_hover_and_draws_lines():
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=widget_data.CHART_MARKERS + 10, width=8, inputs=4, classes=3)
+    widget = hookviz_widget.show(model, (torch.randn(3, 4),), loss_fn=lambda out: out.sum())
+    chart = widget.chart
+    layers = len(chart["modules"])
+    assert layers == widget_data.CHART_MARKERS + 10
+    layout = chart["figure"]["layout"]
+    assert layout["xaxis"]["showticklabels"] is False
+    assert layout["xaxis"]["title"]["text"].startswith(f"{layers} modules")
+    assert [trace["mode"] for trace in chart["figure"]["data"][:2]] == ["lines", "lines"]
 
 
 # ----- the watch view -----------------------------------------------------------------------------

@@ -614,7 +614,7 @@ def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHI
         if v is not None and math.isfinite(v) and v > 0
     ]
     floor = 10 ** (math.floor(math.log10(min(positive))) - 1) if positive else 1e-12
-    return {
+    chart = {
         "modules": modules,
         "current": [json_float(current[m]) for m in modules],
         "baseline": [json_float(before.get(m)) for m in modules],
@@ -622,6 +622,8 @@ def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHI
         "rule": f"vanishing below {vanishing:g} x the layer nearest the loss ({nearest})" if usable else "",
         "floor": floor,
     }
+    chart["figure"] = chart_spec(chart)
+    return chart
 
 
 def replay_json(run: Run) -> list[dict]:
@@ -906,12 +908,18 @@ def figure_json(figure) -> dict:
     return data
 
 
-def chart_figure(chart: dict):
-    """The gradient-flow chart (from :func:`chart_json`) as a ``plotly.graph_objects.Figure``:
-    per-layer gradient norm on a log axis, this run vs the baseline, the vanishing line dashed.
-    Zero norms are drawn at the chart's ``floor`` with a marker, missing ones are gaps."""
-    import plotly.graph_objects as go
+# More layers than this: no tick labels (hover names them); more than CHART_MARKERS: lines only.
+CHART_TICK_LABELS = 40
+CHART_MARKERS = 150
 
+
+def chart_spec(chart: dict) -> dict:
+    """The gradient-flow chart (from :func:`chart_json`) as a plotly figure ``{"data", "layout"}``:
+    per-layer gradient norm on a log axis, this run against the baseline, the vanishing line dashed.
+    Zero norms cannot sit on a log axis: they are drawn at the chart's ``floor``, marked with a
+    triangle; missing or non-finite ones are gaps. The one home of the chart: the page draws this
+    figure (``js/src/chart.js`` adds the theme's colours and its height) and :func:`chart_figure`
+    gives it to Python. Layout keys: https://plotly.com/javascript/reference/layout/."""
     floor = chart.get("floor") or 1e-12
 
     def on_log_axis(values):
@@ -922,47 +930,87 @@ def chart_figure(chart: dict):
         return out
 
     labels = [m or "(root)" for m in chart.get("modules", [])]
-    zeros = [
-        (label, floor)
-        for label, v in zip(labels, chart.get("current", []))
-        if v is not None and float(v) == 0
+    current = chart.get("current", [])
+    zeros = [label for label, v in zip(labels, current) if v is not None and float(v) == 0]
+    mode = "lines" if len(labels) > CHART_MARKERS else "lines+markers"
+    many = len(labels) > CHART_TICK_LABELS
+    data = [
+        {
+            "type": "scatter",
+            "x": labels,
+            "y": on_log_axis(chart.get("baseline", [])),
+            "name": "baseline",
+            "mode": mode,
+            "line": {"color": "#90a4ae", "dash": "dot"},
+        },
+        {
+            "type": "scatter",
+            "x": labels,
+            "y": on_log_axis(current),
+            "name": "this run",
+            "mode": mode,
+            "line": {"color": "#1e88e5"},
+        },
+        {
+            "type": "scatter",
+            "x": zeros,
+            "y": [floor] * len(zeros),
+            "name": "zero (drawn at the floor)",
+            "mode": "markers",
+            "marker": {"symbol": "triangle-down", "size": 10, "color": "#e53935"},
+        },
     ]
-    figure = go.Figure(
-        [
-            go.Scatter(
-                x=labels,
-                y=on_log_axis(chart.get("baseline", [])),
-                name="baseline",
-                mode="lines+markers",
-                line={"color": "#90a4ae", "dash": "dot"},
-            ),
-            go.Scatter(
-                x=labels,
-                y=on_log_axis(chart.get("current", [])),
-                name="this run",
-                mode="lines+markers",
-                line={"color": "#1e88e5"},
-            ),
-            go.Scatter(
-                x=[z[0] for z in zeros],
-                y=[z[1] for z in zeros],
-                name="zero (drawn at the floor)",
-                mode="markers",
-                marker={"symbol": "triangle-down", "size": 10, "color": "#e53935"},
-            ),
-        ]
-    )
     threshold = chart.get("threshold")
-    if threshold:
-        figure.add_hline(
-            y=float(threshold),
-            line={"color": "#e53935", "dash": "dash", "width": 1},
-            annotation_text=chart.get("rule") or f"vanishing < {float(threshold):g}",
-            annotation_position="bottom left",
+    threshold = float(threshold) if threshold is not None and math.isfinite(float(threshold)) else None
+    layout = {
+        "title": {"text": "Gradient flow: norm of each layer's parameter gradient"},
+        # Module names such as "0" and "2" (an nn.Sequential's) are names, not numbers.
+        "xaxis": {
+            "type": "category",
+            "automargin": True,
+            "tickangle": -30,
+            "showticklabels": not many,
+            "title": {
+                "text": f"{len(labels)} modules, input → output (hover for names)"
+                if many
+                else "layer (input → output)"
+            },
+        },
+        "yaxis": {"type": "log", "title": {"text": "‖grad‖ (log)"}, "exponentformat": "e"},
+        "legend": {"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
+        "shapes": [],
+        "annotations": [],
+    }
+    if threshold and threshold > 0:
+        layout["shapes"].append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": threshold,
+                "y1": threshold,
+                "line": {"color": "#e53935", "dash": "dash", "width": 1},
+            }
         )
-    figure.update_layout(
-        title="Gradient flow: norm of each layer's parameter gradient",
-        xaxis={"title": "layer (input → output)", "type": "category"},
-        yaxis={"type": "log", "title": "‖grad‖ (log)", "exponentformat": "e"},
-    )
-    return figure
+        layout["annotations"].append(
+            {
+                "xref": "paper",
+                "x": 0,
+                "y": math.log10(threshold),  # annotations on a log axis are placed in log10 units
+                "text": chart.get("rule") or f"vanishing < {threshold:g}",
+                "showarrow": False,
+                "font": {"color": "#e53935", "size": 10},
+                "xanchor": "left",
+                "yanchor": "bottom",
+            }
+        )
+    return {"data": data, "layout": layout}
+
+
+def chart_figure(chart: dict):
+    """The gradient-flow chart (from :func:`chart_json`) as a ``plotly.graph_objects.Figure``
+    (:func:`chart_spec`, the figure the page draws)."""
+    import plotly.graph_objects as go
+
+    return go.Figure(chart_spec(chart))

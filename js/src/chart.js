@@ -6,7 +6,7 @@
 // the page's main thread before the graph could be drawn (headless Chromium, 2 cores), and the
 // chart is drawn after the graph anyway.
 import plotlySource from "plotly-esm-text";
-import { chartSeries, heatmapWithStep } from "./logic.js";
+import { heatmapWithStep } from "./logic.js";
 
 let plotlyLoading = null;
 let loadedPlotly = null;
@@ -53,84 +53,42 @@ function followSize(el) {
   el.hvResize.observe(el);
 }
 
+/**
+ * The gradient-flow chart: the figure Python made (`chart.figure`, hookviz.widget.payload.chart_spec,
+ * the chart's one home), drawn with the theme's text, grid and error colours and CHART_HEIGHT.
+ * A chart with no layers hides its box.
+ */
 export function renderChart(el, chart) {
-  if (!chart || !chart.modules || !chart.modules.length) {
+  const figure = chart?.figure;
+  if (!figure || !chart.modules || !chart.modules.length) {
     destroyChart(el);
     el.textContent = "";
     el.hidden = true;
     return;
   }
   el.hidden = false;
-  const s = chartSeries(chart);
-  const many = s.labels.length > 40;
-  const mode = s.labels.length > 150 ? "lines" : "lines+markers";
-  const traces = [
-    { x: s.labels, y: s.baseline, name: "baseline", type: "scatter", mode, line: { color: "#90a4ae", dash: "dot" } },
-    { x: s.labels, y: s.current, name: "this run", type: "scatter", mode, line: { color: "#1e88e5" } },
-    {
-      x: s.zeros,
-      y: s.zeros.map(() => s.floor),
-      name: "zero (at the floor)",
-      type: "scatter",
-      mode: "markers",
-      marker: { symbol: "triangle-down", size: 10, color: "#e53935" },
-    },
-  ];
   // The page's theme (JupyterLab light or dark) for text and grid.
   const css = getComputedStyle(el);
   const text = css.getPropertyValue("--jp-ui-font-color1").trim() || "#212121";
   const grid = css.getPropertyValue("--jp-border-color2").trim() || "#e0e0e0";
   // The widget's error red for the theme (style.css --hv-error): readable on light and dark.
   const red = css.getPropertyValue("--hv-error").trim() || "#c62828";
+  const given = figure.layout || {};
   const layout = {
-    title: { text: "Gradient flow: norm of each layer's parameter gradient", font: { size: 13 } },
+    ...given,
+    title: { ...given.title, font: { size: 13 } },
     height: CHART_HEIGHT,
     autosize: true,
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     font: { color: text },
     margin: { l: 60, r: 20, t: 36, b: 70 },
-    yaxis: { type: "log", title: { text: "‖grad‖ (log)" }, exponentformat: "e", gridcolor: grid },
-    // Many modules: no tick labels (hover shows each module's name).
-    // Module names such as "0" and "2" (an nn.Sequential's) are names, not numbers.
-    xaxis: {
-      type: "category",
-      automargin: true,
-      tickangle: -30,
-      showticklabels: !many,
-      title: many ? { text: `${s.labels.length} modules, input → output (hover for names)` } : undefined,
-    },
-    legend: { orientation: "h", y: 1.12, x: 1, xanchor: "right" },
-    shapes: s.threshold
-      ? [
-          {
-            type: "line",
-            xref: "paper",
-            x0: 0,
-            x1: 1,
-            y0: s.threshold,
-            y1: s.threshold,
-            line: { color: "#e53935", dash: "dash", width: 1 },
-          },
-        ]
-      : [],
-    annotations: s.threshold
-      ? [
-          {
-            xref: "paper",
-            x: 0,
-            y: Math.log10(s.threshold),
-            text: s.rule || `vanishing < ${s.threshold}`,
-            showarrow: false,
-            font: { color: red, size: 10 },
-            xanchor: "left",
-            yanchor: "bottom",
-          },
-        ]
-      : [],
+    xaxis: { ...given.xaxis, gridcolor: grid },
+    yaxis: { ...given.yaxis, gridcolor: grid },
+    annotations: (given.annotations || []).map((a) => ({ ...a, font: { ...a.font, color: red } })),
   };
   drawWith(el, (Plotly) => {
-    Plotly.react(el, traces, layout, { displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] });
+    Plotly.react(el, figure.data, layout, { displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] });
     followSize(el);
   });
 }

@@ -315,31 +315,6 @@ export function replayOnVisible(state, representative) {
   return { ...state, lit, current };
 }
 
-/**
- * Chart series from the `chart` traitlet: {modules, current, baseline, threshold, rule, floor}.
- * A zero norm cannot sit on a log axis: it is drawn at `floor` and listed in `zeros` (the labels
- * of this run's zero points) to be marked; non-finite or missing norms are gaps (null).
- */
-export function chartSeries(chart) {
-  const floor = parseNumber(chart.floor) || 1e-12;
-  const onLog = (xs) =>
-    (xs || []).map((v) => {
-      const n = parseNumber(v);
-      if (n === null || !Number.isFinite(n)) return null;
-      return n > 0 ? n : floor;
-    });
-  const labels = (chart.modules || []).map((m) => (m === "" ? "(root)" : m));
-  return {
-    labels,
-    current: onLog(chart.current),
-    baseline: onLog(chart.baseline),
-    zeros: labels.filter((_, i) => parseNumber((chart.current || [])[i]) === 0),
-    threshold: parseNumber(chart.threshold),
-    rule: chart.rule || "",
-    floor,
-  };
-}
-
 // ----- diagnosis banner and watch view -------------------------------------------------------
 
 /** How the banner names each kind of finding (hookviz.Finding.kind). */

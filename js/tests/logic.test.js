@@ -4,7 +4,6 @@ import {
   NO_GRAD_COLOR,
   ZERO_GRAD_COLOR,
   FINDING_LABELS,
-  chartSeries,
   findingsSummary,
   heatmapWithStep,
   overlayColor,
@@ -223,23 +222,6 @@ describe("replay", () => {
     const s = replayOnVisible(replayState(steps, 1), new Map([["sub", "group:m"]]));
     expect(s.current).toBe("group:m");
     expect(s.lit.has("group:m")).toBe(true);
-  });
-});
-
-describe("chart", () => {
-  it("draws zeros at the floor, marked, and leaves non-finite norms as gaps", () => {
-    const s = chartSeries({
-      modules: ["", "fc"],
-      current: [0, 2],
-      baseline: ["NaN", 1],
-      threshold: 1e-6,
-      floor: 1e-9,
-    });
-    expect(s.labels).toEqual(["(root)", "fc"]);
-    expect(s.current).toEqual([1e-9, 2]);
-    expect(s.baseline).toEqual([null, 1]);
-    expect(s.zeros).toEqual(["(root)"]);
-    expect(s.threshold).toBe(1e-6);
   });
 });
 
