@@ -141,8 +141,12 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     for name, source in {"gpt2": GPT2, "bert": BERT, "cnn": CNN, "mlp": MLP}.items():
         harness.write_notebook(root / f"{name}.ipynb", [source])
-    with harness.jupyter_lab(root) as base:
-        yield base
+    # The theme switch writes user settings: this JupyterLab keeps them in its own folder.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JUPYTERLAB_SETTINGS_DIR", str(tmp_path_factory.mktemp("layout-settings")))
+        patch.setenv("JUPYTERLAB_WORKSPACES_DIR", str(tmp_path_factory.mktemp("layout-workspaces")))
+        with harness.jupyter_lab(root) as base:
+            yield base
 
 
 def open_model(page, lab, name: str):
@@ -224,6 +228,19 @@ def assert_downward(drawn: dict, what: str) -> None:
     )
 
 
+def assert_panels_readable(page, name: str) -> None:
+    """The panels around the graph on this model: the chart keeps >= 200 px inside the widget, and
+    every text (>= 4.5) and box title (>= 3) is readable in JupyterLab Light and in Dark."""
+    harness.assert_chart_fits(page, f"{name}: chart")
+    harness.assert_contrast(page, 0, f"{name}: JupyterLab Light", ARTIFACTS / f"layout_{name}_light.png")
+    harness.switch_theme(page, "JupyterLab Dark")
+    try:
+        harness.assert_chart_fits(page, f"{name}: chart in Dark")
+        harness.assert_contrast(page, 0, f"{name}: JupyterLab Dark", ARTIFACTS / f"layout_{name}_dark.png")
+    finally:
+        harness.switch_theme(page, "JupyterLab Light")
+
+
 def test_gpt2_attention_opens_readable_with_clear_edges_and_a_usable_wheel(lab):
     ARTIFACTS.mkdir(exist_ok=True)
     with (
@@ -263,6 +280,7 @@ def test_gpt2_attention_opens_readable_with_clear_edges_and_a_usable_wheel(lab):
             page.wait_for_timeout(30)
         back = page.evaluate("() => document.querySelector('.hookviz-widget').cy.zoom()")
         assert abs(back - before) < 0.02 * before, (before, after, back)
+        assert_panels_readable(page, "gpt2")
         assert not [line for line in console if line.startswith("pageerror")]
 
 
@@ -277,6 +295,7 @@ def test_bert_attention_self_opens_readable(lab):
         assert report["held"] >= 25, report
         assert_readable_when_opened(report, "layer.1.attention.self")
         assert_downward(assert_edges_clear(page, "BERT with attention.self open"), "BERT")
+        assert_panels_readable(page, "bert")
         assert not [line for line in console if line.startswith("pageerror")]
 
 
@@ -303,6 +322,7 @@ def test_resnet_skip_is_a_second_input_of_add_and_opening_keeps_edges_downward(l
         root.screenshot(path=str(ARTIFACTS / "layout_cnn_bn1_open.png"))
         assert_readable_when_opened(report, "blocks.0.bn1")
         assert_downward(assert_edges_clear(page, "CNN with bn1 open"), "CNN with bn1 open")
+        assert_panels_readable(page, "cnn")
         assert not [line for line in console if line.startswith("pageerror")]
 
 
@@ -318,4 +338,5 @@ def test_deep_mlp_edges_clear_and_an_opened_layer_readable(lab):
         root.screenshot(path=str(ARTIFACTS / "layout_mlp_20_open.png"))
         assert_readable_when_opened(report, "20")
         assert_downward(assert_edges_clear(page, "MLP with 20 open"), "MLP with 20 open")
+        assert_panels_readable(page, "mlp")
         assert not [line for line in console if line.startswith("pageerror")]

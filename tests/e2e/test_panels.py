@@ -120,30 +120,6 @@ def printed(page, marker: str, cell: int):
 
 # ----- the gradient-flow chart ------------------------------------------------------------------
 
-# The chart's box, its plot and the widget, in page pixels.
-_CHART = """() => {
-    const root = document.querySelector('.hookviz-widget');
-    const chart = root.querySelector('.hv-chart');
-    const svg = chart.querySelector('.main-svg');
-    const r = (el) => { const b = el.getBoundingClientRect(); return {top: b.top, bottom: b.bottom,
-        left: b.left, right: b.right, width: b.width, height: b.height}; };
-    return {root: r(root), chart: r(chart), plot: svg ? r(svg) : null,
-            fullscreen: document.fullscreenElement === root};
-}"""
-
-
-def assert_chart_fits(page, what: str) -> dict:
-    """The plot is >= 200 px high, as wide as its box, and inside the widget's rectangle."""
-    page.wait_for_timeout(400)  # the ResizeObserver's frame and plotly's relayout
-    m = page.evaluate(_CHART)
-    chart, plot, root = m["chart"], m["plot"], m["root"]
-    assert plot is not None, f"{what}: no plot drawn"
-    assert chart["height"] >= 200 and plot["height"] >= 200, f"{what}: {m}"
-    assert abs(plot["width"] - chart["width"]) <= 2, f"{what}: the plot does not follow its box: {m}"
-    assert root["top"] - 0.5 <= chart["top"] and chart["bottom"] <= root["bottom"] + 0.5, f"{what}: {m}"
-    assert root["left"] - 0.5 <= plot["left"] and plot["right"] <= root["right"] + 0.5, f"{what}: {m}"
-    return m
-
 
 def test_chart_keeps_its_height_on_first_show_resize_and_full_screen(lab):
     ARTIFACTS.mkdir(exist_ok=True)
@@ -153,25 +129,25 @@ def test_chart_keeps_its_height_on_first_show_resize_and_full_screen(lab):
         root = harness.widget_root(page)
         harness.wait_painted(page, 1, timeout=180_000)
         root.locator(".hv-chart .main-svg").first.wait_for(state="visible", timeout=120_000)
-        first = assert_chart_fits(page, "first show")
+        first = harness.assert_chart_fits(page, "first show")
         root.locator(".hv-chart").screenshot(path=str(ARTIFACTS / "panels_chart_first.png"))
 
         page.set_viewport_size({"width": 900, "height": 1000})
-        narrow = assert_chart_fits(page, "after a resize to 900 px")
+        narrow = harness.assert_chart_fits(page, "after a resize to 900 px")
         assert narrow["plot"]["width"] < first["plot"]["width"] - 100  # it really followed the box
         page.set_viewport_size({"width": 1500, "height": 1400})
-        assert_chart_fits(page, "after a resize back to 1500 px")
+        harness.assert_chart_fits(page, "after a resize back to 1500 px")
 
         root.locator(".hv-fullscreen").click()
         page.wait_for_function("() => !!document.fullscreenElement", timeout=10_000)
         # Full screen, the widget is the screen and scrolls its own content: the chart is below.
         page.evaluate("() => document.querySelector('.hookviz-widget .hv-chart').scrollIntoView()")
-        full = assert_chart_fits(page, "in full screen")
+        full = harness.assert_chart_fits(page, "in full screen")
         assert full["fullscreen"]
         page.screenshot(path=str(ARTIFACTS / "panels_chart_fullscreen.png"))
         page.evaluate("() => document.exitFullscreen()")
         page.wait_for_function("() => !document.fullscreenElement", timeout=10_000)
-        assert_chart_fits(page, "after leaving full screen")
+        harness.assert_chart_fits(page, "after leaving full screen")
         root.locator(".hv-chart").scroll_into_view_if_needed()
         root.locator(".hv-chart").screenshot(path=str(ARTIFACTS / "panels_chart_after_fullscreen.png"))
 
@@ -190,96 +166,6 @@ def test_chart_keeps_its_height_on_first_show_resize_and_full_screen(lab):
 
 
 # ----- contrast in Light and Dark -----------------------------------------------------------------
-
-# WCAG contrast of every text of a widget against what is really behind it: colours parsed from
-# computed styles (rgb, rgba and the color(srgb ...) that color-mix computes to), rgba composited
-# over the backgrounds below it down to the first opaque one, opacity of the element and its
-# ancestors applied to the text. Disabled controls are left out (WCAG exempts inactive controls).
-# Box titles: the cytoscape label colour of each drawn module box against the canvas (the box's
-# own colour when the title sits inside a filled box).
-_CONTRAST = """(index) => {
-    const root = document.querySelectorAll('.hookviz-widget')[index];
-    const parse = (c) => {
-        let m = /color\\(srgb ([\\d.e-]+) ([\\d.e-]+) ([\\d.e-]+)(?: \\/ ([\\d.e-]+))?\\)/.exec(c);
-        if (m) return [m[1] * 255, m[2] * 255, m[3] * 255, m[4] === undefined ? 1 : Number(m[4])];
-        m = /rgba?\\(([^)]+)\\)/.exec(c);
-        if (!m) return null;
-        const p = m[1].split(/[\\s,\\/]+/).filter(Boolean).map(Number);
-        return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
-    };
-    const over = (top, below) => [0, 1, 2].map((i) => top[i] * top[3] + below[i] * (1 - top[3])).concat(1);
-    const luminance = ([r, g, b]) => {
-        const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
-        return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
-    };
-    const ratio = (a, b) => { const x = luminance(a), y = luminance(b);
-        return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); };
-    const background = (el) => {
-        const layers = [];
-        for (let e = el; e; e = e.parentElement) {
-            const c = parse(getComputedStyle(e).backgroundColor);
-            if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
-        }
-        let bg = [255, 255, 255, 1];
-        for (const c of layers.reverse()) bg = over(c, bg);
-        return bg;
-    };
-    const opacity = (el) => { let o = 1; for (let e = el; e && e !== document.body; e = e.parentElement)
-        o *= Number(getComputedStyle(e).opacity); return o; };
-    const visible = (el) => el.getClientRects().length > 0 && getComputedStyle(el).visibility === 'visible';
-    const texts = [];
-    for (const el of root.querySelectorAll('*')) {
-        if (el.closest('svg') && el.tagName.toLowerCase() !== 'text') continue;
-        if (el.closest('button:disabled, select:disabled, input:disabled')) continue;
-        const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
-        const field = el.matches('select, input[type=text], input[type=search]');
-        if (!(own || field) || !visible(el)) continue;
-        const style = getComputedStyle(el);
-        const svgText = el.tagName.toLowerCase() === 'text';
-        const color = parse(svgText ? style.fill : style.color);
-        if (!color) continue;
-        color[3] *= opacity(el) * (svgText ? Number(style.fillOpacity || 1) : 1);
-        const bg = background(svgText ? el.closest('.hv-chart, .hv-heatmap') : el);
-        texts.push({text: (el.value || el.textContent).trim().slice(0, 50), cls: String(el.className?.baseVal ?? el.className),
-                    ratio: ratio(over(color, bg), bg)});
-    }
-    const cy = root.cy;
-    const canvas = background(cy.container());
-    const titles = cy.nodes('[?isGroup]').filter((n) => n.visible()).map((n) => {
-        const label = parse(n.style('color'));
-        const fill = parse(n.style('background-color'));
-        fill[3] = Number(n.style('background-opacity'));
-        const inside = n.style('text-valign') === 'center';
-        const bg = inside ? over(fill, canvas) : canvas;
-        // An open box's title sits at its top edge: over the canvas and over its own tint.
-        const worst = inside ? ratio(over(label, bg), bg) :
-            Math.min(ratio(over(label, canvas), canvas), ratio(over(label, over(fill, canvas)), over(fill, canvas)));
-        return {text: n.data('label'), ratio: worst, open: !n.data('collapsed')};
-    });
-    return {texts, titles, theme: document.body.dataset.jpThemeName};
-}"""
-
-
-def assert_contrast(page, index: int, what: str, picture: str) -> dict:
-    report = page.evaluate(_CONTRAST, index)
-    texts, titles = report["texts"], report["titles"]
-    assert len(texts) >= 40, f"{what}: only {len(texts)} texts measured"
-    assert titles, f"{what}: no module box drawn"
-    low = [(t["text"], t["cls"], round(t["ratio"], 2)) for t in texts if t["ratio"] < 4.5]
-    assert not low, f"{what}: text below WCAG AA 4.5: {low}"
-    dim = [(t["text"], round(t["ratio"], 2)) for t in titles if t["ratio"] < 3]
-    assert not dim, f"{what}: module box titles below 3: {dim}"
-    page.locator(".hookviz-widget").nth(index).screenshot(path=str(ARTIFACTS / picture))
-    return report
-
-
-def switch_theme(page, theme: str) -> None:
-    """Settings > Theme > ``theme`` from JupyterLab's menu, as a person switches it."""
-    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
-    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.hover()
-    page.locator(".lm-Menu-itemLabel", has_text=theme).first.click()
-    page.wait_for_function("(name) => document.body.dataset.jpThemeName === name", arg=theme, timeout=30_000)
-    page.wait_for_timeout(500)  # the widget restyles on the next frame
 
 
 def test_findings_replay_and_contrast_in_light_and_dark(lab):
@@ -334,12 +220,14 @@ def test_findings_replay_and_contrast_in_light_and_dark(lab):
         harness.click_node(page, "0.weight")
         page.wait_for_selector(".hookviz-widget .hv-apply", timeout=30_000)
         root.locator(".hv-chart .main-svg").first.wait_for(state="visible", timeout=30_000)
-        light = assert_contrast(page, 0, "JupyterLab Light", "panels_light.png")
+        light = harness.assert_contrast(page, 0, "JupyterLab Light", ARTIFACTS / "panels_light.png")
         assert any(t["open"] for t in light["titles"]), "no open box: its title was not measured"
 
         # Dark: the widget drawn before the switch reads the new theme; so does one drawn after it.
-        switch_theme(page, "JupyterLab Dark")
-        dark = assert_contrast(page, 0, "JupyterLab Dark, drawn before the switch", "panels_dark_before.png")
+        harness.switch_theme(page, "JupyterLab Dark")
+        dark = harness.assert_contrast(
+            page, 0, "JupyterLab Dark, drawn before the switch", ARTIFACTS / "panels_dark_before.png"
+        )
         assert {t["text"] for t in dark["titles"]} == {t["text"] for t in light["titles"]}
         harness.run_cell(page, 3)
         harness.widget_root(page, 1)
@@ -347,8 +235,10 @@ def test_findings_replay_and_contrast_in_light_and_dark(lab):
         page.locator(".hookviz-widget").nth(1).locator(".hv-chart .main-svg").first.wait_for(
             state="visible", timeout=30_000
         )
-        assert_contrast(page, 1, "JupyterLab Dark, drawn after the switch", "panels_dark_after.png")
-        switch_theme(page, "JupyterLab Light")
+        harness.assert_contrast(
+            page, 1, "JupyterLab Dark, drawn after the switch", ARTIFACTS / "panels_dark_after.png"
+        )
+        harness.switch_theme(page, "JupyterLab Light")
 
 
 # ----- the leaf table ---------------------------------------------------------------------------

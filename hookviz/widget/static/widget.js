@@ -458,6 +458,11 @@ body[data-jp-theme-light="false"] .hookviz-widget {
   color: var(--hv-fg);
   border-radius: 3px;
 }
+/* The theme's muted grey is 4.5:1 on the widget's background only: on the banner's tint it fell
+   to 4.48 (BERT's banner, JupyterLab Light), so muted text there takes the banner's text colour. */
+.hv-banner .hv-muted {
+  color: var(--hv-fg);
+}
 .hv-banner-head {
   font-weight: bold;
   color: var(--hv-warn);
