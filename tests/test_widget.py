@@ -1331,6 +1331,24 @@ def test_saved_page_histograms_and_overviews_are_coarser_but_true():
     assert saved["norm"] == pytest.approx(grad.norm().item(), rel=1e-3)
 
 
+def test_saved_page_keeps_a_zero_fraction_that_is_almost_one():
+    from hookviz.widget import export
+
+    class Picks(nn.Module):  # uses one element of a 100,000-element parameter
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.ones(100_000))
+
+        def forward(self, x):
+            return self.table[0] * x
+
+    widget = hookviz_widget.show(Picks(), (torch.ones(2),), loss_fn=lambda out: out.sum())
+    full = widget_data.node_inspector_json(widget.run, "table")["grad_outputs"][0]
+    # 1 non-zero of 100,000: at 4 significant digits 0.99999 would read 1.0, "zeros 100%"
+    assert full["zero_fraction"] == 1 - 1 / 100_000
+    assert export._compact(full, keep_values=False)["zero_fraction"] == full["zero_fraction"]
+
+
 # ----- hookviz.show(watch): the live view ------------------------------------------------------
 
 

@@ -31,7 +31,9 @@ EXPORT_HISTOGRAM_BINS = 16
 # A saved page's overview of a large 2-D tensor has at most this many blocks per side (the run
 # keeps 32: the root mean square of the blocks under each, so it stays the RMS of the tensor).
 EXPORT_OVERVIEW_BLOCKS = 12
-_STATISTICS = ("norm", "mean", "min", "max", "zero_fraction")
+# zero_fraction is not rounded: 4 digits would turn 64 non-zeros of 3.2 M (0.99998) into 1.0, and
+# the page would say "zeros 100%" (the page's percentages never round a part to all or nothing).
+_STATISTICS = ("norm", "mean", "min", "max")
 
 STATIC_NOTE = (
     "Saved page: no Python kernel behind it, so edits and re-run are off. "
