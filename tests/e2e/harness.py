@@ -32,6 +32,28 @@ CHROMIUM_ARGS = [
 TOKEN = "hookviz-e2e-token"
 REPO = Path(__file__).resolve().parents[2]
 
+# A GPT-2 (6 layers x 128, built from its config) and the 20-layer sigmoid MLP, each shown as the
+# only cell of a notebook: the models the browser tests of the graph and its panels share.
+GPT2 = """\
+import torch, hookviz
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.utils import logging; logging.set_verbosity_error()
+torch.manual_seed(0)
+config = GPT2Config(n_layer=6, n_embd=128, n_head=4, vocab_size=1000)
+ids = torch.randint(0, 1000, (2, 32))
+w = hookviz.show(GPT2LMHeadModel(config), (), kwargs={"input_ids": ids, "labels": ids},
+                 loss_fn=lambda out: out.loss)
+w"""
+
+MLP = """\
+import torch, torch.nn.functional as F, hookviz
+from hookviz.examples import sigmoid_mlp
+torch.manual_seed(0)
+model = sigmoid_mlp(depth=20, width=64, inputs=8, classes=3)
+x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
+w = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
+w"""
+
 CANONICAL = """\
 import torch, torch.nn as nn, torch.nn.functional as F, hookviz
 class Canonical(nn.Module):

@@ -23,40 +23,20 @@ pytestmark = pytest.mark.e2e
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
-GPT2 = """\
-import torch, hookviz
-from transformers import GPT2Config, GPT2LMHeadModel
-from transformers.utils import logging; logging.set_verbosity_error()
-torch.manual_seed(0)
-config = GPT2Config(n_layer=6, n_embd=128, n_head=4, vocab_size=1000)
-ids = torch.randint(0, 1000, (2, 32))
-w = hookviz.show(GPT2LMHeadModel(config), (), kwargs={"input_ids": ids, "labels": ids},
-                 loss_fn=lambda out: out.loss)
-w"""
-
-MLP = """\
-import torch, torch.nn.functional as F, hookviz
-from hookviz.examples import sigmoid_mlp
-torch.manual_seed(0)
-model = sigmoid_mlp(depth=20, width=64, inputs=8, classes=3)
-x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
-w = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
-w"""
-
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     harness.require_browser()
     pytest.importorskip("transformers")
     root = tmp_path_factory.mktemp("lab")
-    harness.write_notebook(root / "gpt2.ipynb", [GPT2, 'w.search("c_fc.weight")'])
-    harness.write_notebook(root / "mlp.ipynb", [MLP])
+    harness.write_notebook(root / "gpt2.ipynb", [harness.GPT2, 'w.search("c_fc.weight")'])
+    harness.write_notebook(root / "mlp.ipynb", [harness.MLP])
     # As a run past the cheap-details limit (GPT-2 small, a 20,000-Node graph) is shown: drawn from
     # its norms, its details recorded when the page asks after the first paint.
     harness.write_notebook(
         root / "mlp_large.ipynb",
         [
-            "import hookviz.widget.widget\nhookviz.widget.widget.CHEAP_DETAILS_NODES = 0\n" + MLP,
+            "import hookviz.widget.widget\nhookviz.widget.widget.CHEAP_DETAILS_NODES = 0\n" + harness.MLP,
             'print("pending", w.details_pending, w.run.details_pending, len(w.diagnosis["findings"]))',
             'from hookviz.widget import payload as widget_data\nw.diagnosis = widget_data.diagnosis_json([], "run", pending=True)',
             'w.diagnosis = widget_data.diagnosis_json([], "run")',

@@ -29,16 +29,6 @@ pytestmark = pytest.mark.e2e
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
-GPT2 = """\
-import torch, hookviz
-from transformers import GPT2Config, GPT2LMHeadModel
-from transformers.utils import logging; logging.set_verbosity_error()
-torch.manual_seed(0)
-config = GPT2Config(n_layer=6, n_embd=128, n_head=4, vocab_size=1000)
-ids = torch.randint(0, 1000, (2, 32))
-w = hookviz.show(GPT2LMHeadModel(config), (), kwargs={"input_ids": ids, "labels": ids},
-                 loss_fn=lambda out: out.loss)
-w"""
 
 BERT = """\
 import torch, hookviz
@@ -75,14 +65,6 @@ x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
 w = hookviz.show(ResNet(), (x,), loss_fn=lambda out: F.cross_entropy(out, y))
 w"""
 
-MLP = """\
-import torch, torch.nn.functional as F, hookviz
-from hookviz.examples import sigmoid_mlp
-torch.manual_seed(0)
-model = sigmoid_mlp(depth=20, width=64, inputs=8, classes=3)
-x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
-w = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
-w"""
 
 # What an opened box shows: of what it holds (not boxes that are open themselves), how many are
 # drawn with a label of at least 8 px that lies inside the graph's box.
@@ -139,7 +121,7 @@ def lab(tmp_path_factory):
     harness.require_browser()
     pytest.importorskip("transformers")
     root = tmp_path_factory.mktemp("lab")
-    for name, source in {"gpt2": GPT2, "bert": BERT, "cnn": CNN, "mlp": MLP}.items():
+    for name, source in {"gpt2": harness.GPT2, "bert": BERT, "cnn": CNN, "mlp": harness.MLP}.items():
         harness.write_notebook(root / f"{name}.ipynb", [source])
     # The theme switch writes user settings: this JupyterLab keeps them in its own folder.
     with pytest.MonkeyPatch.context() as patch:

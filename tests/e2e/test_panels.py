@@ -32,16 +32,6 @@ pytestmark = pytest.mark.e2e
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
-GPT2 = """\
-import torch, hookviz
-from transformers import GPT2Config, GPT2LMHeadModel
-from transformers.utils import logging; logging.set_verbosity_error()
-torch.manual_seed(0)
-config = GPT2Config(n_layer=6, n_embd=128, n_head=4, vocab_size=1000)
-ids = torch.randint(0, 1000, (2, 32))
-w = hookviz.show(GPT2LMHeadModel(config), (), kwargs={"input_ids": ids, "labels": ids},
-                 loss_fn=lambda out: out.loss)
-w"""
 
 # An op of scaled_dot_product_attention's math path: autograd made it inside that one call.
 INSIDE_ATTENTION = """\
@@ -49,14 +39,6 @@ inside = next(n for n in w.run.nodes if n.startswith("SafeSoftmaxBackward0"))
 print("INSIDE", json.dumps([inside, w.run.nodes[inside].output is None]))
 w.select(inside)"""
 
-MLP = """\
-import torch, torch.nn.functional as F, hookviz
-from hookviz.examples import sigmoid_mlp
-torch.manual_seed(0)
-model = sigmoid_mlp(depth=20, width=64, inputs=8, classes=3)
-x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
-w = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
-w"""
 
 FINDINGS = """\
 import json
@@ -98,8 +80,8 @@ def lab(tmp_path_factory):
     harness.require_browser()
     pytest.importorskip("transformers")
     root = tmp_path_factory.mktemp("panels-lab")
-    harness.write_notebook(root / "gpt2.ipynb", [GPT2, "import json\n" + INSIDE_ATTENTION])
-    harness.write_notebook(root / "mlp.ipynb", [MLP, FINDINGS, 'w.toggle_group("0")', MLP])
+    harness.write_notebook(root / "gpt2.ipynb", [harness.GPT2, "import json\n" + INSIDE_ATTENTION])
+    harness.write_notebook(root / "mlp.ipynb", [harness.MLP, FINDINGS, 'w.toggle_group("0")', harness.MLP])
     harness.write_notebook(root / "deep.ipynb", [DEEP, DEEP_EDIT])
     # The theme switch writes user settings: this JupyterLab keeps them in its own folder.
     settings = tmp_path_factory.mktemp("panels-settings")
