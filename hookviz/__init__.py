@@ -5,8 +5,9 @@ node's gradients; ``Session.edit`` changes the gradient a hook returns; ``Sessio
 backward; ``hookviz.show(...)`` draws it all as a widget in Jupyter.
 """
 
-from hookviz.analysis.diagnose import Finding, diagnose
+from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.explain import explain
+from hookviz.analysis.findings import Finding
 from hookviz.data.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
 from hookviz.data.tensors import TensorRecord
 from hookviz.edits.edit import Edit
@@ -67,8 +68,12 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     # The widget pulls in anywidget; import it only when asked for.
-    if name in ("show", "Widget", "show_watch"):
-        from hookviz.widget import widget
+    if name == "Widget":
+        from hookviz.widget.widget import Widget
 
-        return getattr(widget, name)
+        return Widget
+    if name in ("show", "show_watch"):
+        from hookviz.widget import show
+
+        return getattr(show, name)
     raise AttributeError(f"module 'hookviz' has no attribute {name!r}")

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hookviz
-from hookviz.data import tensors as stats
+from hookviz.data import stats_batch as stats
 from hookviz.data.run import leaf_diffs
 from hookviz.errors import (
     DetailsChanged,
@@ -618,10 +618,10 @@ def test_diff_and_diagnose_record_the_details_they_need_and_say_when_they_cannot
 
 
 def test_the_widgets_request_for_details_shows_a_refusal_beside_it_and_stops_asking(monkeypatch):
-    import hookviz.widget.widget as hookviz_widget
+    import hookviz.widget.details as widget_details
 
     model, x, loss_fn = _model_and_data()
-    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)  # a large run: details wait for the page
+    monkeypatch.setattr(widget_details, "CHEAP_DETAILS_NODES", 0)  # a large run: details wait for the page
     widget = hookviz.show(model, (x,), loss_fn=loss_fn)
     assert widget.details_pending and widget.run.details_pending
     model.eval()  # between the first paint and the page's request

@@ -15,7 +15,7 @@ from conftest import assert_same_state, model_state
 from torch import nn
 
 import hookviz
-from hookviz.record.hooks import BackwardRecorder
+from hookviz.record.backward_recorder import BackwardRecorder
 
 
 def _live_tensor_bytes() -> int:

@@ -9,7 +9,7 @@ from conftest import assert_same_state, model_state
 from torch import nn
 
 import hookviz
-from hookviz.data.tensors import SETTLE_ABOVE
+from hookviz.data.stats_batch import SETTLE_ABOVE
 from hookviz.examples import TinyGPT, canonical_inputs, next_token_loss, sigmoid_mlp
 from hookviz.record import torch_compat
 

@@ -9,7 +9,7 @@ import struct
 import pytest
 import torch
 
-from hookviz.data.tensors import StatsBatch, summarise
+from hookviz.data.stats_batch import StatsBatch, summarise
 from hookviz.stats.reduce import combine, measure, queue_norms, reduce, summary_of
 
 

@@ -142,9 +142,9 @@ def test_every_module_imports_only_its_own_layer_and_those_below(module):
 
 def test_the_layer_rule_sees_an_upward_import(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("def f():\n    from hookviz.widget.payload import graph_json\n")
+    source.write_text("def f():\n    from hookviz.widget.graph import graph_json\n")
     targets = [target for target, _ in _imports(source)]
-    assert targets == ["hookviz.widget.payload"] and _layer(targets[0]) > _layer("hookviz.data.run")
+    assert targets == ["hookviz.widget.graph"] and _layer(targets[0]) > _layer("hookviz.data.run")
 
 
 def test_the_package_exports_its_public_api_only():

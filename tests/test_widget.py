@@ -22,9 +22,16 @@ import torch.nn.functional as F
 from zoo import NoGradGate
 
 import hookviz
-import hookviz.widget.widget as hookviz_widget
+import hookviz.widget.details as widget_details
+import hookviz.widget.diagnosis as widget_diagnosis
 from hookviz.examples import ResidualStack, sigmoid_mlp
 from hookviz.widget import payload as widget_data
+from hookviz.widget.chart import CHART_MARKERS, VANISHING_RATIO
+from hookviz.widget.diagnosis import findings_json
+from hookviz.widget.graph import operand_hint
+from hookviz.widget.inspector import grad_input_names, node_inspector_json
+from hookviz.widget.show import show
+from hookviz.widget.widget import Widget
 
 TRAITS = (
     "graph",
@@ -70,7 +77,7 @@ def loss_fn(out):
 
 @pytest.fixture
 def widget():
-    return hookviz_widget.show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
+    return show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
 
 
 def plain_grads(legacy_hook=None):
@@ -243,7 +250,7 @@ def test_forward_error_keeps_the_last_good_run():
             return 2 * x + 3 * y - 5 * z
 
     model = Flaky()
-    widget = hookviz_widget.show(model, canonical_inputs(), loss_fn=loss_fn)
+    widget = show(model, canonical_inputs(), loss_fn=loss_fn)
     graph = widget.graph
     model.fail = True
     assert not widget.rerun(forward=True)
@@ -363,7 +370,7 @@ def test_replay_shows_the_hooks_that_fired():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.register_backward_hook(legacy_hook)
-    widget = hookviz_widget.show(model, canonical_inputs(), loss_fn=loss_fn)
+    widget = show(model, canonical_inputs(), loss_fn=loss_fn)
     assert printed and printed[-1] == 2
     assert any("legacy hook sees 2 grads" in entry["text"] for entry in widget.log)
     fired = [h for s in widget.replay for h in s["hooks"]]
@@ -390,9 +397,7 @@ def _gpt2_widget(layers: int = 6):
     torch.manual_seed(0)
     ids = torch.randint(0, 100, (1, 8))
     model = transformers.GPT2LMHeadModel(config)
-    return hookviz_widget.show(
-        model, (), kwargs={"input_ids": ids, "labels": ids}, loss_fn=lambda out: out.loss
-    )
+    return show(model, (), kwargs={"input_ids": ids, "labels": ids}, loss_fn=lambda out: out.loss)
 
 
 def test_the_js_tests_read_payloads_written_from_real_runs():
@@ -401,14 +406,12 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
 
     x, y, z, target = canonical_example_inputs()
     widgets = {
-        "canonical": hookviz_widget.show(
-            CanonicalExample(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target)
-        ),
+        "canonical": show(CanonicalExample(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target)),
         "gpt2": _gpt2_widget(),
     }
     for depth in (2, 6, 12, 40):
         torch.manual_seed(0)
-        widgets[f"deep{depth}"] = hookviz_widget.show(Deep(depth), (torch.randn(3, 4),), input_grads=True)
+        widgets[f"deep{depth}"] = show(Deep(depth), (torch.randn(3, 4),), input_grads=True)
     FIXTURES.mkdir(exist_ok=True)
     for name, widget in widgets.items():
         graph = widget.graph
@@ -435,7 +438,7 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
 
 def test_the_page_makes_the_first_view_and_python_asks_it_again():
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(12), (torch.randn(3, 4),))
+    widget = show(Deep(12), (torch.randn(3, 4),))
     assert widget.collapsed is None  # no page yet: the page opens the first view by its rules
     widget.collapsed = ["blocks"]  # as the page writes it
     assert widget.set_view("modules") and widget.view == "modules" and widget.collapsed is None
@@ -449,7 +452,7 @@ def test_the_page_makes_the_first_view_and_python_asks_it_again():
 
 def test_select_takes_exact_names_and_search_asks_the_page():
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(40), (torch.randn(3, 4),))
+    widget = show(Deep(40), (torch.randn(3, 4),))
     assert widget.select("blocks.7.fc") and widget.selected == "module:blocks.7.fc"
     assert widget.inspector["kind"] == "module" and widget.inspector["id"] == "module:blocks.7.fc"
     assert widget.select("blocks.12.fc.weight") and widget.selected == "blocks.12.fc.weight"
@@ -497,14 +500,14 @@ def test_chart_compares_module_gradient_norms_with_the_baseline():
     torch.manual_seed(0)
     model = Deep(3)
     inputs = (torch.randn(3, 4),)
-    widget = hookviz_widget.show(model, inputs)
+    widget = show(model, inputs)
     chart = widget.chart
     # One rule with the diagnosis: 0.001 x the gradient norm of the layer nearest the loss, the
     # norm of that layer's parameters' gradient (plain PyTorch's .grad).
     assert "blocks.0.fc" in chart["modules"] and chart["modules"][-1] == "head"
     head = _layer_grad_norm(model, inputs, "head")
     assert chart["current"][-1] == pytest.approx(head, rel=1e-5)
-    assert chart["threshold"] == pytest.approx(widget_data.VANISHING_RATIO * chart["current"][-1])
+    assert chart["threshold"] == pytest.approx(VANISHING_RATIO * chart["current"][-1])
     assert "0.001 x the layer nearest the loss" in chart["rule"]
     assert chart["current"] == chart["baseline"]
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0")
@@ -519,7 +522,7 @@ def test_nan_gradients_are_flagged_and_json_safe():
         def forward(self, x):
             return torch.sqrt(x).sum()
 
-    widget = hookviz_widget.show(Sqrt(), (torch.tensor([0.0, -1.0, 4.0], requires_grad=True),))
+    widget = show(Sqrt(), (torch.tensor([0.0, -1.0, 4.0], requires_grad=True),))
     assert any(n["nan"] for n in widget.graph["nodes"])
     assert_json_safe(widget)
     json.dumps(widget.inspector, allow_nan=False)
@@ -532,7 +535,7 @@ def test_nan_gradients_are_flagged_and_json_safe():
 
 
 def findings_as_json(findings):
-    return json.loads(json.dumps(widget_data.findings_json(findings), allow_nan=False))
+    return json.loads(json.dumps(findings_json(findings), allow_nan=False))
 
 
 def test_canonical_example_has_no_diagnosis_banner(widget):
@@ -558,9 +561,9 @@ def test_graph_payload_is_the_runs_autograd_graph(case):
     consumer (``x * x`` reaches MulBackward0 through two slots), norms and NaN flags included."""
     torch.manual_seed(0)
     if case == "square":
-        widget = hookviz_widget.show(Square(), (torch.randn(3, requires_grad=True),))
+        widget = show(Square(), (torch.randn(3, requires_grad=True),))
     else:
-        widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),), input_grads=True)
+        widget = show(Deep(3), (torch.randn(3, 4),), input_grads=True)
     graph = widget.run.graph
     assert widget.graph["edges"] == [[u, v, d["slot"]] for u, v, d in graph.edges(data=True)]
     nodes = {n["id"]: n for n in widget.graph["nodes"]}
@@ -586,9 +589,9 @@ def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(mo
     def loss(out):
         return F.cross_entropy(out, labels)
 
-    eager = hookviz_widget.show(model, (x,), loss_fn=loss, details="eager")
-    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)
-    lazy = hookviz_widget.show(model, (x,), loss_fn=loss)
+    eager = show(model, (x,), loss_fn=loss, details="eager")
+    monkeypatch.setattr(widget_details, "CHEAP_DETAILS_NODES", 0)
+    lazy = show(model, (x,), loss_fn=loss)
     assert lazy.details_pending and lazy.run.details_pending  # nothing read a deferred field
     assert lazy.diagnosis["pending"] and lazy.diagnosis["findings"] == []
     assert lazy.graph == eager.graph
@@ -608,7 +611,7 @@ def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(mo
     eager.select("AddmmBackward0_0")
     assert lazy.inspector == eager.inspector
 
-    charted = hookviz_widget.show(model, (x,), loss_fn=loss)
+    charted = show(model, (x,), loss_fn=loss)
     assert charted.details_pending and charted.chart == {}
     assert charted.chart_figure().data and charted.chart == eager.chart and charted.details_pending
 
@@ -618,7 +621,7 @@ def test_in_ipython_a_large_runs_details_are_recorded_when_its_cell_ends(monkeyp
     widget, before any later cell (a training step) can change the parameters."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)
+    monkeypatch.setattr(widget_details, "CHEAP_DETAILS_NODES", 0)
     shell = InteractiveShell.instance()
     try:
         shell.user_ns.update(hookviz=hookviz, Canonical=Canonical, inputs=canonical_inputs(), loss_fn=loss_fn)
@@ -641,7 +644,7 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
     with no next cell needed."""
     from jupyter_client.manager import start_new_kernel
 
-    wait = hookviz_widget.DETAILS_WAIT_FOR_THE_PAGE_S
+    wait = widget_details.DETAILS_WAIT_FOR_THE_PAGE_S
     kernel, client = start_new_kernel(kernel_name="python3")
 
     def run(code: str) -> str:
@@ -652,9 +655,9 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
 
     try:
         run(
-            "import time, hookviz, hookviz.widget.widget as hw\n"
+            "import time, hookviz, hookviz.widget.details as hd, hookviz.widget.widget as hw\n"
             "from hookviz.examples import Canonical, canonical_inputs\n"
-            "hw.CHEAP_DETAILS_NODES = 0\n"
+            "hd.CHEAP_DETAILS_NODES = 0\n"
             "filled, original = [], hw.Widget.fill_details\n"
             "def spy(self):\n"
             "    filled.append((time.time(), self.details_pending))\n"
@@ -675,8 +678,8 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
 
 
 def test_selecting_a_node_of_a_large_run_records_its_details_first(monkeypatch):
-    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)
-    widget = hookviz_widget.show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
+    monkeypatch.setattr(widget_details, "CHEAP_DETAILS_NODES", 0)
+    widget = show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
     assert widget.details_pending
     assert widget.select("SubBackward0_0")
     assert not widget.details_pending and widget.diagnosis["pending"] is False
@@ -687,7 +690,7 @@ def test_vanishing_gradients_are_diagnosed_and_a_click_selects_the_layer():
     torch.manual_seed(0)
     model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
     x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
-    widget = hookviz_widget.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
+    widget = show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
     expected = hookviz.diagnose(widget.run)
     assert expected and {f.kind for f in expected} == {"vanishing"}
     diagnosis = widget.diagnosis
@@ -719,7 +722,7 @@ class LogOfRelu(nn.Module):
 
 def test_nan_origin_is_diagnosed_at_the_log():
     torch.manual_seed(0)
-    widget = hookviz_widget.show(LogOfRelu(), (torch.randn(8, 4),))
+    widget = show(LogOfRelu(), (torch.randn(8, 4),))
     findings = widget.diagnosis["findings"]
     assert findings == findings_as_json(hookviz.diagnose(widget.run))
     assert widget.diagnosis["counts"]["nan"] >= 1
@@ -766,7 +769,7 @@ def test_dead_gradients_made_by_the_users_own_zeroing_edit_say_so():
     blocks as dead, each finding marked as the edit's doing, and the head's own weight (whose
     gradient the edit does not touch) as healthy; after Reset and a re-run, nothing."""
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),))
+    widget = show(Deep(3), (torch.randn(3, 4),))
     assert widget.diagnosis["findings"] == []
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0") and widget.rerun()
     findings = widget.diagnosis["findings"]
@@ -785,8 +788,8 @@ def test_a_failing_diagnosis_is_shown_and_the_widget_keeps_going(monkeypatch):
     def broken(run, **thresholds):
         raise RuntimeError("diagnosis exploded")
 
-    monkeypatch.setattr(hookviz_widget, "diagnose", broken)
-    widget = hookviz_widget.show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
+    monkeypatch.setattr(widget_diagnosis, "diagnose", broken)
+    widget = show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
     assert widget.diagnosis["findings"] == []
     assert "diagnosis failed" in widget.diagnosis["error"]
     assert "diagnosis exploded" in widget.diagnosis["error"]
@@ -802,7 +805,7 @@ def test_chart_figure_is_the_gradient_flow_chart():
     import plotly.graph_objects as go
 
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),))
+    widget = show(Deep(3), (torch.randn(3, 4),))
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0") and widget.rerun()
     figure = widget.chart_figure()
     assert isinstance(figure, go.Figure)
@@ -831,11 +834,11 @@ def test_chart_figure_is_the_gradient_flow_chart():
 
 def test_chart_of_many_layers_names_them_on_hover_and_draws_lines():
     torch.manual_seed(0)
-    model = sigmoid_mlp(depth=widget_data.CHART_MARKERS + 10, width=8, inputs=4, classes=3)
-    widget = hookviz_widget.show(model, (torch.randn(3, 4),), loss_fn=lambda out: out.sum())
+    model = sigmoid_mlp(depth=CHART_MARKERS + 10, width=8, inputs=4, classes=3)
+    widget = show(model, (torch.randn(3, 4),), loss_fn=lambda out: out.sum())
     chart = widget.chart
     layers = len(chart["modules"])
-    assert layers == widget_data.CHART_MARKERS + 10
+    assert layers == CHART_MARKERS + 10
     layout = chart["figure"]["layout"]
     assert layout["xaxis"]["showticklabels"] is False
     assert layout["xaxis"]["title"]["text"].startswith(f"{layers} modules")
@@ -957,7 +960,7 @@ def test_watch_banner_shows_the_steps_findings():
     torch.manual_seed(0)
     model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
     watch, session = train_under_watch(model, steps=2)
-    widget = hookviz_widget.Widget(session).show_watch(watch, step=0)
+    widget = Widget(session).show_watch(watch, step=0)
     expected = watch.diagnose(0)
     assert expected and widget.diagnosis["findings"] == findings_as_json(expected)
     assert widget.diagnosis["counts"]["vanishing"] == sum(f.kind == "vanishing" for f in expected)
@@ -997,7 +1000,7 @@ def test_watch_view_refuses_bad_steps_and_bad_watches(widget):
 
 def test_selecting_what_got_no_gradient_shows_why():
     torch.manual_seed(0)
-    widget = hookviz_widget.show(NoGradGate(), (torch.randn(2, 3),), input_grads=True)
+    widget = show(NoGradGate(), (torch.randn(2, 3),), input_grads=True)
     assert widget.select("module:gate")
     assert "ran under torch.no_grad()" in widget.inspector["explanation"]
     assert widget.select("x") and widget.inspector.get("asked_grad") is True
@@ -1041,14 +1044,14 @@ def test_save_html_writes_one_self_contained_page(widget, tmp_path):
 def test_grad_inputs_carry_their_argument_names_from_the_op_schema():
     torch.manual_seed(0)
     linear = nn.Linear(3, 2)
-    widget = hookviz_widget.show(linear, (torch.randn(4, 3),), loss_fn=lambda out: out.sum())
+    widget = show(linear, (torch.randn(4, 3),), loss_fn=lambda out: out.sum())
     addmm = next(n["id"] for n in widget.graph["nodes"] if n["op"] == "AddmmBackward0")
     assert widget.select(addmm)
     # addmm(self, mat1, mat2): bias, input, weight.T; torch.addmm's documented argument order.
     assert widget.inspector["grad_input_names"] == ["self/bias", "mat1", "mat2"]
-    assert widget_data.grad_input_names("MulBackward0", 2) == ["self", "other"]
-    assert widget_data.grad_input_names("AccumulateGrad", 0) is None
-    assert widget_data.grad_input_names("NoSuchOpBackward0", 1) is None
+    assert grad_input_names("MulBackward0", 2) == ["self", "other"]
+    assert grad_input_names("AccumulateGrad", 0) is None
+    assert grad_input_names("NoSuchOpBackward0", 1) is None
 
 
 def test_ops_of_one_kind_are_told_apart_by_their_constant(widget):
@@ -1073,7 +1076,7 @@ def test_operand_hints_come_from_saved_numbers_also_in_a_lazy_run():
 
     x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
     run = hookviz.Session(Ops(), (x, y), loss_fn=lambda out: out.sum()).run()
-    hints = {record.op: widget_data.operand_hint(record) for record in run.nodes.values()}
+    hints = {record.op: operand_hint(record) for record in run.nodes.values()}
     assert hints["DivBackward0"] == "÷4" and hints["PowBackward0"] == "^3" and hints["MulBackward0"] == "×0.5"
     assert hints["AddBackward0"] == "α=2" and hints["SubBackward0"] == ""  # alpha 1 says nothing
     assert hints["LeakyReluBackward0"] == "negative_slope=0.2"
@@ -1101,9 +1104,9 @@ def test_ops_of_one_kind_that_saved_leaves_are_told_apart_by_those_leaves():
     x, y, z = (torch.randn(2, 3, requires_grad=True) for _ in range(3))
     tokens = torch.tensor([1, 4])
     # The token ids passed twice, as GPT-2 takes input_ids and labels: named by their first name.
-    widget = hookviz_widget.show(Tied(), (x, y, z, tokens, tokens), loss_fn=lambda out: out.sum())
+    widget = show(Tied(), (x, y, z, tokens, tokens), loss_fn=lambda out: out.sum())
     run = widget.session.last_run
-    hints = {record.id: widget_data.operand_hint(record) for record in run.nodes.values()}
+    hints = {record.id: operand_hint(record) for record in run.nodes.values()}
     assert [hints["MulBackward0_0"], hints["MulBackward0_1"]] == ["x×y", "x×z"]
     addmm = [r for r in run.nodes.values() if r.op == "AddmmBackward0"]
     assert len(addmm) == 1 and addmm[0].module == "fc" and hints[addmm[0].id] == ""
@@ -1311,9 +1314,9 @@ def test_saved_page_histograms_and_overviews_are_coarser_but_true():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(96, 192), nn.Tanh(), nn.Linear(192, 4))
     x = torch.randn(32, 96)
-    widget = hookviz_widget.show(model, (x,), loss_fn=lambda out: out.square().mean())
+    widget = show(model, (x,), loss_fn=lambda out: out.square().mean())
     weight = next(n["id"] for n in widget.graph["nodes"] if n["id"] == "0.weight")
-    full = widget_data.node_inspector_json(widget.run, weight)["grad_outputs"][0]
+    full = node_inspector_json(widget.run, weight)["grad_outputs"][0]
     saved = export._compact(full, keep_values=False)
     # 192 x 96 elements: more than the full-tensor limit, so an overview of 32 x 32 blocks
     assert len(full["overview"]) == 32 and full["value"] is None
@@ -1342,8 +1345,8 @@ def test_saved_page_keeps_a_zero_fraction_that_is_almost_one():
         def forward(self, x):
             return self.table[0] * x
 
-    widget = hookviz_widget.show(Picks(), (torch.ones(2),), loss_fn=lambda out: out.sum())
-    full = widget_data.node_inspector_json(widget.run, "table")["grad_outputs"][0]
+    widget = show(Picks(), (torch.ones(2),), loss_fn=lambda out: out.sum())
+    full = node_inspector_json(widget.run, "table")["grad_outputs"][0]
     # 1 non-zero of 100,000: at 4 significant digits 0.99999 would read 1.0, "zeros 100%"
     assert full["zero_fraction"] == 1 - 1 / 100_000
     assert export._compact(full, keep_values=False)["zero_fraction"] == full["zero_fraction"]

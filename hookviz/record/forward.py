@@ -17,28 +17,24 @@ import torch
 from torch.utils import _pytree as pytree
 
 from hookviz.data.run import Run, SavedTensor
-from hookviz.data.tensors import StatsBatch, dtype_name
+from hookviz.data.stats_batch import StatsBatch, dtype_name
 from hookviz.errors import BackwardError, ForwardError, HookvizError, LossError, UnsupportedError
 from hookviz.record import distributed, module_tree, torch_compat
-from hookviz.record.build import RunContext, build_run
-from hookviz.record.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
-from hookviz.record.hooks import (
-    MODULE_HOOK_DICTS,
-    TENSOR_HOOK_DICTS,
+from hookviz.record.backward_recorder import (
     BackwardRecorder,
-    CallState,
-    ForwardRecorder,
     HiddenNodeProbe,
     NodePostHook,
     NodePreEditHook,
     RecordingState,
-    SavedTensorsRecorder,
-    forget_tensors,
     full_backward_hooks,
-    wrapped_user_hooks,
 )
+from hookviz.record.build import RunContext, build_run
+from hookviz.record.forward_recorder import CallState, ForwardRecorder, forget_tensors
+from hookviz.record.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
 from hookviz.record.model_state import KeptState
 from hookviz.record.module_views import CallPlan, plan_call
+from hookviz.record.saved_tensors import SavedTensorsRecorder
+from hookviz.record.user_hooks import MODULE_HOOK_DICTS, TENSOR_HOOK_DICTS, wrapped_user_hooks
 
 
 @dataclass
@@ -185,7 +181,7 @@ def record_forward(
             ``loss_fn`` that differentiates meets them), and it runs the first backward.
         device: where it runs. user_model: the user's model (its hooks are the user's).
         asked_grads: inputs made to require grad by ``input_grads=True`` (named in errors).
-        full_tensor_limit, histogram_bins: see :class:`~hookviz.data.tensors.StatsBatch`.
+        full_tensor_limit, histogram_bins: see :class:`~hookviz.data.stats_batch.StatsBatch`.
         values: summarise forward values (what each op made, what module hooks saw). False for
             a lazy run, whose forward values are filled with its other details on first read.
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hookviz.record.hooks import printed_copied
 from hookviz.record.model_state import KeptState
+from hookviz.record.user_hooks import printed_copied
 
 Use = tuple[str, int]  # (consumer node id, slot in its grad_inputs)
 
@@ -89,7 +89,7 @@ class CallPlan:
 def plan_call(
     call, producer_of, consumers: dict, sequence_nr: dict[str, int], hooks_between: bool
 ) -> CallPlan:
-    """The :class:`CallPlan` of one :class:`~hookviz.record.hooks.CallState`.
+    """The :class:`CallPlan` of one :class:`~hookviz.record.forward_recorder.CallState`.
 
     Args:
         call: the module call (its input/output Edges and sequence-number bracket).

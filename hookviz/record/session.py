@@ -22,16 +22,17 @@ from torch.utils import _pytree as pytree
 
 from hookviz.analysis.explain import explain
 from hookviz.data.run import Run
-from hookviz.data.tensors import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
+from hookviz.data.stats_batch import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
 from hookviz.edits.codegen import edits_as_code
 from hookviz.edits.edit import Edit
 from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, unknown_name
 from hookviz.record import distributed, module_tree
+from hookviz.record.backward_recorder import BackwardRecorder
 from hookviz.record.build import RunContext
 from hookviz.record.details import Details, ModelState, input_marks
 from hookviz.record.devices import device_of, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
-from hookviz.record.hooks import BackwardRecorder, module_hook_state, module_hooks_as
+from hookviz.record.hook_state import module_hook_state, module_hooks_as
 
 
 class Session:

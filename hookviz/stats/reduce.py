@@ -1,6 +1,6 @@
 """The one statistics engine: tensors reduced to :class:`Statistics` rows, rows combined.
 
-Runs (:class:`hookviz.data.tensors.StatsBatch`), watches (:mod:`hookviz.watching.watch`) and the
+Runs (:class:`hookviz.data.stats_batch.StatsBatch`), watches (:mod:`hookviz.watching.watch`) and the
 DDP / FSDP2 gather (:mod:`hookviz.watching.gather`) all reduce tensors with :func:`measure` /
 :func:`reduce` and merge rows with :func:`combine`, so one tensor gets the same numbers, to the last
 bit, wherever hookviz shows it. Each number depends on the tensor alone (its values, dtype, layout

@@ -42,7 +42,7 @@ from functools import partial
 
 import torch
 
-from hookviz.analysis.diagnose import Finding
+from hookviz.analysis.findings import Finding
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import combine, summary_of
 from hookviz.watching.history import STATISTICS, History
@@ -274,7 +274,7 @@ class RankHistory:
     def diagnose(self, diverge: float = DEFAULT_DIVERGE) -> list[Finding]:
         """Cross-rank findings (see the module docstring): ``"nan"``, ``"diverging"``, ``"unused"``.
 
-        Each :class:`~hookviz.analysis.diagnose.Finding` has ``rank`` and ``step`` set (``unused``: the
+        Each :class:`~hookviz.analysis.findings.Finding` has ``rank`` and ``step`` set (``unused``: the
         first rank that lacked the gradient). ``diverge``: the ratio to the other ranks' median
         local norm above which a rank is said to diverge (> 1).
         """

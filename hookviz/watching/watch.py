@@ -59,13 +59,16 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import torch
-from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
 
-from hookviz.analysis.diagnose import Finding, check_thresholds, layer_findings, percent
+from hookviz.analysis.diagnose import check_thresholds
+from hookviz.analysis.findings import Finding
 from hookviz.errors import WatchError
-from hookviz.stats.reduce import Measured, measure, summary_of
+from hookviz.stats.reduce import Measured, summary_of
 from hookviz.watching import gather as watch_gather
+from hookviz.watching import hooks as watch_hooks
+from hookviz.watching import plots
+from hookviz.watching.diagnose import diagnose_step
 from hookviz.watching.history import STATISTICS, History
 from hookviz.watching.reduce import StepReducer
 
@@ -169,20 +172,22 @@ class Watch:
                 self,
                 model,
                 trainable if parameters else [],
-                partial(_parameter_hook, weakref.ref(self)),
+                partial(watch_hooks.parameter_hook, weakref.ref(self)),
                 self._handles,
                 _reduce_pairs,
             )
             if self._ranks is not None:
                 for column, parameter in enumerate(self._parameters):
-                    hook = _parameter_hook(weakref.ref(self), column)
+                    hook = watch_hooks.parameter_hook(weakref.ref(self), column)
                     self._handles.append(parameter.register_post_accumulate_grad_hook(hook))
-            self._handles.append(model.register_forward_hook(partial(_on_model_forward, weakref.ref(self))))
+            self._handles.append(
+                model.register_forward_hook(partial(watch_hooks.on_model_forward, weakref.ref(self)))
+            )
             self._hooked_modules = [module for _, module in modules]
             for offset, (_, module) in enumerate(modules):
                 self._handles.append(
                     module.register_forward_hook(
-                        partial(_on_forward, weakref.ref(self), len(self.parameter_names) + offset)
+                        partial(watch_hooks.on_forward, weakref.ref(self), len(self.parameter_names) + offset)
                     )
                 )
         except BaseException:
@@ -263,7 +268,9 @@ class Watch:
         if len(self._backwards) >= _PENDING_BACKWARDS:  # the oldest is one that raised: never a step
             del self._backwards[next(iter(self._backwards))]
         self._backwards[task] = state
-        torch.autograd.Variable._execution_engine.queue_callback(partial(_finish, weakref.ref(self), task))
+        torch.autograd.Variable._execution_engine.queue_callback(
+            partial(watch_hooks.finish, weakref.ref(self), task)
+        )
         return state
 
     def _check_structure(self) -> None:
@@ -463,160 +470,25 @@ class Watch:
         """
         limits = check_thresholds(thresholds)
         step, row = self._row(step)
-        found = []
-        bad = [c for c in range(len(self.names)) if row[c, 2].item() > 0]
-        if bad:
-            first = min(bad, key=lambda c: self._order.get(c, math.inf))
-            name, kind = self.names[first], self.kinds[first]
-            module = (
-                name.rsplit(".", 1)[0]
-                if kind == "parameter" and "." in name
-                else ("" if kind == "parameter" else name)
-            )
-            what = f"parameter {name!r}" if kind == "parameter" else f"the output of module {name!r}"
-            found.append(
-                Finding(
-                    "nan",
-                    module,
-                    name,
-                    (
-                        f"step {step}: the gradient of {what} is the first to hold NaN/Inf "
-                        f"({int(row[first, 2].item())} elements; {len(bad)} names have some); record one "
-                        "run of this step with hookviz.Session(...).run().diagnose() to find the op"
-                    ),
-                    row[first, 2].item(),
-                    step,
-                )
-            )
-        norms = self.layer_norms(step)
-        if norms:
-            zero = {}
-            for module in norms:
-                columns = [
-                    c
-                    for c, n in enumerate(self.parameter_names)
-                    if (n.rsplit(".", 1)[0] if "." in n else "") == module
-                ]
-                zero[module] = min(row[c, 3].item() for c in columns)
-            node_of = {
-                m: next(n for n in self.parameter_names if (n.rsplit(".", 1)[0] if "." in n else "") == m)
-                for m in norms
-            }
-            found += layer_findings(
-                norms, next(iter(norms)), limits, zero, node_of, self.module_types, step, group
-            )
-        for offset, name in enumerate(self.module_names):
-            column = len(self.parameter_names) + offset
-            zeros = row[column, 3].item()
-            if name and not math.isnan(zeros) and zeros >= limits["dead"] and not self._has_children(name):
-                found.append(
-                    Finding(
-                        "dead",
-                        name,
-                        name,
-                        (
-                            f"step {step}: {percent(zeros)} of the gradient w.r.t. the output of module "
-                            f"{name!r} ({self.module_types.get(name)}) is exactly zero: the units after it "
-                            "are dead"
-                        ),
-                        zeros,
-                        step,
-                    )
-                )
-        return found
-
-    def _has_children(self, name: str) -> bool:
-        return any(m.startswith(name + ".") for m in self.module_names)
+        return diagnose_step(self, step, row, self._order, limits, group)
 
     # ------------------------------------------------------------------ plots
 
     def heatmap(self, kind: str = "parameter", statistic: str = "norm"):
         """A plotly heatmap, names x steps, of log10 of ``statistic`` (``"norm"`` or ``"max_abs"``;
         ``"zero_fraction"`` and ``"nonfinite"`` as they are). ``kind``: ``"parameter"`` or ``"output"``."""
-        import plotly.graph_objects as go
-
-        history = self._history_or_error()
-        if kind not in ("parameter", "output"):
-            raise WatchError(f"kind={kind!r} must be 'parameter' or 'output'")
-        if statistic not in STATISTICS:
-            raise WatchError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
-        columns = [i for i, k in enumerate(history.kinds) if k == kind]
-        values = getattr(history, statistic)[:, columns].T
-        logarithmic = statistic in ("norm", "max_abs")
-        if logarithmic:
-            values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
-        z = [[None if math.isnan(v) or math.isinf(v) else v for v in row] for row in values.tolist()]
-        names = [history.names[i] or "(root)" for i in columns]
-        figure = go.Figure(
-            go.Heatmap(
-                z=z,
-                x=history.steps,
-                y=names,
-                colorscale="Viridis",
-                colorbar={"title": f"log10 {statistic}" if logarithmic else statistic},
-                hovertemplate="step %{x}<br>%{y}<br>%{z:.3g}<extra></extra>",
-            )
-        )
-        figure.update_layout(
-            title=f"gradient {statistic} per {kind}",
-            xaxis_title="step",
-            yaxis={"autorange": "reversed", "type": "category"},
-        )
-        return figure
+        return plots.heatmap(self._history_or_error(), kind, statistic)
 
     def lines(self, names: Sequence[str] | None = None, statistic: str = "norm"):
         """A plotly line chart of ``statistic`` over steps for ``names`` (default: every layer's
         first parameter), log y axis for norms."""
-        import plotly.graph_objects as go
-
-        history = self._history_or_error()
-        if isinstance(names, str):
-            names = [names]
-        if names is None:
-            seen, names = set(), []
-            for name in self.parameter_names:
-                module = name.rsplit(".", 1)[0] if "." in name else ""
-                if module not in seen:
-                    seen.add(module)
-                    names.append(name)
-        figure = go.Figure()
-        for name in names:
-            values = [None if math.isnan(v) else v for v in history.column(name, statistic)]
-            figure.add_trace(go.Scatter(x=history.steps, y=values, mode="lines", name=name or "(root)"))
-        figure.update_layout(
-            title=f"gradient {statistic} over steps",
-            xaxis_title="step",
-            yaxis_title=statistic,
-            yaxis_type="log" if statistic in ("norm", "max_abs") else "linear",
-        )
-        return figure
+        return plots.lines(self._history_or_error(), self.parameter_names, names, statistic)
 
     def diagnosis_over_time(self, **thresholds: float):
         """A plotly scatter of the findings of every kept step: x = step, y = module, colour = kind."""
-        import plotly.graph_objects as go
-
         history = self._history_or_error()
         findings = [f for step in history.steps for f in self.diagnose(step, group=False, **thresholds)]
-        figure = go.Figure()
-        for kind in ("nan", "exploding", "vanishing", "dead"):
-            chosen = [f for f in findings if f.kind == kind]
-            if chosen:
-                figure.add_trace(
-                    go.Scatter(
-                        x=[f.step for f in chosen],
-                        y=[f.module or "(root)" for f in chosen],
-                        mode="markers",
-                        name=kind,
-                        text=[f.message for f in chosen],
-                        hovertemplate="%{text}<extra></extra>",
-                    )
-                )
-        figure.update_layout(
-            title="diagnosis over steps" + ("" if findings else ": no findings"),
-            xaxis_title="step",
-            yaxis={"type": "category"},
-        )
-        return figure
+        return plots.diagnosis_over_time(findings)
 
     def gather(self, dst: int = 0, group=None) -> watch_gather.RankHistory | None:
         """Bring every rank's history to rank ``dst``; a collective, call it on every rank.
@@ -690,7 +562,7 @@ def watch(
     return Watch(model, every, parameters=parameters, outputs=outputs, capacity=capacity)
 
 
-# ---------------------------------------------------------------------------- hooks
+# ---------------------------------------------------------------------------- helpers
 
 
 def _remove(handles: list, graph_handles: list) -> None:
@@ -727,91 +599,3 @@ def _reduce_pairs(pairs: list[tuple[int, torch.Tensor]], width: int) -> torch.Te
 def measure_rows(local: list[tuple[int, Measured]]) -> dict[int, tuple]:
     """``{column: (norm, max_abs, nonfinite, zero_fraction)}`` of statistics queued in hooks."""
     return {column: summary_of(measured.rows()[0]) for column, measured in local}
-
-
-def _finish(reference: weakref.ref, task: int) -> None:
-    """The end-of-backward callback of backward ``task``."""
-    self = reference()
-    if self is not None:
-        self._finish(task)
-
-
-def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) -> None:
-    """DDP / FSDP2 only: ``register_post_accumulate_grad_hook``: queue the statistics of the local
-    ``.grad`` before the all-reduce writes over it; returns None."""
-    self = reference()
-    if self is None or watch_gather.is_shard(parameter):
-        return  # FSDP2 calls a shard's hooks with the reduced .grad, from its end-of-backward callback
-    state = self._begin()
-    if state is not None and state.recording and parameter.grad is not None:
-        state.arrived.append(column)
-        state.local.append((column, measure([parameter.grad], sums=False, counts=True)))
-
-
-def _parameter_hook(reference: weakref.ref, column: int):
-    """The parameter hook of one column (DDP / FSDP2's parameters, and FSDP2's unsharded ones)."""
-    return partial(_on_parameter, reference, column)
-
-
-def _on_output_grads(reference: weakref.ref, column: int, output_nr: int, grad_outputs: tuple) -> None:
-    """Node pre-hook on the Node that made a module output: hand the gradient w.r.t. that output to the
-    step's reduction; returns None (the gradients are unchanged)."""
-    grad = grad_outputs[output_nr]
-    if grad is None:
-        return
-    self = reference()
-    if self is None:
-        return
-    state = self._begin()
-    if state is not None and state.recording:
-        state.arrived.append(column)
-        state.reducer.add(column, grad)
-
-
-def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:
-    """``Tensor.register_hook`` on a module output that is a leaf (it has no Node): as above."""
-    _on_output_grads(reference, column, 0, (grad,))
-
-
-def _on_model_grads(reference: weakref.ref, grad_outputs) -> None:
-    """Node pre-hook (or tensor hook) on an output of the model: a backward reached the model."""
-    self = reference()
-    if self is not None:
-        self._begin()
-
-
-def _output_tensors(output) -> list[torch.Tensor]:
-    """The tensors of a module's output that require grad; one returned twice is listed once."""
-    if isinstance(output, torch.Tensor):
-        return [output] if output.requires_grad else []
-    found = {id(t): t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad}
-    return list(found.values())
-
-
-def _on_model_forward(reference: weakref.ref, module, args, output) -> None:
-    """Forward hook on the model: hook each output's Node, to learn when a backward reaches it."""
-    self = reference()
-    if self is None or self.closed:
-        return
-    self._check_structure()
-    if not self.parameter_names or not torch.is_grad_enabled():
-        return
-    hook = partial(_on_model_grads, reference)
-    for tensor in _output_tensors(output):
-        node = tensor.grad_fn
-        handle = tensor.register_hook(hook) if node is None else node.register_prehook(hook)
-        self._keep_graph_handle(handle)
-
-
-def _on_forward(reference: weakref.ref, column: int, module, args, output) -> None:
-    """Forward hook (``outputs=True``): put a gradient hook on each output tensor; returns None."""
-    self = reference()
-    if self is None or self.closed or not self.recording or not torch.is_grad_enabled():
-        return
-    for tensor in _output_tensors(output):
-        node = tensor.grad_fn
-        if node is None:
-            handle = tensor.register_hook(partial(_on_output_grad, reference, column))
-        else:
-            handle = node.register_prehook(partial(_on_output_grads, reference, column, tensor.output_nr))
-        self._keep_graph_handle(handle)

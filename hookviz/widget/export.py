@@ -15,7 +15,9 @@ import json
 from pathlib import Path
 
 from hookviz.errors import HookvizError
-from hookviz.widget import payload as widget_data
+from hookviz.widget.inspector import module_inspector_json, node_inspector_json
+from hookviz.widget.payload import json_float
+from hookviz.widget.tree import MODULE_PREFIX
 
 # What a saved page keeps of each tensor's values (``save_html(values=...)``): "opened", the
 # values of the tensors in the inspector on screen and in the pinned ones only (every other tensor
@@ -74,7 +76,7 @@ def _pooled_overview(overview: list) -> list:
     if rows > EXPORT_OVERVIEW_BLOCKS or columns > EXPORT_OVERVIEW_BLOCKS:
         size = (min(rows, EXPORT_OVERVIEW_BLOCKS), min(columns, EXPORT_OVERVIEW_BLOCKS))
         grid = F.adaptive_avg_pool2d((grid * grid)[None], size)[0].sqrt()
-    return [[widget_data.json_float(_rounded(v, OVERVIEW_DIGITS)) for v in row] for row in grid.tolist()]
+    return [[json_float(_rounded(v, OVERVIEW_DIGITS)) for v in row] for row in grid.tolist()]
 
 
 def _merged_histogram(histogram: dict) -> dict:
@@ -129,12 +131,12 @@ def inspectors_json(widget, values: str = "opened", pinned=()) -> dict:
     kept = {widget.selected, *pinned}
     out = {}
     for node_id in run.nodes:
-        data = widget_data.node_inspector_json(run, node_id, baseline)
+        data = node_inspector_json(run, node_id, baseline)
         out[node_id] = _compact(data, values == "all" or node_id in kept)
     for call in run.calls:
-        key = widget_data.MODULE_PREFIX + call.module
+        key = MODULE_PREFIX + call.module
         if key not in out:
-            data = widget_data.module_inspector_json(run, call.module, widget._sites(call.module), baseline)
+            data = module_inspector_json(run, call.module, widget._sites(call.module), baseline)
             out[key] = _compact(data, values == "all" or key in kept or call.module in kept)
     return out
 
@@ -173,7 +175,7 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
     state["static_note"] = STATIC_NOTE
     state["__inspectors"] = inspectors_json(widget, values, [*pinned])
     text = _script_json(state)
-    static = Path(widget_data.__file__).parent / "static"
+    static = Path(__file__).parent / "static"
     esm = base64.b64encode((static / "widget.js").read_bytes())
     loader = (static / "saved_page.js").read_text(encoding="utf-8")
     page = _PAGE.format(title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=loader)

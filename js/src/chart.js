@@ -54,7 +54,7 @@ function followSize(el) {
 }
 
 /**
- * The gradient-flow chart: the figure Python made (`chart.figure`, hookviz.widget.payload.chart_spec,
+ * The gradient-flow chart: the figure Python made (`chart.figure`, hookviz.widget.chart.chart_spec,
  * the chart's one home), drawn with the theme's text, grid and error colours and CHART_HEIGHT.
  * A chart with no layers hides its box.
  */

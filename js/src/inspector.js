@@ -171,7 +171,7 @@ function tensorList(title, after, before, changed, names = null) {
 }
 
 // Why an op has no forward value: hookviz notes the result of each torch call made from Python (a
-// TorchFunctionMode, hookviz.record.hooks.ForwardRecorder), so a Node that autograd made inside one
+// TorchFunctionMode, hookviz.record.forward_recorder.ForwardRecorder), so a Node that autograd made inside one
 // call (the steps of scaled_dot_product_attention's math kernel, a C++ function) never reaches it.
 const NOT_SEEN_FROM_PYTHON =
   "not seen from Python: autograd made this op inside a larger torch call (such as the steps of " +

@@ -59,7 +59,7 @@ export function normColor(norm, range, nan = false) {
   if (n === null) return NO_GRAD_COLOR;
   if (!Number.isFinite(n)) return NAN_COLOR;
   if (n === 0) return ZERO_GRAD_COLOR;
-  // The range always comes with the payload (hookviz.widget.payload: a run without any norm has
+  // The range always comes with the payload (hookviz.widget.graph: a run without any norm has
   // one too); the page invents none.
   if (!range) return NO_GRAD_COLOR;
   const { lo, hi } = range;
@@ -124,7 +124,7 @@ export function formatValue(v) {
 
 /**
  * A fraction in [0, 1] as a percentage that never rounds a part to all or nothing (the rule of
- * hookviz.analysis.diagnose.percent): 0.37 -> "37%", 0.995 -> "99.5%", 0.99998 -> "> 99.99%",
+ * hookviz.analysis.findings.percent): 0.37 -> "37%", 0.995 -> "99.5%", 0.99998 -> "> 99.99%",
  * 2e-5 -> "< 0.01%"; only exactly 0 and 1 give "0%" and "100%".
  */
 export function formatPercent(fraction) {

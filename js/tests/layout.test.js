@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import ELK from "elkjs/lib/elk.bundled.js";
 import { edgeRouteStyle, elkGraph, fitZoom, positionsOf, routesOf, wraps } from "../src/layout.js";
 import { visibleGraph } from "../src/logic.js";
-// The canonical example's `graph` traitlet, as hookviz.widget_data.graph_json wrote it.
+// The canonical example's `graph` traitlet, as hookviz.widget.graph.graph_json wrote it.
 import canonical from "./fixtures/canonical.json";
 
 const overlaps = (a, b) =>

@@ -36,10 +36,10 @@ def lab(tmp_path_factory):
     harness.write_notebook(
         root / "mlp_large.ipynb",
         [
-            "import hookviz.widget.widget\nhookviz.widget.widget.CHEAP_DETAILS_NODES = 0\n" + harness.MLP,
+            "import hookviz.widget.details\nhookviz.widget.details.CHEAP_DETAILS_NODES = 0\n" + harness.MLP,
             'print("pending", w.details_pending, w.run.details_pending, len(w.diagnosis["findings"]))',
-            'from hookviz.widget import payload as widget_data\nw.diagnosis = widget_data.diagnosis_json([], "run", pending=True)',
-            'w.diagnosis = widget_data.diagnosis_json([], "run")',
+            'from hookviz.widget.diagnosis import diagnosis_json\nw.diagnosis = diagnosis_json([], "run", pending=True)',
+            'w.diagnosis = diagnosis_json([], "run")',
         ],
     )
     with harness.jupyter_lab(root) as base:

@@ -1,0 +1,110 @@
+"""Plotly figures of a watch's kept steps: a heatmap, lines over steps, and the findings over steps."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from hookviz.analysis.findings import Finding
+from hookviz.errors import WatchError
+from hookviz.watching.history import STATISTICS, History
+
+
+def heatmap(history: History, kind: str = "parameter", statistic: str = "norm"):
+    """A plotly heatmap, names x steps, of log10 of ``statistic`` (``"norm"`` or ``"max_abs"``;
+    ``"zero_fraction"`` and ``"nonfinite"`` as they are). ``kind``: ``"parameter"`` or ``"output"``.
+
+    ``history``: the kept steps (:attr:`hookviz.Watch.history`). Raises WatchError for an unknown
+    ``kind`` or ``statistic``."""
+    import plotly.graph_objects as go
+
+    if kind not in ("parameter", "output"):
+        raise WatchError(f"kind={kind!r} must be 'parameter' or 'output'")
+    if statistic not in STATISTICS:
+        raise WatchError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
+    columns = [i for i, k in enumerate(history.kinds) if k == kind]
+    values = getattr(history, statistic)[:, columns].T
+    logarithmic = statistic in ("norm", "max_abs")
+    if logarithmic:
+        values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
+    z = [[None if math.isnan(v) or math.isinf(v) else v for v in row] for row in values.tolist()]
+    names = [history.names[i] or "(root)" for i in columns]
+    figure = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=history.steps,
+            y=names,
+            colorscale="Viridis",
+            colorbar={"title": f"log10 {statistic}" if logarithmic else statistic},
+            hovertemplate="step %{x}<br>%{y}<br>%{z:.3g}<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        title=f"gradient {statistic} per {kind}",
+        xaxis_title="step",
+        yaxis={"autorange": "reversed", "type": "category"},
+    )
+    return figure
+
+
+def lines(
+    history: History,
+    parameter_names: list[str],
+    names: Sequence[str] | None = None,
+    statistic: str = "norm",
+):
+    """A plotly line chart of ``statistic`` over steps for ``names`` (default: every layer's
+    first parameter), log y axis for norms.
+
+    ``history``: the kept steps (:attr:`hookviz.Watch.history`); ``parameter_names``: the watched
+    parameters in the watch's order, whose layers' first ones are the default ``names``."""
+    import plotly.graph_objects as go
+
+    if isinstance(names, str):
+        names = [names]
+    if names is None:
+        seen, names = set(), []
+        for name in parameter_names:
+            module = name.rsplit(".", 1)[0] if "." in name else ""
+            if module not in seen:
+                seen.add(module)
+                names.append(name)
+    figure = go.Figure()
+    for name in names:
+        values = [None if math.isnan(v) else v for v in history.column(name, statistic)]
+        figure.add_trace(go.Scatter(x=history.steps, y=values, mode="lines", name=name or "(root)"))
+    figure.update_layout(
+        title=f"gradient {statistic} over steps",
+        xaxis_title="step",
+        yaxis_title=statistic,
+        yaxis_type="log" if statistic in ("norm", "max_abs") else "linear",
+    )
+    return figure
+
+
+def diagnosis_over_time(findings: list[Finding]):
+    """A plotly scatter of ``findings`` (of a watch's kept steps): x = step, y = module, colour = kind."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for kind in ("nan", "exploding", "vanishing", "dead"):
+        chosen = [f for f in findings if f.kind == kind]
+        if chosen:
+            figure.add_trace(
+                go.Scatter(
+                    x=[f.step for f in chosen],
+                    y=[f.module or "(root)" for f in chosen],
+                    mode="markers",
+                    name=kind,
+                    text=[f.message for f in chosen],
+                    hovertemplate="%{text}<extra></extra>",
+                )
+            )
+    figure.update_layout(
+        title="diagnosis over steps" + ("" if findings else ": no findings"),
+        xaxis_title="step",
+        yaxis={"type": "category"},
+    )
+    return figure

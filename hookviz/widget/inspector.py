@@ -1,0 +1,197 @@
+"""Run -> the inspector's payload: what it shows of one node or one module, against the baseline."""
+
+from __future__ import annotations
+
+import torch
+
+from hookviz.analysis.explain import explain
+from hookviz.data.run import Run, records_equal
+from hookviz.errors import TargetError
+from hookviz.widget.payload import tensor_json, tensors_json
+from hookviz.widget.tree import MODULE_PREFIX
+
+
+def _hooks_json(run: Run, node_id: str, record) -> list[dict]:
+    """The hooks at a node: the user's own, hookviz's recording hook, and the edits installed there."""
+    hooks = [{"owner": "user", "kind": h.kind, "name": h.name, "where": h.where} for h in record.user_hooks]
+    hooks.append(
+        {
+            "owner": "hookviz",
+            "kind": "node post-hook",
+            "name": "record grad_outputs / grad_inputs",
+            "where": node_id,
+        }
+    )
+    for edit in run.edits:
+        if edit.target == node_id:
+            hooks.append(
+                {
+                    "owner": "hookviz",
+                    "kind": f"edit {edit.id}",
+                    "name": f"{edit.slot} <- {edit.source}",
+                    "where": node_id,
+                }
+            )
+    for call in run.hooks_at(node_id):
+        if call.kind != "edit":
+            hooks.append(
+                {
+                    "owner": "user",
+                    "kind": f"fired: {call.kind}",
+                    "name": call.name,
+                    "where": call.where,
+                }
+            )
+    return hooks
+
+
+def _changed(after, before) -> list[bool] | None:
+    if after is None or before is None:
+        return None
+    out = []
+    for i, a in enumerate(after):
+        b = before[i] if i < len(before) else None
+        out.append(_record_changed(a, b))
+    return out
+
+
+def _record_changed(a, b) -> bool:
+    return not records_equal((a,), (b,))
+
+
+# Friendlier words for schema arguments whose name hides their role (addmm's "self" is the bias).
+_ARGUMENT_ROLES = {("addmm", "self"): "self/bias", ("addmv", "self"): "self/bias"}
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and not name[i - 1].isupper():
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def grad_input_names(op: str, count: int) -> list[str] | None:
+    """The forward argument each of an autograd Node's ``grad_inputs`` belongs to, from PyTorch's
+    op schema: ``AddmmBackward0`` with 3 -> ``["self/bias", "mat1", "mat2"]``. The overload whose
+    tensor arguments number ``count`` is used; None when no schema matches (custom Functions,
+    AccumulateGrad, ops whose backward is not one aten op)."""
+    import re
+
+    match = re.fullmatch(r"([A-Za-z0-9]+?)Backward\d*", op or "")
+    if not match or count <= 0:
+        return None
+    name = _snake(match.group(1))
+    try:
+        schemas = torch._C._jit_get_schemas_for_operator(f"aten::{name}")
+    except RuntimeError:
+        return None
+    for schema in schemas:
+        tensors = [a.name for a in schema.arguments if str(a.type) in ("Tensor", "Optional[Tensor]")]
+        if len(tensors) == count:
+            return [_ARGUMENT_ROLES.get((name, t), t) for t in tensors]
+    return None
+
+
+def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> dict:
+    """What the inspector shows for one node; raises TargetError for an unknown id.
+
+    ``before`` holds the baseline run's ``grad_inputs`` / ``grad_outputs`` and ``changed`` which
+    of them differ, when a baseline other than ``run`` is given and has the node.
+    """
+    record = run.node(node_id)
+    out = {
+        "id": node_id,
+        "target": node_id,
+        "kind": "node",
+        "op": record.op,
+        "module": record.module,
+        "node_kind": record.kind,
+        "order": record.order,
+        "output": tensor_json(record.output),
+        "pending": list(record.pending),  # what run.fill_details() adds; ``output`` is None meanwhile
+        "grad_outputs": tensors_json(record.grad_outputs),
+        "grad_inputs": tensors_json(record.grad_inputs),
+        "grad_inputs_before_edit": tensors_json(record.grad_inputs_before_edit),
+        "saved": [
+            {"name": s.name, "shape": list(s.shape), "dtype": s.dtype, "nbytes": s.nbytes, "of": s.of}
+            for s in record.saved
+        ],
+        "hooks": _hooks_json(run, node_id, record),
+        "sites": list(record.sites),
+        "grad_input_names": grad_input_names(
+            record.op, len(record.grad_inputs) if record.grad_inputs is not None else 0
+        ),
+        "edited": any(edit.target == node_id for edit in run.edits),
+        "before": None,
+        "changed": None,
+    }
+    if record.order is None or not any(g is not None for g in record.grad_outputs):
+        out["explanation"] = explain(run, node_id)  # why no hook fires here
+    if node_id in run.asked_grads:
+        out["asked_grad"] = True  # exists only because input_grads=True asked for it
+    before = baseline.nodes.get(node_id) if baseline is not None and baseline is not run else None
+    if before is not None:
+        out["before"], out["changed"] = _against(record, before, ("grad_inputs", "grad_outputs"))
+    return out
+
+
+def _against(now, before, fields: tuple[str, ...]) -> tuple[dict, dict]:
+    """``before`` values and per-tensor ``changed`` flags of ``fields`` of two records."""
+    return (
+        {name: tensors_json(getattr(before, name)) for name in fields},
+        {name: _changed(getattr(now, name), getattr(before, name)) for name in fields},
+    )
+
+
+def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run | None = None) -> dict:
+    """What the inspector shows for a module: forward inputs/output, full and legacy backward
+    hook views (first call). Raises TargetError for a module that did not run."""
+    call = run.module_io(module)
+    out = {
+        "id": MODULE_PREFIX + module,
+        "target": module,
+        "kind": "module",
+        "op": call.type,
+        "module": module,
+        "node_kind": "module",
+        "order": None,
+        # None while the run's details are pending (``pending`` names what run.fill_details() adds)
+        "inputs": None
+        if call.inputs is None
+        else {k: (v if isinstance(v, str) else tensor_json(v)) for k, v in call.inputs.items()},
+        "output_list": tensors_json(call.output),
+        "pending": list(call.pending),
+        "grad_input": tensors_json(call.grad_input),
+        "grad_output": tensors_json(call.grad_output),
+        "legacy_grad_input": tensors_json(call.legacy_grad_input),
+        "legacy_grad_output": tensors_json(call.legacy_grad_output),
+        "hooks": [
+            {"owner": "user", "kind": h.kind, "name": h.name, "where": h.where} for h in call.user_hooks
+        ]
+        + [
+            {
+                "owner": "hookviz",
+                "kind": f"edit {e.id}",
+                "name": f"{e.slot} <- {e.source}",
+                "where": module,
+            }
+            for e in run.edits
+            if e.target == module
+        ],
+        "sites": list(sites),
+        "edited": any(e.target == module for e in run.edits),
+        "before": None,
+        "changed": None,
+    }
+    if not call.full_hook_fires:
+        out["explanation"] = explain(run, module)  # why its full backward hook never fires
+    if baseline is not None and baseline is not run:
+        try:
+            before = baseline.module_io(module)
+        except TargetError:  # the module did not run in the baseline
+            before = None
+        if before is not None:
+            out["before"], out["changed"] = _against(call, before, ("grad_input", "grad_output"))
+    return out

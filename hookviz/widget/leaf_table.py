@@ -1,0 +1,48 @@
+"""Run -> the leaf table's payload: every leaf's gradient summarised, now and in the baseline."""
+
+from __future__ import annotations
+
+from hookviz.data.run import Run, leaf_diffs
+from hookviz.data.stats_batch import StatsBatch
+
+LEAF_VALUE_LIMIT = 16
+# What the leaf table shows of a leaf's gradient (``value`` only up to LEAF_VALUE_LIMIT elements).
+LEAF_FIELDS = ("shape", "dtype", "numel", "norm", "min", "max", "nan_count", "inf_count", "value")
+
+
+def _summaries(tensors: dict) -> dict[str, dict | None]:
+    """Leaf-table summaries of many tensors by name, reduced in one batch: the fields of
+    :data:`LEAF_FIELDS`, the value only of a tensor of at most :data:`LEAF_VALUE_LIMIT` elements
+    (no histogram: the table draws none)."""
+    batch = StatsBatch(full_limit=LEAF_VALUE_LIMIT, histogram_bins=0)
+    keys = {name: batch.add(t.detach()) for name, t in tensors.items() if t is not None}
+    records = batch.compute()
+    return {name: (records[keys[name]].to_dict(LEAF_FIELDS) if name in keys else None) for name in tensors}
+
+
+def leaf_summary_json(
+    run: Run, baseline: Run | None = None, baseline_summaries: dict | None = None
+) -> list[dict]:
+    """Every leaf's grad in the baseline and in ``run``: ``[{name, before, after, changed}]``.
+
+    ``baseline_summaries`` (from :func:`leaf_summaries`) skips summarising the baseline again;
+    a leaf whose gradient did not change reuses the baseline's summary.
+    """
+    base = baseline if baseline is not None else run
+    leaves = leaf_diffs(base, run)
+    before = baseline_summaries if baseline_summaries is not None else leaf_summaries(base)
+    after = _summaries({name: leaf.after for name, leaf in leaves.items() if leaf.changed})
+    return [
+        {
+            "name": name,
+            "before": before.get(name),
+            "after": after[name] if leaf.changed else before.get(name),
+            "changed": bool(leaf.changed),
+        }
+        for name, leaf in leaves.items()
+    ]
+
+
+def leaf_summaries(run: Run) -> dict[str, dict | None]:
+    """The leaf-table summary of every leaf's grad in ``run`` (see :func:`_summaries`), by leaf name."""
+    return _summaries({name: run.leaf_grad(name) for name in run.leaf_names})
