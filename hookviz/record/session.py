@@ -30,9 +30,10 @@ from hookviz.record import distributed, module_tree
 from hookviz.record.backward_recorder import BackwardRecorder
 from hookviz.record.build import RunContext
 from hookviz.record.details import Details, ModelState, input_marks
-from hookviz.record.devices import device_of, resolve_device
+from hookviz.record.devices import accelerators, device_of, forked_random_state, random_state, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
 from hookviz.record.hook_state import module_hook_state, module_hooks_as
+from hookviz.record.model_state import KeptState
 
 
 class Session:
@@ -130,7 +131,8 @@ class Session:
         # DDP's forward is (*inputs, **kwargs): inputs are named after the wrapped module's forward
         self._input_names = name_inputs(distributed.user_forward(self.model), self.args, self.kwargs)
         self._forward: RetainedForward | None = None
-        self._rng_states: dict[str, torch.Tensor] = {}
+        # The random state of the session's first forward, per device (None: the CPU's)
+        self._rng_states: dict[torch.device | None, torch.Tensor] = {}
         # What a lazy run's details depend on, followed between hookviz's calls, and the retained
         # forward's epoch and input marks (a backward-only run's numbers are that forward's).
         self._model_changes = ModelState.of(self.model)
@@ -230,6 +232,8 @@ class Session:
                 self._forward_marks = (epoch, input_marks(self._input_names))
             if lazy:
                 run.details.bind(run, self._recompute(device, edits, *self._forward_marks))
+        if not run.forward_reused:  # the hooks the user's model has, without those its forward added
+            graph.hook_signature = hook_signature(self.model, graph.leaves)
         self._forward = graph
         self.last_run = run
         if self.baseline is None:
@@ -239,12 +243,8 @@ class Session:
 
     def _record(self, device: str, edits: tuple, graph: RetainedForward | None, lazy: bool):
         """One run on ``graph`` (a fresh forward when None): (the Run, its retained forward)."""
-        cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
         # Inside the user's torch.inference_mode() no graph is recorded; hookviz's run needs one.
-        with (
-            torch.random.fork_rng(devices=cuda, device_type="cuda"),
-            torch.inference_mode(False),
-        ):
+        with forked_random_state(self._devices_used(device)), torch.inference_mode(False):
             recorder, reused = BackwardRecorder(edits), graph is not None
             if graph is None:
                 graph = self._do_forward(device, recorder, values=not lazy)
@@ -302,17 +302,23 @@ class Session:
             self._forward.remove_hooks()
         self._forward = None
 
+    def _devices_used(self, device: str) -> list[torch.device]:
+        """The accelerators a run on ``device`` draws random numbers on: ``device`` itself (where
+        hookviz's copy of the model runs) and wherever the user's model and inputs live."""
+        buffers = [buffer for _, buffer in module_tree.named_buffers(self.model)]
+        tensors = [*module_tree.parameters(self.model), *buffers, *self._input_names.values()]
+        return accelerators(tensors, also=[device])
+
     def _restore_rng(self, device: str) -> None:
-        keys = ["cpu"] + ([device] if device.startswith("cuda") else [])
-        for key in keys:
-            if key not in self._rng_states:
-                self._rng_states[key] = (
-                    torch.get_rng_state() if key == "cpu" else torch.cuda.get_rng_state(key)
-                )
-            elif key == "cpu":
-                torch.set_rng_state(self._rng_states[key])
-            else:
-                torch.cuda.set_rng_state(self._rng_states[key], key)
+        """Give every device the random state it had at the session's first forward (recorded
+        then, for a device met first now), so a fresh forward draws what the first drew."""
+        used = self._devices_used(device)
+        cpu, now = random_state([d for d in used if d not in self._rng_states])
+        self._rng_states.setdefault(None, cpu)
+        self._rng_states.update(now)
+        torch.set_rng_state(self._rng_states[None])
+        for device_used in used:
+            getattr(torch, device_used.type).set_rng_state(self._rng_states[device_used], device_used)
 
     def _do_forward(self, device: str, recorder: BackwardRecorder, values: bool) -> RetainedForward:
         model = self._model_on(device)
@@ -406,7 +412,8 @@ class Session:
                 record = node.grad_outputs[0] if node.grad_outputs else None
         # Try the transform on a copy of the site's gradient (or zeros of its shape) now, so a wrong
         # shape or dtype fails here, beside the edit, and not in the middle of the next backward.
-        # fork_rng: a trial of randn_like(grad) must not move the user's random numbers.
+        # A trial of randn_like(grad) must not move the user's random numbers, nor a callable that
+        # writes the weights keep its writes (the run puts them back after its backward too).
         if record is not None and record.numel <= 1_000_000:
             value = None if record.pending else record.value  # a lazy run's is not worth a re-run here
             sample = (
@@ -414,8 +421,12 @@ class Session:
                 if value is not None
                 else torch.zeros(record.shape, dtype=getattr(torch, record.dtype))
             )
-            with torch.random.fork_rng(devices=[]):
-                edit.apply(sample)
+            kept = KeptState(self.model)
+            try:
+                with forked_random_state(self._devices_used(self.home_device)), kept.watching():
+                    edit.apply(sample)
+            finally:
+                kept.put_back()
 
     def _check_module_edit(self, edit: Edit, run: Run):
         slot, target = edit.slot, edit.target
