@@ -258,7 +258,8 @@ class Run(Deferrable):
         calls: ModuleCall records in call order.
         events: backward events in the order they happened.
         hook_calls: every user hook and edit call, in order.
-        log: what user hooks printed.
+        log: what user hooks printed, in runs saved by hookviz versions that copied it; empty
+            for a new run (hookviz no longer swaps ``sys.stdout``: hooks print where they print).
         edits: the edits active during this run.
         forward_reused: True when only backward ran again on the retained forward graph.
         asked_grads: inputs whose gradients exist only because ``input_grads=True`` asked for
@@ -447,7 +448,8 @@ class Run(Deferrable):
         return [h for h in self.hook_calls if h.node == node_id]
 
     def print_log(self) -> None:
-        """Print what the user's hooks printed during this run, prefixed by hook and place."""
+        """Print what the user's hooks printed during this run (a run loaded from a file saved
+        by a hookviz that kept a copy; nothing for a new run), prefixed by hook and place."""
         for entry in self.log:
             for line in entry.text.rstrip("\n").splitlines():
                 print(f"[{entry.hook} @ {entry.where or '<root>'}] {line}")
