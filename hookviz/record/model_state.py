@@ -47,7 +47,12 @@ from hookviz.record import module_tree, torch_compat
 
 # The tensor hook dicts: ``Tensor.register_hook`` and ``register_post_accumulate_grad_hook``.
 TENSOR_HOOK_ATTRIBUTES = ("_backward_hooks", "_post_accumulate_grad_hooks")
-_MODULE_DICTS = ("_parameters", "_buffers", "_modules")
+# Every dict a module has from torch.nn.Module.__init__ whose entries a forward may add or swap
+_MODULE_DICTS = tuple(
+    name
+    for name, value in vars(torch.nn.Module()).items()
+    if isinstance(value, dict) and (name in ("_parameters", "_buffers", "_modules") or "_hooks" in name)
+)
 
 
 def _version(tensor: torch.Tensor) -> int | None:
@@ -247,10 +252,10 @@ class _TensorState:
     __slots__ = ("tensor", "data", "place", "requires_grad", "grad", "version", "hooks", "value", "moved")
 
     def __init__(self, tensor: torch.Tensor, copy: bool = False):
-        self.tensor = tensor
-        with torch.inference_mode(False), torch.no_grad():
-            self.data = tensor.data
-            self.value = tensor.detach().clone() if copy else None
+        self.tensor, self.data, self.value = tensor, tensor.data, None
+        if copy:
+            with torch.inference_mode(False), torch.no_grad():
+                self.value = tensor.detach().clone()
         self.place = _place(tensor)
         self.requires_grad, self.grad, self.version = tensor.requires_grad, tensor.grad, _version(tensor)
         self.hooks = []
@@ -331,26 +336,32 @@ class _CopyGradFirst:
 _MISSING = object()
 
 
-def _kept_dicts(module: torch.nn.Module) -> list[tuple[dict, dict, bool]]:
-    """The dicts of ``module`` a run may change, each with a copy of its contents now and whether
-    its order matters (hooks run in it): its ``__dict__``, ``_parameters``, ``_buffers``,
-    ``_modules`` and every hook dict (each name with ``_hooks``: ``_forward_hooks``,
+def _kept_dicts(module: torch.nn.Module) -> list[tuple[dict, dict | None, bool]]:
+    """The dicts of ``module`` a run may change, each with a copy of its contents now (None when
+    empty) and whether its order matters (hooks run in it): its ``__dict__``, ``_parameters``,
+    ``_buffers``, ``_modules`` and every hook dict ``torch.nn.Module`` has (``_forward_hooks``,
     ``_backward_hooks``, ``_forward_hooks_with_kwargs``, ``_state_dict_hooks``, ...)."""
     attributes = module.__dict__
     found = [(attributes, dict(attributes), False)]
-    for name, value in attributes.items():
-        if isinstance(value, dict) and (name in _MODULE_DICTS or "_hooks" in name):
-            found.append((value, dict(value), True))
+    for name in _MODULE_DICTS:
+        value = attributes.get(name)
+        if value is not None:
+            found.append((value, dict(value) if value else None, True))
     return found
 
 
-def _unchanged(live: dict, contents: dict) -> bool:
+def _unchanged(live: dict, contents: dict | None) -> bool:
     """Whether ``live`` holds exactly the objects of ``contents``, by identity, in its order."""
+    if contents is None:
+        return not live
     return live.keys() == contents.keys() and all(map(operator.is_, live.values(), contents.values()))
 
 
-def _put(live: dict, contents: dict, ordered: bool) -> None:
+def _put(live: dict, contents: dict | None, ordered: bool) -> None:
     """Make ``live`` hold ``contents`` again, keeping the dict object (handles point at it)."""
+    if contents is None:
+        live.clear()
+        return
     for name in [n for n in live if n not in contents]:
         del live[name]
     for name, value in contents.items():
@@ -362,12 +373,12 @@ def _put(live: dict, contents: dict, ordered: bool) -> None:
 
 
 def _place(tensor: torch.Tensor) -> tuple:
-    """Where ``tensor``'s elements are: storage address, offset, shape, strides, dtype, device."""
+    """Where ``tensor``'s elements are: address of its first element, shape, strides, dtype, device
+    (a storage swapped by ``set_`` or ``.data = t`` has another address)."""
     try:
-        address = tensor.untyped_storage().data_ptr()
-        return address, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device
+        return tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device
     except (RuntimeError, NotImplementedError, TypeError):  # a tensor subclass without storage
-        return None, None, tensor.shape, None, tensor.dtype, tensor.device
+        return None, tensor.shape, None, tensor.dtype, tensor.device
 
 
 def _same(buffer: torch.Tensor, value: torch.Tensor) -> bool:
