@@ -34,6 +34,8 @@ def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) 
     if self is None or watch_gather.is_shard(parameter):
         return  # FSDP2 calls a shard's hooks with the reduced .grad, from its end-of-backward callback
     state = self._begin()
+    if state is not None and not state.own:
+        state.reached = True  # FSDP2: the sharded parameters' own tensor hooks never run
     if state is not None and state.recording and not state.own and parameter.grad is not None:
         state.arrived.append(column)
         state.local.append((column, measure([parameter.grad], sums=False, counts=True)))

@@ -48,7 +48,11 @@ def check_structure(watch) -> None:
 
 
 def follow_replaced(watch) -> None:
-    """Point a column whose parameter was replaced on its module at the new one."""
+    """Point a column whose parameter was replaced on its module at the new one, and move its
+    step-start hook there. FSDP2 swaps its sharded and unsharded parameters itself: left alone (its
+    unsharded parameters' hooks start the steps, :mod:`hookviz.watching.gather`)."""
+    if watch._ranks is not None and watch._ranks.strategy == "fsdp":
+        return
     for column, (owner, attribute) in enumerate(watch._owners):
         current = owner._parameters.get(attribute)
         if current is not watch._parameters[column] and current is not None:
@@ -57,9 +61,9 @@ def follow_replaced(watch) -> None:
                 watch._parameters[column] = current
                 watch._column_of.pop(id(old), None)
                 watch._column_of[id(current)] = column
-                for parameter, handle in [s for s in watch._starts if s[0] is old]:
+                for _, handle in [s for s in watch._starts if s[0] is old]:
                     handle.remove()
-                    watch._starts.remove((parameter, handle))
+                watch._starts[:] = [s for s in watch._starts if s[0] is not old]
                 if current.requires_grad:
                     watch._hook_start(column, current)
 
