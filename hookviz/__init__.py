@@ -15,6 +15,7 @@ from hookviz.errors import (
     DeviceError,
     EditError,
     ExpressionError,
+    FileFormatError,
     ForwardError,
     HookvizError,
     LossError,
@@ -22,7 +23,7 @@ from hookviz.errors import (
     UnsupportedError,
     WatchError,
 )
-from hookviz.files.saving import FileFormatError, load, save
+from hookviz.files.saving import load, save
 from hookviz.record.devices import devices
 from hookviz.record.session import Session
 from hookviz.watching.gather import RankHistory

@@ -21,9 +21,10 @@ import torch.nn.functional as F
 from conftest import as_version_2
 
 import hookviz
+from hookviz.errors import FileFormatError
 from hookviz.examples import Canonical, canonical_inputs, sigmoid_mlp
 from hookviz.files import saving, schema
-from hookviz.files.saving import FileFormatError, load, save
+from hookviz.files.saving import load, save
 
 DATA = Path(__file__).parent / "data"
 

@@ -19,8 +19,9 @@ from torch import nn
 import hookviz
 from hookviz.data.run import LogEntry
 from hookviz.data.tensors import TensorRecord
+from hookviz.errors import FileFormatError
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
-from hookviz.files.saving import FileFormatError, load, save
+from hookviz.files.saving import load, save
 from hookviz.watching.gather import RankHistory, from_watch
 from hookviz.widget.payload import json_float
 

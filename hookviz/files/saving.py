@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from hookviz.errors import HookvizError
+from hookviz.errors import FileFormatError, HookvizError
 from hookviz.files import schema
 from hookviz.watching.gather import RankHistory
 from hookviz.watching.watch import Watch
@@ -47,10 +47,6 @@ SUFFIX = ".hookviz"
 _MAX_HEADER = 100_000_000
 _STRUCTURE = "hookviz.json"
 _NOT_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-
-
-class FileFormatError(HookvizError):
-    """A file is not a hookviz file, is a pickle, is truncated or corrupt, or has an unknown version."""
 
 
 def _loaded_transform(source: str):

@@ -1,7 +1,7 @@
 """What a hookviz file may hold: every record type and its fields, per file-format version.
 
 A file is read against this schema and nothing else: a record type, a field or a value of a type not
-listed here is refused (:class:`~hookviz.files.saving.FileFormatError`), so no class named in a file is
+listed here is refused (:class:`~hookviz.errors.FileFormatError`), so no class named in a file is
 ever looked up. Field types use the notation of the dataclasses' annotations:
 
 * ``str``, ``int``, ``float`` (an int or a float; NaN and infinities are stored as ``{"__float__":
