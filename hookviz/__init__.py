@@ -19,6 +19,7 @@ from hookviz.errors import (
     ForwardError,
     HookvizError,
     LossError,
+    PathError,
     TargetError,
     UnsupportedError,
     WatchError,
@@ -61,6 +62,7 @@ __all__ = [
     "show_watch",
     "load",
     "FileFormatError",
+    "PathError",
     "RankHistory",
 ]
 __version__ = "0.1.0"

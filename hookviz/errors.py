@@ -59,6 +59,12 @@ class FileFormatError(HookvizError):
     names the file and the place."""
 
 
+class PathError(HookvizError, OSError):
+    """A path given to ``save``, ``save_html`` or ``load`` names no file hookviz can write or read: it
+    is empty, a folder, in a folder that does not exist, or not a regular file (a FIFO, a device).
+    Also an OSError, as the error writing or opening such a path would be."""
+
+
 class ReadOnlyError(HookvizError):
     """An edit or a re-run was asked of a run opened from a file."""
 

@@ -14,6 +14,10 @@ ever looked up. Field types use the notation of the dataclasses' annotations:
   edit id, written into generated code as part of a function name);
 * ``Graph``: version 1's networkx graph, read as the edges ``(producer, consumer, slot)`` it held.
 
+Beyond its type, a value keeps bounds: every int is an int64, every float a float64, and the tables
+COUNTS, FRACTIONS, SHAPES and NOT_EMPTY below say which fields count something, hold a fraction, have
+a shape, or are never empty (:mod:`hookviz.files.fields` checks them, writing and reading).
+
 Records are the dataclasses named by ``(module, class)``; the modules are imported when a file is
 saved or read, not when this one is (``hookviz.data.run`` imports the files layer to save).
 
@@ -185,6 +189,38 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
         },
     ),
 }
+
+# What a value must be beyond its type: a crafted file could otherwise hold numbers that no run has
+# and that break a later read (a norm of 10**400 that no float holds, a loss of three elements).
+# Every int in a file is an int64 and every float a float64 (a JSON int too large for one is
+# refused); besides, every int in these fields is 0 or more (sizes, counts, positions, steps) ...
+COUNTS = {
+    "TensorRecord": ("shape", "numel", "nan_count", "inf_count", "histogram", "nnz"),
+    "SavedTensor": ("shape", "nbytes"),
+    "HookCall": ("step",),
+    "Event": ("step",),
+    "NodeRecord": ("module_call", "order"),
+    "ModuleCall": ("call",),
+    "Slot": ("index",),
+    "Run": ("edges",),
+    "RankHistory": ("ranks", "steps", "every"),
+}
+# ... every float in these is from 0 to 1 ...
+FRACTIONS = {"TensorRecord": ("zero_fraction",)}
+# ... these tensors (and sequences) have this shape (length): an int is that size, None any size,
+# a field's name the length of that field of the same record ...
+SHAPES = {
+    "Run": {"loss": ()},
+    "TensorRecord": {"overview": (None, None)},
+    "RankHistory": {
+        "kinds": ("names",),
+        "local": ("ranks", "steps", "names", 4),
+        "reduced": ("steps", "names", 4),
+        "order": ("ranks", "names"),
+    },
+}
+# ... and these sequences hold at least one item.
+NOT_EMPTY = {"RankHistory": ("ranks",)}
 
 # Where this schema states a field more precisely than the dataclass annotates it.
 REFINED = {
