@@ -447,7 +447,8 @@ def test_every_malformed_structure_is_a_file_format_error_naming_the_problem(tmp
 def test_schema_valid_but_absurd_values_are_refused_naming_the_place(tmp_path, good_file):
     """Values of the right type that no run has, each of which broke a later read when loaded: a
     norm of 10**400 (OverflowError in diagnose, show, save), an order of 10**30 (TypeError in
-    show), a loss of three elements (RuntimeError in repr), and their kind in other fields."""
+    show), a loss of three elements (RuntimeError in repr), a count None in a record that waits for
+    nothing (TypeError in diagnose), and their kind in other fields."""
     header, structure, tensors = parts(good_file)
     metadata = header["__metadata__"]
     x_gradient = ("nodes", "__dict__", "x", "fields", "grad_outputs", "__tuple__", 0, "fields")
@@ -485,6 +486,15 @@ def test_schema_valid_but_absurd_values_are_refused_naming_the_place(tmp_path, g
             changed(x_gradient, overview={"__tensor__": loss_key}),
             rf"{x_grad}\.overview has shape \[\], but it should have shape \[any, any\]",
         ),
+        # a lazy run's record keeps None where it waits; a record that waits for nothing has values
+        "not_pending": (
+            changed(x_gradient, pending={"__tuple__": ["value", "mean", "min", "max", "histogram"]}),
+            rf"{x_grad}\.nan_count is None, but the record's pending does not name it",
+        ),
+        "call_not_pending": (
+            changed(("calls", 0, "fields"), pending={"__tuple__": ["output", "output_replaced"]}),
+            r"run\.calls\[0\]\.inputs is None, but the record's pending does not name it",
+        ),
     }
     refused = 0
     for name, (value, problem) in cases.items():
@@ -495,7 +505,7 @@ def test_schema_valid_but_absurd_values_are_refused_naming_the_place(tmp_path, g
         with pytest.raises(FileFormatError, match=f"{name}\\.hookviz': the file is corrupt: .*{problem}"):
             load(path)
         refused += 1
-    assert refused == len(cases) == 10
+    assert refused == len(cases) == 12
     # the bounds hold when saving too: a run holding such a value is not written
     run = load(good_file)
     run.loss = torch.ones(3)
@@ -623,6 +633,25 @@ def _mutations(structure, rng: random.Random, count: int):
         yield copy
 
 
+def read_every_way(run: hookviz.Run, folder: Path) -> None:
+    """Read a loaded run as a user would: repr, diagnose, explain every node, the widget with every
+    inspector, a saved page, and saving it again; any error but a HookvizError fails the test."""
+    for read in (
+        lambda: repr(run),
+        lambda: hookviz.diagnose(run),
+        lambda: [hookviz.explain(run, node) for node in run.nodes],
+        lambda: load(save(run, folder / "again")),
+    ):
+        try:
+            read()
+        except hookviz.HookvizError:
+            pass
+    widget = hookviz.show(run)
+    for target in [*run.nodes, *(f"module:{call.module}" for call in run.calls)]:
+        widget.select(target)
+    widget.save_html(folder / "page.html", values="all")
+
+
 def test_fuzzed_files_load_or_raise_file_format_error_only(tmp_path, good_file):
     """Seeded and bounded: truncations, byte flips, crafted headers and crafted structures of one real
     file. Each either loads (a flipped byte inside tensor data is a valid file with another value) or
@@ -682,9 +711,11 @@ def test_fuzzed_files_load_or_raise_file_format_error_only(tmp_path, good_file):
             assert "fuzzed.hookviz" in str(error), (number, error)
             outcomes["refused"] += 1
             continue
-        # what loads is a Run whose records are of the schema's types, usable as any Run
+        # what loads is a Run whose records are of the schema's types, usable as any Run: every
+        # read answers or raises a HookvizError (diagnose: its details were never recorded)
         assert isinstance(loaded, hookviz.Run), number
         assert isinstance(loaded.leaf_grads, dict) and all(isinstance(e, str) for e in loaded.notes)
+        read_every_way(loaded, tmp_path)
         outcomes["loaded"] += 1
     assert sum(outcomes.values()) == len(cases) == 1000
     # every truncation, header flip, crafted header and most crafted structures are refused

@@ -1,6 +1,6 @@
 """The field types of :mod:`hookviz.files.schema`, compiled: what a value of each may be, as a live
 object (saving) and as read from a file's JSON (loading), and the bounds a number or a tensor's shape
-must keep beyond its type (the schema's COUNTS, FRACTIONS, SHAPES and NOT_EMPTY).
+must keep beyond its type (the schema's COUNTS, FRACTIONS, SHAPES, NOT_EMPTY and PENDING_ONLY).
 
 A compiled type is a nested tuple whose first item is its sort: ``("int",)``, ``("count",)`` (an int
 of a COUNTS field), ``("float",)``, ``("fraction",)``, ``("str",)``, ``("bool",)``, ``("none",)``,
@@ -90,6 +90,7 @@ class Schema:
         fields: ``{record type: {field: compiled type}}``, in the dataclass's field order.
         shapes: ``{record type: {field: shape}}`` from :data:`~hookviz.files.schema.SHAPES`.
         not_empty: ``{record type: fields}`` from :data:`~hookviz.files.schema.NOT_EMPTY`.
+        pending_only: ``{record type: fields}`` from :data:`~hookviz.files.schema.PENDING_ONLY`.
     """
 
     def __init__(self, version: str):
@@ -108,16 +109,13 @@ class Schema:
                 self.fields[name][field] = kind
         self.shapes = schema.SHAPES
         self.not_empty = schema.NOT_EMPTY
+        self.pending_only = schema.PENDING_ONLY
         named = {n for kinds in self.fields.values() for kind in kinds.values() for n in _records_in(kind)}
         unlisted = sorted(named - set(self.classes))
         if unlisted:
             raise ValueError(f"hookviz.files.schema names record types it does not list: {unlisted}")
-        bounded = [
-            (name, field)
-            for table in (schema.COUNTS, schema.FRACTIONS, schema.SHAPES, schema.NOT_EMPTY)
-            for name, fields in table.items()
-            for field in fields
-        ]
+        tables = (schema.COUNTS, schema.FRACTIONS, schema.SHAPES, schema.NOT_EMPTY, schema.PENDING_ONLY)
+        bounded = [(name, field) for table in tables for name, fields in table.items() for field in fields]
         unknown = [(n, f) for n, f in bounded if f not in schema.RECORDS.get(n, ("", {}))[1]]
         if unknown:
             raise ValueError(f"hookviz.files.schema bounds fields it does not list: {unknown}")
@@ -244,7 +242,9 @@ def wrong_shape(value, shape: tuple, record: dict) -> str | None:
 def record_problem(types: Schema, name: str, record: dict) -> tuple[str, str] | None:
     """What is wrong across the fields of one record of type ``name`` (its values by field name):
     a shape or length of :data:`~hookviz.files.schema.SHAPES`, an empty sequence of
-    :data:`~hookviz.files.schema.NOT_EMPTY`; as ``(field, problem in words)``, or None."""
+    :data:`~hookviz.files.schema.NOT_EMPTY`, a None of :data:`~hookviz.files.schema.PENDING_ONLY`
+    that ``pending`` does not name (a file before version 3 has none pending); as
+    ``(field, problem in words)``, or None."""
     for field, shape in types.shapes.get(name, {}).items():
         problem = wrong_shape(record[field], shape, record)
         if problem:
@@ -252,4 +252,7 @@ def record_problem(types: Schema, name: str, record: dict) -> tuple[str, str] | 
     for field in types.not_empty.get(name, ()):
         if field in record and not record[field]:
             return field, "is empty, but it should hold at least one item"
+    for field in types.pending_only.get(name, ()):
+        if record[field] is None and field not in record.get("pending", ()):
+            return field, "is None, but the record's pending does not name it (a complete record has a value)"
     return None

@@ -130,7 +130,7 @@ class _Encoder:
 
     def record(self, value, name: str, where: str) -> dict:
         kinds = self.types.fields[name]
-        if name in self.types.shapes or name in self.types.not_empty:
+        if any(name in table for table in (self.types.shapes, self.types.not_empty, self.types.pending_only)):
             wrong = fields.record_problem(self.types, name, {f: getattr(value, f) for f in kinds})
             if wrong:
                 raise HookvizError(f"cannot save {where}.{wrong[0]}: it {wrong[1]}")

@@ -15,8 +15,9 @@ ever looked up. Field types use the notation of the dataclasses' annotations:
 * ``Graph``: version 1's networkx graph, read as the edges ``(producer, consumer, slot)`` it held.
 
 Beyond its type, a value keeps bounds: every int is an int64, every float a float64, and the tables
-COUNTS, FRACTIONS, SHAPES and NOT_EMPTY below say which fields count something, hold a fraction, have
-a shape, or are never empty (:mod:`hookviz.files.fields` checks them, writing and reading).
+COUNTS, FRACTIONS, SHAPES, NOT_EMPTY and PENDING_ONLY below say which fields count something, hold a
+fraction, have a shape, are never empty, or are None only while pending (:mod:`hookviz.files.fields`
+checks them, writing and reading).
 
 Records are the dataclasses named by ``(module, class)``; the modules are imported when a file is
 saved or read, not when this one is (``hookviz.data.run`` imports the files layer to save).
@@ -190,7 +191,7 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
     ),
 }
 
-# What a value must be beyond its type: a crafted file could otherwise hold numbers that no run has
+# What a value must be beyond its type: a crafted file could otherwise hold values that no run has
 # and that break a later read (a norm of 10**400 that no float holds, a loss of three elements).
 # Every int in a file is an int64 and every float a float64 (a JSON int too large for one is
 # refused); besides, every int in these fields is 0 or more (sizes, counts, positions, steps) ...
@@ -219,8 +220,14 @@ SHAPES = {
         "order": ("ranks", "names"),
     },
 }
-# ... and these sequences hold at least one item.
+# ... these sequences hold at least one item ...
 NOT_EMPTY = {"RankHistory": ("ranks",)}
+# ... and these are None only while the record's ``pending`` names them (a lazy run's record);
+# complete, a record holds a value there (other deferred fields may be None: no value was kept).
+PENDING_ONLY = {
+    "TensorRecord": ("nan_count", "inf_count", "zero_fraction"),
+    "ModuleCall": ("inputs", "output"),
+}
 
 # Where this schema states a field more precisely than the dataclass annotates it.
 REFINED = {
