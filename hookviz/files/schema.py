@@ -1,7 +1,7 @@
 """What a hookviz file may hold: every record type and its fields, per file-format version.
 
 A file is read against this schema and nothing else: a record type, a field or a value of a type not
-listed here is refused (:class:`~hookviz.files.saving.FileFormatError`), so no class named in a file is
+listed here is refused (:class:`~hookviz.errors.FileFormatError`), so no class named in a file is
 ever looked up. Field types use the notation of the dataclasses' annotations:
 
 * ``str``, ``int``, ``float`` (an int or a float; NaN and infinities are stored as ``{"__float__":
@@ -13,6 +13,11 @@ ever looked up. Field types use the notation of the dataclasses' annotations:
   :mod:`hookviz.edits.expression` or be a callable's name; ``Identifier``: a Python identifier (an
   edit id, written into generated code as part of a function name);
 * ``Graph``: version 1's networkx graph, read as the edges ``(producer, consumer, slot)`` it held.
+
+Beyond its type, a value keeps bounds: every int is an int64, every float a float64, and the tables
+COUNTS, FRACTIONS, SHAPES, NOT_EMPTY and PENDING_ONLY below say which fields count something, hold a
+fraction, have a shape, are never empty, or are None only while pending (:mod:`hookviz.files.fields`
+checks them, writing and reading).
 
 Records are the dataclasses named by ``(module, class)``; the modules are imported when a file is
 saved or read, not when this one is (``hookviz.data.run`` imports the files layer to save).
@@ -196,6 +201,44 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 _ADDED_IN_4 = ("update_ratio", "optimizers", "skipped", "learning_rates", "loss_scales", "notes")
+
+# What a value must be beyond its type: a crafted file could otherwise hold values that no run has
+# and that break a later read (a norm of 10**400 that no float holds, a loss of three elements).
+# Every int in a file is an int64 and every float a float64 (a JSON int too large for one is
+# refused); besides, every int in these fields is 0 or more (sizes, counts, positions, steps) ...
+COUNTS = {
+    "TensorRecord": ("shape", "numel", "nan_count", "inf_count", "histogram", "nnz"),
+    "SavedTensor": ("shape", "nbytes"),
+    "HookCall": ("step",),
+    "Event": ("step",),
+    "NodeRecord": ("module_call", "order"),
+    "ModuleCall": ("call",),
+    "Slot": ("index",),
+    "Run": ("edges",),
+    "RankHistory": ("ranks", "steps", "every"),
+}
+# ... every float in these is from 0 to 1 ...
+FRACTIONS = {"TensorRecord": ("zero_fraction",)}
+# ... these tensors (and sequences) have this shape (length): an int is that size, None any size,
+# a field's name the length of that field of the same record ...
+SHAPES = {
+    "Run": {"loss": ()},
+    "TensorRecord": {"overview": (None, None)},
+    "RankHistory": {
+        "kinds": ("names",),
+        "local": ("ranks", "steps", "names", 4),
+        "reduced": ("steps", "names", 4),
+        "order": ("ranks", "names"),
+    },
+}
+# ... these sequences hold at least one item ...
+NOT_EMPTY = {"RankHistory": ("ranks",)}
+# ... and these are None only while the record's ``pending`` names them (a lazy run's record);
+# complete, a record holds a value there (other deferred fields may be None: no value was kept).
+PENDING_ONLY = {
+    "TensorRecord": ("nan_count", "inf_count", "zero_fraction"),
+    "ModuleCall": ("inputs", "output"),
+}
 
 # Where this schema states a field more precisely than the dataclass annotates it.
 REFINED = {
