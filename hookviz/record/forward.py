@@ -33,6 +33,7 @@ from hookviz.record.forward_recorder import CallState, ForwardRecorder, forget_t
 from hookviz.record.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
 from hookviz.record.model_state import KeptState
 from hookviz.record.module_views import CallPlan, plan_call
+from hookviz.record.own_pass import own_backward
 from hookviz.record.saved_tensors import SavedTensorsRecorder
 from hookviz.record.user_hooks import (
     MODULE_HOOK_DICTS,
@@ -139,12 +140,12 @@ class RetainedForward:
         # state that forward left (its Nodes may have saved those tensors), then puts back the user's.
         kept = self.kept
         if kept is None or kept.changed is not None:
-            kept = KeptState(self.model)
+            kept = KeptState(self.model, [t for t in self.leaves.values() if t.grad_fn is None])
             if self.kept is not None:
                 kept.reapply(self.kept)
         self.state.active = recorder
         try:
-            with wrapped_user_hooks(self.state, self.model, self.leaves):
+            with wrapped_user_hooks(self.state, self.model, self.leaves), own_backward([self.loss]):
                 grads = torch.autograd.grad(
                     self.loss, [self.leaves[n] for n in names], retain_graph=True, allow_unused=True
                 )

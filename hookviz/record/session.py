@@ -34,6 +34,7 @@ from hookviz.record.devices import accelerators, device_of, forked_random_state,
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
 from hookviz.record.hook_state import module_hook_state, module_hooks_as
 from hookviz.record.model_state import KeptState
+from hookviz.record.own_pass import own_pass
 
 
 class Session:
@@ -244,7 +245,11 @@ class Session:
     def _record(self, device: str, edits: tuple, graph: RetainedForward | None, lazy: bool):
         """One run on ``graph`` (a fresh forward when None): (the Run, its retained forward)."""
         # Inside the user's torch.inference_mode() no graph is recorded; hookviz's run needs one.
-        with forked_random_state(self._devices_used(device)), torch.inference_mode(False):
+        with (
+            forked_random_state(self._devices_used(device)),
+            torch.inference_mode(False),
+            own_pass(),  # a watch on the model takes no recording for a training step
+        ):
             recorder, reused = BackwardRecorder(edits), graph is not None
             if graph is None:
                 graph = self._do_forward(device, recorder, values=not lazy)
