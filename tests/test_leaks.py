@@ -172,6 +172,25 @@ def test_a_kept_closed_watch_lets_its_model_go_and_still_reads_its_history(tmp_p
     assert hookviz.load(hookviz.save(watch, tmp_path / "watch")).steps == [0, 1, 2]
 
 
+def test_a_kept_closed_watch_of_an_optimizer_lets_its_parameters_and_state_go():
+    parameters = []
+
+    def closed_watch(model, data):
+        optimizer = torch.optim.Adam(model.parameters())
+        parameters.extend(weakref.ref(p) for p in model.parameters())
+        with hookviz.watch(model, optimizer=optimizer) as watch:
+            for _ in range(2):
+                _train(model, data, steps=1)
+                optimizer.step()
+        return watch
+
+    reference, watch = _use_and_drop(closed_watch)
+    assert reference() is None
+    assert len(parameters) == 4 and [p() for p in parameters] == [None] * 4
+    assert watch.steps == [0, 1] and len(watch.update_ratios(1)) == 4
+    assert watch.notes[0].startswith("a step is one optimizer.step() of Adam")
+
+
 def test_a_forward_that_holds_its_module_is_not_kept_by_hookviz():
     """accelerate's hooks set ``module.forward`` to a partial over the module: a cache of
     signatures keyed by it kept every such model."""
