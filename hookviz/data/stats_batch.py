@@ -10,6 +10,7 @@ queues norms without a host sync.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from dataclasses import dataclass, field, replace
@@ -482,16 +483,10 @@ class StatsBatch:
         return found
 
 
-_SAMPLE_INDICES: dict[tuple, torch.Tensor] = {}
-
-
+@functools.lru_cache(maxsize=64)  # bounded: a long session meets ever more sizes (8 KB each)
 def _sample_indices(numel: int, device) -> torch.Tensor:
-    key = (numel, device)
-    indices = _SAMPLE_INDICES.get(key)
-    if indices is None:
-        indices = (torch.arange(HISTOGRAM_SAMPLE, dtype=torch.int64) * 2654435761) % numel
-        indices = _SAMPLE_INDICES.setdefault(key, indices.to(device))
-    return indices
+    indices = (torch.arange(HISTOGRAM_SAMPLE, dtype=torch.int64) * 2654435761) % numel
+    return indices.to(device)
 
 
 def _elements_key(tensor: torch.Tensor) -> tuple:

@@ -107,11 +107,12 @@ class ModelState:
     :meth:`mark` at its very end, once the model's state is back. Each change found starts a new
     epoch; a run keeps the epoch of its forward, and its details can be recorded while the
     epoch is the same. One state per model (:meth:`of`), shared by every session on it, so one
-    session's forwards are no change to another's runs.
+    session's forwards are no change to another's runs. It holds its model weakly: the table of
+    states is keyed weakly by the model, and a value that held its key would keep it for good.
     """
 
     def __init__(self, model: torch.nn.Module):
-        self.model = model
+        self.model_ref = weakref.ref(model)
         self.marks: dict[str, tuple] | None = None  # at the end of hookviz's last call
         self.changes: list[list[str]] = []  # what changed between hookviz's calls, oldest first
 
@@ -131,15 +132,17 @@ class ModelState:
     def note_changes(self) -> int:
         """At the start of a hookviz call that runs the model: note what changed since the last
         one ended. Returns the epoch this call sees."""
-        if self.marks is not None:
-            changed = _what_changed(self.marks, _model_marks(self.model))
+        model = self.model_ref()
+        if self.marks is not None and model is not None:
+            changed = _what_changed(self.marks, _model_marks(model))
             if changed:
                 self.changes.append(changed)
         return self.epoch
 
     def mark(self) -> None:
         """At the very end of a hookviz call, after the model's state was put back."""
-        self.marks = _model_marks(self.model)
+        model = self.model_ref()
+        self.marks = None if model is None else _model_marks(model)
 
     def refuse_changes_since(self, epoch: int, inputs_then: dict, inputs: dict[str, torch.Tensor]) -> None:
         """Raise :class:`~hookviz.errors.DetailsChanged`, naming what changed, when the model

@@ -70,7 +70,7 @@ def show_live_state(widget, watch, closed: bool) -> None:
     if not history.steps or widget.watch is not watch:
         return
     step = history.steps[-1]
-    name = type(watch.model).__name__
+    name = watch.model_name
     try:
         figure = live_watch_figure(history, f"{name}: gradient norms over training")
     except Exception as error:  # the figure is a picture: without it the view still works
@@ -163,7 +163,7 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
         "missing_color": NO_GRAD_COLOR,
         "color_range": widget._watch_range,
         "legend": legend(widget._watch_range, f"log10 ‖grad‖ at step {step}"),
-        "model": getattr(watch, "model_name", None) or type(watch.model).__name__,
+        "model": watch.model_name,
         # a gathered history: the rank shown (None = reduced over ranks), for the rank selector
         "rank": getattr(watch, "rank", None),
         "reduced": bool(getattr(getattr(watch, "source", None), "strategy", "")),
