@@ -5,6 +5,8 @@ node's gradients; ``Session.edit`` changes the gradient a hook returns; ``Sessio
 backward; ``hookviz.show(...)`` draws it all as a widget in Jupyter.
 """
 
+import typing
+
 from hookviz.analysis.diagnose import Finding, diagnose
 from hookviz.analysis.explain import explain
 from hookviz.data.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
@@ -27,6 +29,10 @@ from hookviz.record.devices import devices
 from hookviz.record.session import Session
 from hookviz.watching.gather import RankHistory
 from hookviz.watching.watch import Watch, watch
+
+if typing.TYPE_CHECKING:  # imported on first use (see __getattr__); named here for type checkers and the docs
+    from hookviz.widget.widget import Widget, show, show_watch
+del typing  # the namespace holds the public API only
 
 __all__ = [
     "BackwardError",

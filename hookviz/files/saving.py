@@ -474,11 +474,12 @@ def load(path: str | Path):
         Every tensor comes back on CPU, equal (``torch.equal``) to the one saved.
 
     Raises:
-        FileFormatError (a HookvizError), naming the file and the problem: a pickle /
-        ``torch.save`` file (refused, never unpickled), a file that is not a hookviz file (refused
-        after reading its header, whatever its size), a truncated or corrupt file, a value whose type
-        is not the one :mod:`hookviz.files.schema` gives it, an unknown record type or field, an edit
-        whose text is not an expression, a version this hookviz does not read.
+        FileFormatError: (a HookvizError) naming the file and the problem: a pickle /
+            ``torch.save`` file (refused, never unpickled), a file that is not a hookviz file
+            (refused after reading its header, whatever its size), a truncated or corrupt file, a
+            value whose type is not the one :mod:`hookviz.files.schema` gives it, an unknown record
+            type or field, an edit whose text is not an expression, a version this hookviz does not
+            read.
         FileNotFoundError: no such file.
     """
     import safetensors
