@@ -5,6 +5,8 @@ node's gradients; ``Session.edit`` changes the gradient a hook returns; ``Sessio
 backward; ``hookviz.show(...)`` draws it all as a widget in Jupyter.
 """
 
+import typing
+
 from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.explain import explain
 from hookviz.analysis.findings import Finding
@@ -30,6 +32,11 @@ from hookviz.record.devices import devices
 from hookviz.record.session import Session
 from hookviz.watching.gather import RankHistory
 from hookviz.watching.watch import Watch, watch
+
+if typing.TYPE_CHECKING:  # imported on first use (see __getattr__); named here for type checkers and the docs
+    from hookviz.widget.show import show, show_watch
+    from hookviz.widget.widget import Widget
+del typing  # the namespace holds the public API only
 
 __all__ = [
     "BackwardError",

@@ -17,7 +17,13 @@ class LossError(HookvizError):
 
 
 class ForwardError(HookvizError):
-    """The model's forward raised; the message names the innermost module that was running."""
+    """The model's forward raised; the message names the innermost module that was running.
+
+    Args:
+        message: what went wrong and the fix.
+        module: the qualified name of the innermost module that was running ("" = the root), or
+            None when no module was.
+    """
 
     def __init__(self, message: str, module: str | None = None):
         super().__init__(message)

@@ -2,6 +2,8 @@
 
 Each notebook checks its key numbers in its own cells against plain PyTorch (or numbers worked out by
 hand), so running it is the test: any failing assert or error fails here with the cell that raised.
+Each notebook that runs is written, outputs and all, to ``build/executed/notebooks/``: the docs build
+(``mkdocs build``, after pytest in CI) renders those copies, so the site shows what ran here.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+EXECUTED = Path(__file__).resolve().parents[1] / "build" / "executed" / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 EXPECTED = [
@@ -33,6 +36,8 @@ def test_the_course_is_complete():
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
 def test_notebook_runs(path: Path):
+    executed = EXECUTED / path.name
+    executed.unlink(missing_ok=True)  # a notebook that fails leaves no copy for the docs to show
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
         notebook,
@@ -48,6 +53,8 @@ def test_notebook_runs(path: Path):
     client.execute()  # raises CellExecutionError, naming the cell, on any error
     # Every code cell ran, in order, once: none was skipped or left out of the kernel's run.
     assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, executed)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])

@@ -105,16 +105,23 @@ class NodeRecord(Fillable):
     """Everything recorded at one node of the autograd graph.
 
     Attributes:
-        id, op, module, kind: see :class:`hookviz.record.graph.WalkedNode`; ``module`` is the innermost
-            module whose forward created the Node ("" = root, ``"(loss)"`` = made by ``loss_fn``).
+        id: the Node's id, the same in every re-run and on every device: ``"<op>_<k>"`` in forward
+            creation order (``"MulBackward0_0"`` is the first ``*``); a leaf is named after its
+            forward argument or parameter (``"x"``, ``"fc1.weight"``).
+        op: the autograd Node's class name, e.g. ``"AddmmBackward0"``, ``"AccumulateGrad"``.
+        module: the innermost module whose forward created the Node ("" = root, ``"(loss)"`` =
+            made by ``loss_fn``).
+        kind: ``"op"``, ``"leaf"`` or ``"boundary"`` (see :class:`hookviz.record.graph.WalkedNode`).
         module_call: which call of that module (0 for the first).
         order: position in backward execution order (0 = first to run), None when it did not run.
         output: the forward value of the Node's first output, when hookviz saw the op that made it
             (ops inside a composite op, such as ``linear`` on 3-D input, are not seen).
         grad_outputs: gradients w.r.t. the Node's outputs as they reached it (after pre-hooks).
         grad_inputs: gradients w.r.t. its inputs as they went on (after every post-hook and edit).
-        grad_inputs_before_edit, grad_outputs_before_edit: the values before hookviz's edits,
-            when an edit fired here, else None.
+        grad_inputs_before_edit: ``grad_inputs`` before hookviz's edits, when an edit fired here,
+            else None.
+        grad_outputs_before_edit: ``grad_outputs`` before hookviz's edits, when an edit fired
+            here, else None.
         saved: the tensors it saved for backward.
         constants: the Python numbers it saved for backward, by attribute name without
             ``_saved_``: scalar arguments (``{"alpha": 2}`` of ``torch.add(x, y, alpha=2)``,
@@ -167,7 +174,8 @@ class ModuleCall(Fillable):
     """What a forward pre-hook and a forward hook of one module call saw.
 
     Attributes:
-        module: qualified name ("" = root). call: 0 for the first call of that module.
+        module: qualified name ("" = root).
+        call: which call of that module (0 for the first).
         type: the module's class name.
         inputs: positional and keyword inputs by name (``forward``'s parameter names where
             known): a TensorRecord for tensors, a short repr for anything else.
@@ -177,15 +185,21 @@ class ModuleCall(Fillable):
         output_replaced: the same after a forward hook of the user's returned a replacement, else
             None (the replacement is what the rest of the model, and a full backward hook, use).
         full_hook_fires: False when PyTorch would never call a full backward hook of this call
-            (see :meth:`Run.explain`); ``grad_input`` and ``grad_output`` are then empty.
-        grad_input, grad_output: what a full backward hook sees, by PyTorch's rules (see
-            :mod:`hookviz.record.module_views`): one entry per positional argument and per top-level
-            output, None where that entry is not a tensor that requires grad; after hookviz's
+            (:func:`hookviz.explain` says why); ``grad_input`` and ``grad_output`` are then empty.
+        grad_input: what a full backward hook sees as ``grad_input``, by PyTorch's rules (see
+            :mod:`hookviz.record.module_views`): one entry per positional argument, None where that
+            argument is not a tensor that requires grad; after hookviz's module edits, when there
+            are any here.
+        grad_output: what a full backward hook sees as ``grad_output``: one entry per top-level
+            output, None where that output is not a tensor that requires grad; after hookviz's
             module edits, when there are any here.
-        grad_input_before_edit, grad_output_before_edit: the same before those edits, else None.
-        legacy_grad_input, legacy_grad_output: what a legacy ``register_backward_hook`` sees:
-            the ``grad_inputs`` / ``grad_outputs`` of the Node that made the output's first
-            tensor, i.e. of the module's last op.
+        grad_input_before_edit: ``grad_input`` before those edits, when one fired here, else None.
+        grad_output_before_edit: ``grad_output`` before those edits, when one fired here, else
+            None.
+        legacy_grad_input: what a legacy ``register_backward_hook`` sees as ``grad_input``: the
+            ``grad_inputs`` of the Node that made the output's first tensor, i.e. of the module's
+            last op.
+        legacy_grad_output: the same Node's ``grad_outputs``.
         output_node: id of that last op's Node.
         user_hooks: the user's hooks registered on this module.
         in_place: forward modified an input in place and returned it (``ReLU(inplace=True)``).
@@ -227,9 +241,17 @@ class ModuleCall(Fillable):
 
 @dataclass
 class ModuleGrads:
-    """A module's gradients as one kind of module backward hook sees them.
+    """A module's gradients as one kind of module backward hook sees them (:meth:`Run.module_grads`).
 
-    ``fires`` is False when that hook would never be called (the tuples are then empty).
+    Attributes:
+        grad_input: the hook's ``grad_input``: with ``legacy=False`` one gradient per positional
+            tensor argument of the module (None where it is not a tensor that requires grad); with
+            ``legacy=True`` the ``grad_inputs`` of the module's last op.
+        grad_output: the hook's ``grad_output``: one gradient per top-level output tensor (legacy:
+            the last op's ``grad_outputs``).
+        legacy: True for the deprecated ``register_backward_hook``'s view, False for
+            ``register_full_backward_hook``'s.
+        fires: False when that hook would never be called (the tuples are then empty).
     """
 
     grad_input: tuple[TensorRecord | None, ...]
@@ -253,7 +275,8 @@ class Run(Deferrable):
         device: where it ran, e.g. ``"cpu"``.
         edges: ``(u, v, slot)`` in forward direction: u's output is input ``slot`` of v (gradient
             flows v -> u; ``slot`` indexes v's ``grad_inputs``). :attr:`graph` is the networkx view.
-        nodes: NodeRecord by node id. root: the loss's node id.
+        nodes: NodeRecord by node id.
+        root: the loss's node id.
         leaf_grads: full gradient of every leaf by name, on ``device``.
         calls: ModuleCall records in call order.
         events: backward events in the order they happened.
@@ -271,8 +294,15 @@ class Run(Deferrable):
         loss_differentiates: ``loss_fn`` ran a backward through the model's output (a gradient
             penalty with ``create_graph=True``); Node and leaf edits are refused then (see
             :meth:`hookviz.Session.edit`).
-        module_aliases, parameter_aliases: other name -> first name, for modules and parameters
-            registered under several names (tied weights); every name is accepted.
+        module_aliases: other name -> first name, for modules registered under several names;
+            every name is accepted.
+        parameter_aliases: other name -> first name, for parameters registered under several
+            names (tied weights); every name is accepted.
+        model_ref: a weak reference to the user's model (read it as :attr:`model`); None in a run
+            loaded from a file.
+        local_leaf_grads: on a DDP or FSDP2 model, each leaf's gradient on this rank before the
+            all-reduce whose result ``leaf_grads`` holds (``leaf_grad(name, local=True)``); None
+            for a model that is not data-parallel.
         details: a lazy run's :class:`hookviz.record.details.Details` (its records' other fields are
             filled on first read, see :meth:`fill_details`); None for a run recorded eagerly.
     """
@@ -296,8 +326,6 @@ class Run(Deferrable):
     module_aliases: dict[str, str] = field(default_factory=dict)
     parameter_aliases: dict[str, str] = field(default_factory=dict)
     details: object = field(default=None, repr=False, compare=False)
-    # hookviz.record.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce
-    # whose result leaf_grads holds; None for a model that is not data-parallel.
     local_leaf_grads: dict[str, torch.Tensor | None] | None = None
     input_names: list[str] = field(default_factory=list)
 
@@ -328,7 +356,11 @@ class Run(Deferrable):
         return g
 
     def canonical_name(self, name: str) -> str:
-        """The first name of a module or parameter known by several (tied weights); else ``name``."""
+        """The first name of a module or parameter known by several (tied weights); else ``name``.
+
+        Args:
+            name: a module's or parameter's qualified name.
+        """
         return self.module_aliases.get(name) or self.parameter_aliases.get(name) or name
 
     @property
@@ -370,8 +402,9 @@ class Run(Deferrable):
             DetailsNotReproduced: recorded again, a gradient differs (e.g. a hook of the user's
                 was removed since).
             DetailsUnavailable: nothing is left to record them from (a run loaded from a file).
-            Anything the model, ``loss_fn``, a hook or an edit raises while recording them
-            (e.g. :class:`~hookviz.errors.ForwardError`) propagates; the records stay pending.
+            Exception: anything the model, ``loss_fn``, a hook or an edit raises while recording
+                them (e.g. :class:`~hookviz.errors.ForwardError`) propagates; the records stay
+                pending.
         """
         if self.details is not None:
             self.details.fill()
@@ -384,7 +417,14 @@ class Run(Deferrable):
         return self
 
     def node(self, node_id: str) -> NodeRecord:
-        """The record of ``node_id``. Raises TargetError (with close matches) when unknown."""
+        """The record of one node of the graph.
+
+        Args:
+            node_id: a node id (``"SubBackward0_0"``) or a leaf name (``"x"``, ``"fc1.weight"``).
+
+        Raises:
+            TargetError: no such node (the message lists close matches).
+        """
         try:
             return self.nodes[node_id]
         except KeyError:
@@ -396,13 +436,24 @@ class Run(Deferrable):
         return list(self.leaf_grads)
 
     def leaf_grad(self, name: str, local: bool = False) -> torch.Tensor | None:
-        """The gradient of a leaf (forward argument or parameter qualified name), as ``.grad`` would hold it.
+        """The gradient of a leaf, as ``.grad`` would hold it after a plain ``loss.backward()``.
 
         On a DDP or FSDP2 model that is the mean over ranks (full, unsharded), and ``local=True``
         gives this rank's own gradient before the all-reduce (see :mod:`hookviz.record.distributed`).
-        Returns None when the leaf got no gradient. A tied parameter answers to every name it has
-        (so does a DDP model's parameter: ``"0.weight"`` for ``"module.0.weight"``).
-        Raises TargetError for an unknown name.
+
+        Args:
+            name: a forward argument's name (``"x"``) or a parameter's qualified name
+                (``"fc1.weight"``). A tied parameter answers to every name it has (so does a DDP
+                model's parameter: ``"0.weight"`` for ``"module.0.weight"``).
+            local: on a data-parallel model, this rank's gradient before the all-reduce; ignored
+                on any other model.
+
+        Returns:
+            the gradient (same shape, dtype and device as the leaf), or None when the leaf got
+            no gradient.
+
+        Raises:
+            TargetError: no leaf of that name.
         """
         name = self.canonical_name(name)
         grads = self.local_leaf_grads if local and self.local_leaf_grads is not None else self.leaf_grads
@@ -416,7 +467,15 @@ class Run(Deferrable):
         return list(dict.fromkeys(call.module for call in self.calls))
 
     def module_io(self, name: str, call: int = 0) -> ModuleCall:
-        """What forward pre-hooks and forward hooks of module ``name`` saw at its ``call``-th call."""
+        """What forward pre-hooks and forward hooks of a module saw at one of its calls.
+
+        Args:
+            name: the module's qualified name ("" = the root module).
+            call: which call of that module (0 for the first; a module called twice has 0 and 1).
+
+        Raises:
+            TargetError: no module of that name ran, or it ran fewer than ``call + 1`` times.
+        """
         name = self.canonical_name(name)
         calls = [c for c in self.calls if c.module == name]
         if not calls:
@@ -433,6 +492,14 @@ class Run(Deferrable):
         as the deprecated ``register_backward_hook`` sees them, which are the ``grad_inputs`` and
         ``grad_outputs`` of the Node that made the module's output (its last op), not of the module.
         Source: ``torch.nn.Module.register_backward_hook`` docs (deprecated for this reason).
+
+        Args:
+            name: the module's qualified name ("" = the root module).
+            legacy: the deprecated ``register_backward_hook``'s view instead of the full hook's.
+            call: which call of that module (0 for the first).
+
+        Raises:
+            TargetError: no module of that name ran, or it ran fewer than ``call + 1`` times.
         """
         record = self.module_io(name, call)
         if legacy:
@@ -443,7 +510,14 @@ class Run(Deferrable):
         return ModuleGrads(record.grad_input, record.grad_output, legacy=False, fires=record.full_hook_fires)
 
     def hooks_at(self, node_id: str) -> list[HookCall]:
-        """The hook calls (user hooks and edits) that fired at ``node_id``, in order."""
+        """The hook calls (user hooks and edits) that fired at a node, in order.
+
+        Args:
+            node_id: a node id or leaf name, as for :meth:`node`.
+
+        Raises:
+            TargetError: no such node.
+        """
         self.node(node_id)
         return [h for h in self.hook_calls if h.node == node_id]
 
@@ -485,10 +559,17 @@ class LeafDiff:
 class Diff:
     """Per node and per leaf: before, after, changed. See :func:`diff`.
 
-    ``unfilled``: ``"before"`` / ``"after"`` -> why that lazy run's details could not be
-    recorded (:meth:`Run.fill_details` refused); its nodes were then compared by the shape, dtype
-    and norm of each gradient only (equal norms do not prove equal values). Empty when every node
-    was compared by its values."""
+    Attributes:
+        nodes: by node id, the two runs' records of that node and whether any of its gradients
+            changed (a ``NodeDiff``: ``before``, ``after``, ``changed``; a node in one run only has
+            None on the other side).
+        leaves: by leaf name, the two gradients and whether they differ (a ``LeafDiff``:
+            ``before``, ``after``, ``changed``).
+        unfilled: ``"before"`` / ``"after"`` -> why that lazy run's details could not be recorded
+            (:meth:`Run.fill_details` refused); its nodes were then compared by the shape, dtype
+            and norm of each gradient only (equal norms do not prove equal values). Empty when
+            every node was compared by its values.
+    """
 
     nodes: dict[str, NodeDiff]
     leaves: dict[str, LeafDiff]
@@ -556,6 +637,13 @@ def diff(before: Run, after: Run) -> Diff:
     (:meth:`Run.fill_details`). When that refuses (the model changed since the run), the refusal
     is kept in ``Diff.unfilled`` and that run's nodes are compared by what its records hold
     (shape, dtype, norm); any other error propagates. Leaves are always compared exactly.
+
+    Args:
+        before: the first run (usually the baseline).
+        after: the run to compare with it (usually after an edit), of the same model.
+
+    Returns:
+        the :class:`Diff`.
     """
     unfilled = {}
     for label, run in (("before", before), ("after", after)):

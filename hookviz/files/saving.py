@@ -325,17 +325,18 @@ def load(path: str | Path):
         Every tensor comes back on CPU, equal (``torch.equal``) to the one saved.
 
     Raises:
-        FileFormatError (a HookvizError), naming the file and the problem: a pickle /
-        ``torch.save`` file (refused, never unpickled), a file that is not a hookviz file (refused
-        after reading its header, whatever its size), a truncated or corrupt file, a value whose type
-        is not the one :mod:`hookviz.files.schema` gives it or that is out of its bounds (a number
-        too large for an int64 or a float64, a negative count, a loss that is not 0-dim: the place
-        is named, ``run.nodes['x'].order``), an unknown record type or field, an edit whose text is
-        not an expression, sparse tensors that would take more than :data:`SPARSE_EXPANSION` times
-        the file's size, a version this hookviz does not read.
+        FileFormatError: (a HookvizError) naming the file and the problem: a pickle /
+            ``torch.save`` file (refused, never unpickled), a file that is not a hookviz file
+            (refused after reading its header, whatever its size), a truncated or corrupt file, a
+            value whose type is not the one :mod:`hookviz.files.schema` gives it or that is out of
+            its bounds (a number too large for an int64 or a float64, a negative count, a loss that
+            is not 0-dim: the place is named, ``run.nodes['x'].order``), an unknown record type or
+            field, an edit whose text is not an expression, sparse tensors that would take more
+            than :data:`SPARSE_EXPANSION` times the file's size, a version this hookviz does not
+            read.
         FileNotFoundError: no such file.
-        PathError (a HookvizError and an OSError): ``path`` is a folder, a FIFO, a socket or a
-        device; it is refused before it is opened, and never blocks.
+        PathError: (a HookvizError and an OSError) ``path`` is a folder, a FIFO, a socket or a
+            device; it is refused before it is opened, and never blocks.
     """
     import safetensors
     import safetensors.torch

@@ -40,6 +40,12 @@ from hookviz.record.own_pass import own_pass
 class Session:
     """A model + inputs + loss + edits; :meth:`run` records a forward + backward as a :class:`Run`.
 
+    Forward passes get copies of the input tensors that do not require grad, so an in-place op in
+    the model never changes the user's data and a fresh forward reproduces the first (inputs that
+    require grad are passed as they are: PyTorch refuses in-place ops on them). A
+    ``torch.compile``d model is recorded through its original module (``_orig_mod``), run eagerly,
+    with a note in ``Run.notes``.
+
     Args:
         model: any ``torch.nn.Module``. It is used in the mode (train/eval) it is in.
         args: positional inputs of ``model.forward`` (a tuple, or one tensor).
@@ -51,11 +57,6 @@ class Session:
             the run marks them (``Run.asked_grads``), since the model itself never asks for them
             and PyTorch's hooks see None there. By default a run computes exactly what the model
             computes.
-        Forward passes get copies of the input tensors that do not require grad, so an in-place
-        op in the model never changes the user's data and a fresh forward reproduces the first
-        (inputs that require grad are passed as they are: PyTorch refuses in-place ops on them).
-        A ``torch.compile``d model is recorded through its original module (``_orig_mod``), run
-        eagerly, with a note in ``Run.notes``.
         full_tensor_limit: tensors with at most this many elements are kept whole in the run;
             larger ones keep statistics and a histogram.
         histogram_bins: bins of those histograms (0: none).
@@ -364,6 +365,8 @@ class Session:
     def edit(self, target: str, slot: str, transform) -> Edit:
         """Attach ``transform`` to a hook site; it takes effect on the next :meth:`run`.
 
+        A session with no run yet records one first, to know the graph.
+
         Args:
             target: a node id (``"SubBackward0_0"``), a leaf name (``"x"``, ``"fc1.weight"``) or a
                 module's qualified name (``""`` = the root module).
@@ -376,9 +379,10 @@ class Session:
             the :class:`~hookviz.edits.edit.Edit` (also appended to ``self.edits``).
 
         Raises:
-            TargetError: unknown target or slot. ExpressionError: malformed or forbidden
-            expression. EditError: the expression gives the wrong shape/dtype for that site.
-        A session with no run yet records one first, to know the graph.
+            TargetError: unknown target, or a slot that target does not have.
+            ExpressionError: a malformed or forbidden expression.
+            EditError: the edit cannot apply at that site (the message says why and what to do
+                instead), or the expression gives the wrong shape or dtype there.
         """
         new = Edit.make(target, slot, transform)
         if self.last_run is None:
@@ -478,7 +482,14 @@ class Session:
         return records[slot.index]
 
     def remove_edit(self, edit: Edit | str) -> None:
-        """Remove an edit (the object or its id). Raises TargetError when it is not active."""
+        """Remove an edit; the next run is without it.
+
+        Args:
+            edit: the :class:`Edit` :meth:`edit` returned, or its id (``"e3"``).
+
+        Raises:
+            TargetError: no such edit is active.
+        """
         for i, existing in enumerate(self.edits):
             if existing is edit or existing.id == edit:
                 del self.edits[i]
@@ -490,7 +501,21 @@ class Session:
         self.edits.clear()
 
     def sites(self, target: str) -> list[str]:
-        """The editable slots at a node id, leaf name or module name (from the last run)."""
+        """The editable slots at a node, leaf or module, read from the last run.
+
+        A session that has not run yet runs once first (:meth:`run`).
+
+        Args:
+            target: a node id (``"SubBackward0_0"``), a leaf name (``"x"``) or a module's
+                qualified name ("" = the root module).
+
+        Returns:
+            slots such as ``["grad_inputs[0]", "grad_outputs[0]"]`` (a node) or
+            ``["grad_input[0]", "grad_output[0]"]`` (a module), each one :meth:`edit` accepts.
+
+        Raises:
+            TargetError: no such node, leaf or module.
+        """
         run = self.last_run or self.run()
         if target in run.nodes:
             return list(run.nodes[target].sites)

@@ -178,7 +178,9 @@ class RankHistory:
     Attributes:
         ranks: global ranks, in the order of the first axis of ``local``.
         steps: kept step numbers, ascending (the union over ranks).
-        names, kinds: as :class:`hookviz.watching.watch.History` (parameters, then module outputs).
+        names: parameter and module names, one column each (parameters first), as in
+            :class:`hookviz.watching.watch.History`.
+        kinds: ``"parameter"`` or ``"output"`` per name.
         local: float64 ``[len(ranks), len(steps), len(names), 4]``: each rank's own gradients before
             the all-reduce; the last axis is :data:`STATISTICS` (norm, max |grad|, NaN+Inf count,
             fraction of exact zeros). NaN where a rank recorded no gradient for a name at a step.
@@ -242,9 +244,10 @@ class RankHistory:
     def norms(
         self, step: int | None = None, rank: int | None = None, kind: str | None = None
     ) -> dict[str, float]:
-        """``{name: gradient norm}`` at ``step`` (None = the last kept).
+        """``{name: gradient norm}`` at one step: the 2-norm of each gradient, as a Python float.
 
         Args:
+            step: a kept step number (see ``steps``); None for the last kept.
             rank: None for the reduced norms (parameters only: what ``.grad`` holds after the
                 all-reduce); a rank for that rank's local, pre-reduce norms (parameters and module
                 outputs).
@@ -274,8 +277,15 @@ class RankHistory:
         }
 
     def history(self, rank: int | None = None):
-        """One rank's local statistics (or, with None, the reduced ones) as a
-        :class:`hookviz.watching.watch.History`."""
+        """One rank's local statistics (or the reduced ones) as a :class:`hookviz.watching.watch.History`.
+
+        Args:
+            rank: a rank of ``ranks``; None for the reduced statistics (``.grad`` after the
+                all-reduce; NaN for module outputs).
+
+        Raises:
+            WatchError: ``rank`` is not in this history.
+        """
         table = self.reduced if rank is None else self.local[self._rank(rank)]
         return History(
             list(self.steps), list(self.names), list(self.kinds), *(table[:, :, i].clone() for i in range(4))
@@ -293,8 +303,14 @@ class RankHistory:
         """Cross-rank findings (see the module docstring): ``"nan"``, ``"diverging"``, ``"unused"``.
 
         Each :class:`~hookviz.analysis.findings.Finding` has ``rank`` and ``step`` set (``unused``: the
-        first rank that lacked the gradient). ``diverge``: the ratio to the other ranks' median
-        local norm above which a rank is said to diverge (> 1).
+        first rank that lacked the gradient).
+
+        Args:
+            diverge: the ratio to the other ranks' median local norm above which a rank is said
+                to diverge (a number above 1; default 10).
+
+        Raises:
+            WatchError: ``diverge`` is not a number above 1.
         """
         if not (isinstance(diverge, (int, float)) and diverge > 1):
             raise WatchError(f"diverge={diverge!r} must be a number above 1 (a ratio of norms)")
@@ -426,8 +442,18 @@ class RankHistory:
         return found
 
     def heatmap(self, rank: int | None = None, kind: str = "parameter"):
-        """A plotly heatmap, names x steps, of log10 of the gradient norm: of ``rank``'s local
-        gradients, or (None) of the reduced ones."""
+        """A plotly heatmap, names x steps, of log10 of the gradient norm.
+
+        Args:
+            rank: whose local gradients to show; None for the reduced ones.
+            kind: ``"parameter"`` or ``"output"`` (module outputs; local ranks only).
+
+        Returns:
+            a ``plotly.graph_objects.Figure``.
+
+        Raises:
+            WatchError: ``rank`` is not in this history.
+        """
         import plotly.graph_objects as go
 
         history = self.history(rank)

@@ -9,8 +9,8 @@ module called twice) are merged by :func:`hookviz.stats.reduce.combine`; one gra
 to a column twice (a module called twice whose outputs get one gradient, ``a + b``) counts twice,
 as two equal gradients would.
 
-Gradients wait for :meth:`finish`, where each (device, dtype) is reduced in a few batched calls and
-read back with one host transfer. On CPU a batch is reduced as soon as it holds ``FLUSH_BYTES`` of
+Gradients wait for :meth:`StepReducer.finish`, where each (device, dtype) is reduced in a few batched
+calls and read back with one host transfer. On CPU a batch is reduced as soon as it holds ``FLUSH_BYTES`` of
 gradients, so a large model's module-output gradients are not all held to the end of the backward.
 """
 
