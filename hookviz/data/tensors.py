@@ -53,9 +53,11 @@ class TensorRecord(Fillable):
         numel: number of elements.
         value: a detached CPU copy when ``numel`` is at most the run's full-tensor limit, else None.
         norm: 2-norm over all elements (``torch.linalg.vector_norm``); None for an empty tensor.
-        mean, min, max: over all elements; None for an empty tensor. NaN propagates into them. min
-            and max are exact: ints for an integer tensor.
-        nan_count, inf_count: number of NaN and of +/-Inf elements.
+        mean: over all elements; None for an empty tensor; NaN propagates.
+        min: over all elements, exact (an int for an integer tensor); None for an empty tensor.
+        max: over all elements, exact (an int for an integer tensor); None for an empty tensor.
+        nan_count: number of NaN elements.
+        inf_count: number of +/-Inf elements.
         zero_fraction: fraction of elements exactly equal to 0 (0.0 for an empty tensor).
         histogram: ``(counts, edges)`` with ``len(edges) == len(counts) + 1`` over ``[min, max]``,
             for tensors of more than ``HISTOGRAM_ABOVE`` (16) elements with finite min and max
@@ -115,7 +117,11 @@ class TensorRecord(Fillable):
     def to_dict(self, fields: tuple[str, ...] | None = None) -> dict:
         """A JSON-safe dict of every field, or of ``fields`` only (in that order; the others are
         not read, so a lazy record fills nothing for them); NaN/Inf become the strings "nan",
-        "inf", "-inf"."""
+        "inf", "-inf".
+
+        Args:
+            fields: names of the fields to write, in that order; None for every field.
+        """
         return {name: _JSON_FIELD[name](self) for name in (fields or _JSON_FIELD)}
 
     def __repr__(self) -> str:

@@ -164,7 +164,7 @@ class BackwardRecorder:
         self.hook_calls.append((call, tuple(before), tuple(after)))
 
     def user_hook_called(self, call: HookCall, before: tuple, after: tuple) -> None:
-        """Record a call of a user's hook (made by :func:`wrap_user_hook`)."""
+        """Record a call of a user's hook (made by :func:`hookviz.record.user_hooks.wrapped_user_hooks`)."""
         self.events.append(
             Event(call.step, "user_hook", call.node, f"{call.kind} {call.name} @ {call.where}")
         )

@@ -196,8 +196,11 @@ class RankHistory:
             run=run)``) so that ``hookviz.show(history)`` can draw the norms on its graph; or None.
         update_ratio: float64 ``[len(steps), len(names)]``: ``‖Δw‖ / ‖w‖`` per parameter and step
             (``optimizer=``; of the rank that holds the history), NaN elsewhere; None in older files.
-        optimizers, skipped, learning_rates, loss_scales: per step, as
-            :class:`hookviz.watching.history.StepInfo` holds them (empty in older files).
+        optimizers: per step, the name of the optimizer whose ``step()`` it is (``""``: a step is a
+            backward), as :class:`hookviz.watching.history.StepInfo` holds it; empty in older files.
+        skipped: per step, whether the ``GradScaler`` skipped ``optimizer.step()``; empty in older files.
+        learning_rates: per step, each param group's learning rate; empty in older files.
+        loss_scales: per step, the ``GradScaler``'s scale (NaN without one); empty in older files.
         notes: what a step is and whether its gradients carry a loss scale (``Watch.notes``).
     """
 

@@ -98,6 +98,19 @@ class Watch:
     Use :func:`watch` to make one. It is a context manager; :meth:`close` removes every hook it
     added (also when the ``with`` body raises). Reading: :attr:`history`, :meth:`norms`,
     :meth:`diagnose`; plots: :meth:`heatmap`, :meth:`lines`, :meth:`diagnosis_over_time`.
+
+    Args:
+        model: the model being trained.
+        every: record every ``every``-th step (1 = every step).
+        parameters: record each parameter's gradient (its ``.grad`` once a backward accumulated).
+        outputs: also record the gradient w.r.t. each module's output (opt-in: a hook per output).
+        capacity: steps kept before thinning (at least 2).
+        optimizer: None, an optimizer or a list of them: a step is one ``optimizer.step()``
+            (as :func:`watch`).
+        scaler: the loop's ``torch.amp.GradScaler``, or None (as :func:`watch`).
+
+    Raises:
+        WatchError: no parameter requires grad; the model already has an open watch; bad arguments.
     """
 
     def __init__(
@@ -257,6 +270,9 @@ class Watch:
         backward, at its end, before ``backward()`` returns: it must be quick (hand the work to
         another thread) and must not call backward. An exception in it is turned into a
         warning, so it never breaks the training step.
+
+        Args:
+            listener: a callable ``listener(step, row)`` (see above).
 
         Returns:
             a ``torch.utils.hooks.RemovableHandle``; ``handle.remove()`` unsubscribes.
@@ -462,6 +478,10 @@ class Watch:
         root module; the norm of the gradient w.r.t. its output). ``kind="parameter"`` or
         ``"output"`` keeps one of the two. Names that got no gradient in that step are left out.
         This is what the widget colours the graph by.
+
+        Args:
+            step: a kept step number (see ``steps``); None for the last kept.
+            kind: ``"parameter"``, ``"output"`` or None for both.
         """
         if kind not in (None, "parameter", "output"):
             raise WatchError(f"kind={kind!r} must be None, 'parameter' or 'output'")
@@ -475,7 +495,11 @@ class Watch:
     def update_ratios(self, step: int | None = None) -> dict[str, float]:
         """``{parameter name: ‖w_after - w_before‖ / ‖w_after‖}`` of the update ``step`` (None = the
         last kept) made, per parameter it updated: the learning-rate diagnostic (healthy near 1e-3).
-        Empty without ``optimizer=`` and for a skipped step."""
+        Empty without ``optimizer=`` and for a skipped step.
+
+        Args:
+            step: a kept step number; None for the last kept.
+        """
         step, _ = self._row(step)
         with self._lock:
             ratios = self._ratios[self._steps.index(step), : len(self.parameter_names)].tolist()
@@ -483,12 +507,20 @@ class Watch:
 
     def learning_rates(self, step: int | None = None) -> list[float]:
         """Each param group's learning rate at ``step`` (None = the last kept), read before the
-        optimizer stepped; empty without ``optimizer=``."""
+        optimizer stepped; empty without ``optimizer=``.
+
+        Args:
+            step: a kept step number; None for the last kept.
+        """
         return list(self._step_info(self._row(step)[0]).learning_rates)
 
     def step_optimizer(self, step: int | None = None) -> str | None:
         """The name of the optimizer whose ``step()`` kept step ``step`` is (its class, with its place
-        in ``optimizer=[...]`` when several share a class); None without ``optimizer=``."""
+        in ``optimizer=[...]`` when several share a class); None without ``optimizer=``.
+
+        Args:
+            step: a kept step number; None for the last kept.
+        """
         return self._step_info(self._row(step)[0]).optimizer or None
 
     @property
@@ -498,7 +530,11 @@ class Watch:
             return [s for s, i in zip(self._steps, self._info) if i.skipped]
 
     def loss_scale(self, step: int | None = None) -> float | None:
-        """The ``GradScaler``'s scale at ``step`` (None = the last kept); None without ``scaler=``."""
+        """The ``GradScaler``'s scale at ``step`` (None = the last kept); None without ``scaler=``.
+
+        Args:
+            step: a kept step number; None for the last kept.
+        """
         scale = self._step_info(self._row(step)[0]).loss_scale
         return None if math.isnan(scale) else scale
 
@@ -507,7 +543,11 @@ class Watch:
             return self._info[self._steps.index(step)]
 
     def layer_norms(self, step: int | None = None) -> dict[str, float]:
-        """``{module name: 2-norm of its parameters' gradients}`` at ``step``, nearest the loss first."""
+        """``{module name: 2-norm of its parameters' gradients}`` at ``step``, nearest the loss first.
+
+        Args:
+            step: a kept step number; None for the last kept.
+        """
         _, row = self._row(step)
         layers: dict[str, float] = {}
         firsts: dict[str, int] = {}
@@ -523,13 +563,17 @@ class Watch:
     def diagnose(self, step: int | None = None, group: bool = True, **thresholds: float) -> list[Finding]:
         """Findings at ``step`` (None = the last kept step) from the recorded statistics.
 
-        ``group``: one finding per run of layers in a row with the same problem, with its range
-        (as :func:`hookviz.analysis.diagnose.diagnose`); False gives one per layer.
-
         Vanishing, exploding and dead updates per layer (as :func:`hookviz.analysis.diagnose.diagnose`,
         same thresholds), dead outputs (a module whose output gradient is at least ``dead``
         exactly zero) and NaN/Inf (the first name, in the order gradients arrived in backward,
         whose gradient holds NaN/Inf). Saturation needs forward values, which a watch does not keep.
+
+        Args:
+            step: a kept step number (see ``steps``); None for the last kept.
+            group: one finding per run of layers in a row with the same problem, with its range
+                (as :func:`hookviz.analysis.diagnose.diagnose`); False gives one per layer.
+            **thresholds: any of ``vanishing``, ``exploding``, ``exploding_norm``, ``dead`` (as
+                :func:`hookviz.analysis.diagnose.diagnose`).
         """
         limits = check_thresholds(thresholds)
         step, row = self._row(step)
@@ -542,17 +586,33 @@ class Watch:
     # ------------------------------------------------------------------ plots
 
     def heatmap(self, kind: str = "parameter", statistic: str = "norm"):
-        """A plotly heatmap, names x steps, of log10 of ``statistic`` (``"norm"`` or ``"max_abs"``;
-        ``"zero_fraction"`` and ``"nonfinite"`` as they are). ``kind``: ``"parameter"`` or ``"output"``."""
+        """A plotly heatmap, names x steps, of ``statistic`` per name and step.
+
+        Args:
+            kind: ``"parameter"`` or ``"output"``.
+            statistic: ``"norm"`` or ``"max_abs"`` (drawn as log10), ``"zero_fraction"`` or
+                ``"nonfinite"`` (as they are).
+
+        Returns:
+            a ``plotly.graph_objects.Figure``.
+        """
         return plots.heatmap(self._history_or_error(), kind, statistic)
 
     def lines(self, names: Sequence[str] | None = None, statistic: str = "norm"):
-        """A plotly line chart of ``statistic`` over steps for ``names`` (default: every layer's
-        first parameter), log y axis for norms."""
+        """A plotly line chart of ``statistic`` over steps, log y axis for norms.
+
+        Args:
+            names: parameter or module names; None for every layer's first parameter.
+            statistic: as for :meth:`heatmap`.
+        """
         return plots.lines(self._history_or_error(), self.parameter_names, names, statistic)
 
     def diagnosis_over_time(self, **thresholds: float):
-        """A plotly scatter of the findings of every kept step: x = step, y = module, colour = kind."""
+        """A plotly scatter of the findings of every kept step: x = step, y = module, colour = kind.
+
+        Args:
+            **thresholds: as for :meth:`diagnose`.
+        """
         history = self._history_or_error()
         findings = [f for step in history.steps for f in self.diagnose(step, group=False, **thresholds)]
         return plots.diagnosis_over_time(findings)
@@ -561,9 +621,15 @@ class Watch:
         """Bring every rank's history to rank ``dst``; a collective, call it on every rank.
 
         Returns a :class:`~hookviz.watching.gather.RankHistory` on ``dst`` (also kept as
-        ``self.gathered``, which :meth:`save` writes), None elsewhere. Cost and findings: see
-        :mod:`hookviz.watching.gather`. Raises WatchError without a process group or when the ranks
-        watch different names.
+        ``self.gathered``, which :func:`hookviz.save` writes), None elsewhere. Cost and findings:
+        see :mod:`hookviz.watching.gather`.
+
+        Args:
+            dst: the rank that receives the history.
+            group: the ``torch.distributed`` process group; None for the default one.
+
+        Raises:
+            WatchError: no process group, or the ranks watch different names.
         """
         self.gathered = watch_gather.gather(self, dst, group)
         return self.gathered
@@ -573,9 +639,12 @@ class Watch:
         :meth:`gather`, on ``dst``) or else this process's, as a
         :class:`~hookviz.watching.gather.RankHistory`.
 
-        ``run``: a :class:`hookviz.Run` of the same model to keep with it, so that
-        ``hookviz.show(hookviz.load(path))`` draws the norms on its graph. Raises WatchError when
-        no step was recorded.
+        Args:
+            run: a :class:`hookviz.Run` of the same model to keep with it, so that
+                ``hookviz.show(hookviz.load(path))`` draws the norms on its graph.
+
+        Raises:
+            WatchError: no step was recorded.
         """
         self._row(None)
         history = self.gathered if self.gathered is not None else watch_gather.from_watch(self)

@@ -48,7 +48,7 @@ def sync_edits(widget) -> None:
 
 
 def apply_edit(widget, target: str, slot: str, expression: str) -> str | None:
-    """:meth:`Widget.apply_edit`: add an edit; its id, or None."""
+    """:meth:`hookviz.widget.widget.Widget.apply_edit`: add an edit; its id, or None."""
     try:
         edit = widget.session.edit(target, slot, expression)
     except HookvizError as error:
@@ -61,7 +61,7 @@ def apply_edit(widget, target: str, slot: str, expression: str) -> str | None:
 
 
 def remove_edit(widget, edit_id: str) -> bool:
-    """:meth:`Widget.remove_edit`: remove one edit by id."""
+    """:meth:`hookviz.widget.widget.Widget.remove_edit`: remove one edit by id."""
     try:
         widget.session.remove_edit(edit_id)
     except HookvizError as error:
@@ -74,7 +74,7 @@ def remove_edit(widget, edit_id: str) -> bool:
 
 
 def reset_edits(widget) -> None:
-    """:meth:`Widget.reset_edits`: remove every edit."""
+    """:meth:`hookviz.widget.widget.Widget.reset_edits`: remove every edit."""
     widget.session.clear_edits()
     with widget.hold_sync():
         sync_edits(widget)
@@ -82,7 +82,7 @@ def reset_edits(widget) -> None:
 
 
 def rerun(widget, device: str | None = None, forward: bool = False) -> bool:
-    """:meth:`Widget.rerun`: run again with the current edits; True on success."""
+    """:meth:`hookviz.widget.widget.Widget.rerun`: run again with the current edits; True on success."""
     device = device or widget.device
     try:
         if device not in widget.devices:

@@ -11,7 +11,8 @@ _MAX_TEXT = 4096
 
 
 def handle_message(widget, content: Any) -> dict:
-    """:meth:`Widget.handle_message`: validate and dispatch one request from the page; never raises."""
+    """:meth:`hookviz.widget.widget.Widget.handle_message`: validate and dispatch one request from
+    the page; never raises."""
     kind = content.get("type") if isinstance(content, dict) else None
     try:
         ok, error = _dispatch(widget, content)

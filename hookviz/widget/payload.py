@@ -1,11 +1,12 @@
 """Run -> JSON: the values every payload the widget's page draws is written with.
 
 The payloads are plain JSON-safe dicts and lists made by pure functions of a :class:`hookviz.Run`
-(and the baseline run to compare with), one module per thing the page draws: :mod:`.graph`,
-:mod:`.inspector`, :mod:`.leaf_table`, :mod:`.chart`, :mod:`.replay`, :mod:`.diagnosis` and
-:mod:`.watch_json`; no traitlets there, so they are tested and timed on their own. Numbers that
-JSON cannot hold (NaN, Inf) become the strings ``"nan"``, ``"inf"``, ``"-inf"``, as
-:meth:`TensorRecord.to_dict` writes them.
+(and the baseline run to compare with), one module per thing the page draws:
+:mod:`hookviz.widget.graph`, :mod:`hookviz.widget.inspector`, :mod:`hookviz.widget.leaf_table`,
+:mod:`hookviz.widget.chart`, :mod:`hookviz.widget.replay`, :mod:`hookviz.widget.diagnosis` and
+:mod:`hookviz.widget.watch_json`; no traitlets there, so they are tested and timed on their own.
+Numbers that JSON cannot hold (NaN, Inf) become the strings ``"nan"``, ``"inf"``, ``"-inf"``, as
+:meth:`hookviz.data.tensors.TensorRecord.to_dict` writes them.
 
 Every number the page shows comes with its text, written here by :mod:`hookviz.text` (and every
 colour by :mod:`hookviz.colors`): the page draws the text and formats nothing, so Python and the
@@ -23,8 +24,8 @@ SHOWN_ELEMENTS = 16
 
 
 def tensor_text(data: dict) -> dict:
-    """What the page shows of a tensor's JSON (:meth:`TensorRecord.to_dict`, any subset of its
-    fields), as text: ``norm``, ``mean``, ``min``, ``max``, ``abs_max`` (the larger of ``|min|``
+    """What the page shows of a tensor's JSON (:meth:`hookviz.data.tensors.TensorRecord.to_dict`, any
+    subset of its fields), as text: ``norm``, ``mean``, ``min``, ``max``, ``abs_max`` (the larger of ``|min|``
     and ``|max|``), ``zeros`` (``zero_fraction`` as a percentage), ``value`` (only for a tensor of
     at most :data:`SHOWN_ELEMENTS` elements whose values are kept), ``histogram`` (its first and
     last edge, ``"lo … hi"``), ``overview_max`` (the largest block of its overview). Keys of
@@ -49,8 +50,8 @@ def tensor_text(data: dict) -> dict:
 
 
 def tensor_json(record, fields=None) -> dict | None:
-    """A TensorRecord (or None) as JSON (:meth:`TensorRecord.to_dict` of ``fields``, default all),
-    with the ``text`` the page shows of it (:func:`tensor_text`)."""
+    """A TensorRecord (or None) as JSON (:meth:`hookviz.data.tensors.TensorRecord.to_dict` of
+    ``fields``, default all), with the ``text`` the page shows of it (:func:`tensor_text`)."""
     if record is None:
         return None
     data = record.to_dict() if fields is None else record.to_dict(fields)

@@ -14,7 +14,7 @@ from hookviz.widget.tree import MODULE_PREFIX
 
 
 def select(widget, target: str) -> bool:
-    """:meth:`Widget.select`: select the node or module named ``target``."""
+    """:meth:`hookviz.widget.widget.Widget.select`: select the node or module named ``target``."""
     found = _element(widget, target)
     if found is None:
         widget._set_error(
@@ -33,7 +33,7 @@ def select(widget, target: str) -> bool:
 
 
 def search(widget, query: str) -> None:
-    """:meth:`Widget.search`: ask the page to search for ``query``."""
+    """:meth:`hookviz.widget.widget.Widget.search`: ask the page to search for ``query``."""
     with widget.hold_sync():
         if widget.query == query:  # asked again: the page searches again
             widget.query = ""

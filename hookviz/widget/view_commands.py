@@ -10,7 +10,7 @@ VIEWS = ("ops", "modules")
 
 
 def set_view(widget, view: str) -> bool:
-    """:meth:`Widget.set_view`: show the view ``view`` ("ops" or "modules")."""
+    """:meth:`hookviz.widget.widget.Widget.set_view`: show the view ``view`` ("ops" or "modules")."""
     if view not in VIEWS:
         widget._set_error("view", f"view {view!r} does not exist; use 'ops' or 'modules'")
         return False
@@ -22,7 +22,7 @@ def set_view(widget, view: str) -> bool:
 
 
 def toggle_group(widget, module: str) -> bool:
-    """:meth:`Widget.toggle_group`: ask the page to open or close ``module``'s box."""
+    """:meth:`hookviz.widget.widget.Widget.toggle_group`: ask the page to open or close ``module``'s box."""
     if module not in {g["module"] for g in widget.graph.get("groups", [])}:
         widget._set_error("group", f"module {module!r} has no box in this graph")
         return False
@@ -32,12 +32,12 @@ def toggle_group(widget, module: str) -> bool:
 
 
 def collapse_all(widget) -> None:
-    """:meth:`Widget.collapse_all`: ask the page to close every top-level box."""
+    """:meth:`hookviz.widget.widget.Widget.collapse_all`: ask the page to close every top-level box."""
     _ask_page(widget, {"command": "collapse_all"})
 
 
 def expand_all(widget) -> None:
-    """:meth:`Widget.expand_all`: open every module box."""
+    """:meth:`hookviz.widget.widget.Widget.expand_all`: open every module box."""
     widget.collapsed = []
 
 

@@ -77,6 +77,7 @@ class Widget(anywidget.AnyWidget):
             None: the page's default (40).
         vanishing_threshold: a layer's gradient "vanishes" below this fraction of the gradient of
             the layer nearest the loss: the chart's line and the diagnosis banner use it alike.
+        **kwargs: passed to ``anywidget.AnyWidget`` (ipywidgets options such as ``layout``).
 
     Raises:
         HookvizError: when the first run fails (there is nothing to show yet).
@@ -241,13 +242,21 @@ class Widget(anywidget.AnyWidget):
 
         The name must be exact; :meth:`search` takes part of a name. Returns False (and sets
         ``errors["select"]``) when nothing is named so.
+
+        Args:
+            target: a node id (``"SubBackward0_0"``), a leaf name, ``"module:<name>"`` or a
+                module's qualified name.
         """
         return selection.select(self, target)
 
     def search(self, query: str) -> None:
         """Search the graph as the page's search box does: the page selects the best match of
         part of a module name, op node id or leaf name (exact name first, then a name ending with
-        it, then the shortest; ``find`` in ``js/src/logic.js``), and ``selected`` follows."""
+        it, then the shortest; ``find`` in ``js/src/logic.js``), and ``selected`` follows.
+
+        Args:
+            query: part of a module name, op node id or leaf name.
+        """
         selection.search(self, query)
 
     @traitlets.observe("selected")
@@ -259,11 +268,23 @@ class Widget(anywidget.AnyWidget):
 
     def apply_edit(self, target: str, slot: str, expression: str) -> str | None:
         """Add an edit (applied at the next :meth:`rerun`). Returns its id, or None and sets
-        ``errors["edit"]`` when the target, slot or expression is bad."""
+        ``errors["edit"]`` when the target, slot or expression is bad.
+
+        Args:
+            target: what to edit, as for :meth:`hookviz.Session.edit` (a node id, a leaf name or a
+                module's qualified name).
+            slot: which gradient of the target, as for :meth:`hookviz.Session.edit`.
+            expression: the new gradient, an expression of the safe expression language (a
+                string here, where ``Session.edit`` also takes a callable).
+        """
         return editing.apply_edit(self, target, slot, expression)
 
     def remove_edit(self, edit_id: str) -> bool:
-        """Remove one edit by id (takes effect at the next re-run)."""
+        """Remove one edit by id (takes effect at the next re-run).
+
+        Args:
+            edit_id: the id :meth:`apply_edit` returned (``"e3"``).
+        """
         return editing.remove_edit(self, edit_id)
 
     def reset_edits(self) -> None:
@@ -276,6 +297,10 @@ class Widget(anywidget.AnyWidget):
 
         On failure the error goes to ``errors["device"]``, ``errors["edit"]`` or ``errors["rerun"]``
         and the last good run stays on screen. Returns True on success.
+
+        Args:
+            device: one of :func:`hookviz.devices`; None for the device on screen.
+            forward: run forward again even when the device is unchanged.
         """
         return editing.rerun(self, device, forward)
 
@@ -283,13 +308,21 @@ class Widget(anywidget.AnyWidget):
         """``"modules"``: the module tree as a tree diagram (one box per module, an edge from each
         module to its children, no ops), opened as deep as its columns fit; ``"ops"``: the first
         view again (the graph with its module boxes, opened as deep as fits). The page opens the
-        boxes by its rules (``firstCollapsed`` in ``js/src/logic.js``)."""
+        boxes by its rules (``firstCollapsed`` in ``js/src/logic.js``).
+
+        Args:
+            view: ``"modules"`` or ``"ops"``.
+        """
         return view_commands.set_view(self, view)
 
     def toggle_group(self, module: str) -> bool:
         """Open a closed module box on the page (its child modules as closed boxes), or close an
         open one: the page does it by its rule, as for a click, and ``collapsed`` follows. Returns
-        False (and sets ``errors["group"]``) for a module the graph has no box for."""
+        False (and sets ``errors["group"]``) for a module the graph has no box for.
+
+        Args:
+            module: the module's qualified name.
+        """
         return view_commands.toggle_group(self, module)
 
     def collapse_all(self) -> None:
@@ -387,6 +420,9 @@ class Widget(anywidget.AnyWidget):
         """Show step ``step`` of the watch on screen (one of ``watch.steps``).
 
         Returns False and sets ``errors["watch"]`` when no watch is shown or the step was not kept.
+
+        Args:
+            step: one of ``watch.steps``.
         """
         return watch_view.watch_step(self, step)
 
@@ -394,12 +430,22 @@ class Widget(anywidget.AnyWidget):
         """Show a gathered :class:`~hookviz.watching.gather.RankHistory`: ``rank``'s local norms, or
         (None) the reduced ones, with ``watch_ranks`` listing the ranks for the selector. A
         one-process history (``hookviz.save(watch, path)`` without a gather) has nothing reduced:
-        it opens on its one rank."""
+        it opens on its one rank.
+
+        Args:
+            history: a RankHistory (from ``Watch.gather`` or ``hookviz.load``).
+            rank: a rank of ``history.ranks``; None for the reduced norms.
+            step: the step shown first; None for the last kept.
+        """
         return watch_view.show_watch_history(self, history, rank, step)
 
     def watch_rank(self, rank: int | None) -> bool:
         """Switch the gathered history on screen to ``rank`` (None = reduced). Returns False and
-        sets ``errors["watch"]`` when no gathered history is shown or the rank is unknown."""
+        sets ``errors["watch"]`` when no gathered history is shown or the rank is unknown.
+
+        Args:
+            rank: a rank of the history on screen; None for the reduced norms.
+        """
         return watch_view.watch_rank(self, rank)
 
     def hide_watch(self) -> None:
@@ -413,6 +459,9 @@ class Widget(anywidget.AnyWidget):
 
         Returns the reply ``{"type": "reply", "request": ..., "ok": bool, "error": str|None}``,
         which is also sent back to the page.
+
+        Args:
+            content: one request from the page, a dict with a ``"type"``.
         """
         return messages.handle_message(self, content)
 
