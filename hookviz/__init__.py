@@ -73,7 +73,7 @@ __all__ = [
     "PathError",
     "RankHistory",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str):
