@@ -65,6 +65,12 @@ class PathError(HookvizError, OSError):
     Also an OSError, as the error writing or opening such a path would be."""
 
 
+class ExtraError(HookvizError, ImportError):
+    """An integration needs a package that is not installed (``hookviz.integrations.lightning`` needs
+    ``lightning``); the message names the extra to install. Also an ImportError, as the failed
+    import would be."""
+
+
 class ReadOnlyError(HookvizError):
     """An edit or a re-run was asked of a run opened from a file."""
 

@@ -123,6 +123,7 @@ LAYERS = [
     {"hookviz.watching"},
     {"hookviz.files"},
     {"hookviz.widget"},
+    {"hookviz.integrations"},
 ]
 
 

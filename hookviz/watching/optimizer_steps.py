@@ -42,11 +42,11 @@ def unwrapped(optimizer) -> tuple[torch.optim.Optimizer, object]:
         WatchError: ``optimizer`` is not a torch optimizer nor a wrapper of one.
     """
     scaler = None
-    for attribute in ("optimizer", "_optimizer"):  # accelerate, Lightning
-        if isinstance(optimizer, torch.optim.Optimizer):
-            break
+    # accelerate's AcceleratedOptimizer (itself a torch Optimizer subclass, whose own hooks never run:
+    # its step() calls the inner one's) and Lightning's LightningOptimizer
+    for attribute in ("optimizer", "_optimizer"):
         inner = getattr(optimizer, attribute, None)
-        if isinstance(inner, torch.optim.Optimizer):
+        if isinstance(inner, torch.optim.Optimizer) and inner is not optimizer:
             scaler = getattr(optimizer, "scaler", None)
             optimizer = inner
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -111,13 +111,37 @@ class OptimizerSteps:
         self._stepped.clear()
 
 
-def _before_step(reference: weakref.ref, index: int, optimizer, args, kwargs) -> None:
-    """Step pre-hook: keep the step with the gradients it is about to use; copy the weights."""
+def _before_step(reference: weakref.ref, index: int, optimizer, args, kwargs):
+    """Step pre-hook: keep the step with the gradients it is about to use; copy the weights.
+
+    ``optimizer.step(closure)`` runs the closure (forward, backward, and, under Lightning, the
+    clipping) inside ``step()``, after this hook: then the closure is wrapped, and the step is kept
+    when its first call returns, from the ``.grad`` it left. ``args`` holds the optimizer itself first.
+    """
     steps = reference()
     watch = steps._watch() if steps is not None else None
     if watch is None or watch.closed:
-        return
+        return None
     steps._stepped.add(index)
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+    if closure is None:
+        _keep_before_step(steps, watch, index)
+        return None
+    pending = [True]  # LBFGS calls the closure several times a step: the first call's .grad is kept
+
+    def closure_then_keep():
+        result = closure()
+        if pending:
+            pending.clear()
+            _keep_before_step(steps, watch, index)
+        return result
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": closure_then_keep}
+    return (args[0], closure_then_keep, *args[2:]), kwargs
+
+
+def _keep_before_step(steps: OptimizerSteps, watch, index: int) -> None:
     kept = watch._optimizer_step(index, skipped=False)
     if kept is not None:
         step, columns = kept
