@@ -5,6 +5,8 @@
 - a step pre-hook (``Optimizer.register_step_pre_hook``): the step's gradients are the ``.grad``
   the optimizer is about to read, so accumulated over micro-batches, unscaled by ``GradScaler``
   (``scaler.step`` unscales before it calls ``optimizer.step``), clipped by ``clip_grad_norm_``.
+  Given ``step(closure)`` (Lightning; LBFGS), the optimizer runs the closure's backward after
+  this hook, so the hook wraps the closure and keeps the step when its first call returns.
   On a recorded step it also copies the weights of the optimizer's watched parameters;
 - a step post-hook (``register_step_post_hook``): the update-to-weight ratio ``‖w_after -
   w_before‖ / ‖w_after‖`` per parameter, and each param group's learning rate (read before the step).
