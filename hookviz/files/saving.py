@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from hookviz.data.deferred import PENDING
 from hookviz.errors import HookvizError
 from hookviz.files import schema
 from hookviz.watching.gather import RankHistory
@@ -234,6 +235,8 @@ class _Encoder:
 
     def __call__(self, value, kind: tuple, where: str):
         tag = kind[0]
+        if value is PENDING:  # a lazy module call's pending field: None in the file (format 3)
+            value = None
         if tag == "union":
             for alternative in kind[1]:
                 if _fits(value, alternative, self.types.classes):
