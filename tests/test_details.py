@@ -648,3 +648,114 @@ def test_the_widgets_request_for_details_shows_a_refusal_beside_it_and_stops_ask
     assert widget.errors["details"].startswith("the baseline run's values (shown as before)")
     assert widget.session.baseline.details_pending
     assert widget.inspector["output"]["value"] is not None
+
+
+# ---------------------------------------------------------------------------- only this run's numbers
+
+
+def _refused_case(change: str):
+    """A small model, a run of it, and ``change`` applied after the run: each makes a second
+    recording compute other numbers in a way the model's marks do not show."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    x, weights, scale = torch.randn(5, 3), torch.randn(2), [1.0]
+
+    def loss_fn(out):
+        return (out * weights).sum() * scale[0]
+
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy")
+    run = session.run()
+    undo = {
+        "a number loss_fn reads": lambda: scale.__setitem__(0, -1.0),
+        "a tensor loss_fn captured, changed in place": lambda: weights.neg_(),
+        "a tensor hook added after the run": lambda: model[0].weight.register_hook(lambda g: -g).remove,
+        "a parameter changed through .data": lambda: model[2].weight.data.neg_(),
+    }[change]()
+    return session, run, undo
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ("a number loss_fn reads", "the loss"),
+        ("a tensor loss_fn captured, changed in place", "the loss"),
+        ("a tensor hook added after the run", "the gradient of leaf '0.weight'"),
+        ("a parameter changed through .data", "the loss"),
+    ],
+)
+def test_fill_details_refuses_numbers_that_are_not_the_runs_own(change, named):
+    """The second recording must give this run's loss and leaf gradients bit for bit; a negated
+    gradient keeps every norm, so only the values can tell (the case that filled 21 records
+    with negated numbers before)."""
+    session, run, _ = _refused_case(change)
+    loss, leaves = run.loss.clone(), {k: v.clone() for k, v in run.leaf_grads.items()}
+    with pytest.raises(DetailsNotReproduced, match=named) as refused:
+        run.fill_details()
+    assert "s.run()" in str(refused.value) or "session.run(forward=True)" in str(refused.value)
+    assert 'details="eager"' in str(refused.value)
+    # Refused, the run is as it was: still pending, its own numbers, and usable.
+    assert run.details_pending and _pending_places(run) > 0
+    assert torch.equal(run.loss, loss) and all(torch.equal(run.leaf_grads[k], v) for k, v in leaves.items())
+    assert len(leaves) == 4
+    assert run.module_io("0").pending and run.node("AddmmBackward0_0").grad_outputs[0].norm is not None
+    fresh = session.run(forward=True).fill_details()  # the fix the message names
+    assert not fresh.details_pending
+
+
+def test_a_run_refused_once_fills_when_what_changed_is_put_back():
+    session, run, undo = _refused_case("a tensor hook added after the run")
+    with pytest.raises(DetailsNotReproduced):
+        run.fill_details()
+    undo()
+    run.fill_details()
+    assert not run.details_pending and _pending_places(run) == 0
+    assert torch.equal(run.module_io("0").inputs["input"].value, session.args[0])
+
+
+def test_a_deep_copy_fills_itself_and_leaves_the_original_pending():
+    model, x, loss_fn = _model_and_data()
+    run = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
+    twin = copy.deepcopy(run)
+    twin.fill_details()
+    assert not twin.details_pending and _pending_places(twin) == 0
+    assert twin.module_io("0").inputs["input"].value is not None
+    assert run.details_pending and run.module_io("0").inputs is PENDING  # the original untouched
+    run.fill_details()
+    assert run == twin  # filled apart, the same numbers
+    filled_copy = copy.deepcopy(run)
+    assert not filled_copy.details_pending and filled_copy == run
+
+
+def test_equality_on_runs_and_records_is_by_value_and_never_raises():
+    model, x, loss_fn = _model_and_data()
+    first = hookviz.Session(model, (x,), loss_fn=loss_fn, details="eager").run()
+    second = hookviz.Session(model, (x,), loss_fn=loss_fn, details="eager").run()
+    other = hookviz.Session(model, (x * 2,), loss_fn=loss_fn, details="eager").run()
+    assert first == second and first != other  # two sessions, the same numbers; other inputs
+    node = first.node("AddmmBackward0_0")
+    assert node == copy.deepcopy(node) and node == second.node("AddmmBackward0_0")
+    assert node != other.node("AddmmBackward0_0")
+    assert first.module_io("0") == copy.deepcopy(first.module_io("0"))
+    assert first.module_grads("0") == second.module_grads("0") != other.module_grads("0")
+    changes = hookviz.diff(first, other)
+    assert changes == copy.deepcopy(changes) and changes != hookviz.diff(first, second)
+    assert hookviz.diff(first, second) == hookviz.diff(second, first)
+    assert first.hook_calls == second.hook_calls and first != "a run" and node != None  # noqa: E711
+    lazy = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
+    assert lazy != first  # pending is part of what a record holds
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(node)
+
+
+def test_a_run_pickles_and_an_unpickled_pending_run_names_the_fix(tmp_path):
+    model, x, loss_fn = _model_and_data()
+    filled = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+    assert not filled.details_pending
+    assert pickle.loads(pickle.dumps(filled)) == filled
+    lazy = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
+    back = pickle.loads(pickle.dumps(lazy))
+    assert back == lazy and back.details_pending and back.module_io("0").inputs is PENDING
+    with pytest.raises(DetailsUnavailable, match=r"before hookviz.save\(run, path\) or pickle"):
+        back.fill_details()
+    assert lazy.details_pending  # pickling it ran nothing and filled nothing
+    assert hookviz.load(hookviz.save(lazy, tmp_path / "lazy")).module_io("0").inputs is PENDING

@@ -1076,7 +1076,7 @@ def test_operand_hints_come_from_saved_numbers_also_in_a_lazy_run():
             return torch.clamp(b, -1.5, 1.5) * 0.5
 
     x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
-    run = hookviz.Session(Ops(), (x, y), loss_fn=lambda out: out.sum()).run()
+    run = hookviz.Session(Ops(), (x, y), loss_fn=lambda out: out.sum(), details="lazy").run()
     hints = {record.op: operand_hint(record) for record in run.nodes.values()}
     assert hints["DivBackward0"] == "÷4" and hints["PowBackward0"] == "^3" and hints["MulBackward0"] == "×0.5"
     assert hints["AddBackward0"] == "α=2" and hints["SubBackward0"] == ""  # alpha 1 says nothing

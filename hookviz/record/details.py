@@ -345,3 +345,15 @@ def recorded_in_full(run) -> bool:
         for tensor in (*record.grad_inputs, *record.grad_outputs):
             elements += tensor.numel if tensor is not None else 0
     return elements <= IN_FULL_GRADIENT_ELEMENTS
+
+
+def may_be_recorded_in_full(model: torch.nn.Module) -> bool:
+    """Before a model's first run, whether :func:`recorded_in_full` may hold for it. A run has
+    the loss's Node, each parameter that requires grad (and is used) its own ``AccumulateGrad``
+    Node, and a run's
+    gradients count its gradient at least twice (sent by the Node that uses it, received by its
+    ``AccumulateGrad``): a model with as many such parameters as :data:`IN_FULL_NODES`, or whose
+    parameters hold more than half of :data:`IN_FULL_GRADIENT_ELEMENTS`, is not recorded in full."""
+    trained = [p for _, p in module_tree.named_parameters(model) if p.requires_grad]
+    nodes, elements = 1 + len(trained), 2 * sum(p.numel() for p in trained)
+    return nodes <= IN_FULL_NODES and elements <= IN_FULL_GRADIENT_ELEMENTS

@@ -37,7 +37,13 @@ from hookviz.errors import (
 from hookviz.record import distributed, module_tree
 from hookviz.record.backward_recorder import BackwardRecorder
 from hookviz.record.build import RunContext
-from hookviz.record.details import Details, ModelState, input_marks, recorded_in_full
+from hookviz.record.details import (
+    Details,
+    ModelState,
+    input_marks,
+    may_be_recorded_in_full,
+    recorded_in_full,
+)
 from hookviz.record.devices import device_of, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
 from hookviz.record.hook_state import module_hook_state, module_hooks_as
@@ -72,11 +78,14 @@ class Session:
             record's ``pending`` (a module call's inputs and outputs print as pending), until
             ``run.fill_details()`` records the same run once more with full details
             (:mod:`hookviz.record.details`); reading a record never runs the model.
-            ``"auto"`` records every run lazily and then, when the run is small (at most 2,000
-            autograd Nodes and 4,194,304 gradient elements:
-            :func:`hookviz.record.details.recorded_in_full`, the rule ``show()`` follows too),
-            fills its details before :meth:`run` returns, so a small run has every value at
-            once; a larger one stays lazy. Should that fill be refused (the model is not
+            ``"auto"`` gives a small run (at most 2,000 autograd Nodes and 4,194,304 gradient
+            elements: :func:`hookviz.record.details.recorded_in_full`, the rule ``show()``
+            follows too) every value when :meth:`run` returns, and keeps a larger one lazy. It
+            records eagerly, in one pass, when the session's last run was small (for the first
+            run: when the model's parameters leave room for it,
+            :func:`~hookviz.record.details.may_be_recorded_in_full`), else lazily; a lazy run
+            that turns out small has its details filled before :meth:`run` returns (the
+            forward runs twice then). Should that fill be refused (the model is not
             deterministic), the run stays lazy and says why in ``Run.notes``. ``"lazy"`` never
             fills by itself (a training loop recording every step); ``"eager"`` records
             everything in one pass in every run. Distributed models (DDP, FSDP2) are always
@@ -156,6 +165,7 @@ class Session:
                 "with a mask, or the packed values (x.values()) with the offsets"
             )
         self._forward: RetainedForward | None = None
+        self._forward_lazy = self.details != "eager"  # how the retained forward was recorded
         self._rng_states: dict[str, torch.Tensor] = {}
         # What a lazy run's details depend on, followed between hookviz's calls, and the retained
         # forward's epoch and input marks (a backward-only run's numbers are that forward's).
@@ -242,8 +252,9 @@ class Session:
         # The model is listed once (modules, parameters, buffers) before its forward and once
         # after: the recorders asked for a listing 14 times per fresh run.
         with module_tree.listed_once(self.model):
-            fresh = forward or self._needs_forward(device)
-            edits, lazy = tuple(self.edits), self.details != "eager"
+            edits, lazy = tuple(self.edits), self._records_lazily()
+            # A retained forward recorded the other way lacks (or holds) its values: record anew.
+            fresh = forward or self._needs_forward(device) or self._forward_lazy != lazy
             if fresh:
                 self.release()
             try:
@@ -258,17 +269,25 @@ class Session:
                 self._forward_marks = (epoch, input_marks(self._input_names))
             if lazy:
                 run.details.bind(run, self._recompute(device, edits, *self._forward_marks))
-        self._forward = graph
+        self._forward, self._forward_lazy = graph, lazy
         self.last_run = run
         if self.baseline is None:
             self.baseline = run
         self._model_changes.mark()  # the model's state is back (what a fill checks against)
-        if self.details == "auto" and recorded_in_full(run):
+        if self.details == "auto" and lazy and recorded_in_full(run):
             try:
                 run.fill_details()
             except DetailsRefused as refusal:  # not the same numbers twice: the run stays lazy
                 run.notes.append(f"its details were not recorded at once: {refusal}")
         return run
+
+    def _records_lazily(self) -> bool:
+        """Whether the next run is recorded lazily (see ``details`` in :class:`Session`)."""
+        if self.details != "auto":
+            return self.details == "lazy"
+        if self.last_run is not None:
+            return not recorded_in_full(self.last_run)
+        return not may_be_recorded_in_full(self.model)
 
     def _record(self, device: str, edits: tuple, graph: RetainedForward | None, lazy: bool):
         """One run on ``graph`` (a fresh forward when None): (the Run, its retained forward)."""
