@@ -43,9 +43,11 @@ from functools import partial
 import torch
 
 from hookviz.analysis.findings import Finding
+from hookviz.colors import PLOTLY_COLORSCALE
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import combine, summary_of
 from hookviz.watching.history import STATISTICS, History
+from hookviz.watching.plots import color_range
 from hookviz.watching.reduce import row_from_statistics
 
 DEFAULT_DIVERGE = 10.0
@@ -96,6 +98,10 @@ class RankRecorder:
             self.shard_numel[column] = local.numel()
         self._hooked: dict[int, int] = {}  # column -> id of the unsharded parameter hooked
         self._fsdp_by_name = dict(distributed.fsdp_parameters(model)) if strategy == distributed.FSDP else {}
+
+    def close(self) -> None:
+        """The watch closed: let go of the parameters (what :func:`gather` reads stays)."""
+        self.parameters, self._fsdp_by_name = [], {}
 
     def hook_unsharded(self, hook_for_column) -> None:
         """FSDP2: put ``hook_for_column(column)`` on each parameter's ``_unsharded_param`` (made by
@@ -430,12 +436,15 @@ class RankHistory:
         values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
         z = [[None if not math.isfinite(v) else v for v in row] for row in values.tolist()]
         title = "reduced gradient norm" if rank is None else f"rank {rank}: local gradient norm"
+        scale = color_range(history)
         figure = go.Figure(
             go.Heatmap(
                 z=z,
                 x=history.steps,
                 y=[history.names[i] or "(root)" for i in columns],
-                colorscale="Viridis",
+                colorscale=PLOTLY_COLORSCALE,  # hookviz's one scale, on its one range
+                zmin=scale["lo"],
+                zmax=scale["hi"],
                 colorbar={"title": "log10 norm"},
             )
         )
