@@ -191,10 +191,16 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
         "live": live,
         # what each part of the page shows, in words (the distributed view has three quantities)
         "parts": [
-            f"Graph colours and chart: {what} at step {step}.",
+            *([f"Graph colours and chart: {what} at step {step}."] if widget.graph.get("nodes") else []),
             f"Heatmap: {what}, every kept step; the dashed lines mark when a trouble started.",
-            "Leaf table: hidden here (it holds the gradients of the run the graph was recorded "
-            "from, not the watch's); Back to the run shows it.",
+            *(
+                [
+                    "Leaf table: hidden here (it holds the gradients of the run the graph was "
+                    "recorded from, not the watch's); Back to the run shows it."
+                ]
+                if widget.graph.get("nodes")
+                else []
+            ),
         ],
     }
     if widget.graph.get("nodes"):
