@@ -13,6 +13,11 @@ from hookviz.data.tensors import TensorRecord
 from hookviz.edits.edit import Edit
 from hookviz.errors import (
     BackwardError,
+    DetailsChanged,
+    DetailsNotReproduced,
+    DetailsPending,
+    DetailsRefused,
+    DetailsUnavailable,
     DeviceError,
     EditError,
     ExpressionError,
@@ -33,6 +38,11 @@ from hookviz.watching.watch import Watch, watch
 
 __all__ = [
     "BackwardError",
+    "DetailsChanged",
+    "DetailsNotReproduced",
+    "DetailsPending",
+    "DetailsRefused",
+    "DetailsUnavailable",
     "DeviceError",
     "Diff",
     "Edit",

@@ -84,7 +84,13 @@ class DetailsNotReproduced(DetailsRefused):
 
 
 class DetailsUnavailable(DetailsRefused):
-    """Nothing is left to record a run's details from (a run read from a file)."""
+    """Nothing is left to record a run's details from (a run read from a file, or unpickled)."""
+
+
+class DetailsPending(HookvizError, AttributeError):
+    """A value of a lazy run was read before ``run.fill_details()`` recorded it (indexing,
+    iterating, formatting or reading an attribute of a :data:`hookviz.data.deferred.PENDING`).
+    It is also an ``AttributeError``, so ``hasattr`` answers False instead of raising."""
 
 
 def unknown_name(what: str, name: str, known: list[str]) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import struct
+import traceback
 
 import pytest
 import torch
@@ -268,12 +270,20 @@ def test_a_run_a_watch_and_a_gather_give_one_parameter_the_same_statistics_bit_f
     with hookviz.watch(watched) as w:
         loss_fn(watched(x)).backward()
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    parallel = ranked = None
     try:
         parallel = DistributedDataParallel(copy.deepcopy(model))
         with hookviz.watch(parallel) as ranked:
             loss_fn(parallel(x)).backward()
         gathered = ranked.gather(dst=0)
+    except BaseException as error:
+        traceback.clear_frames(error.__traceback__)  # its frames hold the DDP model too
+        raise
     finally:
+        # The DDP model, and the watch that held it while open, go before the process group: a
+        # DDP Reducer freed after destroy_process_group() can hang in ProcessGroupGloo's destructor.
+        del parallel, ranked
+        gc.collect()
         dist.destroy_process_group()
     compared = 0
     for column, name in enumerate(w.parameter_names):

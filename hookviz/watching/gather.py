@@ -99,6 +99,10 @@ class RankRecorder:
         self._hooked: dict[int, int] = {}  # column -> id of the unsharded parameter hooked
         self._fsdp_by_name = dict(distributed.fsdp_parameters(model)) if strategy == distributed.FSDP else {}
 
+    def close(self) -> None:
+        """The watch closed: let go of the parameters (what :func:`gather` reads stays)."""
+        self.parameters, self._fsdp_by_name = [], {}
+
     def hook_unsharded(self, hook_for_column) -> None:
         """FSDP2: put ``hook_for_column(column)`` on each parameter's ``_unsharded_param`` (made by
         FSDP2's first all-gather, so this runs from a forward pre-hook); the handles go to the

@@ -132,7 +132,8 @@ class Watch:
                 f"{type(model).__name__} is already watched by an open watch; close it first "
                 "(watch.close(), or open watches with `with hookviz.watch(model) as w:` so they close)"
             )
-        self.model = model
+        self.model = model  # None once closed (see close)
+        self.model_name = type(model).__name__
         self.every = every
         self.capacity = capacity
         self.parameter_names = [n for n, _ in trainable] if parameters else []
@@ -225,17 +226,27 @@ class Watch:
 
     def close(self) -> None:
         """Remove every hook this watch added to the model and to live graphs (idempotent). The
-        history stays."""
+        history stays; the model goes: a closed watch holds no reference to the model, its
+        parameters or its step listeners (``model`` is None), so a closed watch kept to read,
+        gather or save does not keep the model alive."""
         already = self.closed
         self.closed = True
         _remove(self._handles, self._graph_handles, self._starts)
         self._backwards = {}
         if _OPEN.get(id(self.model), lambda: None)() is self:
             del _OPEN[id(self.model)]
+        if not already and not self._steps:
+            warn_nothing_kept(self)  # it reads the model: before the watch lets it go
+        with self._lock:  # a backward's first hook reads these under the lock
+            self.model, self._parameters, self._owners, self._structure = None, [], [], []
+            self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
+        if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
+            self._optimizer_steps.optimizers = []
+        if self._ranks is not None:
+            self._ranks.close()
         if not already:
-            if not self._steps:
-                warn_nothing_kept(self)
             self._tell_listeners(None, None)
+        self._listeners.clear()
 
     def add_step_listener(self, listener) -> RemovableHandle:
         """Call ``listener(step, row)`` each time a recorded step is kept, and ``listener(None,
@@ -583,7 +594,7 @@ class Watch:
 
     def __repr__(self) -> str:
         return (
-            f"Watch({type(self.model).__name__}, every={self.every}, steps={self.step}, "
+            f"Watch({self.model_name}, every={self.every}, steps={self.step}, "
             f"kept={len(self._steps)}, names={len(self.names)}, "
             f"{'closed' if self.closed else 'open'})"
         )

@@ -79,7 +79,7 @@ def show_live_state(widget, watch, closed: bool) -> None:
     if not history.steps or widget.watch is not watch:
         return
     step = history.steps[-1]
-    name = type(watch.model).__name__
+    name = watch.model_name
     found = watch_onsets(watch, history)
     try:
         figure = with_onsets(live_watch_figure(history, f"{name}: gradient norms over training"), found)
@@ -183,7 +183,7 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
         "missing_color": NOT_WATCHED_COLOR,
         "color_range": widget._watch_range,
         "legend": legend_now,
-        "model": getattr(watch, "model_name", None) or type(watch.model).__name__,
+        "model": watch.model_name,
         # a gathered history: the rank shown (None = reduced over ranks), for the rank selector
         "rank": getattr(watch, "rank", None),
         "reduced": bool(getattr(getattr(watch, "source", None), "strategy", "")),
