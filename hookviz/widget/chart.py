@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 
+from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.data.run import Run
 from hookviz.widget.payload import json_float
 
 # One rule for the chart's line and the diagnosis banner: a layer's gradient vanishes below this
 # fraction of the gradient of the layer nearest the loss (hookviz.analysis.diagnose's default).
-VANISHING_RATIO = 1e-3
+VANISHING_RATIO = DEFAULT_THRESHOLDS["vanishing"]
 
 
 def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHING_RATIO) -> dict:
