@@ -386,7 +386,11 @@ def test_cross_rank_diagnosis_names_the_rank_and_step(tmp_path):
     assert widget.handle_message({"type": "watch_rank", "rank": 1})["ok"]
     assert widget.watch_view["model"] == "rank 1" and widget.watch_view["rank"] == 1
     assert widget.watch_view["norms"] == {n: json_float(v) for n, v in history.norms(last, rank=1).items()}
-    assert widget.watch_step(2) and [f["kind"] for f in widget.diagnosis["findings"]] == ["diverging"]
+    # rank 1's own statistics at step 2 (its gradient explodes), then the cross-rank finding
+    assert widget.watch_step(2) and [f["kind"] for f in widget.diagnosis["findings"]] == [
+        "exploding",
+        "diverging",
+    ]
     assert not widget.watch_rank(5) and "rank 5 is not in this history" in widget.errors["watch"]
     assert not widget.rerun() and "read-only" in widget.errors["rerun"]
     assert widget.apply_edit("module.body.4.bias", "grad", "grad * 0") is None

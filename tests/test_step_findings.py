@@ -114,3 +114,15 @@ def test_a_nan_norm_is_kept_when_layers_and_ranks_combine_norms():
     assert math.isnan(w.layer_norms()["0"])
     history = w.rank_history()
     assert math.isnan(history.total_norms()[0, 0])  # was 0-filled: a NaN rank looked healthy
+
+
+def test_a_rank_view_takes_the_diagnosis_thresholds_and_reads_a_step_as_the_watch_does():
+    from hookviz.watching.rank_view import RankView
+
+    model, x, y = _vanishing_case()
+    with hookviz.watch(model) as w:
+        F.cross_entropy(model(x), y).backward()
+    view = RankView(w.rank_history(), 0)
+    for thresholds in ({}, {"vanishing": 1e-2}):  # vanishing=... raised TypeError
+        expected = {p for p in places(w.diagnose(**thresholds)) if p[0] != "dead"}
+        assert places(view.diagnose(**thresholds)) == expected and expected
