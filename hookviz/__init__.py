@@ -16,14 +16,16 @@ from hookviz.errors import (
     DeviceError,
     EditError,
     ExpressionError,
+    FileFormatError,
     ForwardError,
     HookvizError,
     LossError,
+    PathError,
     TargetError,
     UnsupportedError,
     WatchError,
 )
-from hookviz.files.saving import FileFormatError, load, save
+from hookviz.files.saving import load, save
 from hookviz.record.devices import devices
 from hookviz.record.session import Session
 from hookviz.watching.gather import RankHistory
@@ -61,6 +63,7 @@ __all__ = [
     "show_watch",
     "load",
     "FileFormatError",
+    "PathError",
     "RankHistory",
 ]
 __version__ = "0.1.0"

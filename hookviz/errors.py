@@ -53,6 +53,22 @@ class UnsupportedError(HookvizError):
     """The model uses something hookviz cannot record; the message names the alternative."""
 
 
+class FileFormatError(HookvizError):
+    """A file is not a hookviz file, is a pickle, is truncated or corrupt, has an unknown version, or
+    holds a value no run has (a norm too large for a float, a loss of several elements); the message
+    names the file and the place."""
+
+
+class PathError(HookvizError, OSError):
+    """A path given to ``save``, ``save_html`` or ``load`` names no file hookviz can write or read: it
+    is empty, a folder, in a folder that does not exist, or not a regular file (a FIFO, a device).
+    Also an OSError, as the error writing or opening such a path would be."""
+
+
+class ReadOnlyError(HookvizError):
+    """An edit or a re-run was asked of a run opened from a file."""
+
+
 class DetailsRefused(HookvizError):
     """``Run.fill_details()`` refuses to record a lazy run's details; the message says why and
     what to do. Its subclasses are the only refusals: any other error while recording propagates."""

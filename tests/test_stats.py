@@ -9,8 +9,16 @@ import struct
 import pytest
 import torch
 
-from hookviz.data.stats_batch import StatsBatch, summarise
+from hookviz.data.stats_batch import StatsBatch
+from hookviz.data.tensors import TensorRecord
 from hookviz.stats.reduce import combine, measure, norm_column, queue_norms, reduce, summary_of
+
+
+def summarise(tensor: torch.Tensor) -> TensorRecord:
+    """One tensor's record, as a run makes it (a batch of one)."""
+    batch = StatsBatch()
+    batch.add(tensor)
+    return batch.compute()[0]
 
 
 def test_batched_statistics_equal_per_tensor_reductions():

@@ -418,7 +418,22 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
         assert graph["nodes"] and graph["edges"] and "color_range" in graph, name
         assert all("label" not in g and "repeat" not in g for g in graph["groups"]), name  # the page's
         (FIXTURES / f"{name}.json").write_text(json.dumps(graph, allow_nan=False), encoding="utf-8")
-    assert len(list(FIXTURES.glob("*.json"))) >= len(widgets)
+    # What the page shows of tensors, as text Python wrote (js/tests/text.test.js reads it): every
+    # node's and module's inspector of a ReLU model whose outputs are partly zero.
+    torch.manual_seed(0)
+    relu = show(
+        nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)), (torch.randn(16, 4),), loss_fn=torch.sum
+    )
+    inspectors = {}
+    modules = [g for g in relu.graph["groups"] if g["module"] != "(loss)"]  # that box shows its op
+    for target in [*relu.graph["nodes"], *modules]:
+        assert relu.select(target["id"].replace("group:", "")), target["id"]
+        inspectors[relu.selected] = relu.inspector
+    (FIXTURES / "inspectors.json").write_text(
+        json.dumps({"inspectors": inspectors, "leaves": relu.leaf_summary}, allow_nan=False), encoding="utf-8"
+    )
+    assert len(inspectors) == len(relu.graph["nodes"]) + len(modules) == 13
+    assert len(list(FIXTURES.glob("*.json"))) >= len(widgets) + 1
     # What only the recording knows, and the page cannot: identical blocks share a signature, and
     # two Embeddings of different shapes do not.
     groups = {g["module"]: g for g in widgets["gpt2"].graph["groups"]}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from hookviz.analysis.findings import Finding, module_label
 from hookviz.data.tensors import TensorRecord
 
-if TYPE_CHECKING:  # for annotations only: hookviz.data.run imports this module
+if TYPE_CHECKING:  # for annotations only: the analysis needs no Run at import time
     import hookviz.data.run
 
 # op -> (what it computes, why its gradient is infinite or undefined there)

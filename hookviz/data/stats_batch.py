@@ -504,10 +504,3 @@ def _elements_key(tensor: torch.Tensor) -> tuple:
         tensor.is_conj(),
         tuple(sorted(zip(tensor.shape, tensor.stride()))),
     )
-
-
-def summarise(tensor: torch.Tensor, full_limit: int = DEFAULT_FULL_TENSOR_LIMIT) -> TensorRecord:
-    """Summarise one tensor (a convenience over :class:`StatsBatch`)."""
-    batch = StatsBatch(full_limit=full_limit)
-    batch.add(tensor)
-    return batch.compute()[0]

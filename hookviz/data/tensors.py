@@ -15,8 +15,13 @@ from hookviz.data.deferred import Fillable
 from hookviz.stats.reduce import combined_norm as combined_norm  # where its callers import it
 
 
-def _json_float(value: float | None) -> float | str | None:
-    if value is None or math.isfinite(value):
+def json_float(value: float | None) -> float | str | None:
+    """A float JSON can hold (the one rule, for records, payloads and files): NaN/Inf as
+    ``"nan"``/``"inf"``/``"-inf"``; None stays None."""
+    if value is None:
+        return None
+    value = float(value)
+    if math.isfinite(value):
         return value
     return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
 
@@ -29,7 +34,7 @@ def _json_number(value) -> float | str | None:
     """A number for JSON: a complex one as text (``"0.5-1.2j"``), which JSON has no type for."""
     if isinstance(value, complex):
         return f"{value.real:.6g}{value.imag:+.6g}j"
-    return _json_float(float(value))
+    return json_float(float(value))
 
 
 @dataclass
@@ -158,7 +163,7 @@ def _json_histogram(record: TensorRecord):
     if record.histogram is None:
         return None
     counts, edges = record.histogram
-    return {"counts": counts, "edges": [_json_float(e) for e in edges]}
+    return {"counts": counts, "edges": [json_float(e) for e in edges]}
 
 
 # Each field of TensorRecord.to_dict as JSON, in its order.
@@ -168,10 +173,10 @@ _JSON_FIELD = {
     "device": lambda r: r.device,
     "numel": lambda r: r.numel,
     "value": _json_value,
-    "norm": lambda r: _json_float(r.norm),
-    "mean": lambda r: _json_float(r.mean),
-    "min": lambda r: _json_float(r.min),
-    "max": lambda r: _json_float(r.max),
+    "norm": lambda r: json_float(r.norm),
+    "mean": lambda r: json_float(r.mean),
+    "min": lambda r: json_float(r.min),
+    "max": lambda r: json_float(r.max),
     "nan_count": lambda r: r.nan_count,
     "inf_count": lambda r: r.inf_count,
     "zero_fraction": lambda r: r.zero_fraction,

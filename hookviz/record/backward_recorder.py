@@ -5,7 +5,8 @@ One Node post-hook per Node (``Node.register_hook``) records ``grad_outputs`` an
 edit replaces ``grad_outputs``. PyTorch runs a Node's post-hooks in registration order, so the user's
 own legacy module hooks (registered during forward) run first, as they would without hookviz.
 Full backward hooks are registered only where an edit of a module's ``grad_input`` needs one, because
-their identity Nodes change the order in which autograd sums gradients (see PRODUCT.md).
+their identity Nodes change the order in which autograd sums gradients (docs/architecture.md,
+decision 1).
 
 The hooks on graph Nodes live as long as hookviz's retained graph; they read the current run from a
 shared :class:`RecordingState`, so a backward-only re-run records into a fresh recorder.

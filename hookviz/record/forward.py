@@ -33,6 +33,7 @@ from hookviz.record.forward_recorder import CallState, ForwardRecorder, forget_t
 from hookviz.record.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
 from hookviz.record.model_state import KeptState
 from hookviz.record.module_views import CallPlan, plan_call
+from hookviz.record.own_pass import own_backward
 from hookviz.record.saved_tensors import SavedTensorsRecorder
 from hookviz.record.user_hooks import MODULE_HOOK_DICTS, TENSOR_HOOK_DICTS, wrapped_user_hooks
 
@@ -137,7 +138,7 @@ class RetainedForward:
                 kept.reapply(self.kept)
         self.state.active = recorder
         try:
-            with wrapped_user_hooks(self.state, self.model, self.leaves):
+            with wrapped_user_hooks(self.state, self.model, self.leaves), own_backward([self.loss]):
                 grads = torch.autograd.grad(
                     self.loss, [self.leaves[n] for n in names], retain_graph=True, allow_unused=True
                 )

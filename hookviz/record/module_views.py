@@ -1,8 +1,8 @@
 """What a module's full backward hook sees, derived from what hookviz's Node hooks saw.
 
 hookviz does not register ``register_full_backward_hook`` on the user's modules to record a run: its
-identity Nodes change the order in which autograd sums gradients (see PRODUCT.md). The full hook's
-view is rebuilt from Node post-hooks instead, by PyTorch's own rules
+identity Nodes change the order in which autograd sums gradients (docs/architecture.md, decision 1).
+The full hook's view is rebuilt from Node post-hooks instead, by PyTorch's own rules
 (``torch.utils.hooks.BackwardHook``, ``torch.nn.Module._call_impl``):
 
 - ``grad_input`` has one entry per positional argument: None for an argument that is not a tensor,

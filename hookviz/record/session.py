@@ -33,6 +33,7 @@ from hookviz.record.details import Details, ModelState, input_marks
 from hookviz.record.devices import device_of, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
 from hookviz.record.hook_state import module_hook_state, module_hooks_as
+from hookviz.record.own_pass import own_pass
 
 
 class Session:
@@ -244,6 +245,7 @@ class Session:
         with (
             torch.random.fork_rng(devices=cuda, device_type="cuda"),
             torch.inference_mode(False),
+            own_pass(),  # a watch on the model takes no recording for a training step
         ):
             recorder, reused = BackwardRecorder(edits), graph is not None
             if graph is None:

@@ -17,6 +17,7 @@ import torch
 from hookviz.data.run import HookCall, HookInfo
 from hookviz.record import module_tree
 from hookviz.record.distributed import is_framework_hook
+from hookviz.record.own_pass import is_own_hook
 
 if TYPE_CHECKING:  # for annotations only
     from hookviz.record.backward_recorder import RecordingState
@@ -52,7 +53,7 @@ def user_module_hooks(model: torch.nn.Module) -> dict[str, list[HookInfo]]:
     for name, module in module_tree.named_modules(model):
         for attribute in MODULE_HOOK_DICTS:
             for fn in getattr(module, attribute).values():
-                if is_framework_hook(fn):  # FSDP2's all-gather / reduce-scatter set-up, not the user's
+                if is_framework_hook(fn) or is_own_hook(fn):  # FSDP2's set-up, a watch's: not the user's
                     continue
                 found.setdefault(name, []).append(
                     HookInfo(module_hook_kind(module, attribute), _hook_name(fn), name)
@@ -66,6 +67,8 @@ def user_tensor_hooks(tensors: dict[str, torch.Tensor]) -> dict[str, list[HookIn
     for name, tensor in tensors.items():
         for attribute, kind in TENSOR_HOOK_DICTS.items():
             for fn in (getattr(tensor, attribute, None) or {}).values():
+                if is_own_hook(fn):  # a watch's: not the user's
+                    continue
                 found.setdefault(name, []).append(HookInfo(kind, _hook_name(fn), name))
     return found
 
@@ -169,13 +172,15 @@ def wrapped_user_hooks(
             for attribute in MODULE_HOOK_DICTS:
                 hooks = getattr(module, attribute)
                 for key, fn in list(hooks.items()):
-                    if isinstance(fn, UserHookWrapper) or is_framework_hook(fn):  # FSDP2's own
+                    if isinstance(fn, UserHookWrapper) or is_framework_hook(fn) or is_own_hook(fn):
                         continue
                     hooks[key] = UserHookWrapper(state, fn, module_hook_kind(module, attribute), name, None)
                     swapped.append((hooks, key, fn))
         for name, tensor in tensors.items():
             hooks = getattr(tensor, "_backward_hooks", None)
             for key, fn in list((hooks or {}).items()):
+                if is_own_hook(fn):  # a watch's: it ignores hookviz's own backward
+                    continue
                 hooks[key] = UserHookWrapper(state, fn, "tensor hook", name, name)
                 swapped.append((hooks, key, fn))
         yield

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from hookviz.widget.widget import Widget
 
 # In a kernel, how long after the cell that showed a large run its details wait for the page to
-# ask for them (it asks once it has drawn the graph). Recorded at once, they took the machine's
-# cores while the page drew: a 20,000-Node graph's first paint came about 1.1 s later.
+# ask for them (it asks once it has drawn the graph). Recorded at once, they would take the
+# machine's cores while the page draws, and delay its first paint (docs/perf.md).
 DETAILS_WAIT_FOR_THE_PAGE_S = 2.0
 
 

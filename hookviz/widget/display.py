@@ -6,6 +6,7 @@ recorded at once, a large one's wait for the page (:mod:`hookviz.widget.details`
 
 from __future__ import annotations
 
+from hookviz import text
 from hookviz.widget.details import cheap_details, fill_before_the_next_cell, record_details, show_tables
 from hookviz.widget.diagnosis import diagnose_run, diagnosis_json
 from hookviz.widget.editing import sync_edits
@@ -38,6 +39,9 @@ def show_run(widget, run) -> None:
             "run": widget._run_count,
             "forward_reused": bool(run.forward_reused),
             "nodes": len(run.nodes),
+            # the line above the graph, as the page shows it
+            "text": f"loss {text.number(run.loss)} (baseline {text.number(getattr(baseline, 'loss', None))})"
+            f" · run {widget._run_count} on {run.device}",
         }
         widget.replay = replay_json(run)
         widget.log = log_json(run)

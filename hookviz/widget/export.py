@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from hookviz.errors import HookvizError
+from hookviz.files import paths
 from hookviz.widget.inspector import module_inspector_json, node_inspector_json
 from hookviz.widget.payload import json_float
 from hookviz.widget.tree import MODULE_PREFIX
@@ -98,6 +99,8 @@ def _compact_tensor(record: dict, keep_values: bool) -> dict:
     for name, value in record.items():
         if name == "value" and not keep_values:
             continue
+        if name == "text" and not keep_values:  # a value's text goes with the value
+            value = {key: shown for key, shown in value.items() if key != "value"}
         if name in _STATISTICS:
             value = _rounded(value, STATISTIC_DIGITS)
         elif name == "histogram" and value:
@@ -162,14 +165,23 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
     ``values="opened"`` (the default), for every tensor the run recorded with ``values="all"``
     (GPT-2 small, 12 layers x 128 tokens: about 7.6 MB by default, 14 MB with "all").
 
+    The file is written as :func:`hookviz.save` writes (:mod:`hookviz.files.paths`): to an exclusive
+    temporary beside it, then renamed, never through a symlink (one at ``path`` is replaced), whole
+    or not at all.
+
     Raises:
         HookvizError: ``values`` is not "opened" or "all".
+        PathError (a HookvizError and an OSError): ``path`` names no file: it is empty, ends with a
+            separator, is ``.``, ``..`` or a folder, or its folder does not exist.
+        OSError: the file cannot be written (the folder is not writable, the disk is full);
+            nothing is left behind.
     """
     if values not in VALUES:
         raise HookvizError(
             f"values={values!r} is not a choice: 'opened' keeps the values of the inspector on screen "
             "and of pinned nodes, 'all' those of every tensor the run recorded"
         )
+    target = paths.target(path, example="page.html")
     state = {name: getattr(widget, name) for name in widget.keys if not name.startswith("_")}
     state = {k: v for k, v in state.items() if k not in ("layout", "comm", "tabbable", "tooltip")}
     state["static_note"] = STATIC_NOTE
@@ -179,6 +191,5 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
     esm = base64.b64encode((static / "widget.js").read_bytes())
     loader = (static / "saved_page.js").read_text(encoding="utf-8")
     page = _PAGE.format(title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=loader)
-    target = Path(path)
-    target.write_text(page, encoding="utf-8")
+    paths.write_new(target, page.encode("utf-8"))
     return target
