@@ -15,9 +15,15 @@ from hookviz.data.tensors import TensorRecord
 from hookviz.edits.edit import Edit
 from hookviz.errors import (
     BackwardError,
+    DetailsChanged,
+    DetailsNotReproduced,
+    DetailsPending,
+    DetailsRefused,
+    DetailsUnavailable,
     DeviceError,
     EditError,
     ExpressionError,
+    ExtraError,
     FileFormatError,
     ForwardError,
     HookvizError,
@@ -40,11 +46,17 @@ del typing  # the namespace holds the public API only
 
 __all__ = [
     "BackwardError",
+    "DetailsChanged",
+    "DetailsNotReproduced",
+    "DetailsPending",
+    "DetailsRefused",
+    "DetailsUnavailable",
     "DeviceError",
     "Diff",
     "Edit",
     "EditError",
     "ExpressionError",
+    "ExtraError",
     "ForwardError",
     "HookvizError",
     "LossError",

@@ -85,6 +85,25 @@ def _metadata_record(tensor: torch.Tensor, note: str = "") -> TensorRecord:
     )
 
 
+_TRANSFORM_NOTE = (
+    "made inside torch.func.vmap (or another torch.func transform): PyTorch gives no access to its "
+    "values outside that transform, so only its shape, dtype and device are recorded"
+)
+
+
+def _storage_readable(tensor: torch.Tensor) -> bool:
+    """False for a tensor a ``torch.func`` transform made (a BatchedTensor of ``vmap``), read after
+    the transform returned: PyTorch refuses its storage ("Cannot access storage of
+    BatchedTensorImpl"), so neither its values nor its statistics can be taken."""
+    if tensor.layout != torch.strided or tensor.is_nested:
+        return True
+    try:
+        tensor.untyped_storage()
+    except (NotImplementedError, RuntimeError):
+        return False
+    return True
+
+
 _WAITING = object()  # a lazy batch's place for a norm that comes with the next batched call
 
 
@@ -354,9 +373,12 @@ class StatsBatch:
         return records
 
     def _whole_record(self, tensor: torch.Tensor) -> TensorRecord | None:
-        """The complete record of a tensor with nothing to reduce (meta, or empty), else None."""
+        """The complete record of a tensor with nothing to reduce (meta, empty, or made inside a
+        ``torch.func`` transform), else None."""
         if tensor.is_meta:
             return _metadata_record(tensor, NOTES["meta"])
+        if not _storage_readable(tensor):
+            return _metadata_record(tensor, _TRANSFORM_NOTE)
         if tensor.numel() == 0:
             return replace(_metadata_record(tensor), value=self._small_value(tensor))
         return None
