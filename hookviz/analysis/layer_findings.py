@@ -29,8 +29,9 @@ def layer_diagnosis(
     """Vanishing, exploding and dead-update findings of layers, by the one rule of runs and watches.
 
     Args:
-        layers: layer -> ``(gradient norm, zero fraction)`` (:func:`combine_layer`), nearest the
-            loss first; a NaN zero fraction (not known) raises no dead-update finding.
+        layers: layer -> ``(gradient norm, zero fraction)``
+            (:func:`~hookviz.analysis.gradient_stats.combine_layer`), nearest the loss first; a NaN
+            zero fraction (not known) raises no dead-update finding.
         first_parameter: layer -> the parameter the finding points at.
         thresholds: as returned by :func:`~hookviz.analysis.diagnose.check_thresholds`.
         types: module name -> class name (an Embedding's zeros are not dead updates).

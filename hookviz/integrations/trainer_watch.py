@@ -6,7 +6,7 @@ optimizer=...)``, :mod:`hookviz.watching.optimizer_steps`), so the gradients of 
 the optimizer used: summed over the micro-batches of gradient accumulation, unscaled by the
 trainer's ``GradScaler``, clipped where the trainer clips.
 
-Findings are reported at the framework's own reporting points (the callbacks call :meth:`report`
+Findings are reported at the framework's own reporting points (the callbacks call :meth:`TrainerWatch.report`
 at the end of an epoch, at a log, at the end of training): the findings of the last kept step, each
 kind of problem at each module once. A step whose gradients hold NaN/Inf is noted by a step
 listener (one comparison per step) and reported at the next step boundary: the first such step is

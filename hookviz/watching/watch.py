@@ -118,6 +118,8 @@ class Watch:
         optimizer: None, an optimizer or a list of them: a step is one ``optimizer.step()``
             (as :func:`watch`).
         scaler: the loop's ``torch.amp.GradScaler``, or None (as :func:`watch`).
+        stats_every: every statistic every ``stats_every``-th step, norms only on the others
+            (as :func:`watch`).
 
     Raises:
         WatchError: no parameter requires grad; the model already has an open watch; bad arguments.
@@ -656,7 +658,11 @@ class Watch:
     def onset(self, **thresholds: float) -> list[Finding]:
         """Since when and where: the first kept step with NaN/Inf, and the first with a norm above
         ``exploding_norm``, each naming the name backward reached first then
-        (:func:`~hookviz.analysis.onset.onsets`)."""
+        (:func:`~hookviz.analysis.onset.onsets`).
+
+        Args:
+            **thresholds: ``exploding_norm`` (default that of :func:`hookviz.analysis.diagnose.diagnose`).
+        """
         return onsets(self._history_or_error(), self.arrival_order, **thresholds)
 
     def gather(self, dst: int = 0, group=None) -> watch_gather.RankHistory | None:
