@@ -629,3 +629,21 @@ def test_a_thinned_out_step_is_not_heard():
     # at 4 to every fourth (0, 4): 3 was never kept, so never heard
     assert w.steps == [0, 4]
     assert heard == [0, 1, 2, 4, None]
+
+
+def test_a_closed_watch_diagnoses_as_it_did_while_open():
+    # close() lets go of the model and its parameters; the findings and layer norms read after the
+    # with block (the docs' first example) still weigh each layer by its parameters' sizes.
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=8, width=16, inputs=8, classes=3)
+    x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    with hookviz.watch(model) as w:
+        for _ in range(3):
+            model.zero_grad()
+            F.cross_entropy(model(x), labels).backward()
+        open_findings = [(f.kind, f.module, f.value) for f in w.diagnose()]
+        open_norms = w.layer_norms()
+    assert w.model is None
+    assert [(f.kind, f.module, f.value) for f in w.diagnose()] == open_findings
+    assert w.layer_norms() == open_norms
+    assert len(open_norms) == 8 and open_findings

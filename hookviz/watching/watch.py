@@ -182,6 +182,7 @@ class Watch:
         self._order: dict[int, int] = {}  # column -> position at which its gradient first arrived
         # Each parameter column's owner and attribute name, to follow a replaced parameter.
         self._parameters = [p for _, p in trainable] if parameters else []
+        self._closed_numels: list[int] = []  # the parameters' sizes, kept when close() lets them go
         self._owners = [owner_of(model, n) for n in self.parameter_names]
         self._column_of = {id(p): c for c, p in enumerate(self._parameters)}
         # One tensor hook per trainable parameter starts a backward's step (column -1: no column).
@@ -268,6 +269,8 @@ class Watch:
         if not already and not self._steps:
             warn_nothing_kept(self)  # it reads the model: before the watch lets it go
         with self._lock:  # a backward's first hook reads these under the lock
+            if not already:
+                self._closed_numels = [p.numel() for p in self._parameters]
             self.model, self._parameters, self._owners, self._structure = None, [], [], []
             self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
         if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
@@ -619,7 +622,8 @@ class Watch:
         )
 
     def _numels(self) -> list[int]:
-        return [p.numel() for p in self._parameters]
+        # diagnose() and layer_norms() after the with block: close() has let go of the parameters.
+        return self._closed_numels if self.closed else [p.numel() for p in self._parameters]
 
     # ------------------------------------------------------------------ plots
 
