@@ -96,6 +96,25 @@ def test_canonical_edits_rerun_and_clear(canonical):
     assert not hookviz.diff(baseline, again).changed_leaves
 
 
+def test_an_edit_at_a_site_that_has_one_replaces_it(canonical):
+    # One edit per site: applying the notebook's edits twice (clicked, then from a cell) gives
+    # what plain PyTorch's legacy hook gives once, not the edits stacked.
+    session, _, _, _ = canonical
+    for _ in range(2):
+        session.edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
+        session.edit("SubBackward0_0", "grad_inputs[1]", "grad - 777777")
+    assert [(e.target, str(e.slot), e.source) for e in session.edits] == [
+        ("SubBackward0_0", "grad_inputs[0]", "grad + 888888"),
+        ("SubBackward0_0", "grad_inputs[1]", "grad - 777777"),
+    ]
+    assert session.run().leaf_grad("x").tolist() == [1777792, 1777764]
+    # a new expression at the root module's grad_input[0] takes the old one's place in the list
+    first = session.edit("", "grad_input[0]", "grad * 2")
+    second = session.edit("", "grad_input[0]", "grad * 3")
+    assert first.id != second.id and [e.id for e in session.edits][2:] == [second.id]
+    assert session.run().leaf_grad("x").tolist() == [3 * 1777792, 3 * 1777764]
+
+
 def test_variant_without_z_gives_the_add_node_last():
     class TwoTerms(nn.Module):
         def forward(self, x, y):
