@@ -162,9 +162,10 @@ def test_the_root_module_has_a_box_named_by_its_class_and_both_hook_views(widget
     # plain PyTorch: a full hook and a legacy hook on two fresh modules
     seen = {}
     full, legacy = Canonical(), Canonical()
+    keep = seen.__setitem__
     handles = [
-        full.register_full_backward_hook(lambda m, gi, go: seen.__setitem__("full", [g.tolist() for g in gi])),
-        legacy.register_backward_hook(lambda m, gi, go: seen.__setitem__("legacy", [g.tolist() for g in gi])),
+        full.register_full_backward_hook(lambda m, gi, go: keep("full", [g.tolist() for g in gi])),
+        legacy.register_backward_hook(lambda m, gi, go: keep("legacy", [g.tolist() for g in gi])),
     ]
     for model in (full, legacy):
         loss_fn(model(*canonical_inputs())).backward()

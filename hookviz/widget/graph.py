@@ -311,9 +311,7 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
                 total[2], total[3], total[4] = total[2] or nan, total[3] or edited, total[4] + hooks
             name = enclosing(name)
     groups = []
-    order = sorted(
-        totals, key=lambda m: (m != "", m.count("."), called.get(m, len(called)), natural_key(m))
-    )
+    order = sorted(totals, key=lambda m: (m != "", m.count("."), called.get(m, len(called)), natural_key(m)))
     for module in order:
         size, norms, nan, edited, hooks = totals[module]
         norm = boundary.get(module)

@@ -7,8 +7,8 @@ import torch
 from hookviz.analysis.explain import explain
 from hookviz.data.run import Run, records_equal
 from hookviz.errors import TargetError
-from hookviz.widget.payload import tensor_json, tensors_json
 from hookviz.widget.graph import operand_hint
+from hookviz.widget.payload import tensor_json, tensors_json
 from hookviz.widget.tree import MODULE_PREFIX, module_label
 
 

@@ -198,7 +198,13 @@ function forwardValue(data) {
 function hookViews(data, before, changed) {
   const legacyAt = data.output_node ? `the module's last op, ${data.output_node}` : "the module's last op";
   const column = (cls, title, note, sections) =>
-    h("div", { class: `hv-hook-view ${cls}` }, h("h4", {}, title), h("div", { class: "hv-muted hv-small" }, note), ...sections);
+    h(
+      "div",
+      { class: `hv-hook-view ${cls}` },
+      h("h4", {}, title),
+      h("div", { class: "hv-muted hv-small" }, note),
+      ...sections,
+    );
   return h(
     "div",
     { class: "hv-hook-views" },
@@ -207,7 +213,14 @@ function hookViews(data, before, changed) {
       "register_full_backward_hook",
       `grad_input: one gradient per tensor input of forward (${(data.grad_input || []).length})`,
       [
-        tensorList("grad_input", data.grad_input, before.grad_input, changed.grad_input, data.grad_input_names, "grad_input"),
+        tensorList(
+          "grad_input",
+          data.grad_input,
+          before.grad_input,
+          changed.grad_input,
+          data.grad_input_names,
+          "grad_input",
+        ),
         tensorList("grad_output", data.grad_output, before.grad_output, changed.grad_output, null, "grad_output"),
       ],
     ),

@@ -230,7 +230,8 @@ describe("the root module's box", () => {
 
   it("is found under the names it shows, and is never closed by the first views", () => {
     const graph = prepareGraph(payload("canonical"));
-    for (const name of ["(root)", "Canonical (root)", "Canonical", "canonical"]) expect(find(name, graph)).toBe("module:");
+    for (const name of ["(root)", "Canonical (root)", "Canonical", "canonical"])
+      expect(find(name, graph)).toBe("module:");
     const deep = prepareGraph(payload("deep40"));
     expect(defaultCollapsed(deep)).not.toContain("");
     expect(treeCollapsed(deep.groups)).not.toContain("");
@@ -243,7 +244,9 @@ describe("the root module's box", () => {
   it("names its hook sites, and says which edit Apply replaces", () => {
     expect(siteLabel("grad_input[2]", ["x", "y", "z"])).toBe("grad_input[2] (z)");
     const edits = [{ id: "e1", target: "", label: "Canonical (root)", slot: "grad_input[0]", source: "grad * 2" }];
-    expect(replaceNote(edits, "", "grad_input[0]")).toBe("Apply replaces the edit grad * 2 at Canonical (root) · grad_input[0]");
+    expect(replaceNote(edits, "", "grad_input[0]")).toBe(
+      "Apply replaces the edit grad * 2 at Canonical (root) · grad_input[0]",
+    );
     expect(replaceNote(edits, "", "grad_input[1]")).toBe("");
   });
 });
