@@ -259,7 +259,12 @@ function structureSections(summary) {
     ? h(
         "div",
         { class: "hv-section hv-parameters" },
-        h("h4", {}, `parameters' gradient norms (${summary.parameters.length})`),
+        h(
+          "h4",
+          {},
+          // the root module holds the model's inputs too (x, y, z of the canonical example)
+          `${summary.module === "" ? "leaves'" : "parameters'"} gradient norms (${summary.parameters.length})`,
+        ),
         h(
           "table",
           { class: "hv-tensors" },
