@@ -1201,12 +1201,19 @@ def test_a_module_box_sums_the_nodes_of_every_module_inside_it():
         handle.remove()
     nodes, groups = widget.graph["nodes"], {g["module"]: g for g in widget.graph["groups"]}
     assert {"blocks", "blocks.1", "blocks.1.norm", "head"} <= set(groups)
+    assert groups[""]["label"] == "ResidualStack (root)"  # the model's own box holds all but the loss
+    compared = 0
     for module, group in groups.items():
-        inside = [n for n in nodes if n["module"] == module or n["module"].startswith(module + ".")]
+        if module == "":
+            inside = [n for n in nodes if n["module"] != "(loss)"]
+        else:
+            inside = [n for n in nodes if n["module"] == module or n["module"].startswith(module + ".")]
         assert group["size"] == len(inside) > 0
         assert group["nan"] == any(n["nan"] for n in inside)
         # a module's own hook counts in its own box; its nodes' hooks in every box around them
         assert group["user_hooks"] == sum(n["user_hooks"] for n in inside) + (module == "blocks.1.norm")
+        compared += 1
+    assert compared == len(groups)
 
 
 class LossInside(nn.Module):
