@@ -13,6 +13,7 @@ import gc
 import math
 import os
 import socket
+import traceback
 
 import pytest
 import torch
@@ -51,11 +52,17 @@ def _run(rank: int, worker, backend: str, port: int, args: tuple) -> None:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         worker(rank, device, *args)
-        # DDP reducers freed while gloo still runs sometimes abort the process at exit
-        # ("terminate called without an active exception", plain PyTorch too): free them first
         gc.collect()
         dist.barrier()
+    except BaseException as error:
+        # A failing worker's frames hold its DDP / FSDP2 model (and its watches): drop their locals
+        # (the traceback's text stays) so that they are freed below, before the process group.
+        traceback.clear_frames(error.__traceback__)
+        raise
     finally:
+        # Every DDP / FSDP2 model goes before the process group: a DDP Reducer freed after
+        # destroy_process_group() can hang for good in ProcessGroupGloo's destructor.
+        gc.collect()
         dist.destroy_process_group()
 
 

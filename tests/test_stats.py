@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import struct
+import traceback
 
 import pytest
 import torch
 
-from hookviz.data.stats_batch import StatsBatch, summarise
+from hookviz.data.stats_batch import StatsBatch
+from hookviz.data.tensors import TensorRecord
 from hookviz.stats.reduce import combine, measure, queue_norms, reduce, summary_of
+
+
+def summarise(tensor: torch.Tensor) -> TensorRecord:
+    """One tensor's record, as a run makes it (a batch of one)."""
+    batch = StatsBatch()
+    batch.add(tensor)
+    return batch.compute()[0]
 
 
 def test_batched_statistics_equal_per_tensor_reductions():
@@ -260,12 +270,20 @@ def test_a_run_a_watch_and_a_gather_give_one_parameter_the_same_statistics_bit_f
     with hookviz.watch(watched) as w:
         loss_fn(watched(x)).backward()
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    parallel = ranked = None
     try:
         parallel = DistributedDataParallel(copy.deepcopy(model))
         with hookviz.watch(parallel) as ranked:
             loss_fn(parallel(x)).backward()
         gathered = ranked.gather(dst=0)
+    except BaseException as error:
+        traceback.clear_frames(error.__traceback__)  # its frames hold the DDP model too
+        raise
     finally:
+        # The DDP model, and the watch that held it while open, go before the process group: a
+        # DDP Reducer freed after destroy_process_group() can hang in ProcessGroupGloo's destructor.
+        del parallel, ranked
+        gc.collect()
         dist.destroy_process_group()
     compared = 0
     for column, name in enumerate(w.parameter_names):

@@ -540,7 +540,10 @@ def test_forwards_without_backward_do_not_pile_up_hook_handles(outputs):
         assert not w._graph_handles
         for _ in range(5000):
             model(torch.randn(2, 8))  # each graph is freed at once, and its hooks with it
-        assert 0 < len(w._graph_handles) <= 2 * 64 + len(w.names)
+        if outputs:
+            assert 0 < len(w._graph_handles) <= 2 * 64 + len(w.names)
+        else:  # steps start from the parameters' own hooks: no hook on any forward's graph
+            assert not w._graph_handles
         out = model(torch.randn(2, 8))
         out.sum().backward()
     assert w.steps == [0] and not w._graph_handles

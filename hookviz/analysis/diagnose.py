@@ -32,7 +32,7 @@ from hookviz.analysis.nan_origin import nan_findings
 from hookviz.data.tensors import TensorRecord
 from hookviz.errors import HookvizError
 
-if TYPE_CHECKING:  # for annotations only: hookviz.data.run imports this module
+if TYPE_CHECKING:  # for annotations only: the analysis needs no Run at import time
     import hookviz.data.run
 
 DEFAULT_THRESHOLDS = {

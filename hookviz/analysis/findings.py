@@ -10,10 +10,10 @@ grouped finding lists its places in ``modules`` and points at the worst of them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from hookviz.data.run import LOSS_MODULE
+from hookviz.text import percent as percent  # the one home of percentages; findings name it here
 
 
 @dataclass
@@ -44,26 +44,6 @@ class Finding:
     step: int | None = None
     rank: int | None = None
     modules: tuple[str, ...] = ()
-
-
-def percent(fraction: float) -> str:
-    """A fraction in [0, 1] as a percentage that never rounds a part to all or nothing.
-
-    ``0.37 -> "37%"``, ``0.995 -> "99.5%"``, ``0.99998 -> "> 99.99%"``, ``2e-5 -> "< 0.01%"``;
-    only exactly 0 and 1 give ``"0%"`` and ``"100%"`` (64 non-zero elements of 3.2 million are
-    not "100% zero").
-    """
-    if math.isnan(fraction):
-        return "NaN%"
-    if fraction <= 0:
-        return "0%"
-    if fraction >= 1:
-        return "100%"
-    for digits in (0, 1, 2):
-        shown = round(100 * fraction, digits)
-        if 0 < shown < 100:
-            return f"{shown:.{digits}f}%"
-    return "< 0.01%" if fraction < 0.5 else "> 99.99%"
 
 
 def places(findings: list[Finding]) -> set[tuple[str, str]]:

@@ -18,7 +18,7 @@ import torch
 
 from hookviz.data.tensors import TensorRecord, combined_norm
 
-if TYPE_CHECKING:  # for annotations only: hookviz.data.run imports this module
+if TYPE_CHECKING:  # for annotations only: the analysis needs no Run at import time
     import hookviz.data.run
 
 

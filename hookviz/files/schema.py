@@ -30,12 +30,15 @@ Version history:
   and ModuleCall, whose pending fields are None), and a Run its forward inputs (``input_names``).
   Files of versions 1 and 2 hold complete records: their ``pending`` is ``()``, and
   ``input_names`` is read as empty.
+* 4: a watch history keeps, per step, what a step was and did (``RankHistory.update_ratio``,
+  ``optimizers``, ``skipped``, ``learning_rates``, ``loss_scales``) and the watch's ``notes``.
+  Files of versions 1 to 3 hold none: read as None and empty lists.
 """
 
 from __future__ import annotations
 
-VERSION = 3
-READABLE = ("1", "2", "3")
+VERSION = 4
+READABLE = ("1", "2", "3", "4")
 
 # The object at the top of a file, by the kind its header says.
 KINDS = {"run": "Run", "watch": "RankHistory"}
@@ -187,9 +190,17 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
             "strategy": "str",
             "every": "int",
             "run": "Run | None",
+            "update_ratio": "torch.Tensor | None",
+            "optimizers": "list[str]",
+            "skipped": "list[bool]",
+            "learning_rates": "list[list[float]]",
+            "loss_scales": "list[float]",
+            "notes": "list[str]",
         },
     ),
 }
+
+_ADDED_IN_4 = ("update_ratio", "optimizers", "skipped", "learning_rates", "loss_scales", "notes")
 
 # What a value must be beyond its type: a crafted file could otherwise hold values that no run has
 # and that break a later read (a norm of 10**400 that no float holds, a loss of three elements).
@@ -243,16 +254,14 @@ def records(version: str) -> dict[str, tuple[str, dict[str, str]]]:
     ``name -> (module, {field: type})``. Raises KeyError for a version not in READABLE."""
     if version not in READABLE:
         raise KeyError(version)
-    if version == "3":
+    if version == "4":
         return RECORDS
-    added_in_3 = {
-        "TensorRecord": "pending",
-        "NodeRecord": "pending",
-        "ModuleCall": "pending",
-        "Run": "input_names",
-    }
+    added = {"RankHistory": _ADDED_IN_4}
+    if version != "3":
+        added.update({"TensorRecord": ("pending",), "NodeRecord": ("pending",), "ModuleCall": ("pending",)})
+        added["Run"] = ("input_names",)
     older = {
-        name: (module, {f: kind for f, kind in fields.items() if added_in_3.get(name) != f})
+        name: (module, {f: kind for f, kind in fields.items() if f not in added.get(name, ())})
         for name, (module, fields) in RECORDS.items()
     }
     if version == "1":

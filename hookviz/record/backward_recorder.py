@@ -5,7 +5,8 @@ One Node post-hook per Node (``Node.register_hook``) records ``grad_outputs`` an
 edit replaces ``grad_outputs``. PyTorch runs a Node's post-hooks in registration order, so the user's
 own legacy module hooks (registered during forward) run first, as they would without hookviz.
 Full backward hooks are registered only where an edit of a module's ``grad_input`` needs one, because
-their identity Nodes change the order in which autograd sums gradients (see PRODUCT.md).
+their identity Nodes change the order in which autograd sums gradients (docs/architecture.md,
+decision 1).
 
 The hooks on graph Nodes live as long as hookviz's retained graph; they read the current run from a
 shared :class:`RecordingState`, so a backward-only re-run records into a fresh recorder.
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 
 import torch
 
-from hookviz.data.run import Event, HookCall, LogEntry
+from hookviz.data.run import Event, HookCall
 from hookviz.edits.edit import Edit, replace_slots
 
 
@@ -66,7 +67,6 @@ class BackwardRecorder:
         self.events: list[Event] = []  # user hook and edit events; Node events are node_steps
         self.node_steps: list[tuple[int, str, str]] = []  # (step, node id, op) of each Node run
         self.hook_calls: list[tuple[HookCall, tuple, tuple]] = []  # with live before/after grads
-        self.log: list[LogEntry] = []
 
     def begin_backward(
         self, op_nodes, settle, keep: frozenset, keep_outputs: frozenset = frozenset()
@@ -163,14 +163,12 @@ class BackwardRecorder:
         call = HookCall(step, "edit", label, where, returned=True, node=node)
         self.hook_calls.append((call, tuple(before), tuple(after)))
 
-    def user_hook_called(self, call: HookCall, before: tuple, after: tuple, printed: str) -> None:
+    def user_hook_called(self, call: HookCall, before: tuple, after: tuple) -> None:
         """Record a call of a user's hook (made by :func:`wrap_user_hook`)."""
         self.events.append(
             Event(call.step, "user_hook", call.node, f"{call.kind} {call.name} @ {call.where}")
         )
         self.hook_calls.append((call, before, after))
-        if printed:
-            self.log.append(LogEntry(call.name, call.where, printed))
 
 
 class NodePostHook:

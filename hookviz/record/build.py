@@ -122,7 +122,7 @@ def build_run(
             "device": forward.device,
             "root": forward.walk.root,
             "leaf_grads": _ordered_leaves(detached, context, forward),
-            "log": list(recorder.log),
+            "log": [],  # hookviz keeps no copy of what hooks print (hookviz.record.user_hooks)
             "edits": tuple(context.edits),
             "forward_reused": reused,
             "model_ref": weakref.ref(context.user_model),

@@ -9,6 +9,7 @@ hooks and function modes do not touch autograd, so gradients stay bit-identical.
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -17,7 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from hookviz.record import module_tree
+from hookviz.record import devices, module_tree
 from hookviz.record.distributed import is_framework_hook
 from hookviz.record.model_state import KeptState, writes
 from hookviz.record.user_hooks import UserHookWrapper
@@ -68,8 +69,9 @@ class CallState:
     legacy: Edge | None = None
     in_place: bool = False
     output_changed_later: bool = False
-    # One tensor passed as several positional arguments: the arguments, kwargs and CPU random state
-    # of the call, kept so its full-hook grad_input can be split per argument after backward.
+    # One tensor passed as several positional arguments: the arguments, kwargs, the accelerators it
+    # uses and the random state of those and the CPU at the call, kept so its full-hook grad_input
+    # can be split per argument after backward.
     shared: tuple | None = None
 
 
@@ -326,7 +328,9 @@ class ForwardRecorder(TorchFunctionMode):
         state.inputs = [self._snapshot(t) if isinstance(t, torch.Tensor) else None for t in args]
         grad_ids = [id(t) for t in args if isinstance(t, torch.Tensor) and t.requires_grad]
         if len(grad_ids) != len(set(grad_ids)):
-            state.shared = (args, kwargs, torch.get_rng_state())
+            tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            used = devices.accelerators(itertools.chain(tensors, module.parameters(), module.buffers()))
+            state.shared = (args, kwargs, used, devices.random_state(used))
         self.calls.append(state)
         self.starts.append(state.sequence_start)
         self.stack.append(state)

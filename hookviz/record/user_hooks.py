@@ -1,14 +1,14 @@
-"""The user's own hooks: found, and wrapped in place so a run records what each saw, returned and printed.
+"""The user's own hooks: found, and wrapped in place so a run records what each saw and returned.
 
-The user's hooks are called as PyTorch calls them: what they print still reaches ``sys.stdout``
-(``run.log`` keeps a copy, :func:`printed_copied`), their warnings stay warnings.
+The user's hooks are called as PyTorch calls them, in the process as hookviz found it: what they
+print goes where ``print`` sends it, ``breakpoint()`` and ``input()`` talk to the real terminal,
+their warnings stay warnings. hookviz keeps no copy of their output (``run.log`` stays empty): a
+copy would need ``sys.stdout`` swapped for the whole process while a hook runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
-import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,7 @@ import torch
 from hookviz.data.run import HookCall, HookInfo
 from hookviz.record import module_tree
 from hookviz.record.distributed import is_framework_hook
+from hookviz.record.own_pass import is_own_hook
 
 if TYPE_CHECKING:  # for annotations only
     from hookviz.record.backward_recorder import RecordingState
@@ -52,7 +53,7 @@ def user_module_hooks(model: torch.nn.Module) -> dict[str, list[HookInfo]]:
     for name, module in module_tree.named_modules(model):
         for attribute in MODULE_HOOK_DICTS:
             for fn in getattr(module, attribute).values():
-                if is_framework_hook(fn):  # FSDP2's all-gather / reduce-scatter set-up, not the user's
+                if is_framework_hook(fn) or is_own_hook(fn):  # FSDP2's set-up, a watch's: not the user's
                     continue
                 found.setdefault(name, []).append(
                     HookInfo(module_hook_kind(module, attribute), _hook_name(fn), name)
@@ -66,6 +67,8 @@ def user_tensor_hooks(tensors: dict[str, torch.Tensor]) -> dict[str, list[HookIn
     for name, tensor in tensors.items():
         for attribute, kind in TENSOR_HOOK_DICTS.items():
             for fn in (getattr(tensor, attribute, None) or {}).values():
+                if is_own_hook(fn):  # a watch's: not the user's
+                    continue
                 found.setdefault(name, []).append(HookInfo(kind, _hook_name(fn), name))
     return found
 
@@ -78,45 +81,8 @@ def _as_tuple(value) -> tuple:
     return value if isinstance(value, tuple) else (value,)
 
 
-class _Tee:
-    """Stands for ``sys.stdout`` / ``sys.stderr`` while a user's hook runs: every write goes through
-    to the stream it stands for, as without hookviz; those of the hook's own thread are also
-    appended to ``copy`` (or, with ``copy=None``, not written at all: hookviz's own re-run of a
-    forward, which plain PyTorch never runs)."""
-
-    def __init__(self, target, copy: list[str] | None):
-        self.target, self.copy, self.thread = target, copy, threading.get_ident()
-
-    def write(self, text: str) -> int:
-        if threading.get_ident() != self.thread:
-            return self.target.write(text)
-        if self.copy is None:
-            return len(text)
-        self.copy.append(text)
-        return self.target.write(text)
-
-    def flush(self) -> None:
-        self.target.flush()
-
-    def __getattr__(self, name: str):  # encoding, isatty, fileno, buffer ... of the stream stood for
-        return getattr(self.target, name)
-
-
-@contextlib.contextmanager
-def printed_copied(copy: list[str] | None) -> Iterator[None]:
-    """For the block, what this thread prints (``print``, warnings, ``breakpoint()``'s prompt)
-    still reaches ``sys.stdout`` / ``sys.stderr`` and is also appended to ``copy``; with
-    ``copy=None`` this thread's output is dropped. Other threads' output is untouched."""
-    out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Tee(out, copy), _Tee(err, copy)
-    try:
-        yield
-    finally:
-        sys.stdout, sys.stderr = out, err
-
-
 class UserHookWrapper:
-    """Calls a user's hook exactly as PyTorch would, recording what it saw, returned and printed."""
+    """Calls a user's hook exactly as PyTorch would, recording what it saw and returned."""
 
     def __init__(self, state: RecordingState, original, kind: str, where: str, node: str | None):
         self.state, self.original, self.kind, self.where, self.node = state, original, kind, where, node
@@ -129,10 +95,11 @@ class UserHookWrapper:
             return self.original(*args, **kwargs)
         grads = self._grads(args)
         before = _snapshot(grads) if grads is not None else ()
-        printed: list[str] = []
-        with printed_copied(printed):
-            result = self.original(*args, **kwargs)
-        after = () if grads is None else (_as_tuple(result) if result is not None else tuple(grads))
+        result = self.original(*args, **kwargs)
+        if self.kind == "post-accumulate-grad hook":  # it changes .grad in place or sets another
+            after = self._grads(args)
+        else:
+            after = () if grads is None else (_as_tuple(result) if result is not None else tuple(grads))
         call = HookCall(
             next(recorder.steps),
             self.kind,
@@ -141,12 +108,14 @@ class UserHookWrapper:
             returned=result is not None,
             node=self.node,
         )
-        recorder.user_hook_called(call, before, tuple(after), "".join(printed))
+        recorder.user_hook_called(call, before, tuple(after))
         return result
 
     def _grads(self, args):
         if self.kind == "tensor hook":
             return (args[0],)
+        if self.kind == "post-accumulate-grad hook":
+            return (args[0].grad,)
         if self.kind in ("legacy backward hook", "full backward hook"):
             return _as_tuple(args[1])
         if self.kind == "full backward pre-hook":
@@ -169,13 +138,15 @@ def wrapped_user_hooks(
             for attribute in MODULE_HOOK_DICTS:
                 hooks = getattr(module, attribute)
                 for key, fn in list(hooks.items()):
-                    if isinstance(fn, UserHookWrapper) or is_framework_hook(fn):  # FSDP2's own
+                    if isinstance(fn, UserHookWrapper) or is_framework_hook(fn) or is_own_hook(fn):
                         continue
                     hooks[key] = UserHookWrapper(state, fn, module_hook_kind(module, attribute), name, None)
                     swapped.append((hooks, key, fn))
         for name, tensor in tensors.items():
             hooks = getattr(tensor, "_backward_hooks", None)
             for key, fn in list((hooks or {}).items()):
+                if is_own_hook(fn):  # a watch's: it ignores hookviz's own backward
+                    continue
                 hooks[key] = UserHookWrapper(state, fn, "tensor hook", name, name)
                 swapped.append((hooks, key, fn))
         yield
@@ -183,3 +154,43 @@ def wrapped_user_hooks(
         for hooks, key, fn in swapped:
             if key in hooks:
                 hooks[key] = fn
+
+
+def run_post_accumulate_grad_hooks(
+    state: RecordingState, leaves: dict[str, torch.Tensor], grads: dict[str, torch.Tensor | None]
+) -> dict[str, torch.Tensor | None]:
+    """Call each leaf's post-accumulate-grad hooks (``register_post_accumulate_grad_hook``) as
+    ``AccumulateGrad`` calls them after a plain ``loss.backward()``: ``hook(tensor)``, in
+    registration order, with ``tensor.grad`` holding this run's gradient (a copy: as after
+    ``zero_grad()``, not summed into an older ``.grad``), recorded like the user's other hooks.
+
+    Args:
+        state: the recording state, whose active recorder records each call.
+        leaves: leaf name -> tensor. grads: leaf name -> this run's gradient (or None: the hooks
+            do not run, as autograd runs no ``AccumulateGrad`` for a leaf that got no gradient).
+
+    Returns:
+        ``grads`` with each hooked leaf's ``.grad`` as its hooks left it (what a plain ``.grad``
+        holds). The caller puts the leaf's own ``.grad`` and any weight a hook wrote back
+        (:mod:`hookviz.record.model_state`).
+
+    Raises:
+        RuntimeError: a hook returned something, as PyTorch raises ("Tensor post accumulate grad
+        hooks should return None."). Whatever a hook raises propagates.
+
+    Unlike a plain backward, the hooks run after the whole backward, not as each leaf's gradient is
+    done. Source: https://pytorch.org/docs/stable/generated/torch.Tensor.register_post_accumulate_grad_hook.html
+    """
+    result = dict(grads)
+    for name, tensor in leaves.items():
+        hooks = getattr(tensor, "_post_accumulate_grad_hooks", None) or {}
+        users = [fn for fn in list(hooks.values()) if not (is_framework_hook(fn) or is_own_hook(fn))]
+        if not users or result.get(name) is None:
+            continue
+        with torch.no_grad():
+            tensor.grad = result[name].detach().clone()
+        for fn in users:
+            if UserHookWrapper(state, fn, "post-accumulate-grad hook", name, name)(tensor) is not None:
+                raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+        result[name] = tensor.grad
+    return result

@@ -43,9 +43,11 @@ from functools import partial
 import torch
 
 from hookviz.analysis.findings import Finding
+from hookviz.colors import PLOTLY_COLORSCALE
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import combine, summary_of
 from hookviz.watching.history import STATISTICS, History
+from hookviz.watching.plots import color_range
 from hookviz.watching.reduce import row_from_statistics
 
 DEFAULT_DIVERGE = 10.0
@@ -97,6 +99,10 @@ class RankRecorder:
         self._hooked: dict[int, int] = {}  # column -> id of the unsharded parameter hooked
         self._fsdp_by_name = dict(distributed.fsdp_parameters(model)) if strategy == distributed.FSDP else {}
 
+    def close(self) -> None:
+        """The watch closed: let go of the parameters (what :func:`gather` reads stays)."""
+        self.parameters, self._fsdp_by_name = [], {}
+
     def hook_unsharded(self, hook_for_column) -> None:
         """FSDP2: put ``hook_for_column(column)`` on each parameter's ``_unsharded_param`` (made by
         FSDP2's first all-gather, so this runs from a forward pre-hook); the handles go to the
@@ -115,6 +121,7 @@ class RankRecorder:
         torch.autograd.Variable._execution_engine.queue_callback(lambda: self._read_reduced(step))
 
     def _read_reduced(self, step: int) -> None:
+        """Read the reduced ``.grad`` as the statistics of ``step``."""
         watch = self._watch()
         if watch is None:
             return
@@ -185,6 +192,11 @@ class RankHistory:
         every: the watch's ``every``.
         run: a recorded run of the same model, saved with the history (``hookviz.save(watch, path,
             run=run)``) so that ``hookviz.show(history)`` can draw the norms on its graph; or None.
+        update_ratio: float64 ``[len(steps), len(names)]``: ``‖Δw‖ / ‖w‖`` per parameter and step
+            (``optimizer=``; of the rank that holds the history), NaN elsewhere; None in older files.
+        optimizers, skipped, learning_rates, loss_scales: per step, as
+            :class:`hookviz.watching.history.StepInfo` holds them (empty in older files).
+        notes: what a step is and whether its gradients carry a loss scale (``Watch.notes``).
     """
 
     ranks: list[int]
@@ -198,6 +210,12 @@ class RankHistory:
     strategy: str = ""
     every: int = 1
     run: object = None  # a hookviz.Run (typed loosely: run.py does not import this module)
+    update_ratio: torch.Tensor | None = None
+    optimizers: list[str] = field(default_factory=list)
+    skipped: list[bool] = field(default_factory=list)
+    learning_rates: list[list[float]] = field(default_factory=list)
+    loss_scales: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -418,12 +436,15 @@ class RankHistory:
         values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
         z = [[None if not math.isfinite(v) else v for v in row] for row in values.tolist()]
         title = "reduced gradient norm" if rank is None else f"rank {rank}: local gradient norm"
+        scale = color_range(history)
         figure = go.Figure(
             go.Heatmap(
                 z=z,
                 x=history.steps,
                 y=[history.names[i] or "(root)" for i in columns],
-                colorscale="Viridis",
+                colorscale=PLOTLY_COLORSCALE,  # hookviz's one scale, on its one range
+                zmin=scale["lo"],
+                zmax=scale["hi"],
                 colorbar={"title": "log10 norm"},
             )
         )
@@ -457,7 +478,32 @@ def from_watch(watch) -> RankHistory:
         dict(watch.module_types),
         "",
         watch.every,
+        **_step_extras(watch, history.steps),
     )
+
+
+def _step_extras(watch, steps: list[int]) -> dict:
+    """The per-step fields of :class:`RankHistory` for ``steps`` from this process's watch (a step
+    it did not keep: NaN ratios, no optimizer, not skipped)."""
+    history = watch.history
+    at = {s: i for i, s in enumerate(history.steps)}
+    ratio = torch.full((len(steps), len(history.names)), math.nan, dtype=torch.float64)
+    rows = [at.get(s) for s in steps]
+    for i, row in enumerate(rows):
+        if row is not None:
+            ratio[i] = history.update_ratio[row]
+
+    def per_step(values: list, missing) -> list:
+        return [missing if row is None else values[row] for row in rows]
+
+    return {
+        "update_ratio": ratio,
+        "optimizers": per_step(history.optimizers, ""),
+        "skipped": per_step(history.skipped, False),
+        "learning_rates": per_step(history.learning_rates, []),
+        "loss_scales": per_step(history.loss_scales, math.nan),
+        "notes": list(watch.notes),
+    }
 
 
 def _order_row(watch) -> torch.Tensor:
@@ -578,6 +624,7 @@ def _combine(views: list[_Payload], ranks: list[int], history, watch, strategy: 
         dict(watch.module_types),
         strategy,
         watch.every,
+        **_step_extras(watch, steps),
     )
 
 

@@ -1,6 +1,7 @@
 """The hooks a watch registers, on the model, its modules and parameters and the graphs of forwards.
 
-How they work together: :mod:`hookviz.watching.watch`. Each holds a weak reference to its
+How they work together: :mod:`hookviz.watching.watch`; the optimizer's step hooks:
+:mod:`hookviz.watching.optimizer_steps`. Each holds a weak reference to its
 :class:`~hookviz.watching.watch.Watch` (a hook never keeps the watch alive) and hands what it saw to
 the watch's per-backward state.
 """
@@ -13,8 +14,10 @@ from functools import partial
 import torch
 from torch.utils import _pytree as pytree
 
+from hookviz.record.own_pass import in_own_pass
 from hookviz.stats.reduce import measure
 from hookviz.watching import gather as watch_gather
+from hookviz.watching.structure import check_structure, follow_replaced
 
 
 def finish(reference: weakref.ref, task: int) -> None:
@@ -31,7 +34,9 @@ def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) 
     if self is None or watch_gather.is_shard(parameter):
         return  # FSDP2 calls a shard's hooks with the reduced .grad, from its end-of-backward callback
     state = self._begin()
-    if state is not None and state.recording and parameter.grad is not None:
+    if state is not None and not state.own:
+        state.reached = True  # FSDP2: the sharded parameters' own tensor hooks never run
+    if state is not None and state.recording and not state.own and parameter.grad is not None:
         state.arrived.append(column)
         state.local.append((column, measure([parameter.grad], sums=False, counts=True)))
 
@@ -51,7 +56,8 @@ def _on_output_grads(reference: weakref.ref, column: int, output_nr: int, grad_o
     if self is None:
         return
     state = self._begin()
-    if state is not None and state.recording:
+    if state is not None and state.recording and not state.own:
+        state.reached = True  # a backward that reaches module outputs only (autograd.grad) is a step too
         state.arrived.append(column)
         state.reducer.add(column, grad)
 
@@ -61,11 +67,27 @@ def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> 
     _on_output_grads(reference, column, 0, (grad,))
 
 
-def _on_model_grads(reference: weakref.ref, grad_outputs) -> None:
-    """Node pre-hook (or tensor hook) on an output of the model: a backward reached the model."""
+def _on_parameter_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:
+    """``Tensor.register_hook`` on a watched parameter: runs in every backward that reaches it, before
+    ``AccumulateGrad`` adds ``grad`` to ``.grad``, so the first of a backward starts its step before
+    any parameter's ``.grad`` changed (a parameter the loss uses directly included). Notes the
+    ``.grad`` the parameter holds now; returns None (the gradient is unchanged)."""
     self = reference()
-    if self is not None:
-        self._begin()
+    if self is None:
+        return
+    state = self._begin()
+    if state is None or state.own:
+        return
+    state.reached = True
+    if state.recording and column >= 0:
+        held = self._parameters[column].grad
+        state.before.append((column, held, -1 if held is None else held._version))
+
+
+def step_start_hook(reference: weakref.ref, column: int):
+    """The tensor hook of one watched parameter (``column``; -1: a parameter that starts steps
+    but has no column, under ``parameters=False``)."""
+    return partial(_on_parameter_grad, reference, column)
 
 
 def _output_tensors(output) -> list[torch.Tensor]:
@@ -77,24 +99,19 @@ def _output_tensors(output) -> list[torch.Tensor]:
 
 
 def on_model_forward(reference: weakref.ref, module, args, output) -> None:
-    """Forward hook on the model: hook each output's Node, to learn when a backward reaches it."""
+    """Forward hook on the model: notice parameters and modules replaced or added since the last
+    forward (steps start from the parameters' own hooks, whichever module's forward made the graph)."""
     self = reference()
-    if self is None or self.closed:
+    if self is None or self.closed or in_own_pass():
         return
-    self._check_structure()
-    if not self.parameter_names or not torch.is_grad_enabled():
-        return
-    hook = partial(_on_model_grads, reference)
-    for tensor in _output_tensors(output):
-        node = tensor.grad_fn
-        handle = tensor.register_hook(hook) if node is None else node.register_prehook(hook)
-        self._keep_graph_handle(handle)
+    check_structure(self)
+    follow_replaced(self)
 
 
 def on_forward(reference: weakref.ref, column: int, module, args, output) -> None:
     """Forward hook (``outputs=True``): put a gradient hook on each output tensor; returns None."""
     self = reference()
-    if self is None or self.closed or not self.recording or not torch.is_grad_enabled():
+    if self is None or self.closed or not self.recording or not torch.is_grad_enabled() or in_own_pass():
         return
     for tensor in _output_tensors(output):
         node = tensor.grad_fn

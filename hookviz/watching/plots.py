@@ -8,13 +8,27 @@ from collections.abc import Sequence
 import torch
 
 from hookviz.analysis.findings import Finding
+from hookviz.colors import PLOTLY_COLORSCALE, log_range
 from hookviz.errors import WatchError
 from hookviz.watching.history import STATISTICS, History
+
+
+def color_range(history: History, statistic: str = "norm") -> dict:
+    """The log10 colour range ``{lo, hi}`` (whole decades, :func:`hookviz.colors.log_range`) of
+    ``statistic`` over every kept step and every name of ``history``: the one range the widget's
+    graph and every heatmap of a watch colour its norms on."""
+    values = getattr(history, statistic)
+    values = values[torch.isfinite(values) & (values > 0)]
+    if not values.numel():
+        return log_range(None, None)
+    logs = torch.log10(values)
+    return log_range(logs.min().item(), logs.max().item())
 
 
 def heatmap(history: History, kind: str = "parameter", statistic: str = "norm"):
     """A plotly heatmap, names x steps, of log10 of ``statistic`` (``"norm"`` or ``"max_abs"``;
     ``"zero_fraction"`` and ``"nonfinite"`` as they are). ``kind``: ``"parameter"`` or ``"output"``.
+    A log10 one colours on hookviz's scale and :func:`color_range` (as the widget's graph does).
 
     ``history``: the kept steps (:attr:`hookviz.Watch.history`). Raises WatchError for an unknown
     ``kind`` or ``statistic``."""
@@ -31,12 +45,15 @@ def heatmap(history: History, kind: str = "parameter", statistic: str = "norm"):
         values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
     z = [[None if math.isnan(v) or math.isinf(v) else v for v in row] for row in values.tolist()]
     names = [history.names[i] or "(root)" for i in columns]
+    scale = color_range(history, statistic) if logarithmic else {"lo": None, "hi": None}
     figure = go.Figure(
         go.Heatmap(
             z=z,
             x=history.steps,
             y=names,
-            colorscale="Viridis",
+            colorscale=PLOTLY_COLORSCALE,
+            zmin=scale["lo"],
+            zmax=scale["hi"],
             colorbar={"title": f"log10 {statistic}" if logarithmic else statistic},
             hovertemplate="step %{x}<br>%{y}<br>%{z:.3g}<extra></extra>",
         )

@@ -1,49 +1,35 @@
 """Watch gradients over a real training loop, cheaply: per step, per parameter and per module output.
 
-``with hookviz.watch(model) as w:`` registers, on the user's model,
+``with hookviz.watch(model) as w:`` puts a tensor hook (``Tensor.register_hook``) on every trainable
+parameter. It runs in every backward that reaches that parameter, whichever module's forward built
+the graph (a submodule called alone, a GAN's two halves, a parameter the loss uses directly), before
+``AccumulateGrad`` adds the gradient to ``.grad``. The first one of a backward (a graph task,
+``torch._C._current_graph_task_id``) starts its step and queues a callback
+(``Variable._execution_engine.queue_callback``) for the backward's end; each notes the ``.grad``
+its parameter holds. At the end the ``.grad`` that changed are reduced together in a few batched
+torch calls per device and dtype (:mod:`hookviz.watching.reduce`). hookviz's own recordings
+(``Session.run()``, re-runs, ``fill_details()``) are marked (:mod:`hookviz.record.own_pass`) and
+never a step. ``outputs=True`` also puts a Node pre-hook on each module output's Node (a forward
+hook per module), which sees the gradient the Node receives, after the user's tensor hooks. No full
+backward hook is used: forward hooks, tensor hooks and Node pre-hooks leave every gradient
+bit-identical (``docs/architecture.md``).
 
-- a forward hook on the model, which puts a Node pre-hook (``Node.register_prehook``) on the Node
-  that made each of its output tensors (a ``Tensor.register_hook`` on an output that is a leaf).
-  That hook returns None (the gradient is unchanged); the first time it runs in a backward (a
-  graph task, ``torch._C._current_graph_task_id``) it notes which ``.grad`` each parameter holds and
-  queues a callback (``Variable._execution_engine.queue_callback``) that runs when that backward
-  ends. The callback reads every parameter's ``.grad`` that this backward accumulated into (a new
-  tensor, or a new version of the old one) and reduces them all at once, in a few batched torch
-  calls per device and dtype (:mod:`hookviz.watching.reduce`, :mod:`hookviz.stats.reduce`): no
-  Python runs per parameter gradient during the backward.
-- with ``outputs=True`` (opt-in: a Python hook per module output per step costs more than the
-  reductions), a forward hook on every module that puts such a Node pre-hook on each of the
-  module's output tensors, handing the gradient w.r.t. that output to the step's reduction. A Node
-  pre-hook runs after every tensor hook on that output, so the watch sees the gradient the Node
-  receives, after the user's tensor hooks wherever they were registered.
-
-No full backward hook is used: its identity Nodes change the order in which autograd sums
-gradients, and forward hooks, tensor hooks and Node pre-hooks leave every gradient bit-identical
-(``docs/architecture.md``).
-
-A *step* is one backward that went through the model's output. Each backward is its own step with
-its own state (two threads backpropagating at once, a second backward through a retained graph, a
-second loss), and it is counted when it ends. The Node hooks live on the graph that a forward built
-and go with it; the watch keeps their handles (so that :meth:`Watch.close` removes them) only while
-the graph lives.
+A *step* is one backward that reached a watched parameter (or, with ``outputs=True``, a module
+output), counted when it ends; two threads' backwards are two steps. With ``optimizer=``, a step is
+one ``optimizer.step()`` instead, with the gradients it reads, its update-to-weight ratios and
+learning rates (:mod:`hookviz.watching.optimizer_steps`).
 
 Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
-``zero_fraction`` (exactly-zero elements). A parameter's are those of its ``.grad`` once this
-backward has accumulated into it (accumulated over backwards when the loop does not zero it, as the
-optimizer sees it); a module's are those of the gradient w.r.t. its output tensors, taken together
-over all its calls in the step.
+``zero_fraction``; a parameter's are those of its ``.grad`` as the step left it (accumulated when
+the loop does not zero it); a module's those of the gradient w.r.t. its outputs, over its calls.
 
 Memory is bounded: ``capacity`` steps are kept; when full, every other kept step is dropped and
-from then on only every other step is recorded (so a long run is kept whole, at half resolution,
-and so on). ``every=k`` records every k-th step from the start.
+from then on only every other step is recorded. ``every=k`` records every k-th step.
 
-Limits: a backward that does not pass through an output of ``model(...)`` (a submodule called on
-its own) is not a step; ``torch.autograd.grad`` does not fill ``.grad``, so it records module
-outputs only. A parameter that is replaced (``model.fc.weight = nn.Parameter(...)``, or with its
-module: ``model.fc = nn.Linear(...)``) is followed to its new tensor; a parameter or module added
-after the watch opened is not watched, and the next forward of the model warns, naming it.
-Parameter names are listed nearest the loss first in definition order reversed (the watch does not
-see the order in which ``.grad`` is accumulated).
+Limits: ``torch.autograd.grad`` does not fill ``.grad``, so its steps hold module outputs only. A
+replaced parameter is followed to its new tensor (:mod:`hookviz.watching.structure`); one added
+after the watch opened is not watched, and a warning names it. Parameter names are listed nearest
+the loss first in definition order reversed.
 """
 
 from __future__ import annotations
@@ -64,13 +50,16 @@ from torch.utils.hooks import RemovableHandle
 from hookviz.analysis.diagnose import check_thresholds
 from hookviz.analysis.findings import Finding
 from hookviz.errors import WatchError
+from hookviz.record.own_pass import in_own_pass
 from hookviz.stats.reduce import Measured, summary_of
 from hookviz.watching import gather as watch_gather
 from hookviz.watching import hooks as watch_hooks
 from hookviz.watching import plots
 from hookviz.watching.diagnose import diagnose_step
-from hookviz.watching.history import STATISTICS, History
+from hookviz.watching.history import STATISTICS, History, StepInfo
+from hookviz.watching.optimizer_steps import OptimizerSteps, keep_step, step_notes, warn_nothing_kept
 from hookviz.watching.reduce import StepReducer
+from hookviz.watching.structure import follow_replaced, owner_of, structure_of
 
 # Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
 # this many newer ones have begun.
@@ -84,16 +73,20 @@ class _Backward:
     """What one backward (graph task) through the watched model has left so far.
 
     Attributes:
-        recording: whether this backward is a recorded step.
-        before: per parameter column, ``(.grad, its _version)`` when the backward reached the
-            model: a ``.grad`` that differs at the end was accumulated by this backward.
+        recording: whether this backward's gradients are recorded.
+        own: hookviz's own backward (a recording): never a step.
+        reached: whether it reached a watched parameter (only such a backward is a step).
+        before: ``(column, .grad, its _version)`` of each parameter it reached, noted just before
+            its gradient was accumulated: a ``.grad`` that differs at the end was accumulated by it.
         reducer: the module-output gradients (and, at the end, the parameters' ``.grad``).
         arrived: columns in the order their gradients arrived (module outputs).
         local: DDP / FSDP2: ``(column, statistics queued before the all-reduce)``.
     """
 
     recording: bool
-    before: list[tuple[object, int]]
+    own: bool = False
+    reached: bool = False
+    before: list[tuple[int, object, int]] = field(default_factory=list)
     reducer: StepReducer = field(default_factory=StepReducer)
     arrived: list[int] = field(default_factory=list)
     local: list[tuple[int, Measured]] = field(default_factory=list)
@@ -115,6 +108,8 @@ class Watch:
         parameters: bool = True,
         outputs: bool = False,
         capacity: int = 1024,
+        optimizer=None,
+        scaler=None,
     ):
         if not isinstance(model, torch.nn.Module):
             raise WatchError(f"watch() needs a torch.nn.Module, got {type(model).__name__}")
@@ -136,7 +131,8 @@ class Watch:
                 f"{type(model).__name__} is already watched by an open watch; close it first "
                 "(watch.close(), or open watches with `with hookviz.watch(model) as w:` so they close)"
             )
-        self.model = model
+        self.model = model  # None once closed (see close)
+        self.model_name = type(model).__name__
         self.every = every
         self.capacity = capacity
         self.parameter_names = [n for n, _ in trainable] if parameters else []
@@ -145,16 +141,28 @@ class Watch:
         self.module_types = {n: type(m).__name__ for n, m in model.named_modules()}
         self.names = self.parameter_names + self.module_names
         self.kinds = ["parameter"] * len(self.parameter_names) + ["output"] * len(self.module_names)
-        self.step = 0  # backwards seen so far = the number of the next step
+        self.step = 0  # steps seen so far = the number of the next step
         self.closed = False
         self._stride = 1
         self._rows = torch.full((capacity, len(self.names), len(STATISTICS)), math.nan, dtype=torch.float64)
         self._steps: list[int] = []
+        self._info: list[StepInfo] = []  # per kept step: optimizer, skipped, learning rates, loss scale
+        self._ratios = torch.full((capacity, len(self.names)), math.nan, dtype=torch.float64)
         self._order: dict[int, int] = {}  # column -> position at which its gradient first arrived
         # Each parameter column's owner and attribute name, to follow a replaced parameter.
         self._parameters = [p for _, p in trainable] if parameters else []
-        self._owners = [_owner(model, n) for n in self.parameter_names]
-        self._structure = _structure(model)  # to notice parameters and modules added or replaced
+        self._owners = [owner_of(model, n) for n in self.parameter_names]
+        self._column_of = {id(p): c for c, p in enumerate(self._parameters)}
+        # One tensor hook per trainable parameter starts a backward's step (column -1: no column).
+        self._starts: list[tuple[torch.Tensor, object]] = []
+        self._backwards_seen = 0  # backwards (not hookviz's own) that reached a watched parameter
+        self._grads_at_open = [_grad_and_version(p) for _, p in trainable]
+        self._trainable = [p for _, p in trainable]
+        self._outputs_row: torch.Tensor | None = None  # optimizer=: the last backward's module outputs
+        self._local_rows: dict[int, tuple] = {}  # optimizer= on DDP / FSDP2: local statistics
+        self.scaler = scaler
+        self._optimizer_steps: OptimizerSteps | None = None
+        self._structure = structure_of(model)  # to notice parameters and modules added or replaced
         self._backwards: dict[int, _Backward] = {}  # graph task id -> its state
         self._lock = threading.Lock()
         # add_step_listener: handle id -> listener (an OrderedDict, as RemovableHandle needs)
@@ -180,6 +188,14 @@ class Watch:
                 for column, parameter in enumerate(self._parameters):
                     hook = watch_hooks.parameter_hook(weakref.ref(self), column)
                     self._handles.append(parameter.register_post_accumulate_grad_hook(hook))
+            for column, parameter in enumerate(self._trainable):
+                self._hook_start(column if parameters else -1, parameter)
+            if optimizer is not None:
+                optimizers = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+                if not optimizers:
+                    raise WatchError("optimizer=[] lists no optimizer; pass one, a list, or leave it out")
+                self._optimizer_steps = OptimizerSteps(self, optimizers, scaler, self._handles)
+                self.scaler = self._optimizer_steps.scaler
             self._handles.append(
                 model.register_forward_hook(partial(watch_hooks.on_model_forward, weakref.ref(self)))
             )
@@ -194,21 +210,42 @@ class Watch:
             self.close()
             raise
         _OPEN[id(model)] = weakref.ref(self)
-        weakref.finalize(self, _remove, self._handles, self._graph_handles)
+        weakref.finalize(self, _remove, self._handles, self._graph_handles, self._starts)
+
+    @property
+    def notes(self) -> list[str]:
+        """What a reader of this watch's numbers must know: what a step is, and the loss scale."""
+        return step_notes(self._optimizer_steps, self.scaler)
+
+    def _hook_start(self, column: int, parameter: torch.Tensor) -> None:
+        hook = watch_hooks.step_start_hook(weakref.ref(self), column)
+        self._starts.append((parameter, parameter.register_hook(hook)))
 
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
         """Remove every hook this watch added to the model and to live graphs (idempotent). The
-        history stays."""
+        history stays; the model goes: a closed watch holds no reference to the model, its
+        parameters or its step listeners (``model`` is None), so a closed watch kept to read,
+        gather or save does not keep the model alive."""
         already = self.closed
         self.closed = True
-        _remove(self._handles, self._graph_handles)
+        _remove(self._handles, self._graph_handles, self._starts)
         self._backwards = {}
         if _OPEN.get(id(self.model), lambda: None)() is self:
             del _OPEN[id(self.model)]
+        if not already and not self._steps:
+            warn_nothing_kept(self)  # it reads the model: before the watch lets it go
+        with self._lock:  # a backward's first hook reads these under the lock
+            self.model, self._parameters, self._owners, self._structure = None, [], [], []
+            self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
+        if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
+            self._optimizer_steps.optimizers = []
+        if self._ranks is not None:
+            self._ranks.close()
         if not already:
             self._tell_listeners(None, None)
+        self._listeners.clear()
 
     def add_step_listener(self, listener) -> RemovableHandle:
         """Call ``listener(step, row)`` each time a recorded step is kept, and ``listener(None,
@@ -262,9 +299,8 @@ class Watch:
     def _new_backward(self, task: int) -> _Backward:
         """The first hook of backward ``task`` ran: note each parameter's ``.grad`` and queue the
         end-of-backward callback."""
-        self._follow_replaced()
-        before = [] if self._ranks is not None else [_grad_and_version(p) for p in self._parameters]
-        state = _Backward(self.recording, before)
+        follow_replaced(self)
+        state = _Backward(self.recording, own=in_own_pass())
         if len(self._backwards) >= _PENDING_BACKWARDS:  # the oldest is one that raised: never a step
             del self._backwards[next(iter(self._backwards))]
         self._backwards[task] = state
@@ -273,82 +309,66 @@ class Watch:
         )
         return state
 
-    def _check_structure(self) -> None:
-        """Called at each forward of the model: when a module gained or lost a parameter or a
-        submodule since the watch opened (or the last check), follow the columns' parameters to
-        their modules now and warn, naming what this watch cannot see."""
-        for module, parameters, children in self._structure:
-            if len(module._parameters) != parameters or tuple(module._modules.values()) != children:
-                break
-        else:
-            return
-        self._structure = _structure(self.model)
-        owners = dict(self.model.named_modules())
-        for column, name in enumerate(self.parameter_names):  # a replaced module's parameters
-            path, _, attribute = name.rpartition(".")
-            if path in owners and attribute in owners[path]._parameters:
-                self._owners[column] = (owners[path], attribute)
-        unseen: dict[str, str] = {}  # name -> "parameter" or "module"
-        if self.parameter_names:
-            watched = set(self.parameter_names)
-            for name, parameter in self.model.named_parameters():
-                if parameter.requires_grad and name not in watched:
-                    unseen[name] = "parameter"
-        if self.module_names:
-            hooked = set(map(id, self._hooked_modules))
-            unseen.update((name, "module") for name, m in owners.items() if id(m) not in hooked)
-        new = {name: kind for name, kind in unseen.items() if name not in self._warned}
-        if new:
-            self._warned.update(new)
-            listed = ", ".join(f"{kind} {name!r}" for name, kind in new.items())
-            one = len(new) == 1
-            warnings.warn(
-                f"hookviz.watch: {listed} of {type(self.model).__name__} {'was' if one else 'were'} "
-                f"added or replaced after the watch opened and {'is' if one else 'are'} not watched; "
-                "close this watch and open a new one (hookviz.watch(model)) to watch "
-                f"{'it' if one else 'them'}",
-                stacklevel=3,
-            )
-
-    def _follow_replaced(self) -> None:
-        """Point a column whose parameter was replaced on its module at the new one."""
-        for column, (owner, attribute) in enumerate(self._owners):
-            current = owner._parameters.get(attribute)
-            if current is not self._parameters[column] and current is not None:
-                self._parameters[column] = current
-
     def _finish(self, task: int) -> None:
         """End of backward ``task``: reduce what it left, store one row, count the step."""
         state = self._backwards.pop(task, None)
-        if state is None or self.closed:
-            return
+        if state is None or self.closed or state.own or not state.reached:
+            return  # hookviz's own, or a backward that reached no watched parameter: not a step
+        self._backwards_seen += 1
         row = self._row_of(state) if state.recording else None
+        if self._optimizer_steps is not None:  # the optimizer's step is the step: keep for it
+            if row is not None:
+                self._outputs_row = row
+            self._local_rows.update(measure_rows(state.local))
+            return
         with self._lock:  # the step's number and its row are kept together
             step = self.step
             self.step += 1
-            if row is None:
-                return
-            kept = self._store(step, row)
+        if row is None:
+            return
+        if self.scaler is not None and self.scaler.is_enabled():
+            info = StepInfo(loss_scale=float(self.scaler.get_scale()))
+        else:
+            info = StepInfo()
+        self._keep(step, row, state.arrived, info)
+        if self._ranks is not None:
+            self._ranks.finish(step)
+
+    def _keep(self, step: int, row: torch.Tensor, arrived: list[int], info: StepInfo) -> bool:
+        """Store a recorded step's row and what it was; tell the listeners; False when thinned out."""
+        with self._lock:
+            kept = self._store(step, row, info)
             if len(self._order) < len(self.names):  # once every column has a place, none moves
-                arrived = state.arrived + [
+                arrived = arrived + [
                     c for c in reversed(range(len(self.parameter_names))) if not math.isnan(row[c, 0])
                 ]
                 for position, column in enumerate(arrived):
                     self._order.setdefault(column, position)
-        if self._ranks is not None:
-            self._ranks.finish(step)
         if kept and self._listeners:
             self._tell_listeners(step, row)
+        return kept
+
+    def _optimizer_step(self, index: int, skipped: bool) -> tuple[int, list[int]] | None:
+        """Optimizer ``index`` steps (or its GradScaler skipped it): keep the step
+        (:func:`~hookviz.watching.optimizer_steps.keep_step`); ``(step, its columns)`` when kept."""
+        return keep_step(self, index, skipped)
+
+    def _set_update_ratios(self, step: int, columns: list[int], ratios: list[float]) -> None:
+        """The update-to-weight ratios of kept step ``step`` (from the optimizer's post-hook)."""
+        with self._lock:
+            if step in self._steps:
+                self._ratios[self._steps.index(step), columns] = torch.tensor(ratios, dtype=torch.float64)
 
     def _row_of(self, state: _Backward) -> torch.Tensor:
         """The ``[names, 4]`` row of one ended backward: every ``.grad`` it accumulated into and the
         module-output gradients its hooks handed over, reduced together."""
         columns, grads = [], []
-        for column, (parameter, (grad, version)) in enumerate(zip(self._parameters, state.before)):
-            now = parameter.grad
+        for column, grad, version in state.before if self._ranks is None else ():
+            now = self._parameters[column].grad
             if now is not None and (now is not grad or now._version != version) and now.numel():
-                columns.append(column)
-                grads.append(now)
+                if column not in columns:
+                    columns.append(column)
+                    grads.append(now)
         if grads:
             state.reducer.add_all(columns, grads)
         row = state.reducer.finish(len(self.names))
@@ -366,19 +386,22 @@ class Watch:
             handles[:] = [h for h in handles if h.hooks_dict_ref() is not None]
             self._graph_handles_kept = max(64, len(handles))
 
-    def _store(self, step: int, row: torch.Tensor) -> bool:
+    def _store(self, step: int, row: torch.Tensor, info: StepInfo) -> bool:
         """Keep ``row`` as step ``step`` (thinning the kept steps when full); False when thinning
         left this step out."""
         if len(self._steps) == self.capacity:
             keep = [i for i, s in enumerate(self._steps) if s % (self.every * self._stride * 2) == 0]
-            self._rows[: len(keep)] = self._rows[keep].clone()
-            self._rows[len(keep) :] = math.nan
+            for table in (self._rows, self._ratios):
+                table[: len(keep)] = table[keep].clone()
+                table[len(keep) :] = math.nan
             self._steps = [self._steps[i] for i in keep]
+            self._info = [self._info[i] for i in keep]
             self._stride *= 2
             if step % (self.every * self._stride):
                 return False
         self._rows[len(self._steps)] = row
         self._steps.append(step)
+        self._info.append(info)
         return True
 
     # ------------------------------------------------------------------ reading
@@ -400,12 +423,18 @@ class Watch:
         consistent copy also while another thread trains."""
         with self._lock:
             rows = self._rows[: len(self._steps)].clone()
-            steps = list(self._steps)
+            ratios = self._ratios[: len(self._steps)].clone()
+            steps, info = list(self._steps), list(self._info)
         return History(
             steps,
             list(self.names),
             list(self.kinds),
             *(rows[:, :, i] for i in range(len(STATISTICS))),
+            update_ratio=ratios,
+            optimizers=[i.optimizer for i in info],
+            skipped=[i.skipped for i in info],
+            learning_rates=[list(i.learning_rates) for i in info],
+            loss_scales=[i.loss_scale for i in info],
         )
 
     def _row(self, step: int | None) -> tuple[int, torch.Tensor]:
@@ -443,6 +472,40 @@ class Watch:
             if kind in (None, k) and (not math.isnan(norm) or nonfinite > 0)
         }
 
+    def update_ratios(self, step: int | None = None) -> dict[str, float]:
+        """``{parameter name: ‖w_after - w_before‖ / ‖w_after‖}`` of the update ``step`` (None = the
+        last kept) made, per parameter it updated: the learning-rate diagnostic (healthy near 1e-3).
+        Empty without ``optimizer=`` and for a skipped step."""
+        step, _ = self._row(step)
+        with self._lock:
+            ratios = self._ratios[self._steps.index(step), : len(self.parameter_names)].tolist()
+        return {n: r for n, r in zip(self.parameter_names, ratios) if not math.isnan(r)}
+
+    def learning_rates(self, step: int | None = None) -> list[float]:
+        """Each param group's learning rate at ``step`` (None = the last kept), read before the
+        optimizer stepped; empty without ``optimizer=``."""
+        return list(self._step_info(self._row(step)[0]).learning_rates)
+
+    def step_optimizer(self, step: int | None = None) -> str | None:
+        """The name of the optimizer whose ``step()`` kept step ``step`` is (its class, with its place
+        in ``optimizer=[...]`` when several share a class); None without ``optimizer=``."""
+        return self._step_info(self._row(step)[0]).optimizer or None
+
+    @property
+    def skipped_steps(self) -> list[int]:
+        """The kept steps the ``GradScaler`` skipped (Inf/NaN found; ``optimizer.step()`` never ran)."""
+        with self._lock:
+            return [s for s, i in zip(self._steps, self._info) if i.skipped]
+
+    def loss_scale(self, step: int | None = None) -> float | None:
+        """The ``GradScaler``'s scale at ``step`` (None = the last kept); None without ``scaler=``."""
+        scale = self._step_info(self._row(step)[0]).loss_scale
+        return None if math.isnan(scale) else scale
+
+    def _step_info(self, step: int) -> StepInfo:
+        with self._lock:
+            return self._info[self._steps.index(step)]
+
     def layer_norms(self, step: int | None = None) -> dict[str, float]:
         """``{module name: 2-norm of its parameters' gradients}`` at ``step``, nearest the loss first."""
         _, row = self._row(step)
@@ -470,6 +533,10 @@ class Watch:
         """
         limits = check_thresholds(thresholds)
         step, row = self._row(step)
+        scale = self._step_info(step).loss_scale
+        if self._optimizer_steps is None and scale > 0 and math.isfinite(scale):
+            # the gradients carry GradScaler's scale: a norm is an explosion only once divided by it
+            limits["exploding_norm"] *= scale
         return diagnose_step(self, step, row, self._order, limits, group)
 
     # ------------------------------------------------------------------ plots
@@ -520,7 +587,7 @@ class Watch:
 
     def __repr__(self) -> str:
         return (
-            f"Watch({type(self.model).__name__}, every={self.every}, steps={self.step}, "
+            f"Watch({self.model_name}, every={self.every}, steps={self.step}, "
             f"kept={len(self._steps)}, names={len(self.names)}, "
             f"{'closed' if self.closed else 'open'})"
         )
@@ -533,6 +600,8 @@ def watch(
     parameters: bool = True,
     outputs: bool = False,
     capacity: int = 1024,
+    optimizer=None,
+    scaler=None,
 ) -> Watch:
     """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.watching.watch`).
 
@@ -543,6 +612,13 @@ def watch(
         outputs: also record the gradient w.r.t. each module's output (a Python hook per module
             output per step: opt-in, it costs more than the parameters' statistics).
         capacity: steps kept before thinning (see the module docstring).
+        optimizer: None (a step is one backward), a ``torch.optim.Optimizer`` or a list of them
+            (a step is one ``optimizer.step()``, with the ``.grad`` it reads: accumulated, unscaled,
+            clipped; :mod:`hookviz.watching.optimizer_steps`). Wrappers (accelerate, Lightning)
+            are followed to the optimizer inside.
+        scaler: the ``torch.amp.GradScaler`` of the loop, or None. With ``optimizer=``: the steps it
+            skips are kept, marked skipped. Without: each step keeps the scale its gradients carry
+            (``loss_scale(step)``), and diagnosis divides it out.
 
     Returns:
         an open :class:`Watch`; use it as a context manager, or call ``close()``.
@@ -559,31 +635,30 @@ def watch(
                 optimizer.step()
         w.heatmap().show()
     """
-    return Watch(model, every, parameters=parameters, outputs=outputs, capacity=capacity)
+    return Watch(
+        model,
+        every,
+        parameters=parameters,
+        outputs=outputs,
+        capacity=capacity,
+        optimizer=optimizer,
+        scaler=scaler,
+    )
 
 
 # ---------------------------------------------------------------------------- helpers
 
 
-def _remove(handles: list, graph_handles: list) -> None:
+def _remove(handles: list, graph_handles: list, starts: list) -> None:
     for handle in handles:
         handle.remove()
     handles.clear()
     for handle in graph_handles:
         handle.remove()
     graph_handles.clear()
-
-
-def _owner(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
-    """The module that holds parameter ``name`` and its attribute name there."""
-    path, _, attribute = name.rpartition(".")
-    return model.get_submodule(path), attribute
-
-
-def _structure(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int, tuple]]:
-    """Each module with its parameter count and its submodules: what :meth:`Watch._check_structure`
-    compares."""
-    return [(m, len(m._parameters), tuple(m._modules.values())) for m in model.modules()]
+    for _, handle in starts:
+        handle.remove()
+    starts.clear()
 
 
 def _grad_and_version(parameter: torch.Tensor) -> tuple[object, int]:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 
+from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
+from hookviz.colors import NAN_COLOR, norm_color
 from hookviz.data.run import Run
+from hookviz.widget.graph import color_range
 from hookviz.widget.payload import json_float
 
 # One rule for the chart's line and the diagnosis banner: a layer's gradient vanishes below this
-# fraction of the gradient of the layer nearest the loss (hookviz.analysis.diagnose's default).
-VANISHING_RATIO = 1e-3
+# fraction of the gradient of the layer nearest the loss (the diagnosis's own default).
+VANISHING_RATIO = DEFAULT_THRESHOLDS["vanishing"]
 
 
 def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHING_RATIO) -> dict:
@@ -20,8 +23,10 @@ def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHI
     the height at which the page draws them, marked as zero.
 
     Returns:
-        ``{"modules", "current", "baseline", "threshold", "rule", "floor"}``; ``threshold`` is
-        None when no layer has a gradient.
+        ``{"modules", "current", "baseline", "threshold", "rule", "floor", "colors", "figure"}``;
+        ``threshold`` is None when no layer has a gradient; ``colors``: each layer's point in the
+        colour of its norm on the graph's scale and range (:func:`hookviz.widget.graph.color_range`),
+        so a layer's point and its box on the graph share one colour.
     """
     from hookviz.analysis.gradient_stats import gradient_stats
 
@@ -50,6 +55,8 @@ def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHI
         "rule": f"vanishing below {vanishing:g} x the layer nearest the loss ({nearest})" if usable else "",
         "floor": floor,
     }
+    scale = color_range(run, baseline)
+    chart["colors"] = [norm_color(current[m], scale) for m in modules]
     chart["figure"] = chart_spec(chart)
     return chart
 
@@ -96,6 +103,8 @@ def chart_spec(chart: dict) -> dict:
             "name": "this run",
             "mode": mode,
             "line": {"color": "#1e88e5"},
+            # each layer's point in its box's colour on the graph (chart_json's ``colors``)
+            **({"marker": {"color": chart["colors"], "size": 8}} if chart.get("colors") else {}),
         },
         {
             "type": "scatter",
@@ -103,7 +112,7 @@ def chart_spec(chart: dict) -> dict:
             "y": [floor] * len(zeros),
             "name": "zero (drawn at the floor)",
             "mode": "markers",
-            "marker": {"symbol": "triangle-down", "size": 10, "color": "#e53935"},
+            "marker": {"symbol": "triangle-down", "size": 10, "color": NAN_COLOR},
         },
     ]
     threshold = chart.get("threshold")
@@ -136,7 +145,7 @@ def chart_spec(chart: dict) -> dict:
                 "x1": 1,
                 "y0": threshold,
                 "y1": threshold,
-                "line": {"color": "#e53935", "dash": "dash", "width": 1},
+                "line": {"color": NAN_COLOR, "dash": "dash", "width": 1},
             }
         )
         layout["annotations"].append(
@@ -146,7 +155,7 @@ def chart_spec(chart: dict) -> dict:
                 "y": math.log10(threshold),  # annotations on a log axis are placed in log10 units
                 "text": chart.get("rule") or f"vanishing < {threshold:g}",
                 "showarrow": False,
-                "font": {"color": "#e53935", "size": 10},
+                "font": {"color": NAN_COLOR, "size": 10},
                 "xanchor": "left",
                 "yanchor": "bottom",
             }

@@ -99,6 +99,8 @@ def _compact_tensor(record: dict, keep_values: bool) -> dict:
     for name, value in record.items():
         if name == "value" and not keep_values:
             continue
+        if name == "text" and not keep_values:  # a value's text goes with the value
+            value = {key: shown for key, shown in value.items() if key != "value"}
         if name in _STATISTICS:
             value = _rounded(value, STATISTIC_DIGITS)
         elif name == "histogram" and value:

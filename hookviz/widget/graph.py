@@ -14,6 +14,8 @@ import hashlib
 import math
 from collections import defaultdict
 
+from hookviz import text
+from hookviz.colors import beyond_range, legend, norm_color, range_of
 from hookviz.data.run import LOSS_MODULE, Run
 from hookviz.data.tensors import combined_norm
 from hookviz.widget.payload import json_float
@@ -58,20 +60,12 @@ def module_norms(run: Run) -> dict[str, float | None]:
     return {module: combined_norm(values) for module, values in norms.items()}
 
 
-def _color_range(norms) -> dict:
-    logs = [math.log10(n) for n in norms if n is not None and math.isfinite(n) and n > 0]
-    return log_range(min(logs), max(logs)) if logs else log_range(None, None)
-
-
-def log_range(smallest: float | None, largest: float | None) -> dict:
-    """The colour range ``{lo, hi}`` (whole decades) around log10 norms from ``smallest`` to
-    ``largest``; -1..1 when there is none."""
-    if smallest is None:
-        return {"lo": -1.0, "hi": 1.0}
-    lo, hi = math.floor(smallest), math.ceil(largest)
-    if hi <= lo:
-        hi = lo + 1
-    return {"lo": lo, "hi": hi}
+def color_range(run: Run, baseline: Run | None = None) -> dict:
+    """The colour range ``{lo, hi}`` (log10, whole decades: :func:`hookviz.colors.range_of`) of
+    the norms of ``baseline`` (else ``run``): its nodes' and its modules' boundary norms. One range
+    for every run of a session, so one colour means one norm in each of them."""
+    scale = baseline if baseline is not None else run
+    return range_of([*node_norms(scale).values(), *module_norms(scale).values()])
 
 
 def graph_json(run: Run, baseline: Run | None = None, structure: str | None = None) -> dict:
@@ -85,12 +79,15 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
             recomputing it on a re-run.
 
     Returns:
-        ``{"structure", "nodes", "edges", "groups", "color_range"}``. Node: ``{id, op, module,
-        kind, order, norm, nan, edited, user_hooks, hint}`` (module: the box it is drawn in, the
+        ``{"structure", "nodes", "edges", "groups", "color_range", "legend"}``. Node: ``{id, op,
+        module, kind, order, norm, nan, edited, user_hooks, hint, color, beyond, norm_text}``
+        (color: its norm's on ``color_range``, :func:`hookviz.colors.norm_color`; beyond: the
+        norm lies outside the range; norm_text: the norm as the page shows it; legend:
+        :func:`hookviz.colors.legend`; module: the box it is drawn in, the
         module that made it except for the loss ops of :func:`_box_the_loss_ops`; hint:
         :func:`operand_hint`); edge:
         ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, type,
-        size, norm, nan, edited, user_hooks, signature}`` (signature: see
+        size, norm, nan, edited, user_hooks, signature, color, beyond, norm_text}`` (signature: see
         :func:`hookviz.widget.tree.mark_signatures`; the page adds labels and identical blocks),
         the root module's (``module ""``, present when the model ran as a module) with its
         ``label`` (:func:`hookviz.widget.tree.module_label`).
@@ -130,16 +127,28 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         types.setdefault(call.module, call.type)
     groups = _groups(by_module, boundary, edited_targets, module_hooks, types)
     mark_signatures(groups, nodes, _leaf_shapes(run))
-    scale = baseline if baseline is not None else run
-    scale_norms = list((norms if scale is run else node_norms(scale)).values())
-    scale_norms += list(module_norms(scale).values()) if scale is not run else list(boundary.values())
+    if baseline is None or baseline is run:
+        scale = range_of([*norms.values(), *boundary.values()])
+    else:
+        scale = color_range(run, baseline)
+    for item in (*nodes, *groups):
+        paint(item, scale)
     return {
         "structure": key,
         "nodes": nodes,
         "edges": edges,
         "groups": groups,
-        "color_range": _color_range(scale_norms),
+        "color_range": scale,
+        "legend": legend(scale, "log10 ‖grad‖ (scale fixed by the baseline run)"),
     }
+
+
+def paint(item: dict, scale: dict) -> None:
+    """Give a node's or a group's JSON (with its ``norm`` and ``nan``) the colour, the
+    beyond-the-range mark and the norm's text the page shows; changes ``item`` in place."""
+    item["color"] = norm_color(item["norm"], scale, item["nan"])
+    item["beyond"] = beyond_range(item["norm"], scale)
+    item["norm_text"] = text.norm(item["norm"], item["nan"])
 
 
 def _box_the_loss_ops(nodes: list[dict], edges: list[list]) -> None:
@@ -266,14 +275,6 @@ def _combine(norms) -> float | None:
     return math.inf if norm is not None and math.isnan(norm) else norm  # NaN is drawn red elsewhere
 
 
-def _as_float(value) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return float(value)
-    return float(value)
-
-
 def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[dict]:
     """One group per module that created nodes, plus every enclosing module, plus the root
     module's (``""``, when the model ran as a module: ``types`` has it) around every top-level one
@@ -297,7 +298,7 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
     # up per module, not per node (20,000 nodes three modules deep).
     totals: dict[str, list] = {}  # module -> [size, op norms, nan, edited, user hooks]
     for module, items in by_module.items():
-        norms = [_as_float(i["norm"]) for i in items if i["kind"] == "op"]
+        norms = [text.as_number(i["norm"]) for i in items if i["kind"] == "op"]
         nan, edited = any(i["nan"] for i in items), any(i["edited"] for i in items)
         hooks = sum(i["user_hooks"] for i in items)
         name = module if module or root else None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from hookviz import text
 from hookviz.data.run import Run, leaf_diffs
 from hookviz.data.stats_batch import StatsBatch
+from hookviz.widget.payload import json_float, tensor_json
 
 LEAF_VALUE_LIMIT = 16
 # What the leaf table shows of a leaf's gradient (``value`` only up to LEAF_VALUE_LIMIT elements).
@@ -17,13 +19,17 @@ def _summaries(tensors: dict) -> dict[str, dict | None]:
     batch = StatsBatch(full_limit=LEAF_VALUE_LIMIT, histogram_bins=0)
     keys = {name: batch.add(t.detach()) for name, t in tensors.items() if t is not None}
     records = batch.compute()
-    return {name: (records[keys[name]].to_dict(LEAF_FIELDS) if name in keys else None) for name in tensors}
+    return {
+        name: (tensor_json(records[keys[name]], LEAF_FIELDS) if name in keys else None) for name in tensors
+    }
 
 
 def leaf_summary_json(
     run: Run, baseline: Run | None = None, baseline_summaries: dict | None = None
 ) -> list[dict]:
-    """Every leaf's grad in the baseline and in ``run``: ``[{name, before, after, changed}]``.
+    """Every leaf's grad in the baseline and in ``run``: ``[{name, before, after, changed, ratio,
+    text}]``; ``ratio``: ‖grad‖ in ``run`` over ‖grad‖ in the baseline (None when either is
+    missing or zero), ``text``: ``{"ratio": "1.5×"}``, as the table shows it.
 
     ``baseline_summaries`` (from :func:`leaf_summaries`) skips summarising the baseline again;
     a leaf whose gradient did not change reuses the baseline's summary.
@@ -32,15 +38,30 @@ def leaf_summary_json(
     leaves = leaf_diffs(base, run)
     before = baseline_summaries if baseline_summaries is not None else leaf_summaries(base)
     after = _summaries({name: leaf.after for name, leaf in leaves.items() if leaf.changed})
-    return [
-        {
-            "name": name,
-            "before": before.get(name),
-            "after": after[name] if leaf.changed else before.get(name),
-            "changed": bool(leaf.changed),
-        }
-        for name, leaf in leaves.items()
-    ]
+    rows = []
+    for name, leaf in leaves.items():
+        now = after[name] if leaf.changed else before.get(name)
+        ratio = _ratio(now, before.get(name))
+        rows.append(
+            {
+                "name": name,
+                "before": before.get(name),
+                "after": now,
+                "changed": bool(leaf.changed),
+                "ratio": json_float(ratio),
+                "text": {"ratio": text.ratio(ratio)},
+            }
+        )
+    return rows
+
+
+def _ratio(now: dict | None, then: dict | None) -> float | None:
+    """‖grad‖ now over ‖grad‖ then, from two summaries; None when either is missing or zero."""
+    now_norm = text.as_number((now or {}).get("norm"))
+    then_norm = text.as_number((then or {}).get("norm"))
+    if now_norm is None or then_norm is None or then_norm == 0:
+        return None
+    return now_norm / then_norm
 
 
 def leaf_summaries(run: Run) -> dict[str, dict | None]:

@@ -6,28 +6,56 @@ The payloads are plain JSON-safe dicts and lists made by pure functions of a :cl
 :mod:`.watch_json`; no traitlets there, so they are tested and timed on their own. Numbers that
 JSON cannot hold (NaN, Inf) become the strings ``"nan"``, ``"inf"``, ``"-inf"``, as
 :meth:`TensorRecord.to_dict` writes them.
+
+Every number the page shows comes with its text, written here by :mod:`hookviz.text` (and every
+colour by :mod:`hookviz.colors`): the page draws the text and formats nothing, so Python and the
+page cannot disagree. A tensor's texts are its JSON's ``text`` (:func:`tensor_text`).
 """
 
 from __future__ import annotations
 
-import math
+from hookviz import text
+from hookviz.data.tensors import json_float as json_float  # its one home; payloads import it here
+
+# A tensor of at most this many elements shows its values (``text["value"]``); a larger one its
+# statistics, histogram and heatmap.
+SHOWN_ELEMENTS = 16
 
 
-def json_float(value: float | None) -> float | str | None:
-    """A float JSON can hold: NaN/Inf as "nan"/"inf"/"-inf", None stays None."""
-    if value is None:
+def tensor_text(data: dict) -> dict:
+    """What the page shows of a tensor's JSON (:meth:`TensorRecord.to_dict`, any subset of its
+    fields), as text: ``norm``, ``mean``, ``min``, ``max``, ``abs_max`` (the larger of ``|min|``
+    and ``|max|``), ``zeros`` (``zero_fraction`` as a percentage), ``value`` (only for a tensor of
+    at most :data:`SHOWN_ELEMENTS` elements whose values are kept), ``histogram`` (its first and
+    last edge, ``"lo … hi"``), ``overview_max`` (the largest block of its overview). Keys of
+    fields the JSON lacks are left out."""
+    out = {name: text.number(data[name]) for name in ("norm", "mean", "min", "max") if name in data}
+    extremes = [text.as_number(data.get(name)) for name in ("min", "max")]
+    if None not in extremes:
+        out["abs_max"] = text.number(max(abs(v) for v in extremes))
+    if "zero_fraction" in data:
+        out["zeros"] = text.percent(data["zero_fraction"])
+    kept = data.get("value")
+    if kept is not None and (data.get("numel") or 0) <= SHOWN_ELEMENTS:
+        out["value"] = text.value(kept)
+    edges = (data.get("histogram") or {}).get("edges") or []
+    if edges:
+        out["histogram"] = f"{text.number(edges[0])} … {text.number(edges[-1])}"
+    overview = data.get("overview")
+    if overview:
+        blocks = [text.as_number(v) for row in overview for v in row]
+        out["overview_max"] = text.number(max((abs(v) for v in blocks if v is not None), default=None))
+    return out
+
+
+def tensor_json(record, fields=None) -> dict | None:
+    """A TensorRecord (or None) as JSON (:meth:`TensorRecord.to_dict` of ``fields``, default all),
+    with the ``text`` the page shows of it (:func:`tensor_text`)."""
+    if record is None:
         return None
-    value = float(value)
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return value
-
-
-def tensor_json(record) -> dict | None:
-    """A TensorRecord (or None) as JSON."""
-    return None if record is None else record.to_dict()
+    data = record.to_dict() if fields is None else record.to_dict(fields)
+    data["text"] = tensor_text(data)
+    return data
 
 
 def tensors_json(records) -> list | None:

@@ -6,8 +6,9 @@ import math
 
 import torch
 
+from hookviz.colors import NAN_COLOR, PLOTLY_COLORSCALE
 from hookviz.data.tensors import combined_norm
-from hookviz.widget.graph import log_range
+from hookviz.watching.plots import color_range
 from hookviz.widget.payload import json_float
 
 
@@ -39,12 +40,9 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
 
 
 def watch_color_range(history) -> dict:
-    """One log10 colour range over every kept step of a watch, so the colours of two steps compare."""
-    norms = history.norm[torch.isfinite(history.norm) & (history.norm > 0)]
-    if not norms.numel():
-        return log_range(None, None)
-    logs = torch.log10(norms)
-    return log_range(logs.min().item(), logs.max().item())
+    """One log10 colour range over every kept step of a watch, so the colours of two steps compare
+    (the range its heatmaps colour on too: :func:`hookviz.watching.plots.color_range`)."""
+    return color_range(history)
 
 
 # A live watch figure (live_watch_figure) draws at most this many steps (evenly picked, the last
@@ -52,7 +50,15 @@ def watch_color_range(history) -> dict:
 # them): it is sent again every update while training runs.
 LIVE_FIGURE_STEPS = 256
 LIVE_FIGURE_LAYERS = 12
-NAN_COLOR = "#e53935"  # the colour js/src/logic.js draws NaN/Inf in
+# How the page marks the step on screen on a watch heatmap (a figure's ``step_marker``).
+STEP_MARKER = {"line": {"color": NAN_COLOR, "width": 2}}
+
+
+def with_step_marker(figure: dict) -> dict:
+    """``figure`` (a plotly figure dict) with the :data:`STEP_MARKER` the page draws the shown
+    step with; changed in place and returned."""
+    figure["step_marker"] = STEP_MARKER
+    return figure
 
 
 def _evenly(count: int, most: int) -> list[int]:
@@ -74,7 +80,9 @@ def live_watch_figure(history, title: str) -> dict:
         title: the figure's title.
 
     Returns:
-        ``{"data": [...], "layout": {...}}``; NaN/Inf (a missing or non-finite norm) are null.
+        ``{"data": [...], "layout": {...}, "step_marker": ...}``; NaN/Inf (a missing or
+        non-finite norm) are null. The heatmap colours on the scale and range the graph's watch
+        colours use (:func:`hookviz.watching.plots.color_range`).
     """
     columns = [i for i, kind in enumerate(history.kinds) if kind == "parameter"]
     names = [history.names[i] for i in columns]
@@ -131,14 +139,18 @@ def live_watch_figure(history, title: str) -> dict:
             },
         )
     heat_height = min(420, 60 + 14 * len(names))
+    scale = color_range(history)
     return {
+        "step_marker": STEP_MARKER,
         "data": [
             {
                 "type": "heatmap",
                 "z": z,
                 "x": steps,
                 "y": names,
-                "colorscale": "Viridis",
+                "colorscale": PLOTLY_COLORSCALE,
+                "zmin": scale["lo"],
+                "zmax": scale["hi"],
                 "colorbar": {"title": {"text": "log10 ‖grad‖"}, "len": 0.55, "y": 1, "yanchor": "top"},
                 "hovertemplate": "step %{x}<br>%{y}<br>log10 ‖grad‖ %{z:.3g}<extra></extra>",
             },

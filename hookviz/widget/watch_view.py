@@ -6,10 +6,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hookviz.colors import NO_GRAD_COLOR, legend, norm_color
 from hookviz.errors import WatchError
 from hookviz.widget.diagnosis import diagnosis_json
 from hookviz.widget.payload import json_float
-from hookviz.widget.watch_json import figure_json, live_watch_figure, watch_color_range, watch_node_norms
+from hookviz.widget.watch_json import (
+    figure_json,
+    live_watch_figure,
+    watch_color_range,
+    watch_node_norms,
+    with_step_marker,
+)
 
 if TYPE_CHECKING:
     from hookviz.widget.widget import Widget
@@ -19,7 +26,7 @@ def show_watch(widget, watch, step: int | None = None) -> Widget:
     """:meth:`Widget.show_watch`: colour the graph by ``watch``'s norms at ``step``."""
     step = check_watch(watch, step)
     try:
-        heatmap = figure_json(watch.heatmap())
+        heatmap = with_step_marker(figure_json(watch.heatmap()))
     except Exception as error:  # the heatmap is a picture: without it the view still works
         heatmap = {"error": f"heatmap failed: {type(error).__name__}: {error}"}
     widget.watch = watch
@@ -63,7 +70,7 @@ def show_live_state(widget, watch, closed: bool) -> None:
     if not history.steps or widget.watch is not watch:
         return
     step = history.steps[-1]
-    name = type(watch.model).__name__
+    name = watch.model_name
     try:
         figure = live_watch_figure(history, f"{name}: gradient norms over training")
     except Exception as error:  # the figure is a picture: without it the view still works
@@ -136,6 +143,7 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
     parameters = watch.norms(step, kind="parameter")
     outputs = watch.norms(step, kind="output")
     steps = watch.steps
+    node_norms = watch_node_norms(widget.graph, parameters, outputs)
     try:
         diagnosis = diagnosis_json(watch.diagnose(step), "watch", step)
     except Exception as error:  # a diagnosis bug must not take the widget down
@@ -147,9 +155,15 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
         "step": step,
         "index": steps.index(step),
         "norms": {name: json_float(norm) for name, norm in watch.norms(step).items()},
-        "node_norms": watch_node_norms(widget.graph, parameters, outputs),
+        "node_norms": node_norms,
+        # what the page draws: each element's colour, grey where the watch has no norm for it
+        "node_colors": {
+            element: norm_color(norm, widget._watch_range) for element, norm in node_norms.items()
+        },
+        "missing_color": NO_GRAD_COLOR,
         "color_range": widget._watch_range,
-        "model": getattr(watch, "model_name", None) or type(watch.model).__name__,
+        "legend": legend(widget._watch_range, f"log10 ‖grad‖ at step {step}"),
+        "model": watch.model_name,
         # a gathered history: the rank shown (None = reduced over ranks), for the rank selector
         "rank": getattr(watch, "rank", None),
         "reduced": bool(getattr(getattr(watch, "source", None), "strategy", "")),

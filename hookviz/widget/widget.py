@@ -41,23 +41,25 @@ from hookviz.widget.recorded import READ_ONLY_NOTE
 from hookviz.widget.view_commands import VIEWS
 
 _STATIC = Path(__file__).parent / "static"
+# The bundle's text, read once: given a path, anywidget connects every widget to the file's change
+# signal with a closure that holds the widget, so no widget would ever be freed (anywidget issue 929).
+_BUNDLE = (_STATIC / "widget.js").read_text(encoding="utf-8")
 
 
 def _json_buffer(value: dict | list, widget=None) -> memoryview:
     """A large state value as one binary buffer of UTF-8 JSON. ipywidgets walks a nested state
-    element by element looking for buffers (0.6 s for a 20,000-Node graph); a buffer it passes
-    as it is, and the page parses it once. Encoded by orjson: the 20,000-Node graph's 13 MB took
-    0.31 s with the standard library's json and take 0.04 s (most of it float formatting). The
-    values are JSON-safe already (``payload.json_float``); orjson would write a stray NaN as
-    null."""
+    element by element looking for buffers; a buffer it passes as it is, and the page parses it
+    once. Encoded by orjson, several times faster than the standard library's json on a large graph
+    (docs/perf.md). The values are JSON-safe already (``payload.json_float``); orjson would write a
+    stray NaN as null."""
     return memoryview(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
 
 
 def _leaf_rows_buffer(rows: list[dict], widget=None) -> memoryview:
     """The leaf table (``leaf_table.leaf_summary_json``) as :func:`_json_buffer`, each unchanged
     leaf's summary sent once: its row has no ``after`` (there the baseline's summary itself), which
-    the page reads as ``before``. On the first run every leaf is unchanged: the 20,000-Node graph's
-    table went from 5.6 MB to 2.8 MB."""
+    the page reads as ``before``. On the first run every leaf is unchanged, so this halves the
+    table sent."""
     return _json_buffer(
         [row if row["changed"] else {k: v for k, v in row.items() if k != "after"} for row in rows]
     )
@@ -80,7 +82,7 @@ class Widget(anywidget.AnyWidget):
         HookvizError: when the first run fails (there is nothing to show yet).
     """
 
-    _esm = _STATIC / "widget.js"
+    _esm = _BUNDLE
 
     graph = traitlets.Dict(value_trait=traitlets.Any(), key_trait=traitlets.Unicode()).tag(
         sync=True, to_json=_json_buffer
@@ -149,12 +151,10 @@ class Widget(anywidget.AnyWidget):
         vanishing_threshold: float = VANISHING_RATIO,
         **kwargs: Any,
     ) -> None:
-        # The first run is recorded before the comm to the page opens: opening it sends the 3.6 MB
-        # bundle, which the page loads at once (about 0.1 s of its main thread since plotly waits
-        # for the first chart; 0.6-0.8 s before). On two cores, loaded during the run (OpenMP
-        # regions waiting on the busy core), the 20,000-Node graph's first paint came 1.2-1.7 s
-        # later; loaded while the page's state is built (one Python thread), it costs nothing.
-        # Opened after that instead, it came 0.5-1 s later.
+        # The first run is recorded before the comm to the page opens: opening it sends the
+        # bundle, which the page loads at once. Loaded during the run, the page and the run's
+        # OpenMP regions compete for the cores and the first paint comes later; loaded while the
+        # page's state is built (one Python thread), it costs nothing (docs/perf.md).
         # session None: a live watch alone (hookviz.show(watch)), with no graph.
         run = None if session is None else session.last_run if session.last_run is not None else session.run()
         super().__init__(**kwargs)
@@ -174,6 +174,14 @@ class Widget(anywidget.AnyWidget):
         if run is not None:
             self._show_run(run)
         self.on_msg(self._handle_message)
+
+    def close(self) -> None:
+        """Close the widget and its comm to the page; a live view stops following its watch first
+        (its thread ends, after at most 2 s of an update being sent)."""
+        live = getattr(self, "live", None)  # None also when __init__ failed (ipywidgets closes on __del__)
+        if live is not None:
+            live.stop(wait=2.0)
+        super().close()
 
     # ----- the runs --------------------------------------------------------------------------
 

@@ -6,11 +6,9 @@ import { BOX_PADDING, edgeRouteStyle, elkGraph, fitZoom, positionsOf, routesOf, 
 import {
   EDIT_COLOR,
   HOOK_COLOR,
-  normColor,
   overlayColor,
   replayOnVisible,
   textColorOn,
-  beyondRange,
   moduleTree,
   visibleGraph,
 } from "./logic.js";
@@ -158,11 +156,14 @@ function styleFor(t) {
   ];
 }
 
-/** Node colour (the watch overlay's, else the norm's on the fixed range) and its text colour. */
-function painter(range, overlay) {
-  return (id, norm, nan) => {
-    const color = overlay ? overlayColor(id, overlay) : normColor(norm, range, nan);
-    return { color, textColor: textColorOn(color), beyond: !overlay && beyondRange(norm, range) };
+/**
+ * An element's colour (the watch overlay's, else its norm's: both sent by Python, which colours
+ * on the range fixed by the baseline) and the text colour that reads on it.
+ */
+function painter(overlay) {
+  return (item) => {
+    const color = overlay ? overlayColor(item.id, overlay) : item.color;
+    return { color, textColor: textColorOn(color), beyond: !overlay && !!item.beyond };
   };
 }
 
@@ -178,7 +179,7 @@ function boxData(paint, pending) {
       id: group.id,
       label,
       title: boxTitle(group),
-      ...paint(group.id, group.norm, group.nan),
+      ...paint(group),
       isGroup: true,
       collapsed,
       module: group.module,
@@ -192,10 +193,10 @@ function boxData(paint, pending) {
 }
 
 /** Cytoscape element definitions (with their sizes) of what a collapse state draws. */
-function elementsFor(graph, collapsed, range, overlay, editState) {
+function elementsFor(graph, collapsed, overlay, editState) {
   const els = [];
   const pending = pendingTargets(editState);
-  const paint = painter(range, overlay);
+  const paint = painter(overlay);
   const box = boxData(paint, pending);
   const vis = visibleGraph(graph, collapsed);
   for (const { group, collapsed: isCollapsed, parent } of vis.groups) {
@@ -209,7 +210,7 @@ function elementsFor(graph, collapsed, range, overlay, editState) {
         id: n.id,
         label,
         title: n.kind === "leaf" ? n.id : `${n.id} in ${n.module || "(root)"}`,
-        ...paint(n.id, n.norm, n.nan),
+        ...paint(n),
         kind: n.kind,
         edited: !!n.edited,
         pending: pending.has(n.id),
@@ -226,8 +227,8 @@ function elementsFor(graph, collapsed, range, overlay, editState) {
 }
 
 /** Cytoscape elements of the Module tree view: a box per drawn module, edges to its children. */
-function treeElementsFor(graph, collapsed, range, overlay, editState) {
-  const box = boxData(painter(range, overlay), pendingTargets(editState));
+function treeElementsFor(graph, collapsed, overlay, editState) {
+  const box = boxData(painter(overlay), pendingTargets(editState));
   const tree = moduleTree(graph, collapsed);
   const els = tree.groups.map(({ group, collapsed: closed, hasChildren }) => ({
     group: "nodes",
@@ -354,13 +355,7 @@ export class GraphView {
     const tree = view === "modules";
     const key = JSON.stringify([graph.structure, [...(collapsed || [])].sort(), tree]);
     const t0 = performance.now();
-    const { els, representative } = (tree ? treeElementsFor : elementsFor)(
-      graph,
-      collapsed,
-      graph.color_range,
-      overlay,
-      editState,
-    );
+    const { els, representative } = (tree ? treeElementsFor : elementsFor)(graph, collapsed, overlay, editState);
     if (key === this.layoutKey) {
       this.representative = representative;
       this.cy.batch(() => {

@@ -11,11 +11,6 @@ import { renderBanner, renderEditor, renderEdits, renderLeaves, renderLog, Repla
 import { renderChart, renderHeatmap, destroyChart } from "./chart.js";
 import { onThemeChange } from "./theme.js";
 import {
-  formatNumber,
-  legendStops,
-  NAN_COLOR,
-  NO_GRAD_COLOR,
-  ZERO_GRAD_COLOR,
   EDIT_COLOR,
   HOOK_COLOR,
   replayState,
@@ -30,12 +25,13 @@ import {
 } from "./logic.js";
 import { savedModel } from "./saved.js";
 
-function legend(range, title = "log10 ‖grad‖") {
-  const stops = legendStops(range, 5);
+/** The legend Python sent ({title, stops: [{color, text}], keys: [{color, text}]}: hookviz.colors.legend). */
+function legend(spec) {
+  const stops = spec?.stops || [];
   const sw = (color, text, extra = "") =>
     h("span", { class: "hv-sw" }, h("i", { style: `background:${color};${extra}` }), text);
   return [
-    h("div", { class: "hv-legend-title" }, title),
+    h("div", { class: "hv-legend-title" }, spec?.title || ""),
     h("div", {
       class: "hv-legend-bar",
       style: `background:linear-gradient(to right, ${stops.map((s) => s.color).join(",")})`,
@@ -43,14 +39,12 @@ function legend(range, title = "log10 ‖grad‖") {
     h(
       "div",
       { class: "hv-legend-ticks" },
-      stops.map((s) => h("span", {}, formatNumber(Math.round(s.log10 * 10) / 10))),
+      stops.map((s) => h("span", {}, s.text)),
     ),
     h(
       "div",
       { class: "hv-legend-keys" },
-      sw(NAN_COLOR, "NaN/Inf"),
-      sw(ZERO_GRAD_COLOR, "zero"),
-      sw(NO_GRAD_COLOR, "no grad"),
+      (spec?.keys || []).map((k) => sw(k.color, k.text)),
       sw("#fff", "edited", `border:3px solid ${EDIT_COLOR}`),
       sw("#fff", "user hook", `border:3px dashed ${HOOK_COLOR}`),
       h(
@@ -380,12 +374,7 @@ function render({ model, el }) {
     if (graphless) return Promise.resolve();
     const watchView = model.get("watch_view") || {};
     const overlay = watchView.steps ? watchView : null;
-    fill(
-      legendEl,
-      overlay
-        ? legend(overlay.color_range, `log10 ‖grad‖ at step ${overlay.step}`)
-        : legend(g.color_range, "log10 ‖grad‖ (scale fixed by the baseline run)"),
-    );
+    fill(legendEl, legend(overlay ? overlay.legend : g.legend));
     if (!graphView) return Promise.resolve();
     // A first view is made here and written to the model, which draws it (change:collapsed).
     if (ensureCollapsed()) return lastDraw;
@@ -416,10 +405,7 @@ function render({ model, el }) {
   };
   const drawSummary = () => {
     const s = model.get("summary") || {};
-    summary.textContent =
-      s.loss === undefined
-        ? ""
-        : `loss ${formatNumber(s.loss)} (baseline ${formatNumber(s.baseline_loss)}) · run ${s.run} on ${s.device}`;
+    summary.textContent = s.text || "";
     const view = model.get("view");
     viewOps.classList.toggle("hv-on", view !== "modules");
     viewModules.classList.toggle("hv-on", view === "modules");

@@ -1,11 +1,14 @@
 // The inspector: what one node (or module) saw during the run, before -> after, and its hooks.
 import { add, h } from "./dom.js";
-import { formatNumber, formatPercent, formatValue, parseNumber } from "./logic.js";
+import { parseNumber } from "./logic.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
-/** A small bar chart of a histogram ({counts, edges}) of a tensor of `numel` elements. */
-export function histogram(hist, numel) {
+/**
+ * A small bar chart of a histogram ({counts, edges}) of a tensor of `numel` elements; `range`: the
+ * text of its first and last edge (the tensor's text.histogram).
+ */
+export function histogram(hist, numel, range = "") {
   if (!hist || !hist.counts || !hist.counts.length) return null;
   const counts = hist.counts;
   const w = 160;
@@ -25,25 +28,17 @@ export function histogram(hist, numel) {
     r.setAttribute("height", bh);
     svg.append(r);
   });
-  const edges = hist.edges || [];
   const counted = counts.reduce((a, b) => a + b, 0);
   const sampled = numel > counted ? ` · a fixed sample of ${counted} of ${numel} elements` : "";
-  return h(
-    "div",
-    { class: "hv-histwrap" },
-    svg,
-    h("div", { class: "hv-muted" }, `${formatNumber(edges[0])} … ${formatNumber(edges[edges.length - 1])}${sampled}`),
-  );
+  return h("div", { class: "hv-histwrap" }, svg, h("div", { class: "hv-muted" }, `${range}${sampled}`));
 }
-
-// A tensor with more elements than this shows as statistics + histogram, never as numbers.
-export const SHOWN_ELEMENTS = 16;
 
 /**
  * A small heatmap of a 2-D value (rows x columns), one cell per element, diverging around 0;
- * `caption` replaces the default one (an overview's says what its cells are).
+ * `caption` replaces the default one (an overview's says what its cells are); `top`: the text of
+ * the largest |value| (the tensor's text.abs_max or text.overview_max).
  */
-export function heatmap(value, caption = null) {
+export function heatmap(value, caption = null, top = "") {
   if (!Array.isArray(value) || !Array.isArray(value[0])) return null;
   const rows = value.length;
   const cols = value[0].length;
@@ -51,12 +46,12 @@ export function heatmap(value, caption = null) {
   const canvas = h("canvas", { class: "hv-heat", width: cols * cell, height: rows * cell });
   const ctx = canvas.getContext?.("2d");
   if (!ctx) return null;
-  let top = 0;
-  for (const row of value) for (const v of row) top = Math.max(top, Math.abs(parseNumber(v) || 0));
+  let largest = 0;
+  for (const row of value) for (const v of row) largest = Math.max(largest, Math.abs(parseNumber(v) || 0));
   value.forEach((row, i) =>
     row.forEach((v, j) => {
       const n = parseNumber(v);
-      const t = top > 0 && Number.isFinite(n) ? n / top : 0;
+      const t = largest > 0 && Number.isFinite(n) ? n / largest : 0;
       // Blue below zero, red above, white at zero; NaN/Inf black.
       ctx.fillStyle = Number.isFinite(n)
         ? t >= 0
@@ -73,24 +68,24 @@ export function heatmap(value, caption = null) {
     h(
       "div",
       { class: "hv-muted hv-small" },
-      caption ? `${caption}, max ${formatNumber(top)}` : `${rows}×${cols}: blue < 0 < red, |max| ${formatNumber(top)}`,
+      caption ? `${caption}, max ${top}` : `${rows}×${cols}: blue < 0 < red, |max| ${top}`,
     ),
   );
 }
 
-/** The raw values behind a toggle, formatted only when opened. */
+/** The raw values behind a toggle, every digit as recorded, written out only when opened. */
 function rawValues(value) {
   const text = h("code", { class: "hv-value" });
   const details = h("details", { class: "hv-raw" }, h("summary", {}, "raw values"), text);
   details.addEventListener("toggle", () => {
-    if (details.open && !text.textContent) text.textContent = formatValue(value);
+    if (details.open && !text.textContent) text.textContent = JSON.stringify(value).replaceAll(",", ", ");
   });
   return details;
 }
 
 /**
- * One tensor summary: header line, then the value when it has at most SHOWN_ELEMENTS elements;
- * else statistics, a histogram, a heatmap for 2-D values, and the raw values behind a toggle; a
+ * One tensor summary: header line, then the value when Python sent its text (a tensor of at most
+ * hookviz.widget.payload.SHOWN_ELEMENTS elements); else statistics, a histogram, a heatmap for 2-D values, and the raw values behind a toggle; a
  * tensor too large to keep has no values, and a 2-D one a heatmap of its block overview.
  */
 export function tensorView(t) {
@@ -99,27 +94,30 @@ export function tensorView(t) {
   const bad = (t.nan_count || 0) + (t.inf_count || 0) > 0;
   const parts = [h("span", { class: "hv-shape" }, head)];
   const hasValue = t.value !== null && t.value !== undefined;
-  if (hasValue && (t.numel ?? 0) <= SHOWN_ELEMENTS) {
-    parts.push(h("code", { class: bad ? "hv-value hv-bad" : "hv-value" }, formatValue(t.value)));
+  const text = t.text || {};
+  if (text.value !== undefined) {
+    parts.push(h("code", { class: bad ? "hv-value hv-bad" : "hv-value" }, text.value));
   } else {
     parts.push(
       h(
         "div",
         { class: bad ? "hv-stats hv-bad" : "hv-stats" },
-        `norm ${formatNumber(t.norm)} · mean ${formatNumber(t.mean)} · min ${formatNumber(t.min)} · max ${formatNumber(t.max)}` +
-          ` · zeros ${formatPercent(t.zero_fraction)}` +
+        `norm ${text.norm} · mean ${text.mean} · min ${text.min} · max ${text.max}` +
+          ` · zeros ${text.zeros}` +
           (bad ? ` · NaN ${t.nan_count} · Inf ${t.inf_count}` : ""),
       ),
     );
-    parts.push(histogram(t.histogram, t.numel));
+    parts.push(histogram(t.histogram, t.numel, text.histogram));
     if (hasValue) {
-      parts.push(heatmap(t.value));
+      parts.push(heatmap(t.value, null, text.abs_max));
       parts.push(rawValues(t.value));
     } else {
       if (t.overview && t.shape?.length === 2) {
         const [rows, cols] = t.shape;
         const blocks = `${t.overview.length}×${t.overview[0]?.length ?? 0}`;
-        parts.push(heatmap(t.overview, `${rows}×${cols} in ${blocks} blocks: root mean square of each`));
+        parts.push(
+          heatmap(t.overview, `${rows}×${cols} in ${blocks} blocks: root mean square of each`, text.overview_max),
+        );
       }
       parts.push(
         h(
@@ -239,7 +237,7 @@ function hookViews(data, before, changed) {
 /** A module's child modules and the gradient norms of the parameters inside it (graphSummary). */
 function structureSections(summary) {
   if (!summary || summary.kind !== "module") return [];
-  const norm = (x) => (x.nan ? "NaN/Inf" : formatNumber(x.norm));
+  const norm = (x) => x.norm_text;
   const children = summary.children.length
     ? h(
         "div",
@@ -296,14 +294,14 @@ export function renderInspector(el, data, summary = null, note = "") {
       ? [
           ["id", summary.id],
           ["type", summary.type || "module"],
-          ["‖grad‖ at its boundary", summary.nan ? "NaN/Inf" : formatNumber(summary.norm)],
+          ["‖grad‖ at its boundary", summary.norm_text],
           ["elements inside", summary.size],
         ]
       : [
           ["id", summary.id],
           ["module", module],
           ["kind", summary.kind],
-          ["‖grad‖", summary.nan ? "NaN/Inf" : formatNumber(summary.norm)],
+          ["‖grad‖", summary.norm_text],
           ["inputs from", summary.inputs.join(", ") || "–"],
           ["outputs to", summary.outputs.join(", ") || "–"],
         ];

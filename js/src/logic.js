@@ -1,44 +1,11 @@
-// Pure logic of the widget: colour scale, grouping/collapse, replay state, number formatting.
-// No DOM and no cytoscape here, so vitest can import it directly.
+// Pure logic of the widget: grouping/collapse, replay state, what the page reads of the payload.
+// No DOM and no cytoscape here, so vitest can import it directly. Numbers and colours come as the
+// payload's text and colours (hookviz.text, hookviz.colors: their one home); the page draws them.
 
-export const NAN_COLOR = "#e53935";
-export const NO_GRAD_COLOR = "#bdbdbd";
-export const ZERO_GRAD_COLOR = "#263238";
 export const EDIT_COLOR = "#ff6d00";
 export const HOOK_COLOR = "#d500f9";
 
-// Viridis, sampled at 9 stops; no red in it, so red can mean NaN/Inf.
-const VIRIDIS = [
-  [68, 1, 84],
-  [72, 40, 120],
-  [62, 74, 137],
-  [49, 104, 142],
-  [38, 130, 142],
-  [31, 158, 137],
-  [53, 183, 121],
-  [109, 205, 89],
-  [180, 222, 44],
-  [253, 231, 37],
-];
-
-function toHex([r, g, b]) {
-  const h = (v) => Math.round(v).toString(16).padStart(2, "0");
-  return `#${h(r)}${h(g)}${h(b)}`;
-}
-
-/** Colour of a fraction t in [0, 1] on the viridis scale (clamped). */
-export function viridis(t) {
-  if (!Number.isFinite(t)) t = 0;
-  t = Math.min(1, Math.max(0, t));
-  const x = t * (VIRIDIS.length - 1);
-  const i = Math.min(VIRIDIS.length - 2, Math.floor(x));
-  const f = x - i;
-  const a = VIRIDIS[i];
-  const b = VIRIDIS[i + 1];
-  return toHex([0, 1, 2].map((k) => a[k] + (b[k] - a[k]) * f));
-}
-
-/** Parse a JSON-safe number from Python ("NaN", "Infinity", "-Infinity" or null are allowed). */
+/** A JSON-safe number from Python ("nan", "inf", "-inf" or null are allowed), to sort or draw by. */
 export function parseNumber(v) {
   if (v === null || v === undefined) return null;
   if (typeof v === "number") return v;
@@ -47,24 +14,6 @@ export function parseNumber(v) {
   if (v === "-Infinity" || v === "-inf") return -Infinity;
   const n = Number(v);
   return Number.isNaN(n) ? null : n;
-}
-
-/**
- * Colour of a node from its gradient norm.
- * range: {lo, hi} in log10 units. nan: the node's gradient holds NaN/Inf.
- */
-export function normColor(norm, range, nan = false) {
-  if (nan) return NAN_COLOR;
-  const n = parseNumber(norm);
-  if (n === null) return NO_GRAD_COLOR;
-  if (!Number.isFinite(n)) return NAN_COLOR;
-  if (n === 0) return ZERO_GRAD_COLOR;
-  // The range always comes with the payload (hookviz.widget.graph: a run without any norm has
-  // one too); the page invents none.
-  if (!range) return NO_GRAD_COLOR;
-  const { lo, hi } = range;
-  const span = hi - lo > 0 ? hi - lo : 1;
-  return viridis((Math.log10(Math.abs(n)) - lo) / span);
 }
 
 /** Black or white, whichever reads better on a background colour "#rrggbb" (WCAG luminance). */
@@ -77,67 +26,6 @@ export function textColorOn(background) {
   });
   const luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b;
   return luminance > 0.2 ? "#111111" : "#ffffff";
-}
-
-/**
- * Whether a norm lies outside the colour range (fixed by the baseline run): its colour saturates
- * at the end of the scale, and the page marks it.
- */
-export function beyondRange(norm, range) {
-  const n = parseNumber(norm);
-  if (n === null || !Number.isFinite(n) || n === 0 || !range) return false;
-  const log = Math.log10(Math.abs(n));
-  return log < range.lo || log > range.hi;
-}
-
-/** Legend stops: [{log10, color}] from lo to hi, `count` stops. */
-export function legendStops(range, count = 5) {
-  if (!range) return [];
-  const { lo, hi } = range;
-  const out = [];
-  for (let i = 0; i < count; i++) {
-    const v = count === 1 ? lo : lo + ((hi - lo) * i) / (count - 1);
-    out.push({ log10: v, color: viridis(count === 1 ? 0 : i / (count - 1)) });
-  }
-  return out;
-}
-
-/** Short human form of a number: 3 significant digits, exponent when large or small. */
-export function formatNumber(v) {
-  const n = parseNumber(v);
-  if (n === null) return "–";
-  if (Number.isNaN(n)) return "NaN";
-  if (n === Infinity) return "inf";
-  if (n === -Infinity) return "-inf";
-  if (n === 0) return "0";
-  if (Number.isInteger(n) && Math.abs(n) < 1e9) return String(n);
-  const a = Math.abs(n);
-  if (a >= 1e5 || a < 1e-3) return n.toExponential(2);
-  return String(Number(n.toPrecision(4)));
-}
-
-/** A nested list of numbers as text, e.g. [[1, 2], [3, 4]]. */
-export function formatValue(v) {
-  if (Array.isArray(v)) return `[${v.map(formatValue).join(", ")}]`;
-  return formatNumber(v);
-}
-
-/**
- * A fraction in [0, 1] as a percentage that never rounds a part to all or nothing (the rule of
- * hookviz.analysis.findings.percent): 0.37 -> "37%", 0.995 -> "99.5%", 0.99998 -> "> 99.99%",
- * 2e-5 -> "< 0.01%"; only exactly 0 and 1 give "0%" and "100%".
- */
-export function formatPercent(fraction) {
-  const f = parseNumber(fraction);
-  if (f === null) return "–";
-  if (Number.isNaN(f)) return "NaN%";
-  if (f <= 0) return "0%";
-  if (f >= 1) return "100%";
-  for (const digits of [0, 1, 2]) {
-    const shown = Number((100 * f).toFixed(digits));
-    if (shown > 0 && shown < 100) return `${shown.toFixed(digits)}%`;
-  }
-  return f < 0.5 ? "< 0.01%" : "> 99.99%";
 }
 
 export const groupId = (module) => `group:${module}`;
@@ -301,12 +189,6 @@ export function replayState(steps, k) {
   return { active: true, lit, current: steps[kk].node, hooks: steps[kk].hooks || [], step: kk };
 }
 
-/** The next step while playing; wraps to -1 (off) after the last one. */
-export function nextStep(k, count) {
-  if (count <= 0) return -1;
-  return k + 1 >= count ? -1 : k + 1;
-}
-
 /** Map replay state (in node ids) onto visible elements (a collapsed group lights when any member ran). */
 export function replayOnVisible(state, representative) {
   const lit = new Set();
@@ -335,18 +217,18 @@ export function findingsSummary(counts) {
 }
 
 /**
- * Colour of a drawn element in the watch view: by the watch's norm for that element id
- * (parameter leaf, "group:<module>", "module:<module>"); grey when the watch has no value for it.
- * overlay: {node_norms: {id: norm}, color_range: {lo, hi}}.
+ * Colour of a drawn element in the watch view: the colour of the watch's norm for that element id
+ * (parameter leaf, "group:<module>"), which Python sent; `missing_color` when the watch has no
+ * value for it. overlay: {node_colors: {id: "#rrggbb"}, missing_color}.
  */
 export function overlayColor(id, overlay) {
-  const norms = overlay?.node_norms || {};
-  if (!Object.prototype.hasOwnProperty.call(norms, id)) return NO_GRAD_COLOR;
-  return normColor(norms[id], overlay.color_range);
+  const colors = overlay?.node_colors || {};
+  return Object.prototype.hasOwnProperty.call(colors, id) ? colors[id] : overlay?.missing_color;
 }
 
 /**
- * The watch heatmap (plotly figure JSON) with the shown step marked by a vertical line.
+ * The watch heatmap (plotly figure JSON) with the shown step marked by a vertical line, drawn as
+ * the figure's `step_marker` says (hookviz.widget.watch_json.STEP_MARKER).
  * Returns a new {data, layout}; the figure passed in is not changed.
  */
 export function heatmapWithStep(figure, step) {
@@ -364,7 +246,7 @@ export function heatmapWithStep(figure, step) {
             x1: step,
             y0: 0,
             y1: 1,
-            line: { color: "#e53935", width: 2 },
+            line: figure?.step_marker?.line,
           },
         ];
   layout.shapes = [...(layout.shapes || []), ...marker];
@@ -407,21 +289,6 @@ export function ancestors(module) {
   return out;
 }
 
-/** Sort key comparison that puts h.2 before h.10 (indices compare as numbers). */
-export function naturalCompare(a, b) {
-  const pa = a.split(".");
-  const pb = b.split(".");
-  for (let i = 0; i < Math.min(pa.length, pb.length); i++) {
-    if (pa[i] === pb[i]) continue;
-    const na = /^\d+$/.test(pa[i]);
-    const nb = /^\d+$/.test(pb[i]);
-    if (na && nb) return Number(pa[i]) - Number(pb[i]);
-    if (na !== nb) return na ? -1 : 1;
-    return pa[i] < pb[i] ? -1 : 1;
-  }
-  return pa.length - pb.length;
-}
-
 /**
  * What a box shows: the last part of the path, with its list's name when the part is an index or
  * sits in a list item: transformer.h.3 -> h.3, transformer.h.3.attn -> h.3.attn,
@@ -440,7 +307,8 @@ export function shortName(module) {
  * Complete a graph payload in place, once per graph: each group gets its `label` (shortName) and,
  * when at least IDENTICAL_BLOCKS_MIN siblings share its `signature` (same type, same own ops,
  * parameters of the same shapes, children identical in pairs: hookviz sends it), `repeat =
- * {index, count}` (1-based among them, natural order); else repeat is null. Returns the graph.
+ * {index, count}` (1-based among them, in the order the payload lists them: hookviz sorts
+ * siblings, natural order among equals); else repeat is null. Returns the graph.
  */
 export function prepareGraph(graph) {
   const groups = graph?.groups || [];
@@ -453,7 +321,6 @@ export function prepareGraph(graph) {
     classes.get(key).push(g);
   }
   for (const members of classes.values()) {
-    members.sort((a, b) => naturalCompare(a.module, b.module));
     members.forEach((g, i) => {
       g.repeat = members.length >= IDENTICAL_BLOCKS_MIN ? { index: i + 1, count: members.length } : null;
     });
@@ -625,7 +492,8 @@ function lessThan(a, b) {
 /**
  * What the inspector can say about an element from the graph alone (no kernel): for a node its op,
  * module, gradient norm and neighbours; for a module box its type, its child modules and the
- * gradient norms of the parameters (leaves) it holds, each with its norm. `id` is a node id or
+ * gradient norms of the parameters (leaves) it holds, each with its norm and the norm's text
+ * (norm_text, as Python wrote it). `id` is a node id or
  * "module:<name>". Returns null for an id the graph does not have.
  */
 export function graphSummary(graph, id) {
@@ -637,7 +505,14 @@ export function graphSummary(graph, id) {
     if (!group) return null;
     const children = groups
       .filter((g) => g.parent === group.id)
-      .map((g) => ({ module: g.module, label: shortName(g.module), type: g.type, norm: g.norm, nan: g.nan }));
+      .map((g) => ({
+        module: g.module,
+        label: shortName(g.module),
+        type: g.type,
+        norm: g.norm,
+        nan: g.nan,
+        norm_text: g.norm_text,
+      }));
     const inside = module === "" ? (m) => m !== "(loss)" : (m) => m === module || m.startsWith(`${module}.`);
     const parameters = nodes
       .filter((n) => n.kind !== "op" && inside(n.module))
@@ -648,6 +523,7 @@ export function graphSummary(graph, id) {
         module: n.module,
         norm: n.norm,
         nan: n.nan,
+        norm_text: n.norm_text,
       }));
     const ops = nodes.filter((n) => n.kind === "op" && n.module === module).length;
     return {
@@ -658,6 +534,7 @@ export function graphSummary(graph, id) {
       type: group.type,
       norm: group.norm,
       nan: group.nan,
+      norm_text: group.norm_text,
       size: group.size,
       children,
       parameters,
@@ -679,6 +556,7 @@ export function graphSummary(graph, id) {
     module: node.module,
     norm: node.norm,
     nan: node.nan,
+    norm_text: node.norm_text,
     hint: node.hint,
     inputs,
     outputs,

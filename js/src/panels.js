@@ -1,6 +1,6 @@
 // Side and bottom panels: edit panel, active edits + copy as code, leaf summary, hook log, replay bar.
 import { add, errorLine, fill, h } from "./dom.js";
-import { FINDING_LABELS, findingsSummary, formatValue, formatNumber, parseNumber } from "./logic.js";
+import { FINDING_LABELS, findingsSummary, parseNumber } from "./logic.js";
 
 /**
  * A hook site with what its gradient belongs to: "grad_inputs[1] (mat1)" (a Node's argument, from
@@ -185,12 +185,12 @@ const LEAF_COLUMNS = [
 // Orders of the rows: the columns', and "most changed" (|log10 of × baseline|, largest first).
 const LEAF_SORTS = { ...Object.fromEntries(LEAF_COLUMNS.map((c) => [c.key, c.value])), change: (l) => leafChange(l) };
 
-/** ‖grad‖ in this run over ‖grad‖ in the baseline (null when either is missing or zero). */
+/**
+ * ‖grad‖ in this run over ‖grad‖ in the baseline, as Python sent it (null when either is missing
+ * or zero: hookviz.widget.leaf_table).
+ */
 export function leafRatio(leaf) {
-  const now = parseNumber(leaf.after?.norm);
-  const then = parseNumber(leaf.before?.norm);
-  if (now === null || then === null || then === 0) return null;
-  return now / then;
+  return parseNumber(leaf.ratio);
 }
 
 /**
@@ -296,10 +296,10 @@ export function renderLeaves(el, leaves, pending = false) {
           "tr",
           { class: l.changed ? "hv-changed" : "", "data-leaf": l.name },
           h("td", { class: "hv-slot", title: l.name }, l.name),
-          h("td", { class: "hv-num" }, formatNumber(l.after?.norm)),
-          h("td", { class: "hv-num" }, formatNumber(l.after?.min)),
-          h("td", { class: "hv-num" }, formatNumber(l.after?.max)),
-          h("td", { class: "hv-num" }, leafRatio(l) === null ? "–" : `${formatNumber(leafRatio(l))}×`),
+          h("td", { class: "hv-num" }, l.after?.text?.norm ?? "–"),
+          h("td", { class: "hv-num" }, l.after?.text?.min ?? "–"),
+          h("td", { class: "hv-num" }, l.after?.text?.max ?? "–"),
+          h("td", { class: "hv-num" }, l.text?.ratio ?? "–"),
           h("td", { class: "hv-leaf-after" }, leafCell(l.before, l.after, l.changed)),
         ),
       ),
@@ -309,14 +309,14 @@ export function renderLeaves(el, leaves, pending = false) {
 
 function leafCell(before, after, changed) {
   if (!after) return h("span", { class: "hv-muted" }, "None");
-  const small = (t) => t && t.value !== null && t.value !== undefined;
+  const small = (t) => t?.text?.value !== undefined;
   if (!small(after)) return h("span", { class: "hv-shape" }, `[${(after.shape || []).join("×")}]`);
   return h(
     "span",
     {},
-    changed && small(before) ? h("code", { class: "hv-before" }, formatValue(before.value)) : null,
+    changed && small(before) ? h("code", { class: "hv-before" }, before.text.value) : null,
     changed && small(before) ? " → " : null,
-    h("code", {}, formatValue(after.value)),
+    h("code", {}, after.text.value),
   );
 }
 

@@ -9,9 +9,6 @@ import {
   graphSummary,
   IDENTICAL_BLOCKS_MIN,
   moduleTree,
-  normColor,
-  legendStops,
-  NO_GRAD_COLOR,
   prepareGraph,
   reveal,
   revealTarget,
@@ -183,11 +180,15 @@ describe("the inspector from the graph alone", () => {
 });
 
 describe("constants come with the payload", () => {
-  it("colours by the payload's range and invents none", () => {
+  it("draws the colours and the text Python sent: every node and box has them", () => {
     const graph = payload("canonical");
     expect(graph.color_range.hi).toBeGreaterThan(graph.color_range.lo);
-    expect(normColor(1, undefined)).toBe(NO_GRAD_COLOR);
-    expect(legendStops(undefined)).toEqual([]);
+    const elements = [...graph.nodes, ...graph.groups];
+    expect(elements.length).toBe(graph.nodes.length + graph.groups.length);
+    const colored = elements.filter((e) => /^#[0-9a-f]{6}$/.test(e.color) && typeof e.norm_text === "string");
+    expect(colored.length).toBe(elements.length);
+    expect(graph.legend.stops.length).toBe(5);
+    expect(graph.legend.keys.map((k) => k.text)).toEqual(["NaN/Inf", "zero", "no grad"]);
   });
 });
 
