@@ -49,6 +49,7 @@ from torch.utils.hooks import RemovableHandle
 
 from hookviz.analysis.diagnose import check_thresholds
 from hookviz.analysis.findings import Finding
+from hookviz.analysis.onset import onsets
 from hookviz.errors import WatchError
 from hookviz.record.own_pass import in_own_pass
 from hookviz.stats.reduce import Measured, summary_of
@@ -556,6 +557,12 @@ class Watch:
         history = self._history_or_error()
         findings = [f for step in history.steps for f in self.diagnose(step, group=False, **thresholds)]
         return plots.diagnosis_over_time(findings)
+
+    def onset(self, **thresholds: float) -> list[Finding]:
+        """Since when and where: the first kept step with NaN/Inf, and the first with a norm above
+        ``exploding_norm``, each naming the name backward reached first then
+        (:func:`~hookviz.analysis.onset.onsets`)."""
+        return onsets(self._history_or_error(), self.arrival_order, **thresholds)
 
     def gather(self, dst: int = 0, group=None) -> watch_gather.RankHistory | None:
         """Bring every rank's history to rank ``dst``; a collective, call it on every rank.
