@@ -393,7 +393,10 @@ def test_cross_rank_diagnosis_names_the_rank_and_step(tmp_path):
     assert widget.handle_message({"type": "watch_rank", "rank": 1})["ok"]
     assert widget.watch_view["model"] == "rank 1" and widget.watch_view["rank"] == 1
     assert widget.watch_view["norms"] == {n: json_float(v) for n, v in history.norms(last, rank=1).items()}
-    assert widget.watch_step(2) and [f["kind"] for f in widget.diagnosis["findings"]] == ["diverging"]
+    assert widget.watch_step(2) and [f["kind"] for f in widget.diagnosis["findings"]] == [
+        "exploding",
+        "diverging",
+    ]
     # every part says what it shows, and the chart follows the picker: rank 1's local norms at step 2
     assert "rank 1's local gradient norms" in widget.watch_view["parts"][0]
     assert "step 2" in widget.watch_view["parts"][0] and "Leaf table: hidden" in widget.watch_view["parts"][2]

@@ -104,7 +104,7 @@ def _run(model, data):
 
 
 def _fill_details(model, data):
-    run = hookviz.Session(model, (data,), loss_fn=_loss).run()
+    run = hookviz.Session(model, (data,), loss_fn=_loss, details="lazy").run()
     assert run.details_pending
     run.fill_details()
     assert not run.details_pending

@@ -31,6 +31,7 @@ from functools import partial
 
 import torch
 
+from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import queue_norms
 from hookviz.watching.history import StepInfo
@@ -260,7 +261,10 @@ def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int]] | None:
     row[: len(watch.parameter_names)] = math.nan  # the parameters: as the optimizer reads them
     if pairs:
         reducer = StepReducer()
-        reducer.add_all([c for c, _ in pairs], [g for _, g in pairs])
+        full = step % watch.stats_every == 0  # else norms only, unless one raises an alarm
+        reducer.add_all(
+            [c for c, _ in pairs], [g for _, g in pairs], full, DEFAULT_THRESHOLDS["exploding_norm"]
+        )
         found = reducer.finish(len(watch.names))
         row[[c for c, _ in pairs]] = found[[c for c, _ in pairs]]
     if watch._ranks is not None:  # the row: local gradients before the all-reduce; .grad: reduced

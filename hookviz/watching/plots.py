@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from hookviz.analysis.findings import Finding
+from hookviz.analysis.gradient_stats import module_of
 from hookviz.colors import LINE_COLORS, PLOTLY_COLORSCALE, log_range
 from hookviz.errors import WatchError
 from hookviz.watching.history import STATISTICS, History
@@ -109,7 +110,7 @@ def lines(
     if names is None:
         seen, names = set(), []
         for name in parameter_names:
-            module = name.rsplit(".", 1)[0] if "." in name else ""
+            module = module_of(name)
             if module not in seen:
                 seen.add(module)
                 names.append(name)

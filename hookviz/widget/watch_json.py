@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from hookviz.analysis.gradient_stats import module_of
 from hookviz.colors import EXPLODING_COLOR, NAN_COLOR, PLOTLY_COLORSCALE, STEP_COLOR, norm_color
 from hookviz.data.tensors import combined_norm
 from hookviz.watching.plots import color_range, line_styles
@@ -183,29 +184,30 @@ def live_watch_figure(history, title: str) -> dict:
     logs = torch.log10(norms.where(norms > 0, nan)).round(decimals=3)
     logs = logs.where(torch.isfinite(logs), nan)
     z = [[v if v == v else None for v in row] for row in logs.T.tolist()]  # NaN != NaN: JSON null
-    # Layer norms: sqrt of the sum of its parameters' squared norms (NaN where none got a gradient).
+    # Layer norms by the analysis's rules (module_of, combined_norm): a NaN gradient makes its
+    # layer's norm NaN (a gap; the heatmap draws it red), a layer with no gradient is a gap too.
     layers: dict[str, list[int]] = {}
     for position, name in enumerate(names):
-        layers.setdefault(name.rpartition(".")[0], []).append(position)
+        layers.setdefault(module_of(name), []).append(position)
     modules = list(layers)
     shown = [modules[i] for i in _evenly(len(modules), LIVE_FIGURE_LAYERS)]
+    rows = norms.tolist()
+    bad = (history.nonfinite[picked][:, columns] > 0).tolist() if columns else [[] for _ in picked]
     traces = []
-    for depth, module in enumerate(shown):
-        squares = norms[:, layers[module]] ** 2
-        layer = (
-            squares.nansum(1)
-            .sqrt()
-            .where(~squares.isnan().all(1), torch.tensor(math.nan, dtype=torch.float64))
-        )
-        lightness = 25 + 50 * depth / max(1, len(shown) - 1)
+    for module in shown:
+        layer = [
+            combined_norm(row[p] for p in layers[module] if row[p] == row[p] or nan_row[p])
+            for row, nan_row in zip(rows, bad)
+        ]
+        layer = [math.nan if v is None else v for v in layer]
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines",
                 "x": steps,
-                "y": [float(f"{v:.4g}") if math.isfinite(v) and v > 0 else None for v in layer.tolist()],
+                "y": [float(f"{v:.4g}") if math.isfinite(v) and v > 0 else None for v in layer],
                 "name": module or "(root)",
-                "line": {"width": 1.5, "color": f"hsl(220, 70%, {lightness:.0f}%)"},
+                "line": {"width": 1.5},  # its colour: line_styles below
                 "xaxis": "x2",
                 "yaxis": "y2",
                 "hovertemplate": "step %{x}<br>" + (module or "(root)") + " %{y:.3g}<extra></extra>",

@@ -112,7 +112,7 @@ def watch_step(widget, step: int) -> bool:
 
 def show_watch_history(widget, history, rank: int | None = None, step: int | None = None) -> Widget:
     """:meth:`Widget.show_watch_history`: show a gathered history, ``rank``'s or reduced."""
-    from hookviz.watching.gather import RankView
+    from hookviz.watching.rank_view import RankView
 
     if rank is None and not history.strategy:
         rank = history.ranks[0]
@@ -122,7 +122,7 @@ def show_watch_history(widget, history, rank: int | None = None, step: int | Non
 
 def watch_rank(widget, rank: int | None) -> bool:
     """:meth:`Widget.watch_rank`: switch the gathered history on screen to ``rank``."""
-    from hookviz.watching.gather import RankView
+    from hookviz.watching.rank_view import RankView
 
     if not isinstance(widget.watch, RankView):
         widget._set_error("watch", "no gathered watch history is shown; call hookviz.show(history, run)")
@@ -236,7 +236,7 @@ def watch_label(watch) -> str:
 
 def check_watch(watch, step: int | None) -> int:
     """The step to show first (None = the last kept one); raises WatchError for a bad watch or step."""
-    from hookviz.watching.gather import RankView
+    from hookviz.watching.rank_view import RankView
     from hookviz.watching.watch import Watch
 
     if not isinstance(watch, (Watch, RankView)):
