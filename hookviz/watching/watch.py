@@ -223,6 +223,7 @@ class Watch:
         if not already and not self._steps:
             warn_nothing_kept(self)  # it reads the model: before the watch lets it go
         with self._lock:  # a backward's first hook reads these under the lock
+            self._closed_numels = self._numels()  # what reading the history needs of the parameters
             self.model, self._parameters, self._owners, self._structure = None, [], [], []
             self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
         if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
@@ -434,6 +435,9 @@ class Watch:
         )
 
     def _numels(self) -> list[int]:
+        """Each watched parameter's element count (kept at close, when the parameters are let go)."""
+        if self.model is None:
+            return self._closed_numels
         return [p.numel() for p in self._parameters]
 
     # ------------------------------------------------------------------ plots
