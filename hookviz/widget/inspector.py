@@ -7,8 +7,9 @@ import torch
 from hookviz.analysis.explain import explain
 from hookviz.data.run import Run, records_equal
 from hookviz.errors import TargetError
+from hookviz.widget.graph import operand_hint
 from hookviz.widget.payload import tensor_json, tensors_json
-from hookviz.widget.tree import MODULE_PREFIX
+from hookviz.widget.tree import MODULE_PREFIX, module_label
 
 
 def _hooks_json(run: Run, node_id: str, record) -> list[dict]:
@@ -152,6 +153,7 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
     out = {
         "id": MODULE_PREFIX + module,
         "target": module,
+        "label": module_label(module, call.type),
         "kind": "module",
         "op": call.type,
         "module": module,
@@ -167,6 +169,9 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
         "grad_output": tensors_json(call.grad_output),
         "legacy_grad_input": tensors_json(call.legacy_grad_input),
         "legacy_grad_output": tensors_json(call.legacy_grad_output),
+        "grad_input_names": _input_names(call),
+        "legacy_grad_input_names": _last_op_inputs(run, call.output_node, len(call.legacy_grad_input)),
+        "output_node": call.output_node,
         "hooks": [
             {"owner": "user", "kind": h.kind, "name": h.name, "where": h.where} for h in call.user_hooks
         ]
@@ -195,3 +200,35 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
         if before is not None:
             out["before"], out["changed"] = _against(call, before, ("grad_input", "grad_output"))
     return out
+
+
+def _input_names(call) -> list[str] | None:
+    """What each of a full backward hook's ``grad_input`` is the gradient of: ``forward``'s
+    positional arguments by name (``["x", "y", "z"]``); None while the run's details are pending."""
+    if call.inputs is None or len(call.inputs) < len(call.grad_input):
+        return None
+    return list(call.inputs)[: len(call.grad_input)]
+
+
+def _last_op_inputs(run: Run, node_id: str | None, count: int) -> list[str] | None:
+    """What each of a legacy backward hook's ``grad_input`` is the gradient of: the inputs of the
+    module's last op, by the op's argument name and the Node that made it, e.g. for ``2*x + 3*y -
+    5*z`` ``["self ← Add (AddBackward0_0)", "other ← Mul ×5 (MulBackward0_2)"]``."""
+    record = run.nodes.get(node_id) if node_id else None
+    if record is None or count == 0:
+        return None
+    arguments = grad_input_names(record.op, count) or [f"input {i}" for i in range(count)]
+    producers: dict[int, str] = {}
+    for source, target, slot in run.edges:
+        if target == node_id:
+            producers.setdefault(slot, source)
+    names = []
+    for slot, argument in enumerate(arguments):
+        source = run.nodes.get(producers.get(slot, ""))
+        if source is None:
+            names.append(argument)
+            continue
+        op = source.op.rstrip("0123456789").removesuffix("Backward") if source.kind == "op" else "leaf"
+        hint = operand_hint(source) if source.kind == "op" else ""
+        names.append(f"{argument} ← {' '.join(filter(None, (op, hint)))} ({source.id})")
+    return names

@@ -133,12 +133,13 @@ export function tensorView(t) {
 }
 
 /** A list of tensors with before -> after when a "before" list is given and differs. */
-/** Slot label: "[1]", or "[1] mat1" when the op's schema names the argument. */
-function slotLabel(i, names) {
-  return names && names[i] ? `[${i}] ${names[i]}` : `[${i}]`;
+/** Slot label: "[1]", or "[1] mat1" when the op's schema names the argument; `slot` before it
+ * ("grad_input[0] x") where a module's two hook views sit side by side. */
+function slotLabel(i, names, slot = "") {
+  return names && names[i] ? `${slot}[${i}] ${names[i]}` : `${slot}[${i}]`;
 }
 
-function tensorList(title, after, before, changed, names = null) {
+function tensorList(title, after, before, changed, names = null, slot = "") {
   if (!after) return null;
   const rows = after.map((t, i) => {
     const b = before ? before[i] : undefined;
@@ -146,7 +147,7 @@ function tensorList(title, after, before, changed, names = null) {
     return h(
       "tr",
       {},
-      h("td", { class: "hv-slot" }, slotLabel(i, names)),
+      h("td", { class: "hv-slot" }, slotLabel(i, names, slot)),
       h(
         "td",
         {},
@@ -187,6 +188,52 @@ function forwardValue(data) {
   return h("div", { class: "hv-muted hv-not-seen" }, `None: ${why}`);
 }
 
+/**
+ * What a module's two kinds of backward hook see, side by side: the full hook's grad_input (one
+ * per tensor input of forward, by name) and the legacy hook's (the grad_inputs of the module's
+ * last op, each named by the op's argument and the Node that made it), with their grad_output.
+ */
+function hookViews(data, before, changed) {
+  const legacyAt = data.output_node ? `the module's last op, ${data.output_node}` : "the module's last op";
+  const column = (cls, title, note, sections) =>
+    h(
+      "div",
+      { class: `hv-hook-view ${cls}` },
+      h("h4", {}, title),
+      h("div", { class: "hv-muted hv-small" }, note),
+      ...sections,
+    );
+  return h(
+    "div",
+    { class: "hv-hook-views" },
+    column(
+      "hv-hook-full",
+      "register_full_backward_hook",
+      `grad_input: one gradient per tensor input of forward (${(data.grad_input || []).length})`,
+      [
+        tensorList(
+          "grad_input",
+          data.grad_input,
+          before.grad_input,
+          changed.grad_input,
+          data.grad_input_names,
+          "grad_input",
+        ),
+        tensorList("grad_output", data.grad_output, before.grad_output, changed.grad_output, null, "grad_output"),
+      ],
+    ),
+    column(
+      "hv-hook-legacy",
+      "register_backward_hook (legacy)",
+      `grad_input: the ${(data.legacy_grad_input || []).length} grad_inputs of ${legacyAt}`,
+      [
+        tensorList("grad_input", data.legacy_grad_input, null, null, data.legacy_grad_input_names, "grad_input"),
+        tensorList("grad_output", data.legacy_grad_output, null, null, null, "grad_output"),
+      ],
+    ),
+  );
+}
+
 /** A module's child modules and the gradient norms of the parameters inside it (graphSummary). */
 function structureSections(summary) {
   if (!summary || summary.kind !== "module") return [];
@@ -210,7 +257,12 @@ function structureSections(summary) {
     ? h(
         "div",
         { class: "hv-section hv-parameters" },
-        h("h4", {}, `parameters' gradient norms (${summary.parameters.length})`),
+        h(
+          "h4",
+          {},
+          // the root module holds the model's inputs too (x, y, z of the canonical example)
+          `${summary.module === "" ? "leaves'" : "parameters'"} gradient norms (${summary.parameters.length})`,
+        ),
         h(
           "table",
           { class: "hv-tensors" },
@@ -236,7 +288,7 @@ export function renderInspector(el, data, summary = null, note = "") {
     return;
   }
   if (!data || !data.id) {
-    const module = summary.module === "" ? "(root)" : summary.module;
+    const module = summary.label || (summary.module === "" ? "(root)" : summary.module);
     const isModule = summary.kind === "module";
     const meta = isModule
       ? [
@@ -266,10 +318,12 @@ export function renderInspector(el, data, summary = null, note = "") {
     );
     return;
   }
-  const title = data.kind === "module" ? `module ${data.module === "" ? "(root)" : data.module}` : `${data.op}`;
+  const moduleName = data.label || (data.module === "" ? "(root)" : data.module);
+  const title = data.kind === "module" ? `module ${moduleName}` : `${data.op}`;
   const meta = [
     ["id", data.id],
-    ["module", data.module === "" ? "(root)" : data.module],
+    ["module", data.kind === "module" || data.module !== "" ? moduleName : summary?.label || "(root)"],
+    ["type", data.kind === "module" ? data.op : null],
     ["kind", data.node_kind],
     ["backward order", data.kind === "module" ? null : (data.order ?? "did not run")],
   ].filter(([, v]) => v !== undefined && v !== null);
@@ -313,10 +367,7 @@ export function renderInspector(el, data, summary = null, note = "") {
       );
     }
     add(el, tensorList("forward output", data.output_list, null, null));
-    add(el, tensorList("grad_output (full backward hook)", data.grad_output, before.grad_output, changed.grad_output));
-    add(el, tensorList("grad_input (full backward hook)", data.grad_input, before.grad_input, changed.grad_input));
-    add(el, tensorList("legacy grad_input (register_backward_hook)", data.legacy_grad_input, null, null));
-    add(el, tensorList("legacy grad_output (register_backward_hook)", data.legacy_grad_output, null, null));
+    add(el, hookViews(data, before, changed));
   } else {
     add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), forwardValue(data)));
     add(el, tensorList("grad_outputs (pre-hook sees)", data.grad_outputs, before.grad_outputs, changed.grad_outputs));
