@@ -14,7 +14,7 @@ def edits_json(edits, shown=None, root_type: str = "") -> list[dict]:
     """Active edits: ``[{id, target, label, slot, source, pending}]``; ``label`` is the target as
     the page names it (the root module ``""`` by its box: ``"Canonical (root)"``, ``root_type``
     being its class); ``pending`` when the run on screen (``shown``: its edits) was made without
-    it, i.e. it takes effect at the next re-run. One edit per site: see :meth:`Session.edit`."""
+    it, i.e. it takes effect at the next re-run. One edit per site: see :meth:`hookviz.Session.edit`."""
     done = None if shown is None else {_edit_key(e) for e in shown}
     return [
         {
