@@ -46,13 +46,19 @@ _PAINTED_PIXELS = """() => {
     return count;
 }"""
 
-# The node to click: an op or leaf that is not selected yet, else a closed module box.
-_TARGET = """() => {
+# The nodes to click, best first, with where each is drawn in the frame: ops and leaves that are
+# not selected yet, then closed module boxes; only those drawn inside the graph's box.
+_TARGETS = """() => {
     const cy = document.querySelector('.hookviz-widget').cy;
+    const r = cy.container().getBoundingClientRect();
     const drawn = cy.nodes(':visible').filter((n) => !n.isParent() && !n.selected());
     const op = drawn.filter((n) => !n.id().startsWith('group:'));
-    const node = (op.nonempty() ? op : drawn)[0];
-    return node ? {id: node.id(), module: node.data('module') || null} : null;
+    // Only nodes inside the graph's box: a tall graph is fitted from its top, the rest lies below.
+    const inside = (n) => { const p = n.renderedPosition(); return p.x > 0 && p.y > 0 && p.x < cy.width() && p.y < cy.height(); };
+    return op.union(drawn.difference(op)).filter(inside).map((n) => {
+        const p = n.renderedPosition();
+        return {id: n.id(), module: n.data('module') || null, x: r.left + p.x, y: r.top + p.y};
+    });
 }"""
 
 
@@ -124,27 +130,33 @@ def test_an_embedded_example_paints_and_answers_a_click(served, page_path):
         assert drawn > 0
         assert frame.evaluate(_PAINTED_PIXELS) > 0, "the graph's canvas holds no pixel"
 
-        target = frame.evaluate(_TARGET)
-        assert target is not None, "no node to click"
+        # The graph in the middle of the frame's view, the frame in the middle of the page's.
+        frame.evaluate(
+            "() => document.querySelector('.hookviz-widget .hv-cy').scrollIntoView({block: 'center'})"
+        )
+        iframe.evaluate("(el) => el.scrollIntoView({block: 'center'})")
         frame.wait_for_function(
             "() => { const cy = document.querySelector('.hookviz-widget').cy;"
             " return !cy.animated() && !cy.nodes().some((n) => n.animated()); }",
             timeout=10_000,
         )
-        # Where the node is drawn: its place in the frame plus the frame's content box in the page.
-        inside = frame.evaluate(
-            """(id) => {
-                const cy = document.querySelector('.hookviz-widget').cy;
-                const p = cy.getElementById(id).renderedPosition();
-                const r = cy.container().getBoundingClientRect();
-                return {x: r.left + p.x, y: r.top + p.y};
-            }""",
-            target["id"],
+        box = iframe.evaluate(
+            "(el) => { const r = el.getBoundingClientRect();"
+            " return {x: r.left + el.clientLeft, y: r.top + el.clientTop, w: el.clientWidth, h: el.clientHeight}; }"
         )
-        outer = iframe.evaluate(
-            "(el) => { const r = el.getBoundingClientRect(); return {x: r.left + el.clientLeft, y: r.top + el.clientTop}; }"
-        )
-        page.mouse.click(outer["x"] + inside["x"], outer["y"] + inside["y"])
+        viewport = page.viewport_size
+        # A node drawn where a click reaches it: inside the frame's view and the page's.
+        targets = [
+            t
+            for t in frame.evaluate(_TARGETS)
+            if 0 < t["x"] < box["w"]
+            and 0 < t["y"] < box["h"]
+            and 0 < box["x"] + t["x"] < viewport["width"]
+            and 0 < box["y"] + t["y"] < viewport["height"]
+        ]
+        assert targets, "no node is drawn where a click can reach it"
+        target = targets[0]
+        page.mouse.click(box["x"] + target["x"], box["y"] + target["y"])
         frame.wait_for_function(
             "(id) => { const s = document.querySelector('.hookviz-widget').cy.$(':selected');"
             " return s.length === 1 && s[0].id() === id; }",
