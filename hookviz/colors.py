@@ -17,6 +17,11 @@ NAN_COLOR = "#e53935"
 NO_GRAD_COLOR = "#bdbdbd"  # no gradient reached it
 ZERO_GRAD_COLOR = "#263238"  # a gradient of exact zeros (no place on a log scale)
 
+# The inspector's heatmaps of a tensor's values: white at 0, shading to blue below and to brown
+# above (ColorBrewer's BrBG ends: no red, which means NaN/Inf, drawn in NAN_COLOR). A block
+# overview (root mean squares, never negative) shades from white to brown only.
+HEATMAP_COLORS = {"negative": "#2166ac", "zero": "#ffffff", "positive": "#8c510a", "nan": NAN_COLOR}
+
 # Viridis at 10 evenly spaced stops (matplotlib's table), from the smallest norm to the largest.
 VIRIDIS = (
     (68, 1, 84),

@@ -381,6 +381,25 @@ def test_replay_shows_the_hooks_that_fired(capsys):
     assert any(h["owner"] == "user" for h in widget.inspector["hooks"])
 
 
+class ResidualList(nn.Module):
+    """Notebook 05's residual MLP: blocks in a ModuleList, each added to the stream by the root
+    module's own ``Add`` (the Adds sit outside the list's box)."""
+
+    def __init__(self, depth: int, width: int = 4):
+        super().__init__()
+        self.inp = nn.Linear(width, width)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.ReLU()) for _ in range(depth)
+        )
+        self.out = nn.Linear(width, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = x + block(x)
+        return self.out(x)
+
+
 def Deep(depth: int) -> ResidualStack:  # noqa: N802 (reads as the model it builds)
     return ResidualStack(depth, width=4)
 
@@ -412,6 +431,10 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
     for depth in (2, 6, 12, 40):
         torch.manual_seed(0)
         widgets[f"deep{depth}"] = show(Deep(depth), (torch.randn(3, 4),), input_grads=True)
+    torch.manual_seed(0)  # notebook 07's deep sigmoid MLP and notebook 05's residual stack
+    mlp = sigmoid_mlp(depth=8, width=4, inputs=4, classes=2)
+    widgets["mlp"] = show(mlp, (torch.randn(3, 4),), loss_fn=torch.sum)
+    widgets["residual"] = show(ResidualList(10), (torch.randn(3, 4),), loss_fn=torch.sum)
     FIXTURES.mkdir(exist_ok=True)
     for name, widget in widgets.items():
         graph = widget.graph
