@@ -132,7 +132,8 @@ def chart_spec(chart: dict) -> dict:
             },
         },
         "yaxis": {"type": "log", "title": {"text": "‖grad‖ (log)"}, "exponentformat": "e"},
-        "legend": {"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
+        # at the left: plotly's toolbar takes the top right corner (it covered the legend there)
+        "legend": {"orientation": "h", "y": 1.12, "x": 0, "xanchor": "left"},
         "shapes": [],
         "annotations": [],
     }

@@ -223,7 +223,8 @@ def _no_forward_value(run: Run, node_id: str) -> str:
     """Why an op Node has no forward value: its details are pending, it is a leaf, or it is a
     step inside one torch call made from Python (hookviz's ``TorchFunctionMode``,
     :mod:`hookviz.record.forward_recorder`, sees each call's result, not the Nodes autograd makes
-    inside it: ``F.linear`` on a 3-D input runs view, t, addmm, view in C++)."""
+    inside it: ``F.linear`` on a 3-D input runs view, t, addmm, view in C++; the math path of
+    ``scaled_dot_product_attention`` its softmax and matmuls)."""
     record = run.node(node_id)
     if "output" in record.pending:
         return "None: recorded with the run's details, in a moment"
@@ -233,15 +234,11 @@ def _no_forward_value(run: Run, node_id: str) -> str:
     module = record.module
     types = {call.module: call.type for call in run.calls}
     where = f"{module} ({types[module]})" if module in types else (module or "the root module")
-    inside = (
-        f"one torch call made from Python in {where}, whose result is {result}"
-        if result
-        else f"one torch call made from Python in {where}"
-    )
+    inside = f"one torch call from Python in {where}" + (f", whose result is {result}" if result else "")
     return (
-        f"None: {record.op} is a step autograd made inside {inside} (a C++ function such as "
-        "F.linear runs several ops). hookviz keeps the result of each call made from Python, not the "
-        "steps inside it. Its gradients below are recorded all the same."
+        f"None: {record.op} is a step autograd made inside {inside}: hookviz keeps the result of "
+        "each call made from Python, not the steps inside it. Its gradients below are recorded "
+        "all the same."
     )
 
 

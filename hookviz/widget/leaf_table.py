@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from hookviz import text
 from hookviz.data.run import Run, leaf_diffs
 from hookviz.data.stats_batch import StatsBatch
@@ -67,7 +69,8 @@ def _column_texts(rows: list[dict]) -> None:
     ratios = text.column([row["ratio"] for row in rows])
     for i, row in enumerate(rows):
         row["text"] = {name: columns[name][i] for name in LEAF_COLUMNS}
-        row["text"]["ratio"] = ratios[i] if row["ratio"] is None else f"{ratios[i]}×"
+        finite = text.as_number(row["ratio"]) is not None and math.isfinite(text.as_number(row["ratio"]))
+        row["text"]["ratio"] = f"{ratios[i]}×" if finite else ratios[i]
 
 
 def _ratio(now: dict | None, then: dict | None) -> float | None:
