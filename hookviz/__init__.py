@@ -13,9 +13,15 @@ from hookviz.data.tensors import TensorRecord
 from hookviz.edits.edit import Edit
 from hookviz.errors import (
     BackwardError,
+    DetailsChanged,
+    DetailsNotReproduced,
+    DetailsPending,
+    DetailsRefused,
+    DetailsUnavailable,
     DeviceError,
     EditError,
     ExpressionError,
+    ExtraError,
     FileFormatError,
     ForwardError,
     HookvizError,
@@ -33,11 +39,17 @@ from hookviz.watching.watch import Watch, watch
 
 __all__ = [
     "BackwardError",
+    "DetailsChanged",
+    "DetailsNotReproduced",
+    "DetailsPending",
+    "DetailsRefused",
+    "DetailsUnavailable",
     "DeviceError",
     "Diff",
     "Edit",
     "EditError",
     "ExpressionError",
+    "ExtraError",
     "ForwardError",
     "HookvizError",
     "LossError",

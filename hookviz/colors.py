@@ -16,6 +16,21 @@ from hookviz.text import as_number, number
 NAN_COLOR = "#e53935"
 NO_GRAD_COLOR = "#bdbdbd"  # no gradient reached it
 ZERO_GRAD_COLOR = "#263238"  # a gradient of exact zeros (no place on a log scale)
+NOT_WATCHED_COLOR = "#eceff1"  # the watch view: an element the watch recorded nothing for
+EXPLODING_COLOR = "#fb8c00"  # the warning orange of the page (style.css --hv-warn-line)
+STEP_COLOR = "#607d8b"  # the step on screen, marked on a watch's figures (not a finding: no red)
+# Lines told apart (a watch's per-layer lines): Tableau 10 without its red, which means NaN/Inf.
+LINE_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
+)
 
 # The inspector's heatmaps of a tensor's values: white at 0, shading to blue below and to brown
 # above (ColorBrewer's BrBG ends: no red, which means NaN/Inf, drawn in NAN_COLOR). A block

@@ -65,6 +65,12 @@ class PathError(HookvizError, OSError):
     Also an OSError, as the error writing or opening such a path would be."""
 
 
+class ExtraError(HookvizError, ImportError):
+    """An integration needs a package that is not installed (``hookviz.integrations.lightning`` needs
+    ``lightning``); the message names the extra to install. Also an ImportError, as the failed
+    import would be."""
+
+
 class ReadOnlyError(HookvizError):
     """An edit or a re-run was asked of a run opened from a file."""
 
@@ -84,7 +90,13 @@ class DetailsNotReproduced(DetailsRefused):
 
 
 class DetailsUnavailable(DetailsRefused):
-    """Nothing is left to record a run's details from (a run read from a file)."""
+    """Nothing is left to record a run's details from (a run read from a file, or unpickled)."""
+
+
+class DetailsPending(HookvizError, AttributeError):
+    """A value of a lazy run was read before ``run.fill_details()`` recorded it (indexing,
+    iterating, formatting or reading an attribute of a :data:`hookviz.data.deferred.PENDING`).
+    It is also an ``AttributeError``, so ``hasattr`` answers False instead of raising."""
 
 
 def unknown_name(what: str, name: str, known: list[str]) -> str:

@@ -24,6 +24,7 @@ EXPECTED = [
     "05_vanishing_gradients.ipynb",
     "06_distributed.ipynb",
     "07_live_training.ipynb",
+    "08_frameworks.ipynb",
 ]
 
 

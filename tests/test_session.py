@@ -750,3 +750,155 @@ def test_a_lazy_module_not_yet_run_gets_an_error_naming_the_fix():
     run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
     model(x).sum().backward()
     assert torch.equal(run.leaf_grad("0.weight"), model[0].weight.grad)
+
+
+# ------------------------------------------------------------------ small runs: every value at once
+
+
+def test_a_small_run_has_every_value_after_run_with_no_further_call():
+    """The first lesson: the canonical example and the forward-hooks notebook's network read
+    their values straight after ``run()``, equal to plain PyTorch's."""
+    from collections import OrderedDict
+
+    from hookviz.examples import Canonical
+    from hookviz.record.details import recorded_in_full
+
+    x, y, z, target = canonical_inputs()
+    run = hookviz.Session(Canonical(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target)).run()
+    assert recorded_in_full(run) and not run.details_pending
+    assert [values(r) for r in run.module_io("").inputs.values()] == [x.tolist(), y.tolist(), z.tolist()]
+    assert values(run.module_io("").output[0]) == (2 * x + 3 * y - 5 * z).tolist()
+    assert [values(r) for r in run.module_grads("", legacy=True).grad_input] == [[8, -6], [-8, 6]]
+
+    torch.manual_seed(0)
+    net = nn.Sequential(OrderedDict(fc1=nn.Linear(2, 2), act=nn.ReLU(), fc2=nn.Linear(2, 1)))
+    data = torch.tensor([[2.0, 1.0]])
+    run = hookviz.Session(net, (data,), loss_fn=lambda out: out.sum()).run()
+    fc1 = run.module_io("fc1")
+    assert values(fc1.inputs["input"]) == data.tolist() and fc1.inputs["input"].mean == 1.5
+    assert f"{fc1.inputs['input'].mean:.3f}" == "1.500"  # what a student prints (it raised before)
+    with torch.no_grad():
+        assert torch.equal(fc1.output[0].value, net.fc1(data))
+    checked = 0
+    for node in run.nodes.values():
+        for record in (*node.grad_inputs, *node.grad_outputs):
+            if record is not None and record.note == "":
+                assert not record.pending and record.value is not None
+                checked += 1
+    assert checked == sum(
+        r is not None and r.note == "" for n in run.nodes.values() for r in (*n.grad_inputs, *n.grad_outputs)
+    )
+    assert checked > 10
+
+
+def test_a_large_run_stays_lazy_and_says_pending_where_a_value_would_be():
+    """Over the rule (here 4.2M gradient elements of one 2048 x 2048 weight) a run keeps its
+    norms and leaf gradients; a module call's values print as pending, and using one names the
+    fix instead of a bare None."""
+    from hookviz.record.details import IN_FULL_GRADIENT_ELEMENTS, recorded_in_full
+
+    torch.manual_seed(0)
+    model = nn.Linear(2048, 2048)
+    x = torch.randn(1, 2048)
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum()).run()
+    assert model.weight.numel() == IN_FULL_GRADIENT_ELEMENTS and not recorded_in_full(run)  # and more
+    assert run.details_pending
+    call = run.module_io("")
+    assert repr(call.inputs) == "<pending: call run.fill_details()>" and not call.inputs
+    assert "inputs=<pending: call run.fill_details()>" in repr(call)
+    with pytest.raises(hookviz.DetailsPending, match=r"call run.fill_details\(\) first"):
+        call.inputs["input"]
+    with pytest.raises(hookviz.DetailsPending):
+        list(call.output)
+    assert not hasattr(call.output, "value")  # an AttributeError too, for hasattr
+    expected = torch.autograd.grad(model(x).pow(2).sum(), model.weight)[0]
+    assert torch.equal(run.leaf_grad("weight"), expected)
+    run.fill_details()
+    assert torch.equal(run.module_io("").inputs["input"].value, x)
+
+
+def test_details_lazy_never_fills_and_details_is_checked():
+    x, y, z, target = canonical_inputs()
+    from hookviz.examples import Canonical
+
+    session = hookviz.Session(Canonical(), (x, y, z), loss_fn=lambda o: F.mse_loss(o, target), details="lazy")
+    run = session.run()
+    assert run.details_pending and run.module_io("").pending
+    with pytest.raises(hookviz.HookvizError, match='"auto" \\(the default\\), "lazy" or "eager"'):
+        hookviz.Session(Canonical(), (x, y, z), details="soon")
+
+
+# ------------------------------------------------------------------ torch.func and torch.nested
+
+
+class _VmappedLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return torch.func.vmap(self.linear)(x)
+
+
+@pytest.mark.parametrize("details", ["auto", "lazy", "eager"])
+def test_vmap_in_forward_is_recorded_its_batched_values_named_not_read(details):
+    """Inside vmap an op's output is a BatchedTensor whose storage PyTorch refuses to hand out
+    ("Cannot access storage of BatchedTensorImpl"); it is recorded by shape with a note, and
+    every gradient (outside vmap) as usual, equal to plain PyTorch's."""
+    torch.manual_seed(0)
+    model, x = _VmappedLinear(), torch.randn(4, 3)
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum(), details=details).run()
+    run.fill_details()
+    assert not run.details_pending
+    inside = run.module_io("linear")  # the module vmap calls: its input and output are batched
+    seen = [inside.inputs["input"], *inside.output]
+    assert len(seen) == 2 and all("torch.func.vmap" in r.note and r.value is None for r in seen)
+    assert [r.shape for r in seen] == [(3,), (2,)]  # per example, as the module saw them
+    loss = model(x).pow(2).sum()
+    expected = torch.autograd.grad(loss, [model.linear.weight, model.linear.bias])
+    assert torch.equal(run.leaf_grad("linear.weight"), expected[0])
+    assert torch.equal(run.leaf_grad("linear.bias"), expected[1])
+    assert torch.equal(run.module_io("").inputs["x"].value, x)
+
+
+def test_vmap_in_forward_shows_in_the_widget():
+    from hookviz.widget.show import show
+
+    torch.manual_seed(0)
+    widget = show(_VmappedLinear(), (torch.randn(4, 3),), loss_fn=lambda out: out.sum())
+    assert not widget.details_pending and widget.errors.get("details") is None
+    assert widget.diagnosis["error"] is None and widget.graph["nodes"]
+
+
+def test_a_nested_tensor_input_is_refused_naming_why_and_the_alternative():
+    nested = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(5, 3)], layout=torch.jagged)
+    with pytest.raises(hookviz.UnsupportedError, match=r"input 'input' is a nested tensor.*to_padded_tensor"):
+        hookviz.Session(nn.Linear(3, 2), (nested,), loss_fn=lambda out: out.values().sum())
+
+
+def test_a_lazy_run_that_turns_out_small_is_filled_in_run_or_says_why_not():
+    """A model whose parameters look large (an unused 3M-element one) is recorded lazily; its run
+    is small, so run() fills it. A forward that differs each call cannot be filled: the run stays
+    lazy, keeps its own numbers and says why in its notes."""
+
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.spare = nn.Linear(3, 2), nn.Parameter(torch.zeros(3_000_000))
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return self.linear(x) * self.calls
+
+    torch.manual_seed(0)
+    model, x = Counting(), torch.randn(4, 3)
+    steady = hookviz.Session(model.linear, (x,), loss_fn=lambda out: out.sum())
+    assert not steady.run().details_pending  # small from the start: one eager pass
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    assert model.calls == 2 and run.details_pending  # recorded lazily, then refused
+    assert any("not recorded at once" in note and "the loss" in note for note in run.notes)
+    assert torch.equal(run.leaf_grad("linear.bias"), torch.full((2,), 4.0))  # the first call's own
+    model.forward = lambda x: model.linear(x)  # deterministic now
+    filled = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    assert not filled.details_pending and filled.module_io("").inputs["x"].value is not None

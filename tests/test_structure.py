@@ -176,6 +176,7 @@ LAYERS = [
     {"hookviz.watching"},
     {"hookviz.files"},
     {"hookviz.widget"},
+    {"hookviz.integrations"},
 ]
 
 

@@ -246,6 +246,53 @@ def test_clip_grad_norm_steps_keep_the_clipped_gradients():
     assert total == pytest.approx(0.5, rel=1e-5) and unclipped[0] > 1
 
 
+def test_a_closure_step_keeps_the_gradients_the_closure_left():
+    # optimizer.step(closure) runs the closure (backward, clipping) inside step(), after the step
+    # pre-hooks: Lightning trains this way. The reference records the norms at the closure's end.
+    model = Tiny()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = []
+    with watch(model, optimizer=optimizer) as w:
+        for [(x, y)] in data(3, scale=30.0):
+
+            def closure(x=x, y=y):
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+                expected.append(norms_of(model.named_parameters()))
+                return loss
+
+            if len(expected) % 2:
+                optimizer.step(closure)
+            else:
+                optimizer.step(closure=closure)
+    assert assert_steps_equal(w, expected) == 3 * 4
+    assert math.sqrt(sum(v * v for v in w.norms(0).values())) == pytest.approx(0.5, rel=1e-5)
+
+
+def test_an_lbfgs_step_keeps_the_gradients_of_its_first_closure_call():
+    # LBFGS calls the closure several times in one step(); the step starts from the first call's.
+    model = Tiny()
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=4)
+    calls, expected = [], []
+    with watch(model, optimizer=optimizer) as w:
+        for [(x, y)] in data(2):
+
+            def closure(x=x, y=y):
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                calls.append(norms_of(model.named_parameters()))
+                return loss
+
+            first = len(calls)
+            optimizer.step(closure)
+            expected.append(calls[first])
+    assert len(calls) > 2 * 2 and w.step == 2
+    assert assert_steps_equal(w, expected) == 2 * 4
+
+
 @pytest.mark.parametrize("skip", [False, True], ids=["every-step", "a-skipped-step"])
 def test_bf16_autocast_and_grad_scaler_steps_keep_the_unscaled_gradients(skip):
     model = Tiny()

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from zoo import NoGradGate
 
 import hookviz
+import hookviz.record.details as record_details
 import hookviz.widget.details as widget_details
 import hookviz.widget.diagnosis as widget_diagnosis
 from hookviz.examples import ResidualStack, sigmoid_mlp
@@ -628,7 +629,7 @@ def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(mo
         return F.cross_entropy(out, labels)
 
     eager = show(model, (x,), loss_fn=loss, details="eager")
-    monkeypatch.setattr(widget_details, "CHEAP_DETAILS_NODES", 0)
+    monkeypatch.setattr(record_details, "IN_FULL_NODES", 0)
     lazy = show(model, (x,), loss_fn=loss)
     assert lazy.details_pending and lazy.run.details_pending  # nothing read a deferred field
     assert lazy.diagnosis["pending"] and lazy.diagnosis["findings"] == []
@@ -659,7 +660,7 @@ def test_in_ipython_a_large_runs_details_are_recorded_when_its_cell_ends(monkeyp
     widget, before any later cell (a training step) can change the parameters."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    monkeypatch.setattr(widget_details, "CHEAP_DETAILS_NODES", 0)
+    monkeypatch.setattr(record_details, "IN_FULL_NODES", 0)
     shell = InteractiveShell.instance()
     try:
         shell.user_ns.update(hookviz=hookviz, Canonical=Canonical, inputs=canonical_inputs(), loss_fn=loss_fn)
@@ -693,9 +694,9 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
 
     try:
         run(
-            "import time, hookviz, hookviz.widget.details as hd, hookviz.widget.widget as hw\n"
+            "import time, hookviz, hookviz.record.details as rd, hookviz.widget.widget as hw\n"
             "from hookviz.examples import Canonical, canonical_inputs\n"
-            "hd.CHEAP_DETAILS_NODES = 0\n"
+            "rd.IN_FULL_NODES = 0\n"
             "filled, original = [], hw.Widget.fill_details\n"
             "def spy(self):\n"
             "    filled.append((time.time(), self.details_pending))\n"
@@ -716,7 +717,7 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
 
 
 def test_selecting_a_node_of_a_large_run_records_its_details_first(monkeypatch):
-    monkeypatch.setattr(widget_details, "CHEAP_DETAILS_NODES", 0)
+    monkeypatch.setattr(record_details, "IN_FULL_NODES", 0)
     widget = show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
     assert widget.details_pending
     assert widget.select("SubBackward0_0")
@@ -1113,7 +1114,7 @@ def test_operand_hints_come_from_saved_numbers_also_in_a_lazy_run():
             return torch.clamp(b, -1.5, 1.5) * 0.5
 
     x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
-    run = hookviz.Session(Ops(), (x, y), loss_fn=lambda out: out.sum()).run()
+    run = hookviz.Session(Ops(), (x, y), loss_fn=lambda out: out.sum(), details="lazy").run()
     hints = {record.op: operand_hint(record) for record in run.nodes.values()}
     assert hints["DivBackward0"] == "÷4" and hints["PowBackward0"] == "^3" and hints["MulBackward0"] == "×0.5"
     assert hints["AddBackward0"] == "α=2" and hints["SubBackward0"] == ""  # alpha 1 says nothing

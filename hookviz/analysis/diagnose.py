@@ -27,7 +27,7 @@ import torch
 
 from hookviz.analysis.findings import Finding, grouped, module_label, percent, run_span
 from hookviz.analysis.gradient_stats import gradient_stats, module_of, parameter_names
-from hookviz.analysis.layer_findings import layer_findings
+from hookviz.analysis.layer_findings import layer_diagnosis
 from hookviz.analysis.nan_origin import nan_findings
 from hookviz.data.tensors import TensorRecord
 from hookviz.errors import HookvizError
@@ -43,9 +43,6 @@ DEFAULT_THRESHOLDS = {
     "saturated": 0.9,
     "saturation_margin": 0.01,
 }
-
-# Layers whose parameter gradient is mostly zero by design (only the rows looked up get one).
-_SPARSE_BY_DESIGN = {"Embedding", "EmbeddingBag"}
 
 _SATURATING = {"SigmoidBackward0": (0.0, 1.0, "sigmoid"), "TanhBackward0": (-1.0, 1.0, "tanh")}
 
@@ -131,25 +128,13 @@ def diagnose(
     found = nan_findings(run)
     types = {c.module: c.type for c in run.calls}
     layers = [s for s in gradient_stats(run, model) if s.kind == "layer"]
-    if layers:
-        parameters = parameter_names(run, model)
-        first_parameter: dict[str, str] = {}  # one pass: a search per layer is quadratic
-        for name in parameters:
-            first_parameter.setdefault(module_of(name), name)
-        node_of = {s.name: first_parameter[s.name] for s in layers}
-        # An embedding's rows of tokens the batch does not use get no gradient by design: their
-        # zeros are not dead updates.
-        zeros = {s.name: s.zero_fraction for s in layers if types.get(s.name) not in _SPARSE_BY_DESIGN}
-        found += layer_findings(
-            {s.name: s.grad_norm for s in layers},
-            layers[0].name,
-            limits,
-            zeros,
-            node_of,
-            types,
-            group=group,
-        )
-    parents = {m.rsplit(".", 1)[0] if "." in m else "" for m in run.modules if m != ""}
+    first_parameter: dict[str, str] = {}  # one pass: a search per layer is quadratic
+    for name in parameter_names(run, model) if layers else ():
+        first_parameter.setdefault(module_of(name), name)
+    found += layer_diagnosis(
+        {s.name: (s.grad_norm, s.zero_fraction) for s in layers}, first_parameter, limits, types, group=group
+    )
+    parents = {module_of(m) for m in run.modules if m != ""}  # a module's parent, by the same rule
     dead_units: list[Finding | None] = []
     for call in run.calls:
         if call.call != 0 or call.module == "" or call.module in parents or not call.output:

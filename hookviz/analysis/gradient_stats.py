@@ -11,6 +11,7 @@ loss* is the one whose parameters receive their gradient first in backward order
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,7 +54,21 @@ class GradientStats:
 
 
 def module_of(parameter: str) -> str:
-    return parameter.rsplit(".", 1)[0] if "." in parameter else ""
+    """The layer of a parameter: the module that owns it (``"fc1"`` for ``"fc1.weight"``, ``""``
+    for a parameter of the root module). The one home of this rule: runs, watches, gathered
+    histories and the widget group parameters into layers by it."""
+    return parameter.rpartition(".")[0]
+
+
+def combine_layer(parts: Iterable[tuple[float | None, int, float]]) -> tuple[float | None, float]:
+    """A layer's gradient norm and zero fraction from its parameters' ``(norm, numel,
+    zero_fraction)``: the norm by :func:`hookviz.stats.reduce.combined_norm` (NaN and Inf kept;
+    None when no part has one), the zero fraction weighted by element counts (NaN when a part's is
+    not known, e.g. a watch step that kept only norms; 0.0 for no elements)."""
+    parts = list(parts)
+    numel = sum(n for _, n, _ in parts)
+    zeros = sum(f * n for _, n, f in parts) / numel if numel else 0.0
+    return combined_norm(norm for norm, _, _ in parts), zeros
 
 
 def parameter_names(run: hookviz.data.run.Run, model: torch.nn.Module | None) -> list[str]:
@@ -77,12 +92,9 @@ def ratio_of(numerator: float, denominator: float | None) -> float | None:
 def _combine(records: list[TensorRecord], counts: bool = True) -> tuple[float, float, int]:
     """Norm, zero fraction and NaN/Inf count of several tensors taken together (without
     ``counts``: the norm, NaN and 0)."""
-    norm = combined_norm(r.norm for r in records) or 0.0
-    if not counts:
-        return norm, math.nan, 0
-    numel = sum(r.numel for r in records)
-    zeros = sum(r.zero_fraction * r.numel for r in records)
-    return norm, (zeros / numel if numel else 0.0), sum(r.nan_count + r.inf_count for r in records)
+    norm, zeros = combine_layer((r.norm, r.numel, r.zero_fraction if counts else math.nan) for r in records)
+    nonfinite = sum(r.nan_count + r.inf_count for r in records) if counts else 0
+    return (0.0 if norm is None else norm), (zeros if counts else math.nan), nonfinite
 
 
 def gradient_stats(

@@ -1,6 +1,9 @@
 """Vanishing, exploding and dead-update findings from layer gradient norms (of a run or a watch step).
 
-The thresholds and their meaning: :mod:`hookviz.analysis.diagnose`.
+Runs (:func:`hookviz.analysis.diagnose.diagnose`) and watches
+(:func:`hookviz.analysis.step_findings.step_findings`) both call :func:`layer_diagnosis` with their
+layers combined by :func:`hookviz.analysis.gradient_stats.combine_layer`, so a layer means the same
+in both. The thresholds and their meaning: :mod:`hookviz.analysis.diagnose`.
 """
 
 from __future__ import annotations
@@ -9,6 +12,43 @@ import math
 
 from hookviz.analysis.findings import Finding, grouped, module_label, percent, run_span
 from hookviz.analysis.gradient_stats import ratio_of
+
+# Layers whose parameter gradient is mostly zero by design (only the rows looked up get one): their
+# zeros are not dead updates.
+SPARSE_BY_DESIGN = {"Embedding", "EmbeddingBag"}
+
+
+def layer_diagnosis(
+    layers: dict[str, tuple[float, float]],
+    first_parameter: dict[str, str],
+    thresholds: dict,
+    types: dict[str, str],
+    step: int | None = None,
+    group: bool = True,
+) -> list[Finding]:
+    """Vanishing, exploding and dead-update findings of layers, by the one rule of runs and watches.
+
+    Args:
+        layers: layer -> ``(gradient norm, zero fraction)`` (:func:`combine_layer`), nearest the
+            loss first; a NaN zero fraction (not known) raises no dead-update finding.
+        first_parameter: layer -> the parameter the finding points at.
+        thresholds: as returned by :func:`~hookviz.analysis.diagnose.check_thresholds`.
+        types: module name -> class name (an Embedding's zeros are not dead updates).
+        step: the training step, for a watch. group: see :func:`layer_findings`.
+    """
+    if not layers:
+        return []
+    zeros = {m: z for m, (_, z) in layers.items() if types.get(m) not in SPARSE_BY_DESIGN}
+    return layer_findings(
+        {m: norm for m, (norm, _) in layers.items()},
+        next(iter(layers)),
+        thresholds,
+        zeros,
+        first_parameter,
+        types,
+        step,
+        group,
+    )
 
 
 def layer_findings(

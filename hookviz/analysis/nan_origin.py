@@ -98,7 +98,7 @@ def nan_findings(run: hookviz.data.run.Run) -> list[Finding]:
     """Where NaN/Inf first appear: in forward (an op's output or a model input) and in backward."""
     found = []
     types = {c.module: c.type for c in run.calls}
-    root_inputs = run.calls[0].inputs if run.calls else {}
+    root_inputs = (run.calls[0].inputs or {}) if run.calls else {}  # {} while pending
     bad_inputs = [(n, r) for n, r in root_inputs.items() if isinstance(r, TensorRecord) and not r.finite]
     for name, record in bad_inputs:
         found.append(

@@ -8,6 +8,7 @@ post-hook sees). For a module, ``grad_output`` / ``grad_input`` are what a full 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,8 +16,8 @@ from functools import cached_property
 import networkx as nx
 import torch
 
-from hookviz.data.deferred import Deferrable, Fillable, deferrable
-from hookviz.data.tensors import TensorRecord, combined_norm, same_values
+from hookviz.data.deferred import PENDING, Deferrable, Fillable, deferrable
+from hookviz.data.tensors import ComparedByValue, TensorRecord, combined_norm, same_values
 from hookviz.errors import DetailsRefused, DetailsUnavailable, TargetError, unknown_name
 
 LOSS_MODULE = "(loss)"
@@ -47,8 +48,8 @@ class SavedTensor:
     of: str = ""
 
 
-@dataclass
-class HookCall:
+@dataclass(eq=False)
+class HookCall(ComparedByValue):
     """One call of a hook during the run: the user's own, or an edit hookviz installed.
 
     Attributes:
@@ -100,8 +101,8 @@ class LogEntry:
     text: str
 
 
-@dataclass
-class NodeRecord(Fillable):
+@dataclass(eq=False)
+class NodeRecord(ComparedByValue, Fillable):
     """Everything recorded at one node of the autograd graph.
 
     Attributes:
@@ -162,8 +163,8 @@ class NodeRecord(Fillable):
         return sum(s.nbytes for s in self.saved)
 
 
-@dataclass
-class ModuleCall(Fillable):
+@dataclass(eq=False)
+class ModuleCall(ComparedByValue, Fillable):
     """What a forward pre-hook and a forward hook of one module call saw.
 
     Attributes:
@@ -195,8 +196,9 @@ class ModuleCall(Fillable):
         output_kind_hookable: the output is a tensor or a tuple (else no full hook ever fires).
         shared_inputs: one tensor was passed as several positional arguments.
         pending: in a lazy run, ``("inputs", "output", "output_replaced")`` until
-            :meth:`Run.fill_details` records what forward hooks saw (those fields are None
-            meanwhile); else ``()``.
+            :meth:`Run.fill_details` records what forward hooks saw; those fields hold
+            :data:`~hookviz.data.deferred.PENDING` meanwhile (it prints as pending and raises
+            :class:`~hookviz.errors.DetailsPending`, naming the fix, when used); else ``()``.
     """
 
     module: str
@@ -223,10 +225,17 @@ class ModuleCall(Fillable):
     pending: tuple[str, ...] = ()
 
     DEFERRED = ("inputs", "output", "output_replaced")  # what Run.fill_details adds in a lazy run
+    WAITING = PENDING  # read directly by users (Run.module_io): a pending field says so
+
+    def __post_init__(self) -> None:
+        # A record read from a file holds None where it was pending.
+        for name in self.pending:
+            if getattr(self, name) is None:
+                setattr(self, name, PENDING)
 
 
-@dataclass
-class ModuleGrads:
+@dataclass(eq=False)
+class ModuleGrads(ComparedByValue):
     """A module's gradients as one kind of module backward hook sees them.
 
     ``fires`` is False when that hook would never be called (the tuples are then empty).
@@ -239,8 +248,8 @@ class ModuleGrads:
 
 
 @deferrable
-@dataclass
-class Run(Deferrable):
+@dataclass(eq=False)
+class Run(ComparedByValue, Deferrable):
     """One recorded forward + backward (see :meth:`hookviz.Session.run`).
 
     A recorded run makes its records on first read: ``edges``, ``nodes``, ``calls``, ``events``
@@ -289,7 +298,7 @@ class Run(Deferrable):
     log: list[LogEntry]
     edits: tuple = ()
     forward_reused: bool = False
-    model_ref: Callable[[], torch.nn.Module | None] | None = field(default=None, repr=False)
+    model_ref: Callable[[], torch.nn.Module | None] | None = field(default=None, repr=False, compare=False)
     asked_grads: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     loss_differentiates: bool = False
@@ -302,6 +311,28 @@ class Run(Deferrable):
     input_names: list[str] = field(default_factory=list)
 
     DEFERRED = ("edges", "nodes", "calls", "events", "hook_calls")
+
+    def __copy__(self) -> Run:
+        # A shallow copy shares the records, so it shares the details that fill them.
+        self.fill_deferred()
+        copied = type(self).__new__(type(self))
+        copied.__dict__.update((k, v) for k, v in self.__dict__.items() if k != "_source")
+        return copied
+
+    def __deepcopy__(self, memo: dict) -> Run:
+        # A deep copy owns its records: its details (a Details, which copies itself bound to the
+        # copy it finds in memo) fill the copy, never the original.
+        self.fill_deferred()
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        kept = {k: v for k, v in self.__dict__.items() if k != "_source"}
+        copied.__dict__.update({k: copy.deepcopy(v, memo) for k, v in kept.items()})
+        return copied
+
+    def __getstate__(self) -> dict:
+        # Pickling: the recording that would fill the details and the weak link to the model live
+        # in this process only, so an unpickled run is like one read from a file (hookviz.load).
+        return {**super().__getstate__(), "details": None, "model_ref": None}
 
     @cached_property
     def graph(self) -> nx.DiGraph:
@@ -357,9 +388,10 @@ class Run(Deferrable):
         and 2-norm; its other fields (values, statistics, histograms, forward values, what
         forward hooks saw) are None and named in each record's ``pending``. This records the
         same run once more with full details (:mod:`hookviz.record.details`), checks that it
-        is the same run (every gradient's norm agrees) and fills every pending field at once.
-        The model's parameters, buffers and hooks are as they were afterwards. A no-op for an
-        eager run or one filled already.
+        is the same run (the loss and every leaf gradient equal bit for bit, every gradient's
+        norm agrees) and only then fills every pending field at once. The model's parameters,
+        buffers and hooks are as they were afterwards. A no-op for an eager run, a small run
+        (filled by ``Session.run()`` already) or one filled already. A deep copy fills itself.
 
         Returns:
             the run.
@@ -367,9 +399,11 @@ class Run(Deferrable):
         Raises:
             DetailsChanged: a parameter, buffer, train/eval mode or input changed since the run
                 (the message names it); the run's numbers cannot be recorded again.
-            DetailsNotReproduced: recorded again, a gradient differs (e.g. a hook of the user's
-                was removed since).
-            DetailsUnavailable: nothing is left to record them from (a run loaded from a file).
+            DetailsNotReproduced: recorded again, the loss, a leaf gradient or another gradient
+                differs (e.g. a hook of the user's was added or removed since, a value the loss
+                reads or a parameter changed through ``.data``); the message names what.
+            DetailsUnavailable: nothing is left to record them from (a run loaded from a file
+                or unpickled).
             Anything the model, ``loss_fn``, a hook or an edit raises while recording them
             (e.g. :class:`~hookviz.errors.ForwardError`) propagates; the records stay pending.
         """
@@ -377,9 +411,10 @@ class Run(Deferrable):
             self.details.fill()
         elif self.details_pending:
             raise DetailsUnavailable(
-                "this run's details were never recorded (it was saved while they were pending) and "
-                "a run read from a file cannot record them: call run.fill_details() before "
-                'hookviz.save(run, path), or record with Session(..., details="eager")'
+                "this run's details were never recorded (it was saved or pickled while they were "
+                "pending) and a run read from a file or unpickled cannot record them: call "
+                "run.fill_details() before hookviz.save(run, path) or pickle.dumps(run), or record "
+                'with Session(..., details="eager")'
             )
         return self
 
@@ -463,8 +498,8 @@ class Run(Deferrable):
         )
 
 
-@dataclass
-class NodeDiff:
+@dataclass(eq=False)
+class NodeDiff(ComparedByValue):
     """One node's records in two runs and whether any of its gradients changed."""
 
     before: NodeRecord | None
@@ -472,8 +507,8 @@ class NodeDiff:
     changed: bool
 
 
-@dataclass
-class LeafDiff:
+@dataclass(eq=False)
+class LeafDiff(ComparedByValue):
     """One leaf's gradient in two runs and whether it changed (see :func:`diff`)."""
 
     before: torch.Tensor | None
@@ -481,8 +516,8 @@ class LeafDiff:
     changed: bool
 
 
-@dataclass
-class Diff:
+@dataclass(eq=False)
+class Diff(ComparedByValue):
     """Per node and per leaf: before, after, changed. See :func:`diff`.
 
     ``unfilled``: ``"before"`` / ``"after"`` -> why that lazy run's details could not be

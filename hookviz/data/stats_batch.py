@@ -10,6 +10,7 @@ queues norms without a host sync.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from dataclasses import dataclass, field, replace
@@ -82,6 +83,25 @@ def _metadata_record(tensor: torch.Tensor, note: str = "") -> TensorRecord:
         numel=tensor.numel(),
         note=note,
     )
+
+
+_TRANSFORM_NOTE = (
+    "made inside torch.func.vmap (or another torch.func transform): PyTorch gives no access to its "
+    "values outside that transform, so only its shape, dtype and device are recorded"
+)
+
+
+def _storage_readable(tensor: torch.Tensor) -> bool:
+    """False for a tensor a ``torch.func`` transform made (a BatchedTensor of ``vmap``), read after
+    the transform returned: PyTorch refuses its storage ("Cannot access storage of
+    BatchedTensorImpl"), so neither its values nor its statistics can be taken."""
+    if tensor.layout != torch.strided or tensor.is_nested:
+        return True
+    try:
+        tensor.untyped_storage()
+    except (NotImplementedError, RuntimeError):
+        return False
+    return True
 
 
 _WAITING = object()  # a lazy batch's place for a norm that comes with the next batched call
@@ -353,9 +373,12 @@ class StatsBatch:
         return records
 
     def _whole_record(self, tensor: torch.Tensor) -> TensorRecord | None:
-        """The complete record of a tensor with nothing to reduce (meta, or empty), else None."""
+        """The complete record of a tensor with nothing to reduce (meta, empty, or made inside a
+        ``torch.func`` transform), else None."""
         if tensor.is_meta:
             return _metadata_record(tensor, NOTES["meta"])
+        if not _storage_readable(tensor):
+            return _metadata_record(tensor, _TRANSFORM_NOTE)
         if tensor.numel() == 0:
             return replace(_metadata_record(tensor), value=self._small_value(tensor))
         return None
@@ -482,16 +505,10 @@ class StatsBatch:
         return found
 
 
-_SAMPLE_INDICES: dict[tuple, torch.Tensor] = {}
-
-
+@functools.lru_cache(maxsize=64)  # bounded: a long session meets ever more sizes (8 KB each)
 def _sample_indices(numel: int, device) -> torch.Tensor:
-    key = (numel, device)
-    indices = _SAMPLE_INDICES.get(key)
-    if indices is None:
-        indices = (torch.arange(HISTOGRAM_SAMPLE, dtype=torch.int64) * 2654435761) % numel
-        indices = _SAMPLE_INDICES.setdefault(key, indices.to(device))
-    return indices
+    indices = (torch.arange(HISTOGRAM_SAMPLE, dtype=torch.int64) * 2654435761) % numel
+    return indices.to(device)
 
 
 def _elements_key(tensor: torch.Tensor) -> tuple:

@@ -1,11 +1,13 @@
-"""Tensor records: what a run keeps of each tensor (:class:`TensorRecord`), its JSON form, and the
-one rule for whether a gradient changed (:func:`same_values`).
+"""Tensor records: what a run keeps of each tensor (:class:`TensorRecord`), its JSON form, the
+one rule for whether a gradient changed (:func:`same_values`), and ``==`` on records
+(:func:`equal_values`, :class:`ComparedByValue`).
 
 The records are made by :class:`hookviz.data.stats_batch.StatsBatch`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -37,8 +39,50 @@ def _json_number(value) -> float | str | None:
     return json_float(float(value))
 
 
-@dataclass
-class TensorRecord(Fillable):
+def equal_values(a, b) -> bool:
+    """Whether ``a`` and ``b`` hold the same things: ``==`` on hookviz's records. Never raises.
+
+    Tensors are equal when :func:`same_values` says so (shape, dtype and every element, bit for
+    bit, NaN equal to NaN) on the same device; floats when equal or both NaN; lists, tuples and
+    dicts item by item; dataclasses (records) of one type field by field (those with
+    ``compare=True``); anything else by its own ``==`` (an error there reads as not equal).
+    """
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    try:
+        if isinstance(a, torch.Tensor):
+            return a.device == b.device and same_values(a, b)
+        if isinstance(a, float):
+            return a == b or (math.isnan(a) and math.isnan(b))
+        if isinstance(a, (list, tuple)):
+            return len(a) == len(b) and all(equal_values(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(equal_values(a[k], b[k]) for k in a)
+        if dataclasses.is_dataclass(a):
+            compared = [f.name for f in dataclasses.fields(a) if f.compare]
+            return all(equal_values(getattr(a, name), getattr(b, name)) for name in compared)
+        return bool(a == b)
+    except Exception:  # a tensor without storage, an object whose == raises: not provably equal
+        return False
+
+
+class ComparedByValue:
+    """Mixin for a record dataclass (declared with ``eq=False``): ``==`` is :func:`equal_values`,
+    so it never raises on the tensors a record holds (a dataclass's own ``==`` compares tuples of
+    tensors, which raises "Boolean value of Tensor ... is ambiguous"). Records stay unhashable."""
+
+    def __eq__(self, other) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return equal_values(self, other)
+
+    __hash__ = None
+
+
+@dataclass(eq=False)
+class TensorRecord(ComparedByValue, Fillable):
     """What hookviz keeps of one tensor: metadata, statistics, and the values when small.
 
     In a run recorded with ``details="lazy"`` (the default) a gradient's record holds its shape,

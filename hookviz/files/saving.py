@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from hookviz.data.deferred import PENDING
 from hookviz.errors import FileFormatError, HookvizError
 from hookviz.files import fields, paths, schema
 from hookviz.watching.gather import RankHistory
@@ -97,6 +98,8 @@ class _Encoder:
 
     def __call__(self, value, kind: tuple, where: str):
         tag = kind[0]
+        if value is PENDING:  # a lazy module call's pending field: None in the file (format 3)
+            value = None
         if tag == "union":
             for alternative in kind[1]:
                 if fields.fits(value, alternative, self.types.classes):

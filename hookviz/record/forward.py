@@ -10,6 +10,8 @@ and never calls back into it.
 from __future__ import annotations
 
 import inspect
+import types
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -587,12 +589,17 @@ def _call_input_keys(batch: StatsBatch, call: CallState, recorder: ForwardRecord
     return keys
 
 
-_SIGNATURES: dict = {}
+# Held weakly, and only for plain functions, whose signature holds nothing they do not: a forward
+# can hold the model (a closure over it; accelerate sets ``module.forward`` to a partial over the
+# module, whose signature may hold it too), and a cache that held it would keep the model alive.
+_SIGNATURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _signature(forward) -> inspect.Signature:
     """``inspect.signature`` of a bound ``forward``, cached per function (it is slow)."""
     function = getattr(forward, "__func__", forward)
+    if not isinstance(function, types.FunctionType):
+        return inspect.signature(forward)
     found = _SIGNATURES.get(function)
     if found is None:
         found = _SIGNATURES.setdefault(function, inspect.signature(forward))

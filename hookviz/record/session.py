@@ -25,11 +25,25 @@ from hookviz.data.run import Run
 from hookviz.data.stats_batch import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
 from hookviz.edits.codegen import edits_as_code
 from hookviz.edits.edit import Edit
-from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, unknown_name
+from hookviz.errors import (
+    BackwardError,
+    DetailsRefused,
+    EditError,
+    HookvizError,
+    TargetError,
+    UnsupportedError,
+    unknown_name,
+)
 from hookviz.record import distributed, module_tree
 from hookviz.record.backward_recorder import BackwardRecorder
 from hookviz.record.build import RunContext
-from hookviz.record.details import Details, ModelState, input_marks
+from hookviz.record.details import (
+    Details,
+    ModelState,
+    input_marks,
+    may_be_recorded_in_full,
+    recorded_in_full,
+)
 from hookviz.record.devices import accelerators, device_of, forked_random_state, random_state, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
 from hookviz.record.hook_state import module_hook_state, module_hooks_as
@@ -59,17 +73,30 @@ class Session:
         full_tensor_limit: tensors with at most this many elements are kept whole in the run;
             larger ones keep statistics and a histogram.
         histogram_bins: bins of those histograms (0: none).
-        details: ``"lazy"`` (default) or ``"eager"``. A lazy run keeps at once what every view
-            needs (each gradient's shape, dtype and 2-norm, queued while backward runs, the
-            gradient itself not held), so recording costs little more than a plain step; the
-            rest (values, min/max, histograms, forward values) is None and named in each
-            record's ``pending`` until ``run.fill_details()`` records the same run once more
-            with full details (:mod:`hookviz.record.details`); reading a record never runs the
-            model. ``"eager"`` records everything in every run. Distributed models (DDP, FSDP2)
-            are always eager: a later re-run would have to be collective on every rank.
+        details: ``"auto"`` (default), ``"lazy"`` or ``"eager"``. A lazy run keeps at once what
+            every view needs (each gradient's shape, dtype and 2-norm, queued while backward
+            runs, the gradient itself not held), so recording costs little more than a plain
+            step; the rest (values, min/max, histograms, forward values) waits, named in each
+            record's ``pending`` (a module call's inputs and outputs print as pending), until
+            ``run.fill_details()`` records the same run once more with full details
+            (:mod:`hookviz.record.details`); reading a record never runs the model.
+            ``"auto"`` gives a small run (at most 2,000 autograd Nodes and 4,194,304 gradient
+            elements: :func:`hookviz.record.details.recorded_in_full`, the rule ``show()``
+            follows too) every value when :meth:`run` returns, and keeps a larger one lazy. It
+            records eagerly, in one pass, when the session's last run was small (for the first
+            run: when the model's parameters leave room for it,
+            :func:`~hookviz.record.details.may_be_recorded_in_full`), else lazily; a lazy run
+            that turns out small has its details filled before :meth:`run` returns (the
+            forward runs twice then). Should that fill be refused (the model is not
+            deterministic), the run stays lazy and says why in ``Run.notes``. ``"lazy"`` never
+            fills by itself (a training loop recording every step); ``"eager"`` records
+            everything in one pass in every run. Distributed models (DDP, FSDP2) are always
+            eager: a later re-run would have to be collective on every rank.
 
     Raises:
-        HookvizError: ``model`` is not a module, or ``details`` is neither "lazy" nor "eager".
+        HookvizError: ``model`` is not a module, or ``details`` is not "auto", "lazy" or "eager".
+        UnsupportedError: an input is a nested tensor (``torch.nested``), which hookviz cannot
+            record (the message names the padded alternative).
     """
 
     def __init__(
@@ -82,12 +109,12 @@ class Session:
         input_grads: bool = False,
         full_tensor_limit: int = DEFAULT_FULL_TENSOR_LIMIT,
         histogram_bins: int = DEFAULT_HISTOGRAM_BINS,
-        details: str = "lazy",
+        details: str = "auto",
     ):
         if not isinstance(model, torch.nn.Module):
             raise HookvizError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if details not in ("lazy", "eager"):
-            raise HookvizError(f'details={details!r}: pass "lazy" (the default) or "eager"')
+        if details not in ("auto", "lazy", "eager"):
+            raise HookvizError(f'details={details!r}: pass "auto" (the default), "lazy" or "eager"')
         self.notes: list[str] = []
         if isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
             self.notes.append(
@@ -131,7 +158,16 @@ class Session:
         )
         # DDP's forward is (*inputs, **kwargs): inputs are named after the wrapped module's forward
         self._input_names = name_inputs(distributed.user_forward(self.model), self.args, self.kwargs)
+        nested = [name for name, tensor in self._input_names.items() if tensor.is_nested]
+        if nested:
+            raise UnsupportedError(
+                f"the input {nested[0]!r} is a nested tensor (torch.nested), and hookviz cannot record "
+                "one: its gradients have no single shape, and PyTorch has no norm, min or max for "
+                "it, which every record holds; pass a padded tensor (x.to_padded_tensor(0.0)) "
+                "with a mask, or the packed values (x.values()) with the offsets"
+            )
         self._forward: RetainedForward | None = None
+        self._forward_lazy = self.details != "eager"  # how the retained forward was recorded
         # The random state of the session's first forward, per device (None: the CPU's)
         self._rng_states: dict[torch.device | None, torch.Tensor] = {}
         # What a lazy run's details depend on, followed between hookviz's calls, and the retained
@@ -201,6 +237,8 @@ class Session:
 
         Returns:
             the new :class:`Run`; also ``self.last_run`` (and ``self.baseline`` for the first).
+            With ``details="auto"`` (the default) a small run has all its details (see
+            :class:`Session`), a large one its norms and leaf gradients, the rest pending.
 
         Raises:
             DeviceError: unknown or unavailable device.
@@ -217,8 +255,9 @@ class Session:
         # The model is listed once (modules, parameters, buffers) before its forward and once
         # after: the recorders asked for a listing 14 times per fresh run.
         with module_tree.listed_once(self.model):
-            fresh = forward or self._needs_forward(device)
-            edits, lazy = tuple(self.edits), self.details == "lazy"
+            edits, lazy = tuple(self.edits), self._records_lazily()
+            # A retained forward recorded the other way lacks (or holds) its values: record anew.
+            fresh = forward or self._needs_forward(device) or self._forward_lazy != lazy
             if fresh:
                 self.release()
             try:
@@ -235,12 +274,25 @@ class Session:
                 run.details.bind(run, self._recompute(device, edits, *self._forward_marks))
         if not run.forward_reused:  # the hooks the user's model has, without those its forward added
             graph.hook_signature = hook_signature(self.model, graph.leaves)
-        self._forward = graph
+        self._forward, self._forward_lazy = graph, lazy
         self.last_run = run
         if self.baseline is None:
             self.baseline = run
-        self._model_changes.mark()  # last of all: the model's state is back (what a fill checks against)
+        self._model_changes.mark()  # the model's state is back (what a fill checks against)
+        if self.details == "auto" and lazy and recorded_in_full(run):
+            try:
+                run.fill_details()
+            except DetailsRefused as refusal:  # not the same numbers twice: the run stays lazy
+                run.notes.append(f"its details were not recorded at once: {refusal}")
         return run
+
+    def _records_lazily(self) -> bool:
+        """Whether the next run is recorded lazily (see ``details`` in :class:`Session`)."""
+        if self.details != "auto":
+            return self.details == "lazy"
+        if self.last_run is not None:
+            return not recorded_in_full(self.last_run)
+        return not may_be_recorded_in_full(self.model)
 
     def _record(self, device: str, edits: tuple, graph: RetainedForward | None, lazy: bool):
         """One run on ``graph`` (a fresh forward when None): (the Run, its retained forward)."""

@@ -43,9 +43,10 @@ from functools import partial
 import torch
 
 from hookviz.analysis.findings import Finding
+from hookviz.analysis.gradient_stats import module_of
 from hookviz.colors import PLOTLY_COLORSCALE
 from hookviz.errors import WatchError
-from hookviz.stats.reduce import combine, summary_of
+from hookviz.stats.reduce import combine, combined_norm, summary_of
 from hookviz.watching.history import STATISTICS, History
 from hookviz.watching.plots import color_range
 from hookviz.watching.reduce import row_from_statistics
@@ -98,6 +99,10 @@ class RankRecorder:
             self.shard_numel[column] = local.numel()
         self._hooked: dict[int, int] = {}  # column -> id of the unsharded parameter hooked
         self._fsdp_by_name = dict(distributed.fsdp_parameters(model)) if strategy == distributed.FSDP else {}
+
+    def close(self) -> None:
+        """The watch closed: let go of the parameters (what :func:`gather` reads stays)."""
+        self.parameters, self._fsdp_by_name = [], {}
 
     def hook_unsharded(self, hook_for_column) -> None:
         """FSDP2: put ``hook_for_column(column)`` on each parameter's ``_unsharded_param`` (made by
@@ -279,11 +284,20 @@ class RankHistory:
 
     def total_norms(self) -> torch.Tensor:
         """float64 ``[len(ranks), len(steps)]``: each rank's local norm of all parameter gradients
-        together (root of the sum of squares; NaN where the rank had none at that step)."""
+        together (:func:`hookviz.stats.reduce.combined_norm`: a NaN gradient makes it NaN, an Inf
+        one Inf; NaN where the rank had no gradient at that step)."""
         columns = [i for i, k in enumerate(self.kinds) if k == "parameter"]
-        norms = self.local[:, :, columns, 0]
-        totals = norms.nan_to_num(0.0).square().sum(-1).sqrt()
-        return totals.where(~norms.isnan().all(-1), torch.tensor(math.nan, dtype=torch.float64))
+        norms = self.local[:, :, columns, 0].tolist()
+        nonfinite = self.local[:, :, columns, 2].tolist()
+        totals = torch.full((len(self.ranks), len(self.steps)), math.nan, dtype=torch.float64)
+        for rank, (rank_norms, rank_bad) in enumerate(zip(norms, nonfinite)):
+            for step, (step_norms, step_bad) in enumerate(zip(rank_norms, rank_bad)):
+                total = combined_norm(  # a NaN norm with no NaN/Inf count: no gradient
+                    n for n, bad in zip(step_norms, step_bad) if not math.isnan(n) or bad > 0
+                )
+                if total is not None:
+                    totals[rank, step] = total
+        return totals
 
     def diagnose(self, diverge: float = DEFAULT_DIVERGE) -> list[Finding]:
         """Cross-rank findings (see the module docstring): ``"nan"``, ``"diverging"``, ``"unused"``.
@@ -302,9 +316,7 @@ class RankHistory:
 
     def _module(self, column: int) -> str:
         name = self.names[column]
-        if self.kinds[column] == "output":
-            return name
-        return name.rsplit(".", 1)[0] if "." in name else ""
+        return name if self.kinds[column] == "output" else module_of(name)
 
     def _nan_findings(self) -> list[Finding]:
         bad = self.local[:, :, :, 2] > 0  # [ranks, steps, names]
@@ -642,39 +654,3 @@ def _combine_shards(parts: torch.Tensor, numel: torch.Tensor) -> torch.Tensor:
             if rows:
                 combined[step, column] = torch.tensor(summary_of(combine(rows)), dtype=torch.float64)
     return combined
-
-
-class RankView:
-    """One rank of a :class:`RankHistory` (or, with ``rank=None``, its reduced gradients), read the
-    way a :class:`hookviz.Watch` is read, so the widget's watch view can show it
-    (``hookviz.show(history, run)``; ``Widget.watch_rank(r)`` switches rank)."""
-
-    def __init__(self, history: RankHistory, rank: int | None = None):
-        if rank is not None:
-            history._rank(rank)
-        self.source, self.rank = history, rank
-        self.model_name = "reduced" if rank is None else f"rank {rank}"
-
-    @property
-    def steps(self) -> list[int]:
-        """The kept steps."""
-        return list(self.source.steps)
-
-    @property
-    def history(self):
-        """This rank's (or the reduced) statistics as a :class:`hookviz.watching.watch.History`."""
-        return self.source.history(self.rank)
-
-    def norms(self, step: int | None = None, kind: str | None = None) -> dict[str, float]:
-        """As :meth:`RankHistory.norms` for this rank; reduced module outputs are empty (no reduce)."""
-        if self.rank is None and kind == "output":
-            return {}
-        return self.source.norms(step, rank=self.rank, kind=kind)
-
-    def diagnose(self, step: int | None = None, **thresholds) -> list[Finding]:
-        """The cross-rank findings at ``step`` (None = every step)."""
-        return [f for f in self.source.diagnose(**thresholds) if step is None or f.step == step]
-
-    def heatmap(self, kind: str = "parameter", statistic: str = "norm"):
-        """This rank's (or the reduced) log-norm heatmap."""
-        return self.source.heatmap(self.rank, kind)

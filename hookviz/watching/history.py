@@ -63,6 +63,17 @@ class History:
     def __len__(self) -> int:
         return len(self.steps)
 
+    @property
+    def full_steps(self) -> list[int]:
+        """The steps with every statistic: where each parameter that got a gradient has its
+        ``zero_fraction`` (and ``max_abs``) measured. A watch's other steps kept only norms
+        (``hookviz.watch(..., stats_every=N)``): ``max_abs`` and ``zero_fraction`` NaN there."""
+        parameters = [i for i, kind in enumerate(self.kinds) if kind == "parameter"]
+        norm, fraction = self.norm[:, parameters], self.zero_fraction[:, parameters]
+        got = ~norm.isnan() | (self.nonfinite[:, parameters] > 0)
+        full = (~got | ~fraction.isnan()).all(1) & got.any(1)
+        return [step for step, keep in zip(self.steps, full.tolist()) if keep]
+
     def column(self, name: str, statistic: str = "norm") -> list[float]:
         """One name's values of one statistic over the kept steps."""
         if name not in self.names:

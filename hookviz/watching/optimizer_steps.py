@@ -5,6 +5,8 @@
 - a step pre-hook (``Optimizer.register_step_pre_hook``): the step's gradients are the ``.grad``
   the optimizer is about to read, so accumulated over micro-batches, unscaled by ``GradScaler``
   (``scaler.step`` unscales before it calls ``optimizer.step``), clipped by ``clip_grad_norm_``.
+  Given ``step(closure)`` (Lightning; LBFGS), the optimizer runs the closure's backward after
+  this hook, so the hook wraps the closure and keeps the step when its first call returns.
   On a recorded step it also copies the weights of the optimizer's watched parameters;
 - a step post-hook (``register_step_post_hook``): the update-to-weight ratio ``‖w_after -
   w_before‖ / ‖w_after‖`` per parameter, and each param group's learning rate (read before the step).
@@ -29,6 +31,7 @@ from functools import partial
 
 import torch
 
+from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import queue_norms
 from hookviz.watching.history import StepInfo
@@ -42,11 +45,11 @@ def unwrapped(optimizer) -> tuple[torch.optim.Optimizer, object]:
         WatchError: ``optimizer`` is not a torch optimizer nor a wrapper of one.
     """
     scaler = None
-    for attribute in ("optimizer", "_optimizer"):  # accelerate, Lightning
-        if isinstance(optimizer, torch.optim.Optimizer):
-            break
+    # accelerate's AcceleratedOptimizer (itself a torch Optimizer subclass, whose own hooks never run:
+    # its step() calls the inner one's) and Lightning's LightningOptimizer
+    for attribute in ("optimizer", "_optimizer"):
         inner = getattr(optimizer, attribute, None)
-        if isinstance(inner, torch.optim.Optimizer):
+        if isinstance(inner, torch.optim.Optimizer) and inner is not optimizer:
             scaler = getattr(optimizer, "scaler", None)
             optimizer = inner
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -111,13 +114,37 @@ class OptimizerSteps:
         self._stepped.clear()
 
 
-def _before_step(reference: weakref.ref, index: int, optimizer, args, kwargs) -> None:
-    """Step pre-hook: keep the step with the gradients it is about to use; copy the weights."""
+def _before_step(reference: weakref.ref, index: int, optimizer, args, kwargs):
+    """Step pre-hook: keep the step with the gradients it is about to use; copy the weights.
+
+    ``optimizer.step(closure)`` runs the closure (forward, backward, and, under Lightning, the
+    clipping) inside ``step()``, after this hook: then the closure is wrapped, and the step is kept
+    when its first call returns, from the ``.grad`` it left. ``args`` holds the optimizer itself first.
+    """
     steps = reference()
     watch = steps._watch() if steps is not None else None
     if watch is None or watch.closed:
-        return
+        return None
     steps._stepped.add(index)
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+    if closure is None:
+        _keep_before_step(steps, watch, index)
+        return None
+    pending = [True]  # LBFGS calls the closure several times a step: the first call's .grad is kept
+
+    def closure_then_keep():
+        result = closure()
+        if pending:
+            pending.clear()
+            _keep_before_step(steps, watch, index)
+        return result
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": closure_then_keep}
+    return (args[0], closure_then_keep, *args[2:]), kwargs
+
+
+def _keep_before_step(steps: OptimizerSteps, watch, index: int) -> None:
     kept = watch._optimizer_step(index, skipped=False)
     if kept is not None:
         step, columns = kept
@@ -234,7 +261,10 @@ def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int]] | None:
     row[: len(watch.parameter_names)] = math.nan  # the parameters: as the optimizer reads them
     if pairs:
         reducer = StepReducer()
-        reducer.add_all([c for c, _ in pairs], [g for _, g in pairs])
+        full = step % watch.stats_every == 0  # else norms only, unless one raises an alarm
+        reducer.add_all(
+            [c for c, _ in pairs], [g for _, g in pairs], full, DEFAULT_THRESHOLDS["exploding_norm"]
+        )
         found = reducer.finish(len(watch.names))
         row[[c for c, _ in pairs]] = found[[c for c, _ in pairs]]
     if watch._ranks is not None:  # the row: local gradients before the all-reduce; .grad: reduced

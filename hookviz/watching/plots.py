@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import torch
 
 from hookviz.analysis.findings import Finding
-from hookviz.colors import PLOTLY_COLORSCALE, log_range
+from hookviz.analysis.gradient_stats import module_of
+from hookviz.colors import LINE_COLORS, PLOTLY_COLORSCALE, log_range
 from hookviz.errors import WatchError
 from hookviz.watching.history import STATISTICS, History
 
@@ -23,6 +24,30 @@ def color_range(history: History, statistic: str = "norm") -> dict:
         return log_range(None, None)
     logs = torch.log10(values)
     return log_range(logs.min().item(), logs.max().item())
+
+
+# Lines of a watch drawn at once (more cannot be told apart); the legend toggles the others.
+LINES_SHOWN = 6
+
+
+def line_styles(count: int) -> list[tuple[str, bool | str]]:
+    """``(colour, visible)`` of ``count`` lines in order (a watch's layers, input -> output):
+    at most :data:`LINES_SHOWN` drawn (the first, the last and evenly between), each in its own
+    colour of :data:`hookviz.colors.LINE_COLORS`; the others ``"legendonly"`` (plotly: listed in
+    the legend, drawn when clicked there), in the palette's remaining colours."""
+    if count <= LINES_SHOWN:
+        shown = set(range(count))
+    else:
+        shown = {round(i * (count - 1) / (LINES_SHOWN - 1)) for i in range(LINES_SHOWN)}
+    styles, drawn, hidden = [], 0, 0
+    for i in range(count):
+        if i in shown:
+            styles.append((LINE_COLORS[drawn % len(LINE_COLORS)], True))
+            drawn += 1
+        else:
+            styles.append((LINE_COLORS[(LINES_SHOWN + hidden) % len(LINE_COLORS)], "legendonly"))
+            hidden += 1
+    return styles
 
 
 def heatmap(history: History, kind: str = "parameter", statistic: str = "norm"):
@@ -73,7 +98,8 @@ def lines(
     statistic: str = "norm",
 ):
     """A plotly line chart of ``statistic`` over steps for ``names`` (default: every layer's
-    first parameter), log y axis for norms.
+    first parameter), log y axis for norms; at most :data:`LINES_SHOWN` lines drawn at once, each
+    in its own colour, the others in the legend (:func:`line_styles`).
 
     ``history``: the kept steps (:attr:`hookviz.Watch.history`); ``parameter_names``: the watched
     parameters in the watch's order, whose layers' first ones are the default ``names``."""
@@ -84,14 +110,24 @@ def lines(
     if names is None:
         seen, names = set(), []
         for name in parameter_names:
-            module = name.rsplit(".", 1)[0] if "." in name else ""
+            module = module_of(name)
             if module not in seen:
                 seen.add(module)
                 names.append(name)
     figure = go.Figure()
-    for name in names:
+    for name, (color, visible) in zip(names, line_styles(len(names))):
         values = [None if math.isnan(v) else v for v in history.column(name, statistic)]
-        figure.add_trace(go.Scatter(x=history.steps, y=values, mode="lines", name=name or "(root)"))
+        figure.add_trace(
+            go.Scatter(
+                x=history.steps,
+                y=values,
+                mode="lines",
+                name=name or "(root)",
+                line={"color": color},
+                visible=visible,
+                hovertemplate=f"step %{{x}}<br>{name or '(root)'} %{{y:.3g}}<extra></extra>",
+            )
+        )
     figure.update_layout(
         title=f"gradient {statistic} over steps",
         xaxis_title="step",

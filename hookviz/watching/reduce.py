@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from hookviz.stats.reduce import Measured, Statistics, combine, measure, summary_of
+from hookviz.stats.reduce import Measured, Statistics, combine, measure, norm_column, summary_of
 from hookviz.watching.history import STATISTICS
 
 FLUSH_BYTES = 1 << 24  # on CPU, gradients this large in all are reduced during the backward
@@ -60,12 +60,28 @@ class StepReducer:
         else:
             self._pending_cpu = False
 
-    def add_all(self, columns: list[int], grads: list[torch.Tensor]) -> None:
+    def add_all(
+        self, columns: list[int], grads: list[torch.Tensor], full: bool = True, alarm: float = math.inf
+    ) -> bool:
         """Take one gradient for each of ``columns`` (distinct columns, distinct non-empty
-        gradients: a backward's parameter ``.grad`` tensors), reduced together at :meth:`finish`."""
+        gradients: a backward's parameter ``.grad`` tensors), reduced together at :meth:`finish`.
+
+        ``full=False`` reads only their norms (:func:`hookviz.stats.reduce.norm_column`): their rows
+        get ``max_abs`` and ``zero_fraction`` NaN (not measured) and ``nonfinite`` 0 (a finite norm
+        proves there is no NaN or Inf), unless a norm is not finite, above ``alarm`` or exactly 0
+        (NaN/Inf, an explosion, a dead gradient): then every statistic is read, now. Returns whether
+        every statistic was read."""
         self._flush()
-        measured = measure(grads, sums=False)
-        self._done.append(([[c] for c in columns], [g.numel() for g in grads], measured))
+        numels = [g.numel() for g in grads]
+        if not full:
+            norms = norm_column(grads)
+            if bool(((norms > 0) & (norms <= alarm)).all()):  # NaN compares false: an alarm too
+                summary = torch.full((len(grads), len(STATISTICS)), math.nan, dtype=torch.float64)
+                summary[:, 0], summary[:, 2] = norms, 0.0
+                self._done.append(([[c] for c in columns], numels, summary))
+                return False
+        self._done.append(([[c] for c in columns], numels, measure(grads, sums=False)))
+        return True
 
     def _flush(self) -> None:
         if not self._pending:

@@ -20,8 +20,14 @@ one ``optimizer.step()`` instead, with the gradients it reads, its update-to-wei
 learning rates (:mod:`hookviz.watching.optimizer_steps`).
 
 Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
-``zero_fraction``; a parameter's are those of its ``.grad`` as the step left it (accumulated when
-the loop does not zero it); a module's those of the gradient w.r.t. its outputs, over its calls.
+``zero_fraction`` (exactly-zero elements). Norms are read every step; a parameter's other three
+every ``stats_every`` steps (steps whose number is a multiple of it, step 0 first) and at once on
+any step where a parameter's norm is not finite, above the ``exploding_norm`` threshold or exactly 0,
+so no NaN, explosion or dead gradient goes unmeasured. On the other steps ``max_abs`` and
+``zero_fraction`` are NaN (not measured) and ``nonfinite`` 0 (a finite norm proves there is none);
+:attr:`History.full_steps` lists the steps that have every statistic.
+A parameter's statistics are those of its ``.grad`` as the step left it (accumulated when the loop
+does not zero it); a module's those of the gradient w.r.t. its outputs, over its calls.
 
 Memory is bounded: ``capacity`` steps are kept; when full, every other kept step is dropped and
 from then on only every other step is recorded. ``every=k`` records every k-th step.
@@ -47,15 +53,16 @@ from functools import partial
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from hookviz.analysis.diagnose import check_thresholds
+from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS, check_thresholds
 from hookviz.analysis.findings import Finding
+from hookviz.analysis.onset import onsets
+from hookviz.analysis.step_findings import step_findings, step_layers
 from hookviz.errors import WatchError
 from hookviz.record.own_pass import in_own_pass
 from hookviz.stats.reduce import Measured, summary_of
 from hookviz.watching import gather as watch_gather
 from hookviz.watching import hooks as watch_hooks
 from hookviz.watching import plots
-from hookviz.watching.diagnose import diagnose_step
 from hookviz.watching.history import STATISTICS, History, StepInfo
 from hookviz.watching.optimizer_steps import OptimizerSteps, keep_step, step_notes, warn_nothing_kept
 from hookviz.watching.reduce import StepReducer
@@ -64,6 +71,9 @@ from hookviz.watching.structure import follow_replaced, owner_of, structure_of
 # Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
 # this many newer ones have begun.
 _PENDING_BACKWARDS = 32
+# A watch's default stats_every: every statistic every this many steps, norms on the others (the
+# cost of a step that reads every statistic is measured by `python -m benchmarks`, docs/perf.md).
+STATS_EVERY = 16
 # id(model) -> the open Watch on it (weakly): one watch per model at a time.
 _OPEN: dict[int, weakref.ref] = {}
 
@@ -110,11 +120,16 @@ class Watch:
         capacity: int = 1024,
         optimizer=None,
         scaler=None,
+        stats_every: int = STATS_EVERY,
     ):
         if not isinstance(model, torch.nn.Module):
             raise WatchError(f"watch() needs a torch.nn.Module, got {type(model).__name__}")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise WatchError(f"every={every!r} must be a positive int (1 = every step)")
+        if isinstance(stats_every, bool) or not isinstance(stats_every, int) or stats_every < 1:
+            raise WatchError(
+                f"stats_every={stats_every!r} must be a positive int (1 = every statistic every step)"
+            )
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 2:
             raise WatchError(f"capacity={capacity!r} must be an int of at least 2 (steps kept)")
         if not parameters and not outputs:
@@ -131,9 +146,11 @@ class Watch:
                 f"{type(model).__name__} is already watched by an open watch; close it first "
                 "(watch.close(), or open watches with `with hookviz.watch(model) as w:` so they close)"
             )
-        self.model = model
+        self.model = model  # None once closed (see close)
+        self.model_name = type(model).__name__
         self.every = every
         self.capacity = capacity
+        self.stats_every = stats_every
         self.parameter_names = [n for n, _ in trainable] if parameters else []
         modules = list(model.named_modules()) if outputs else []
         self.module_names = [n for n, _ in modules]
@@ -224,17 +241,27 @@ class Watch:
 
     def close(self) -> None:
         """Remove every hook this watch added to the model and to live graphs (idempotent). The
-        history stays."""
+        history stays; the model goes: a closed watch holds no reference to the model, its
+        parameters or its step listeners (``model`` is None), so a closed watch kept to read,
+        gather or save does not keep the model alive."""
         already = self.closed
         self.closed = True
         _remove(self._handles, self._graph_handles, self._starts)
         self._backwards = {}
         if _OPEN.get(id(self.model), lambda: None)() is self:
             del _OPEN[id(self.model)]
+        if not already and not self._steps:
+            warn_nothing_kept(self)  # it reads the model: before the watch lets it go
+        with self._lock:  # a backward's first hook reads these under the lock
+            self.model, self._parameters, self._owners, self._structure = None, [], [], []
+            self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
+        if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
+            self._optimizer_steps.optimizers = []
+        if self._ranks is not None:
+            self._ranks.close()
         if not already:
-            if not self._steps:
-                warn_nothing_kept(self)
             self._tell_listeners(None, None)
+        self._listeners.clear()
 
     def add_step_listener(self, listener) -> RemovableHandle:
         """Call ``listener(step, row)`` each time a recorded step is kept, and ``listener(None,
@@ -359,7 +386,8 @@ class Watch:
                     columns.append(column)
                     grads.append(now)
         if grads:
-            state.reducer.add_all(columns, grads)
+            full = self.step % self.stats_every == 0
+            state.reducer.add_all(columns, grads, full, DEFAULT_THRESHOLDS["exploding_norm"])
         row = state.reducer.finish(len(self.names))
         if state.local:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
             for column, values in measure_rows(state.local).items():
@@ -496,18 +524,11 @@ class Watch:
             return self._info[self._steps.index(step)]
 
     def layer_norms(self, step: int | None = None) -> dict[str, float]:
-        """``{module name: 2-norm of its parameters' gradients}`` at ``step``, nearest the loss first."""
+        """``{module name: 2-norm of its parameters' gradients}`` at ``step``, nearest the loss first
+        (layers as a run's: :func:`hookviz.analysis.step_findings.step_layers`)."""
         _, row = self._row(step)
-        layers: dict[str, float] = {}
-        firsts: dict[str, int] = {}
-        for column, name in enumerate(self.parameter_names):
-            norm = row[column, 0].item()
-            if math.isnan(norm) and row[column, 2].item() == 0:
-                continue
-            module = name.rsplit(".", 1)[0] if "." in name else ""
-            layers[module] = layers.get(module, 0.0) + norm * norm
-            firsts[module] = min(firsts.get(module, math.inf), self._order.get(column, math.inf))
-        return {m: math.sqrt(layers[m]) for m in sorted(layers, key=lambda m: firsts[m])}
+        layers = step_layers(self.parameter_names, self._numels(), row.tolist(), self._order)
+        return {layer: norm for layer, (norm, _) in layers.items()}
 
     def diagnose(self, step: int | None = None, group: bool = True, **thresholds: float) -> list[Finding]:
         """Findings at ``step`` (None = the last kept step) from the recorded statistics.
@@ -515,10 +536,13 @@ class Watch:
         ``group``: one finding per run of layers in a row with the same problem, with its range
         (as :func:`hookviz.analysis.diagnose.diagnose`); False gives one per layer.
 
-        Vanishing, exploding and dead updates per layer (as :func:`hookviz.analysis.diagnose.diagnose`,
-        same thresholds), dead outputs (a module whose output gradient is at least ``dead``
-        exactly zero) and NaN/Inf (the first name, in the order gradients arrived in backward,
-        whose gradient holds NaN/Inf). Saturation needs forward values, which a watch does not keep.
+        Vanishing, exploding and dead updates per layer by a run's rules and thresholds
+        (:func:`hookviz.analysis.step_findings.step_findings`: a layer's zero fraction weighted by
+        its parameters' sizes, an Embedding's zeros exempt), dead outputs (a module whose output
+        gradient is at least ``dead`` exactly zero) and NaN/Inf (the first name, in the order
+        gradients arrived in backward, whose gradient holds NaN/Inf). At a step that kept only
+        norms (``stats_every``), a parameter's zero fraction is that of the last kept step that
+        measured it. Saturation needs forward values, which a watch does not keep.
         """
         limits = check_thresholds(thresholds)
         step, row = self._row(step)
@@ -526,7 +550,30 @@ class Watch:
         if self._optimizer_steps is None and scale > 0 and math.isfinite(scale):
             # the gradients carry GradScaler's scale: a norm is an explosion only once divided by it
             limits["exploding_norm"] *= scale
-        return diagnose_step(self, step, row, self._order, limits, group)
+        values = row.tolist()
+        unmeasured = [c for c, v in enumerate(values) if math.isnan(v[3]) and not math.isnan(v[0])]
+        if unmeasured:  # a step that kept only norms: the zeros of the last step that measured them
+            with self._lock:
+                kept = [i for i, s in enumerate(self._steps) if s <= step]
+                for column in unmeasured:
+                    earlier = self._rows[kept, column, 3]
+                    measured = earlier[~earlier.isnan()]
+                    if measured.numel():
+                        values[column][3] = measured[-1].item()
+        return step_findings(
+            self.names,
+            self.kinds,
+            self._numels(),
+            self.module_types,
+            values,
+            self._order,
+            limits,
+            step,
+            group,
+        )
+
+    def _numels(self) -> list[int]:
+        return [p.numel() for p in self._parameters]
 
     # ------------------------------------------------------------------ plots
 
@@ -545,6 +592,12 @@ class Watch:
         history = self._history_or_error()
         findings = [f for step in history.steps for f in self.diagnose(step, group=False, **thresholds)]
         return plots.diagnosis_over_time(findings)
+
+    def onset(self, **thresholds: float) -> list[Finding]:
+        """Since when and where: the first kept step with NaN/Inf, and the first with a norm above
+        ``exploding_norm``, each naming the name backward reached first then
+        (:func:`~hookviz.analysis.onset.onsets`)."""
+        return onsets(self._history_or_error(), self.arrival_order, **thresholds)
 
     def gather(self, dst: int = 0, group=None) -> watch_gather.RankHistory | None:
         """Bring every rank's history to rank ``dst``; a collective, call it on every rank.
@@ -576,7 +629,7 @@ class Watch:
 
     def __repr__(self) -> str:
         return (
-            f"Watch({type(self.model).__name__}, every={self.every}, steps={self.step}, "
+            f"Watch({self.model_name}, every={self.every}, steps={self.step}, "
             f"kept={len(self._steps)}, names={len(self.names)}, "
             f"{'closed' if self.closed else 'open'})"
         )
@@ -591,6 +644,7 @@ def watch(
     capacity: int = 1024,
     optimizer=None,
     scaler=None,
+    stats_every: int = STATS_EVERY,
 ) -> Watch:
     """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.watching.watch`).
 
@@ -608,6 +662,10 @@ def watch(
         scaler: the ``torch.amp.GradScaler`` of the loop, or None. With ``optimizer=``: the steps it
             skips are kept, marked skipped. Without: each step keeps the scale its gradients carry
             (``loss_scale(step)``), and diagnosis divides it out.
+        stats_every: read every statistic of the parameters' gradients every ``stats_every`` steps,
+            and only their norms on the others, unless a norm is not finite, above the
+            ``exploding_norm`` threshold or exactly 0 (see the module docstring). 1: every
+            statistic every step.
 
     Returns:
         an open :class:`Watch`; use it as a context manager, or call ``close()``.
@@ -632,6 +690,7 @@ def watch(
         capacity=capacity,
         optimizer=optimizer,
         scaler=scaler,
+        stats_every=stats_every,
     )
 
 

@@ -1,8 +1,9 @@
 """When the widget records a run's details: at once for a small run, after the page drew a large one.
 
-Runs are recorded lazily (norms first, see :mod:`hookviz.record.details`). A large run's leaf table
-and chart wait with its details, and are sent first when the page (or :meth:`Widget.fill_details`)
-asks for them.
+Runs are recorded lazily (norms first, see :mod:`hookviz.record.details`); one rule,
+:func:`hookviz.record.details.recorded_in_full`, says which are small enough to get their details
+at once (``Session.run()`` fills those already). A large run's leaf table and chart wait with its
+details, and are sent first when the page (or :meth:`Widget.fill_details`) asks for them.
 """
 
 from __future__ import annotations
@@ -62,23 +63,6 @@ def fill_before_the_next_cell(widget: Widget) -> None:
 
     shell.events.register("post_run_cell", after_the_cell)
     shell.events.register("pre_run_cell", fill)
-
-
-# A run this small gets its details at once (one more recording of tens of milliseconds), so
-# its diagnosis is there with the first paint; a larger one gets them after the page drew it.
-CHEAP_DETAILS_NODES = 2_000
-CHEAP_DETAILS_ELEMENTS = 1 << 22
-
-
-def cheap_details(run) -> bool:
-    """Whether recording ``run``'s details costs little: few Nodes and few gradient elements."""
-    if len(run.nodes) > CHEAP_DETAILS_NODES:
-        return False
-    elements = 0
-    for record in run.nodes.values():
-        for tensor in (*record.grad_inputs, *record.grad_outputs):
-            elements += tensor.numel if tensor is not None else 0
-    return elements <= CHEAP_DETAILS_ELEMENTS
 
 
 def fill_details(widget) -> bool:

@@ -7,7 +7,8 @@ recorded at once, a large one's wait for the page (:mod:`hookviz.widget.details`
 from __future__ import annotations
 
 from hookviz import text
-from hookviz.widget.details import cheap_details, fill_before_the_next_cell, record_details, show_tables
+from hookviz.record.details import recorded_in_full
+from hookviz.widget.details import fill_before_the_next_cell, record_details, show_tables
 from hookviz.widget.diagnosis import diagnose_run, diagnosis_json
 from hookviz.widget.editing import sync_edits
 from hookviz.widget.graph import graph_json, structure_key
@@ -46,7 +47,7 @@ def show_run(widget, run) -> None:
         widget.replay = replay_json(run)
         widget.log = log_json(run)
         refused = None
-        if run.details_pending and cheap_details(run):
+        if run.details_pending and recorded_in_full(run):  # the rule Session.run() follows too
             refused = record_details(widget, run)
         widget.details_pending = run.details_pending and refused is None
         # A large run's leaf table and chart (the page draws them below the graph, after it)

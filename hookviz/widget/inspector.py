@@ -174,9 +174,9 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
         "order": None,
         # None while the run's details are pending (``pending`` names what run.fill_details() adds)
         "inputs": None
-        if call.inputs is None
+        if "inputs" in call.pending
         else {k: (v if isinstance(v, str) else tensor_json(v)) for k, v in call.inputs.items()},
-        "output_list": tensors_json(call.output),
+        "output_list": None if "output" in call.pending else tensors_json(call.output),
         "pending": list(call.pending),
         "grad_input": tensors_json(call.grad_input),
         "grad_output": tensors_json(call.grad_output),

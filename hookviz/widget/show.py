@@ -24,6 +24,8 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
     ``show(watch)`` follows a :class:`hookviz.Watch` while it trains, in the same cell: heatmap,
     per-layer lines and findings, updated at most every ``every_steps`` steps or ``every_seconds``
     seconds (default 1 s), a NaN/Inf or exploding step at once (:meth:`Widget.show_live`).
+    ``show(watch, run)`` (a :class:`hookviz.Run` or :class:`hookviz.Session` of the same model)
+    draws the watch on that run's graph: live while the watch is open, else its last step.
 
     Args:
         model: an ``nn.Module``.
@@ -47,7 +49,7 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
         k: session_options.pop(k) for k in ("visible_budget", "vanishing_threshold") if k in session_options
     }
     if isinstance(model, Watch):
-        return Widget(None, **widget_options).show_live(model, **session_options)
+        return _show_watch_on(model, args, kwargs, loss_fn, widget_options, session_options)
     if isinstance(model, Run):  # a recorded run, usually opened from a file: read-only
         return Widget(
             RecordedSession(model, baseline=args if isinstance(args, Run) else None), **widget_options
@@ -94,3 +96,37 @@ def show_watch(watch, session, step: int | None = None, **widget_options: Any) -
         )
     widget = session if isinstance(session, Widget) else Widget(session, **widget_options)
     return widget.show_watch(watch, step)
+
+
+def _show_watch_on(watch, graph, kwargs, loss_fn, widget_options: dict, live_options: dict) -> Widget:
+    """``show(watch)`` and ``show(watch, run)``: the watch alone (live), or on ``graph``'s graph (a
+    Run or a Session of the same model). Raises WatchError for anything else as ``graph``, or a
+    run none of whose leaves the watch recorded."""
+    from hookviz.data.run import Run
+    from hookviz.record.session import Session
+
+    if kwargs is not None or loss_fn is not None:
+        raise WatchError(
+            "show(watch) takes no kwargs or loss_fn: the watch does not run the model; to draw it on "
+            "a graph pass a recorded run, hookviz.show(w, hookviz.Session(model, (x,), loss_fn=...).run())"
+        )
+    if isinstance(graph, tuple) and not graph:
+        return Widget(None, **widget_options).show_live(watch, **live_options)
+    if not isinstance(graph, (Run, Session)):
+        raise WatchError(
+            f"show(watch, {type(graph).__name__}): the second argument draws the watch on a graph and "
+            "must be a hookviz.Run or hookviz.Session of the watched model, e.g. "
+            "hookviz.show(w, hookviz.Session(model, (x,), loss_fn=loss_fn).run())"
+        )
+    widget = Widget(RecordedSession(graph) if isinstance(graph, Run) else graph, **widget_options)
+    leaves = {item["id"] for item in widget.graph.get("nodes", []) if item["kind"] == "leaf"}
+    if not leaves & set(watch.parameter_names):
+        widget.close()
+        raise WatchError(
+            "none of the watch's parameters is a leaf of this run's graph: the run is of another "
+            "model (or of a wrapper with other names); record a run of the watched model itself"
+        )
+    if watch.closed:
+        check_watch(watch, None)
+        return widget.show_watch(watch)
+    return widget.show_live(watch, **live_options)

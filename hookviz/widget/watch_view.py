@@ -6,15 +6,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hookviz.colors import NO_GRAD_COLOR, legend, norm_color
+from hookviz.analysis.onset import onsets
+from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR, legend, norm_color
 from hookviz.errors import WatchError
-from hookviz.widget.diagnosis import diagnosis_json
+from hookviz.widget.diagnosis import diagnosis_json, findings_json
 from hookviz.widget.payload import json_float
 from hookviz.widget.watch_json import (
     figure_json,
     live_watch_figure,
+    watch_chart_json,
     watch_color_range,
     watch_node_norms,
+    watched_elements,
+    with_onsets,
     with_step_marker,
 )
 
@@ -25,12 +29,17 @@ if TYPE_CHECKING:
 def show_watch(widget, watch, step: int | None = None) -> Widget:
     """:meth:`Widget.show_watch`: colour the graph by ``watch``'s norms at ``step``."""
     step = check_watch(watch, step)
+    history = watch.history
+    found = watch_onsets(watch, history)
     try:
-        heatmap = with_step_marker(figure_json(watch.heatmap()))
+        heatmap = with_onsets(with_step_marker(figure_json(watch.heatmap())), found)
     except Exception as error:  # the heatmap is a picture: without it the view still works
         heatmap = {"error": f"heatmap failed: {type(error).__name__}: {error}"}
+    if widget.watch is None:  # the run's chart comes back with hide_watch
+        widget._run_chart = widget.chart
     widget.watch = watch
-    widget._watch_range = watch_color_range(watch.history)
+    widget._watch_onsets = found
+    widget._watch_range = watch_color_range(history)
     with widget.hold_sync():
         widget.watch_heatmap = heatmap
         show_watch_step(widget, step)
@@ -70,11 +79,13 @@ def show_live_state(widget, watch, closed: bool) -> None:
     if not history.steps or widget.watch is not watch:
         return
     step = history.steps[-1]
-    name = type(watch.model).__name__
+    name = watch.model_name
+    found = watch_onsets(watch, history)
     try:
-        figure = live_watch_figure(history, f"{name}: gradient norms over training")
+        figure = with_onsets(live_watch_figure(history, f"{name}: gradient norms over training"), found)
     except Exception as error:  # the figure is a picture: without it the view still works
         figure = {"error": f"heatmap failed: {type(error).__name__}: {error}"}
+    widget._watch_onsets = found
     widget._watch_range = watch_color_range(history)
     with widget.hold_sync():
         widget.watch_heatmap = figure
@@ -101,7 +112,7 @@ def watch_step(widget, step: int) -> bool:
 
 def show_watch_history(widget, history, rank: int | None = None, step: int | None = None) -> Widget:
     """:meth:`Widget.show_watch_history`: show a gathered history, ``rank``'s or reduced."""
-    from hookviz.watching.gather import RankView
+    from hookviz.watching.rank_view import RankView
 
     if rank is None and not history.strategy:
         rank = history.ranks[0]
@@ -111,7 +122,7 @@ def show_watch_history(widget, history, rank: int | None = None, step: int | Non
 
 def watch_rank(widget, rank: int | None) -> bool:
     """:meth:`Widget.watch_rank`: switch the gathered history on screen to ``rank``."""
-    from hookviz.watching.gather import RankView
+    from hookviz.watching.rank_view import RankView
 
     if not isinstance(widget.watch, RankView):
         widget._set_error("watch", "no gathered watch history is shown; call hookviz.show(history, run)")
@@ -133,6 +144,9 @@ def hide_watch(widget) -> None:
         widget.watch_view = {}
         widget.watch_heatmap = {}
         widget.diagnosis = widget._run_diagnosis
+        if getattr(widget, "_run_chart", None) is not None:
+            widget.chart = widget._run_chart
+            widget._run_chart = None
         widget._clear_errors("watch")
 
 
@@ -150,32 +164,79 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
         diagnosis = diagnosis_json(
             [], "watch", step, error=f"diagnosis failed: {type(error).__name__}: {error}"
         )
+    # when each trouble started and where, over every kept step: the banner keeps it at any step
+    diagnosis["onset"] = findings_json(getattr(widget, "_watch_onsets", []))
+    colors = {element: NO_GRAD_COLOR for element in watched_elements(widget.graph, watch_names(watch))}
+    colors.update({element: norm_color(norm, widget._watch_range) for element, norm in node_norms.items()})
+    what = watch_label(watch)
+    legend_now = legend(widget._watch_range, f"log10 ‖grad‖: {what}, step {step}")
+    legend_now["keys"].append({"color": NOT_WATCHED_COLOR, "text": "not watched"})
     widget.watch_view = {
         "steps": steps,
         "step": step,
         "index": steps.index(step),
         "norms": {name: json_float(norm) for name, norm in watch.norms(step).items()},
         "node_norms": node_norms,
-        # what the page draws: each element's colour, grey where the watch has no norm for it
-        "node_colors": {
-            element: norm_color(norm, widget._watch_range) for element, norm in node_norms.items()
-        },
-        "missing_color": NO_GRAD_COLOR,
+        # what the page draws: each element's colour; "no grad" grey where the watch records the
+        # element and it got no gradient at this step, "not watched" where the watch records nothing
+        "node_colors": colors,
+        "missing_color": NOT_WATCHED_COLOR,
         "color_range": widget._watch_range,
-        "legend": legend(widget._watch_range, f"log10 ‖grad‖ at step {step}"),
-        "model": getattr(watch, "model_name", None) or type(watch.model).__name__,
+        "legend": legend_now,
+        "model": watch.model_name,
         # a gathered history: the rank shown (None = reduced over ranks), for the rank selector
         "rank": getattr(watch, "rank", None),
         "reduced": bool(getattr(getattr(watch, "source", None), "strategy", "")),
         # a watch still training (show_live): the page says so, and updates follow
         "live": live,
+        # what each part of the page shows, in words (the distributed view has three quantities)
+        "parts": [
+            *([f"Graph colours and chart: {what} at step {step}."] if widget.graph.get("nodes") else []),
+            f"Heatmap: {what}, every kept step; the dashed lines mark when a trouble started.",
+            *(
+                [
+                    "Leaf table: hidden here (it holds the gradients of the run the graph was "
+                    "recorded from, not the watch's); Back to the run shows it."
+                ]
+                if widget.graph.get("nodes")
+                else []
+            ),
+        ],
     }
+    if widget.graph.get("nodes"):
+        widget.chart = watch_chart_json(parameters, widget._watch_range, f"{what}, step {step}")
     widget.diagnosis = diagnosis
+
+
+def watch_onsets(watch, history) -> list:
+    """:func:`hookviz.analysis.onset.onsets` of the watch on screen (a Watch, or a rank of a
+    gathered history: the arrival order is a Watch's own); [] when it fails (the banner still
+    shows the step's findings)."""
+    try:
+        return onsets(history, getattr(watch, "arrival_order", None))
+    except Exception:  # the onset is a headline: without it the view still works
+        return []
+
+
+def watch_names(watch) -> list[str]:
+    """Every name the watch records (parameters and module outputs)."""
+    names = getattr(watch, "names", None)
+    return list(names) if names is not None else list(watch.source.names)
+
+
+def watch_label(watch) -> str:
+    """What the watch's norms are, in words: a rank's local ones, the reduced ones, or a watch's."""
+    rank = getattr(watch, "rank", None)
+    if getattr(watch, "source", None) is None:
+        return "gradient norms"
+    if rank is not None:
+        return f"rank {rank}'s local gradient norms (its own batch, before the all-reduce)"
+    return "reduced gradient norms (.grad after the all-reduce, what the optimizer stepped on)"
 
 
 def check_watch(watch, step: int | None) -> int:
     """The step to show first (None = the last kept one); raises WatchError for a bad watch or step."""
-    from hookviz.watching.gather import RankView
+    from hookviz.watching.rank_view import RankView
     from hookviz.watching.watch import Watch
 
     if not isinstance(watch, (Watch, RankView)):

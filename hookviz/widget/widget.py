@@ -41,6 +41,9 @@ from hookviz.widget.recorded import READ_ONLY_NOTE
 from hookviz.widget.view_commands import VIEWS
 
 _STATIC = Path(__file__).parent / "static"
+# The bundle's text, read once: given a path, anywidget connects every widget to the file's change
+# signal with a closure that holds the widget, so no widget would ever be freed (anywidget issue 929).
+_BUNDLE = (_STATIC / "widget.js").read_text(encoding="utf-8")
 
 
 def _json_buffer(value: dict | list, widget=None) -> memoryview:
@@ -79,7 +82,7 @@ class Widget(anywidget.AnyWidget):
         HookvizError: when the first run fails (there is nothing to show yet).
     """
 
-    _esm = _STATIC / "widget.js"
+    _esm = _BUNDLE
 
     graph = traitlets.Dict(value_trait=traitlets.Any(), key_trait=traitlets.Unicode()).tag(
         sync=True, to_json=_json_buffer
@@ -171,6 +174,14 @@ class Widget(anywidget.AnyWidget):
         if run is not None:
             self._show_run(run)
         self.on_msg(self._handle_message)
+
+    def close(self) -> None:
+        """Close the widget and its comm to the page; a live view stops following its watch first
+        (its thread ends, after at most 2 s of an update being sent)."""
+        live = getattr(self, "live", None)  # None also when __init__ failed (ipywidgets closes on __del__)
+        if live is not None:
+            live.stop(wait=2.0)
+        super().close()
 
     # ----- the runs --------------------------------------------------------------------------
 

@@ -514,6 +514,8 @@ function render({ model, el }) {
   };
   const drawWatch = () => {
     watchBar.set(model.get("watch_view"), errors().watch, model.get("watch_ranks") || []);
+    // The leaf table holds the run's gradients, not the watch's: hidden while a watch is shown.
+    leavesEl.hidden = !!(model.get("watch_view") || {}).steps;
     drawGraph();
     drawHeatmap();
   };

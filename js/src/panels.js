@@ -479,9 +479,23 @@ export function renderBanner(el, diagnosis, onSelect) {
   // A large run is drawn first; its diagnosis comes with its details (hookviz.Widget.fill_details).
   // Meanwhile the toolbar says so (index.js): a banner here would push the graph down, then let it
   // jump back up when the run has nothing to report.
-  el.hidden = d.pending || (!findings.length && !d.error);
+  // A watch's onsets (when each trouble started, and where) hold over every step: kept at any step.
+  const onsets = d.onset || [];
+  el.hidden = d.pending || (!findings.length && !d.error && !onsets.length);
   if (el.hidden) return;
   const where = d.source === "watch" ? `Watch step ${d.step}` : "This run";
+  const started = onsets.length
+    ? h(
+        "div",
+        { class: "hv-onsets" },
+        h("div", { class: "hv-banner-head" }, "⚠ When it started, and where:"),
+        h(
+          "ul",
+          { class: "hv-findings" },
+          onsets.map((f) => findingLine(f, onSelect)),
+        ),
+      )
+    : null;
   const lines = groupFindings(findings, d.counts).map(([kind, list]) => {
     const [first, ...rest] = list;
     if (!rest.length) return findingLine(first, onSelect);
@@ -515,6 +529,7 @@ export function renderBanner(el, diagnosis, onSelect) {
   });
   add(
     el,
+    started,
     findings.length ? h("div", { class: "hv-banner-head" }, `⚠ ${where}: ${findingsSummary(d.counts)}`) : null,
     findings.length ? h("ul", { class: "hv-findings" }, lines) : null,
     d.error ? errorLine(d.error) : null,
@@ -545,7 +560,14 @@ export class WatchBar {
     this.rank = h("select", { class: "hv-watch-rank", "aria-label": "rank" });
     this.rank.addEventListener("change", () => onRank(this.rank.value === "reduced" ? null : Number(this.rank.value)));
     const close = h("button", { class: "hv-watch-close", onclick: onClose }, "Back to the run");
-    fill(el, h("div", { class: "hv-row" }, this.title, this.slider, this.label, this.rank, close), this.error);
+    // What each part of the page shows (rank, step, local or reduced), as Python words it.
+    this.parts = h("ul", { class: "hv-watch-parts hv-muted" });
+    fill(
+      el,
+      h("div", { class: "hv-row" }, this.title, this.slider, this.label, this.rank, close),
+      this.parts,
+      this.error,
+    );
   }
 
   /** Turn the controls that ask the kernel off, with `note` (why) as their tooltip: a saved page. */
@@ -577,5 +599,9 @@ export class WatchBar {
       ? `Live watch of ${view.model}, training: gradient norms at step`
       : `Watch of ${view.model}: gradient norms at training step`;
     this.label.textContent = `${view.step} (${view.index + 1}/${view.steps.length} kept)`;
+    fill(
+      this.parts,
+      (view.parts || []).map((text) => h("li", {}, text)),
+    );
   }
 }

@@ -35,7 +35,7 @@ def lab(tmp_path_factory):
     harness.write_notebook(
         root / "mlp_large.ipynb",
         [
-            "import hookviz.widget.details\nhookviz.widget.details.CHEAP_DETAILS_NODES = 0\n" + harness.MLP,
+            "import hookviz.record.details\nhookviz.record.details.IN_FULL_NODES = 0\n" + harness.MLP,
             'print("pending", w.details_pending, w.run.details_pending, len(w.diagnosis["findings"]))',
             'from hookviz.widget.diagnosis import diagnosis_json\nw.diagnosis = diagnosis_json([], "run", pending=True)',
             'w.diagnosis = diagnosis_json([], "run")',
