@@ -1517,7 +1517,7 @@ def test_a_step_inside_one_torch_call_names_the_call_and_saved_sizes_read_in_mib
     note = data["output_note"]
     assert f"one torch call from Python in {biggest.module} (Linear), whose result is ViewBackward0_" in note
     assert "scaled_dot_product_attention" not in note
-    result = note.split("whose result is ")[1].split(" ")[0]
+    result = note.split("whose result is ")[1].split(":")[0]
     assert run.nodes[result].output is not None and run.nodes[result].module == biggest.module
     saved = {s["name"]: s for s in data["saved"]}
     assert saved["mat1"]["nbytes"] == 1572864 and saved["mat1"]["size"] == "1.5 MiB"
