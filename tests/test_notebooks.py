@@ -2,10 +2,13 @@
 
 Each notebook checks its key numbers in its own cells against plain PyTorch (or numbers worked out by
 hand), so running it is the test: any failing assert or error fails here with the cell that raised.
+Each runs from a copy of the notebooks folder outside the repository, as a user's copy or Colab runs
+it: whatever a notebook needs ships in hookviz or in the notebook itself.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -33,14 +36,17 @@ def test_the_course_is_complete():
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
-def test_notebook_runs(path: Path):
-    notebook = nbformat.read(path, as_version=4)
+def test_notebook_runs(path: Path, tmp_path: Path):
+    copied = tmp_path / "notebooks"  # outside the repository: no ../examples, no ../anything
+    shutil.copytree(NOTEBOOKS, copied)
+    assert not copied.resolve().is_relative_to(NOTEBOOKS.parent.resolve())
+    notebook = nbformat.read(copied / path.name, as_version=4)
     client = NotebookClient(
         notebook,
         kernel_name="python3",
         timeout=300,
         allow_errors=False,
-        resources={"metadata": {"path": str(NOTEBOOKS)}},
+        resources={"metadata": {"path": str(copied)}},
     )
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     # Running the notebook is the test only if its cells check something.
@@ -62,3 +68,15 @@ def test_committed_notebook_is_clean(path: Path):
             assert cell.outputs == [], f"{path.name}: a cell has stale outputs; clear them before committing"
             assert cell.execution_count is None, f"{path.name}: clear execution counts before committing"
     assert notebook.cells[0].cell_type == "markdown" and notebook.cells[0].source.startswith("# ")
+
+
+def test_the_distributed_notebook_writes_the_example_script_as_it_ships():
+    # Notebook 06 carries its torchrun script (%%writefile) so that it runs from any folder; the
+    # repository's examples/ddp_watch.py is the same script, for torchrun from a checkout.
+    notebook = nbformat.read(NOTEBOOKS / "06_distributed.ipynb", as_version=4)
+    written = [cell.source for cell in notebook.cells if cell.source.startswith("%%writefile")]
+    assert len(written) == 1
+    header, _, script = written[0].partition("\n")
+    assert header == "%%writefile {folder}/ddp_watch.py"
+    shipped = (NOTEBOOKS.parent / "examples" / "ddp_watch.py").read_text(encoding="utf-8")
+    assert script.rstrip("\n") == shipped.rstrip("\n")

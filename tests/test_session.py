@@ -96,6 +96,25 @@ def test_canonical_edits_rerun_and_clear(canonical):
     assert not hookviz.diff(baseline, again).changed_leaves
 
 
+def test_an_edit_at_a_site_that_has_one_replaces_it(canonical):
+    # One edit per site: applying the notebook's edits twice (clicked, then from a cell) gives
+    # what plain PyTorch's legacy hook gives once, not the edits stacked.
+    session, _, _, _ = canonical
+    for _ in range(2):
+        session.edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
+        session.edit("SubBackward0_0", "grad_inputs[1]", "grad - 777777")
+    assert [(e.target, str(e.slot), e.source) for e in session.edits] == [
+        ("SubBackward0_0", "grad_inputs[0]", "grad + 888888"),
+        ("SubBackward0_0", "grad_inputs[1]", "grad - 777777"),
+    ]
+    assert session.run().leaf_grad("x").tolist() == [1777792, 1777764]
+    # a new expression at the root module's grad_input[0] takes the old one's place in the list
+    first = session.edit("", "grad_input[0]", "grad * 2")
+    second = session.edit("", "grad_input[0]", "grad * 3")
+    assert first.id != second.id and [e.id for e in session.edits][2:] == [second.id]
+    assert session.run().leaf_grad("x").tolist() == [3 * 1777792, 3 * 1777764]
+
+
 def test_variant_without_z_gives_the_add_node_last():
     class TwoTerms(nn.Module):
         def forward(self, x, y):
@@ -881,22 +900,23 @@ def test_a_lazy_run_that_turns_out_small_is_filled_in_run_or_says_why_not():
     is small, so run() fills it. A forward that differs each call cannot be filled: the run stays
     lazy, keeps its own numbers and says why in its notes."""
 
+    calls = []  # outside the model: hookviz puts back the attributes a forward changes
+
     class Counting(nn.Module):
         def __init__(self):
             super().__init__()
             self.linear, self.spare = nn.Linear(3, 2), nn.Parameter(torch.zeros(3_000_000))
-            self.calls = 0
 
         def forward(self, x):
-            self.calls += 1
-            return self.linear(x) * self.calls
+            calls.append(x)
+            return self.linear(x) * len(calls)
 
     torch.manual_seed(0)
     model, x = Counting(), torch.randn(4, 3)
     steady = hookviz.Session(model.linear, (x,), loss_fn=lambda out: out.sum())
     assert not steady.run().details_pending  # small from the start: one eager pass
     run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
-    assert model.calls == 2 and run.details_pending  # recorded lazily, then refused
+    assert len(calls) == 2 and run.details_pending  # recorded lazily, then refused
     assert any("not recorded at once" in note and "the loss" in note for note in run.notes)
     assert torch.equal(run.leaf_grad("linear.bias"), torch.full((2,), 4.0))  # the first call's own
     model.forward = lambda x: model.linear(x)  # deterministic now

@@ -150,6 +150,45 @@ def test_select_shows_what_hooks_at_the_node_see(widget):
     assert_json_safe(widget)
 
 
+def test_the_root_module_has_a_box_named_by_its_class_and_both_hook_views(widget):
+    # The seed's lesson on the page: the root module (a model with no submodules) is a box of its
+    # own; its inspector holds what each kind of module backward hook sees, every slot named.
+    root = next(g for g in widget.graph["groups"] if g["module"] == "")
+    assert root["label"] == "Canonical (root)" and root["parent"] is None
+    assert {g["module"]: g["parent"] for g in widget.graph["groups"]} == {"": None, "(loss)": None}
+    for name in ("Canonical (root)", "(root)", "Canonical", "module:"):
+        assert widget.select(name) and widget.selected == "module:", name
+    data = widget.inspector
+    assert data["label"] == "Canonical (root)" and data["target"] == ""
+    # plain PyTorch: a full hook and a legacy hook on two fresh modules
+    seen = {}
+    full, legacy = Canonical(), Canonical()
+    keep = seen.__setitem__
+    handles = [
+        full.register_full_backward_hook(lambda m, gi, go: keep("full", [g.tolist() for g in gi])),
+        legacy.register_backward_hook(lambda m, gi, go: keep("legacy", [g.tolist() for g in gi])),
+    ]
+    for model in (full, legacy):
+        loss_fn(model(*canonical_inputs())).backward()
+    for handle in handles:
+        handle.remove()
+    assert [t["value"] for t in data["grad_input"]] == seen["full"] and len(seen["full"]) == 3
+    assert [t["value"] for t in data["legacy_grad_input"]] == seen["legacy"] and len(seen["legacy"]) == 2
+    assert data["grad_input_names"] == ["x", "y", "z"]
+    assert data["legacy_grad_input_names"] == [
+        "self ← Add (AddBackward0_0)",
+        "other ← Mul ×5 (MulBackward0_2)",
+    ]
+    assert data["sites"] == ["grad_input[0]", "grad_input[1]", "grad_input[2]", "grad_output[0]"]
+    # an edit there is named by the box's name in the edit list and in the replay
+    assert widget.apply_edit("", "grad_input[0]", "grad * 2")
+    assert [(e["label"], e["slot"]) for e in widget.edits] == [("Canonical (root)", "grad_input[0]")]
+    assert widget.rerun()
+    fired = [hook["detail"] for step in widget.replay for hook in step["hooks"]]
+    assert fired == ["Canonical (root): grad_input[0] <- grad * 2"]
+    assert widget.run.leaf_grad("x").tolist() == [2 * g for g in seen["full"][0]]
+
+
 def test_edit_and_rerun_match_a_legacy_hook_in_plain_pytorch(widget):
     widget.select("SubBackward0_0")
     first = widget.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
@@ -440,7 +479,11 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
     for name, widget in widgets.items():
         graph = widget.graph
         assert graph["nodes"] and graph["edges"] and "color_range" in graph, name
-        assert all("label" not in g and "repeat" not in g for g in graph["groups"]), name  # the page's
+        # labels are the page's, but the root module's box: only the recording knows its class
+        assert all("label" not in g and "repeat" not in g for g in graph["groups"] if g["module"]), name
+        assert [g["label"] for g in graph["groups"] if not g["module"]] == [
+            f"{type(widget.session.model).__name__} (root)"
+        ], name
         (FIXTURES / f"{name}.json").write_text(json.dumps(graph, allow_nan=False), encoding="utf-8")
     # What the page shows of tensors, as text Python wrote (js/tests/text.test.js reads it): every
     # node's and module's inspector of a ReLU model whose outputs are partly zero.
@@ -456,7 +499,7 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
     (FIXTURES / "inspectors.json").write_text(
         json.dumps({"inspectors": inspectors, "leaves": relu.leaf_summary}, allow_nan=False), encoding="utf-8"
     )
-    assert len(inspectors) == len(relu.graph["nodes"]) + len(modules) == 13
+    assert len(inspectors) == len(relu.graph["nodes"]) + len(modules) == 14  # the root box too
     assert len(list(FIXTURES.glob("*.json"))) >= len(widgets) + 1
     # What only the recording knows, and the page cannot: identical blocks share a signature, and
     # two Embeddings of different shapes do not.
@@ -465,9 +508,11 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
     assert groups["transformer.wte"]["signature"] != groups["transformer.wpe"]["signature"]
     assert groups["transformer.h.3"]["type"] == "GPT2Block"
     deep = {g["module"]: g for g in widgets["deep40"].graph["groups"]}
-    assert deep["blocks.0.fc"]["parent"] == "group:blocks.0" and deep["blocks"]["parent"] is None
+    assert deep["blocks.0.fc"]["parent"] == "group:blocks.0" and deep["blocks"]["parent"] == "group:"
+    assert deep[""]["parent"] is None and deep["(loss)"]["parent"] is None  # the loss is not the model
     # Siblings in the order the forward ran them, outer before inner.
-    assert [g["module"] for g in widgets["deep12"].graph["groups"]][:4] == [
+    assert [g["module"] for g in widgets["deep12"].graph["groups"]][:5] == [
+        "",
         "blocks",
         "head",
         "(loss)",
@@ -1195,12 +1240,19 @@ def test_a_module_box_sums_the_nodes_of_every_module_inside_it():
         handle.remove()
     nodes, groups = widget.graph["nodes"], {g["module"]: g for g in widget.graph["groups"]}
     assert {"blocks", "blocks.1", "blocks.1.norm", "head"} <= set(groups)
+    assert groups[""]["label"] == "ResidualStack (root)"  # the model's own box holds all but the loss
+    compared = 0
     for module, group in groups.items():
-        inside = [n for n in nodes if n["module"] == module or n["module"].startswith(module + ".")]
+        if module == "":
+            inside = [n for n in nodes if n["module"] != "(loss)"]
+        else:
+            inside = [n for n in nodes if n["module"] == module or n["module"].startswith(module + ".")]
         assert group["size"] == len(inside) > 0
         assert group["nan"] == any(n["nan"] for n in inside)
         # a module's own hook counts in its own box; its nodes' hooks in every box around them
         assert group["user_hooks"] == sum(n["user_hooks"] for n in inside) + (module == "blocks.1.norm")
+        compared += 1
+    assert compared == len(groups)
 
 
 class LossInside(nn.Module):

@@ -425,7 +425,9 @@ class Session:
                 :mod:`hookviz.edits.expression`), or a callable ``grad -> Tensor``.
 
         Returns:
-            the :class:`~hookviz.edits.edit.Edit` (also appended to ``self.edits``).
+            the :class:`~hookviz.edits.edit.Edit`, in ``self.edits``: it takes the place of an
+            edit already at the same target and slot (one edit per site, as the page's **Apply**
+            replaces; edits at different sites all apply), else it is appended.
 
         Raises:
             TargetError: unknown target or slot. ExpressionError: malformed or forbidden
@@ -437,6 +439,10 @@ class Session:
             self.run()
         new = dataclasses.replace(new, target=self.last_run.canonical_name(target))
         self._check_edit(new, self.last_run)
+        for i, existing in enumerate(self.edits):
+            if (existing.target, existing.slot) == (new.target, new.slot):
+                self.edits[i] = new
+                return new
         self.edits.append(new)
         return new
 

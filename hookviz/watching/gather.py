@@ -34,7 +34,6 @@ Cross-rank findings (:meth:`RankHistory.diagnose`):
 from __future__ import annotations
 
 import math
-import statistics
 import weakref
 import zlib
 from dataclasses import dataclass, field
@@ -43,12 +42,12 @@ from functools import partial
 import torch
 
 from hookviz.analysis.findings import Finding
-from hookviz.analysis.gradient_stats import module_of
 from hookviz.colors import PLOTLY_COLORSCALE
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import combine, combined_norm, summary_of
 from hookviz.watching.history import STATISTICS, History
 from hookviz.watching.plots import color_range
+from hookviz.watching.rank_findings import diverging_findings, nan_findings, unused_findings
 from hookviz.watching.reduce import row_from_statistics
 
 DEFAULT_DIVERGE = 10.0
@@ -308,130 +307,7 @@ class RankHistory:
         """
         if not (isinstance(diverge, (int, float)) and diverge > 1):
             raise WatchError(f"diverge={diverge!r} must be a number above 1 (a ratio of norms)")
-        return self._nan_findings() + self._diverging_findings(diverge) + self._unused_findings()
-
-    def _name_label(self, column: int) -> str:
-        name, kind = self.names[column], self.kinds[column]
-        return f"parameter {name!r}" if kind == "parameter" else f"the output of module {name!r}"
-
-    def _module(self, column: int) -> str:
-        name = self.names[column]
-        return name if self.kinds[column] == "output" else module_of(name)
-
-    def _nan_findings(self) -> list[Finding]:
-        bad = self.local[:, :, :, 2] > 0  # [ranks, steps, names]
-        if not bad.any():
-            return []
-        step_index = int(bad.any(0).any(-1).nonzero()[0])
-        ranks = [r for i, r in enumerate(self.ranks) if bad[i, step_index].any()]
-        rank_index = self.ranks.index(ranks[0])
-        columns = bad[rank_index, step_index].nonzero().flatten().tolist()
-        order = self.order[rank_index]
-        first = min(columns, key=lambda c: (math.inf if math.isnan(order[c].item()) else order[c].item(), c))
-        count = int(self.local[rank_index, step_index, first, 2].item())
-        step = self.steps[step_index]
-        clean = [r for r in self.ranks if r not in ranks]
-        spread = (
-            f"; ranks {clean} had finite local gradients, so the all-reduce spread it to every rank"
-            if clean and self.strategy
-            else ""
-        )
-        message = (
-            f"rank {ranks[0]} is the first to produce NaN/Inf: at step {step} its local gradient of "
-            f"{self._name_label(first)} held {count} NaN/Inf elements (the first of its gradients "
-            f"to, in backward order; "
-            f"ranks with NaN/Inf at step {step}: {ranks}){spread}. Record that rank's batch with "
-            "hookviz.Session(...).run().diagnose() to find the op"
-        )
-        return [
-            Finding("nan", self._module(first), self.names[first], message, float(count), step, rank=ranks[0])
-        ]
-
-    def _diverging_findings(self, diverge: float) -> list[Finding]:
-        if len(self.ranks) < 2:
-            return []
-        totals = self.total_norms().tolist()
-        worst: dict[
-            tuple[int, str], tuple[int, float, int]
-        ] = {}  # (rank, direction) -> first step, worst ratio, steps
-        for s in range(len(self.steps)):
-            for i, rank in enumerate(self.ranks):
-                others = [
-                    totals[j][s] for j in range(len(self.ranks)) if j != i and math.isfinite(totals[j][s])
-                ]
-                mine = totals[i][s]
-                if not others or not math.isfinite(mine):
-                    continue
-                median = statistics.median(others)
-                ratio = mine / median if median > 0 else (math.inf if mine > 0 else 1.0)
-                direction = (
-                    "above"
-                    if ratio > diverge
-                    else ("below" if len(self.ranks) >= 3 and ratio < 1 / diverge else None)
-                )
-                if direction is None:
-                    continue
-                first, extreme, count = worst.get((rank, direction), (s, ratio, 0))
-                extreme = max(extreme, ratio) if direction == "above" else min(extreme, ratio)
-                worst[(rank, direction)] = (first, extreme, count + 1)
-        found = []
-        for (rank, direction), (first, extreme, count) in sorted(
-            worst.items(), key=lambda kv: (kv[1][0], kv[0])
-        ):
-            step = self.steps[first]
-            word = "more" if direction == "above" else "less"
-            found.append(
-                Finding(
-                    "diverging",
-                    "",
-                    None,
-                    (
-                        f"rank {rank} diverges from the others: from step {step} its local gradient "
-                        f"norm (all "
-                        f"parameters) is {word} than {diverge:g}x away from the median of the other ranks' "
-                        f"({count} of {len(self.steps)} kept steps; at worst {extreme:.3g}x). Its batches "
-                        "differ from the others' (data, or a bad shard), or its replica differs"
-                    ),
-                    extreme,
-                    step,
-                    rank=rank,
-                )
-            )
-        return found
-
-    def _unused_findings(self) -> list[Finding]:
-        if len(self.ranks) < 2:
-            return []
-        has = ~self.local[:, :, :, 0].isnan() | (self.local[:, :, :, 2] > 0)  # [ranks, steps, names]
-        found = []
-        for column, kind in enumerate(self.kinds):
-            if kind != "parameter":
-                continue
-            mixed = has[:, :, column].any(0) & ~has[:, :, column].all(0)  # [steps]
-            if not mixed.any():
-                continue
-            s = int(mixed.nonzero()[0])
-            without = [r for i, r in enumerate(self.ranks) if not has[i, s, column]]
-            found.append(
-                Finding(
-                    "unused",
-                    self._module(column),
-                    self.names[column],
-                    (
-                        f"{self._name_label(column)} got no gradient on ranks {without} but did on "
-                        f"the others "
-                        f"from step {self.steps[s]} ({int(mixed.sum())} of {len(self.steps)} kept steps): "
-                        "DistributedDataParallel then stops with 'Expected to have finished reduction in the "
-                        "prior iteration' unless it was built with find_unused_parameters=True "
-                        "(which costs a "
-                        "graph walk per step); or make every rank use it"
-                    ),
-                    float(len(without)),
-                    self.steps[s],
-                    rank=without[0],
-                )
-            )
-        return found
+        return nan_findings(self) + diverging_findings(self, diverge) + unused_findings(self)
 
     def heatmap(self, rank: int | None = None, kind: str = "parameter"):
         """A plotly heatmap, names x steps, of log10 of the gradient norm: of ``rank``'s local

@@ -17,14 +17,8 @@ from torch.utils import _pytree as pytree
 from hookviz.record.own_pass import in_own_pass
 from hookviz.stats.reduce import measure
 from hookviz.watching import gather as watch_gather
+from hookviz.watching.backward_steps import begin
 from hookviz.watching.structure import check_structure, follow_replaced
-
-
-def finish(reference: weakref.ref, task: int) -> None:
-    """The end-of-backward callback of backward ``task``."""
-    self = reference()
-    if self is not None:
-        self._finish(task)
 
 
 def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) -> None:
@@ -33,7 +27,7 @@ def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) 
     self = reference()
     if self is None or watch_gather.is_shard(parameter):
         return  # FSDP2 calls a shard's hooks with the reduced .grad, from its end-of-backward callback
-    state = self._begin()
+    state = begin(self)
     if state is not None and not state.own:
         state.reached = True  # FSDP2: the sharded parameters' own tensor hooks never run
     if state is not None and state.recording and not state.own and parameter.grad is not None:
@@ -55,7 +49,7 @@ def _on_output_grads(reference: weakref.ref, column: int, output_nr: int, grad_o
     self = reference()
     if self is None:
         return
-    state = self._begin()
+    state = begin(self)
     if state is not None and state.recording and not state.own:
         state.reached = True  # a backward that reaches module outputs only (autograd.grad) is a step too
         state.arrived.append(column)
@@ -75,7 +69,7 @@ def _on_parameter_grad(reference: weakref.ref, column: int, grad: torch.Tensor) 
     self = reference()
     if self is None:
         return
-    state = self._begin()
+    state = begin(self)
     if state is None or state.own:
         return
     state.reached = True

@@ -35,6 +35,7 @@ from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import queue_norms
 from hookviz.watching.history import StepInfo
+from hookviz.watching.kept_steps import keep, set_update_ratios
 from hookviz.watching.reduce import StepReducer
 
 
@@ -110,7 +111,7 @@ class OptimizerSteps:
             if mine is inner and index not in self._stepped:
                 watch = self._watch()
                 if watch is not None:
-                    watch._optimizer_step(index, skipped=True)
+                    keep_step(watch, index, skipped=True)
         self._stepped.clear()
 
 
@@ -145,7 +146,7 @@ def _before_step(reference: weakref.ref, index: int, optimizer, args, kwargs):
 
 
 def _keep_before_step(steps: OptimizerSteps, watch, index: int) -> None:
-    kept = watch._optimizer_step(index, skipped=False)
+    kept = keep_step(watch, index, skipped=False)
     if kept is not None:
         step, columns = kept
         with torch.no_grad():
@@ -167,7 +168,7 @@ def _after_step(reference: weakref.ref, index: int, optimizer, args, kwargs) -> 
     values = [math.nan if n is None else float(n) for n, _, _ in norms]
     count = len(columns)
     ratios = [d / w if w > 0 else math.nan for d, w in zip(values[:count], values[count:])]
-    watch._set_update_ratios(step, columns, ratios)
+    set_update_ratios(watch, step, columns, ratios)
 
 
 class _ScalerWrap:
@@ -273,7 +274,7 @@ def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int]] | None:
             row[column] = torch.tensor(values, dtype=torch.float64)
     scale = watch.scaler.get_scale() if watch.scaler is not None and watch.scaler.is_enabled() else math.nan
     info = StepInfo(steps.names[index], skipped, steps.learning_rates(index), float(scale))
-    if not watch._keep(step, row, [], info):
+    if not keep(watch, step, row, [], info):
         return None
     return step, [c for c, _ in pairs]
 

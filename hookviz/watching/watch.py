@@ -47,59 +47,29 @@ import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS, check_thresholds
+from hookviz.analysis.diagnose import check_thresholds
 from hookviz.analysis.findings import Finding
 from hookviz.analysis.onset import onsets
 from hookviz.analysis.step_findings import step_findings, step_layers
 from hookviz.errors import WatchError
-from hookviz.record.own_pass import in_own_pass
-from hookviz.stats.reduce import Measured, summary_of
 from hookviz.watching import gather as watch_gather
 from hookviz.watching import hooks as watch_hooks
 from hookviz.watching import plots
+from hookviz.watching.backward_steps import Backward, reduce_pairs
 from hookviz.watching.history import STATISTICS, History, StepInfo
-from hookviz.watching.optimizer_steps import OptimizerSteps, keep_step, step_notes, warn_nothing_kept
-from hookviz.watching.reduce import StepReducer
-from hookviz.watching.structure import follow_replaced, owner_of, structure_of
+from hookviz.watching.optimizer_steps import OptimizerSteps, step_notes, warn_nothing_kept
+from hookviz.watching.structure import owner_of, structure_of
 
-# Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
-# this many newer ones have begun.
-_PENDING_BACKWARDS = 32
 # A watch's default stats_every: every statistic every this many steps, norms on the others (the
 # cost of a step that reads every statistic is measured by `python -m benchmarks`, docs/perf.md).
 STATS_EVERY = 16
 # id(model) -> the open Watch on it (weakly): one watch per model at a time.
 _OPEN: dict[int, weakref.ref] = {}
-
-
-@dataclass
-class _Backward:
-    """What one backward (graph task) through the watched model has left so far.
-
-    Attributes:
-        recording: whether this backward's gradients are recorded.
-        own: hookviz's own backward (a recording): never a step.
-        reached: whether it reached a watched parameter (only such a backward is a step).
-        before: ``(column, .grad, its _version)`` of each parameter it reached, noted just before
-            its gradient was accumulated: a ``.grad`` that differs at the end was accumulated by it.
-        reducer: the module-output gradients (and, at the end, the parameters' ``.grad``).
-        arrived: columns in the order their gradients arrived (module outputs).
-        local: DDP / FSDP2: ``(column, statistics queued before the all-reduce)``.
-    """
-
-    recording: bool
-    own: bool = False
-    reached: bool = False
-    before: list[tuple[int, object, int]] = field(default_factory=list)
-    reducer: StepReducer = field(default_factory=StepReducer)
-    arrived: list[int] = field(default_factory=list)
-    local: list[tuple[int, Measured]] = field(default_factory=list)
 
 
 class Watch:
@@ -179,7 +149,7 @@ class Watch:
         self.scaler = scaler
         self._optimizer_steps: OptimizerSteps | None = None
         self._structure = structure_of(model)  # to notice parameters and modules added or replaced
-        self._backwards: dict[int, _Backward] = {}  # graph task id -> its state
+        self._backwards: dict[int, Backward] = {}  # graph task id -> its state
         self._lock = threading.Lock()
         # add_step_listener: handle id -> listener (an OrderedDict, as RemovableHandle needs)
         self._listeners: OrderedDict[int, object] = OrderedDict()
@@ -198,7 +168,7 @@ class Watch:
                 trainable if parameters else [],
                 partial(watch_hooks.parameter_hook, weakref.ref(self)),
                 self._handles,
-                _reduce_pairs,
+                reduce_pairs,
             )
             if self._ranks is not None:
                 for column, parameter in enumerate(self._parameters):
@@ -253,6 +223,7 @@ class Watch:
         if not already and not self._steps:
             warn_nothing_kept(self)  # it reads the model: before the watch lets it go
         with self._lock:  # a backward's first hook reads these under the lock
+            self._closed_numels = self._numels()  # what reading the history needs of the parameters
             self.model, self._parameters, self._owners, self._structure = None, [], [], []
             self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
         if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
@@ -303,97 +274,6 @@ class Watch:
         """Whether the current step (the next backward) will be recorded."""
         return not self.closed and self.step % (self.every * self._stride) == 0
 
-    def _begin(self) -> _Backward | None:
-        """Called by every hook during backward: this backward's state (None once closed)."""
-        task = torch._C._current_graph_task_id()
-        state = self._backwards.get(task)
-        if state is None and not self.closed:
-            with self._lock:  # hooks of one backward may run on several autograd threads
-                state = self._backwards.get(task) or self._new_backward(task)
-        return state
-
-    def _new_backward(self, task: int) -> _Backward:
-        """The first hook of backward ``task`` ran: note each parameter's ``.grad`` and queue the
-        end-of-backward callback."""
-        follow_replaced(self)
-        state = _Backward(self.recording, own=in_own_pass())
-        if len(self._backwards) >= _PENDING_BACKWARDS:  # the oldest is one that raised: never a step
-            del self._backwards[next(iter(self._backwards))]
-        self._backwards[task] = state
-        torch.autograd.Variable._execution_engine.queue_callback(
-            partial(watch_hooks.finish, weakref.ref(self), task)
-        )
-        return state
-
-    def _finish(self, task: int) -> None:
-        """End of backward ``task``: reduce what it left, store one row, count the step."""
-        state = self._backwards.pop(task, None)
-        if state is None or self.closed or state.own or not state.reached:
-            return  # hookviz's own, or a backward that reached no watched parameter: not a step
-        self._backwards_seen += 1
-        row = self._row_of(state) if state.recording else None
-        if self._optimizer_steps is not None:  # the optimizer's step is the step: keep for it
-            if row is not None:
-                self._outputs_row = row
-            self._local_rows.update(measure_rows(state.local))
-            return
-        with self._lock:  # the step's number and its row are kept together
-            step = self.step
-            self.step += 1
-        if row is None:
-            return
-        if self.scaler is not None and self.scaler.is_enabled():
-            info = StepInfo(loss_scale=float(self.scaler.get_scale()))
-        else:
-            info = StepInfo()
-        self._keep(step, row, state.arrived, info)
-        if self._ranks is not None:
-            self._ranks.finish(step)
-
-    def _keep(self, step: int, row: torch.Tensor, arrived: list[int], info: StepInfo) -> bool:
-        """Store a recorded step's row and what it was; tell the listeners; False when thinned out."""
-        with self._lock:
-            kept = self._store(step, row, info)
-            if len(self._order) < len(self.names):  # once every column has a place, none moves
-                arrived = arrived + [
-                    c for c in reversed(range(len(self.parameter_names))) if not math.isnan(row[c, 0])
-                ]
-                for position, column in enumerate(arrived):
-                    self._order.setdefault(column, position)
-        if kept and self._listeners:
-            self._tell_listeners(step, row)
-        return kept
-
-    def _optimizer_step(self, index: int, skipped: bool) -> tuple[int, list[int]] | None:
-        """Optimizer ``index`` steps (or its GradScaler skipped it): keep the step
-        (:func:`~hookviz.watching.optimizer_steps.keep_step`); ``(step, its columns)`` when kept."""
-        return keep_step(self, index, skipped)
-
-    def _set_update_ratios(self, step: int, columns: list[int], ratios: list[float]) -> None:
-        """The update-to-weight ratios of kept step ``step`` (from the optimizer's post-hook)."""
-        with self._lock:
-            if step in self._steps:
-                self._ratios[self._steps.index(step), columns] = torch.tensor(ratios, dtype=torch.float64)
-
-    def _row_of(self, state: _Backward) -> torch.Tensor:
-        """The ``[names, 4]`` row of one ended backward: every ``.grad`` it accumulated into and the
-        module-output gradients its hooks handed over, reduced together."""
-        columns, grads = [], []
-        for column, grad, version in state.before if self._ranks is None else ():
-            now = self._parameters[column].grad
-            if now is not None and (now is not grad or now._version != version) and now.numel():
-                if column not in columns:
-                    columns.append(column)
-                    grads.append(now)
-        if grads:
-            full = self.step % self.stats_every == 0
-            state.reducer.add_all(columns, grads, full, DEFAULT_THRESHOLDS["exploding_norm"])
-        row = state.reducer.finish(len(self.names))
-        if state.local:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
-            for column, values in measure_rows(state.local).items():
-                row[column] = torch.tensor(values, dtype=torch.float64)
-        return row
-
     def _keep_graph_handle(self, handle) -> None:
         """Keep a hook handle on a forward's graph until that graph is freed (then its handle is
         dropped, so handles do not pile up over forwards that never see a backward)."""
@@ -402,24 +282,6 @@ class Watch:
         if len(handles) > 2 * self._graph_handles_kept:
             handles[:] = [h for h in handles if h.hooks_dict_ref() is not None]
             self._graph_handles_kept = max(64, len(handles))
-
-    def _store(self, step: int, row: torch.Tensor, info: StepInfo) -> bool:
-        """Keep ``row`` as step ``step`` (thinning the kept steps when full); False when thinning
-        left this step out."""
-        if len(self._steps) == self.capacity:
-            keep = [i for i, s in enumerate(self._steps) if s % (self.every * self._stride * 2) == 0]
-            for table in (self._rows, self._ratios):
-                table[: len(keep)] = table[keep].clone()
-                table[len(keep) :] = math.nan
-            self._steps = [self._steps[i] for i in keep]
-            self._info = [self._info[i] for i in keep]
-            self._stride *= 2
-            if step % (self.every * self._stride):
-                return False
-        self._rows[len(self._steps)] = row
-        self._steps.append(step)
-        self._info.append(info)
-        return True
 
     # ------------------------------------------------------------------ reading
 
@@ -573,6 +435,9 @@ class Watch:
         )
 
     def _numels(self) -> list[int]:
+        """Each watched parameter's element count (kept at close, when the parameters are let go)."""
+        if self.model is None:
+            return self._closed_numels
         return [p.numel() for p in self._parameters]
 
     # ------------------------------------------------------------------ plots
@@ -712,13 +577,3 @@ def _remove(handles: list, graph_handles: list, starts: list) -> None:
 def _grad_and_version(parameter: torch.Tensor) -> tuple[object, int]:
     grad = parameter.grad
     return grad, (-1 if grad is None else grad._version)
-
-
-def _reduce_pairs(pairs: list[tuple[int, torch.Tensor]], width: int) -> torch.Tensor:
-    """A ``[width, 4]`` row of ``(column, gradient)`` pairs (DDP / FSDP2's reduced ``.grad``)."""
-    return StepReducer()(pairs, width)
-
-
-def measure_rows(local: list[tuple[int, Measured]]) -> dict[int, tuple]:
-    """``{column: (norm, max_abs, nonfinite, zero_fraction)}`` of statistics queued in hooks."""
-    return {column: summary_of(measured.rows()[0]) for column, measured in local}

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from hookviz.errors import DeviceError, EditError, ExpressionError, HookvizError
+from hookviz.widget.tree import module_label, root_type
 
 
 def _edit_key(edit) -> tuple:
     return (edit.id, edit.target, str(edit.slot), edit.source)
 
 
-def edits_json(edits, shown=None) -> list[dict]:
-    """Active edits: ``[{id, target, slot, source, pending}]``; ``pending`` when the run on
-    screen (``shown``: its edits) was made without it, i.e. it takes effect at the next re-run."""
+def edits_json(edits, shown=None, root_type: str = "") -> list[dict]:
+    """Active edits: ``[{id, target, label, slot, source, pending}]``; ``label`` is the target as
+    the page names it (the root module ``""`` by its box: ``"Canonical (root)"``, ``root_type``
+    being its class); ``pending`` when the run on screen (``shown``: its edits) was made without
+    it, i.e. it takes effect at the next re-run. One edit per site: see :meth:`Session.edit`."""
     done = None if shown is None else {_edit_key(e) for e in shown}
     return [
         {
             "id": e.id,
             "target": e.target,
+            "label": module_label(e.target, root_type),
             "slot": str(e.slot),
             "source": e.source,
             "pending": done is not None and _edit_key(e) not in done,
@@ -42,7 +46,7 @@ def edit_state_json(edits, shown) -> dict:
 def sync_edits(widget) -> None:
     """The ``edits``, ``edit_state`` and ``code`` traitlets from the session's edits and the run shown."""
     shown = widget.run.edits
-    widget.edits = edits_json(widget.session.edits, shown)
+    widget.edits = edits_json(widget.session.edits, shown, root_type(widget.run))
     widget.edit_state = edit_state_json(widget.session.edits, shown)
     widget.code = widget.session.edits_as_code()
 

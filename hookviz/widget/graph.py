@@ -1,9 +1,11 @@
 """Run -> the graph payload: the op graph, its module groups and the colour range the page draws.
 
 Module groups: every op node belongs to the innermost module that created it (its ``module``
-attribute); a module ``"a.b"`` is drawn as a compound node inside ``"a"``. The root module ``""``
-is not a group (it holds everything). Which groups are open, their labels and which siblings are
-identical blocks are the page's job (``js/src/logic.js``); where things sit on screen too (ELK).
+attribute); a module ``"a.b"`` is drawn as a compound node inside ``"a"``, and every top-level
+module inside the root module's box (``""``, labelled by its class: ``"Canonical (root)"``), so a
+model with no submodules has a box, and hook sites, of its own. The ``(loss)`` box sits beside the
+root's: ``loss_fn`` is not the model. Which groups are open, the other labels and which siblings
+are identical blocks are the page's job (``js/src/logic.js``); where things sit on screen too (ELK).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from hookviz.colors import beyond_range, legend, norm_color, range_of
 from hookviz.data.run import LOSS_MODULE, Run
 from hookviz.data.tensors import combined_norm
 from hookviz.widget.payload import json_float
-from hookviz.widget.tree import group_id, mark_signatures, natural_key, parent_module
+from hookviz.widget.tree import group_id, mark_signatures, module_label, natural_key, parent_module
 
 
 def structure_key(run: Run) -> str:
@@ -86,7 +88,9 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         :func:`operand_hint`); edge:
         ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, type,
         size, norm, nan, edited, user_hooks, signature, color, beyond, norm_text}`` (signature: see
-        :func:`hookviz.widget.tree.mark_signatures`; the page adds labels and identical blocks).
+        :func:`hookviz.widget.tree.mark_signatures`; the page adds labels and identical blocks),
+        the root module's (``module ""``, present when the model ran as a module) with its
+        ``label`` (:func:`hookviz.widget.tree.module_label`).
     """
     key = structure if structure is not None else structure_key(run)
     edited_targets = {edit.target for edit in run.edits}
@@ -272,14 +276,24 @@ def _combine(norms) -> float | None:
 
 
 def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[dict]:
-    """One group per non-root module that created nodes, plus every enclosing module; outer
-    before inner, siblings in the order the forward first called them (``types`` is in call
-    order), so the Module tree lists GPT-2's ``wte, wpe, drop, h, ln_f`` as the model runs them."""
+    """One group per module that created nodes, plus every enclosing module, plus the root
+    module's (``""``, when the model ran as a module: ``types`` has it) around every top-level one
+    but ``(loss)``; outer before inner, siblings in the order the forward first called them
+    (``types`` is in call order), so the Module tree lists GPT-2's ``wte, wpe, drop, h, ln_f`` as
+    the model runs them."""
+    root = "" in types
+
+    def enclosing(module: str) -> str | None:
+        if module == "" or module == LOSS_MODULE:
+            return None
+        parent = parent_module(module)
+        return "" if parent is None and root else parent
+
     called: dict[str, int] = {}
     for module in types:  # a container never called itself (a ModuleList) ranks as its first child
-        while module and module not in called:
+        while module is not None and module not in called:
             called[module] = len(called)
-            module = parent_module(module)
+            module = enclosing(module)
     # Each module's own nodes summed once, then added to it and every enclosing module: a walk
     # up per module, not per node (20,000 nodes three modules deep).
     totals: dict[str, list] = {}  # module -> [size, op norms, nan, edited, user hooks]
@@ -287,8 +301,8 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
         norms = [text.as_number(i["norm"]) for i in items if i["kind"] == "op"]
         nan, edited = any(i["nan"] for i in items), any(i["edited"] for i in items)
         hooks = sum(i["user_hooks"] for i in items)
-        name = module
-        while name:
+        name = module if module or root else None
+        while name is not None:
             total = totals.get(name)
             if total is None:
                 totals[name] = [len(items), list(norms), nan, edited, hooks]
@@ -296,22 +310,25 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
                 total[0] += len(items)
                 total[1] += norms
                 total[2], total[3], total[4] = total[2] or nan, total[3] or edited, total[4] + hooks
-            name = parent_module(name)
+            name = enclosing(name)
     groups = []
-    for module in sorted(totals, key=lambda m: (m.count("."), called.get(m, len(called)), natural_key(m))):
+    order = sorted(totals, key=lambda m: (m != "", m.count("."), called.get(m, len(called)), natural_key(m)))
+    for module in order:
         size, norms, nan, edited, hooks = totals[module]
         norm = boundary.get(module)
-        groups.append(
-            {
-                "id": group_id(module),
-                "module": module,
-                "parent": None if parent_module(module) is None else group_id(parent_module(module)),
-                "type": types.get(module, ""),
-                "size": size,
-                "norm": json_float(norm if norm is not None else _combine(norms)),
-                "nan": nan,
-                "edited": module in edited_targets or edited,
-                "user_hooks": module_hooks.get(module, 0) + hooks,
-            }
-        )
+        parent = enclosing(module)
+        group = {
+            "id": group_id(module),
+            "module": module,
+            "parent": None if parent is None else group_id(parent),
+            "type": types.get(module, ""),
+            "size": size,
+            "norm": json_float(norm if norm is not None else _combine(norms)),
+            "nan": nan,
+            "edited": module in edited_targets or edited,
+            "user_hooks": module_hooks.get(module, 0) + hooks,
+        }
+        if module == "":
+            group["label"] = module_label("", group["type"])
+        groups.append(group)
     return groups

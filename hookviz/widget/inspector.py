@@ -9,8 +9,9 @@ from hookviz.analysis.explain import explain
 from hookviz.colors import HEATMAP_COLORS
 from hookviz.data.run import Run, records_equal
 from hookviz.errors import TargetError
+from hookviz.widget.graph import operand_hint
 from hookviz.widget.payload import tensor_json, tensors_json
-from hookviz.widget.tree import MODULE_PREFIX
+from hookviz.widget.tree import MODULE_PREFIX, module_label
 
 
 def _hooks_json(run: Run, node_id: str, record) -> list[dict]:
@@ -167,6 +168,7 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
     out = {
         "id": MODULE_PREFIX + module,
         "target": module,
+        "label": module_label(module, call.type),
         "kind": "module",
         "op": call.type,
         "module": module,
@@ -182,6 +184,9 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
         "grad_output": tensors_json(call.grad_output),
         "legacy_grad_input": tensors_json(call.legacy_grad_input),
         "legacy_grad_output": tensors_json(call.legacy_grad_output),
+        "grad_input_names": _input_names(call),
+        "legacy_grad_input_names": _last_op_inputs(run, call.output_node, len(call.legacy_grad_input)),
+        "output_node": call.output_node,
         "hooks": [
             {"owner": "user", "kind": h.kind, "name": h.name, "where": h.where} for h in call.user_hooks
         ]
@@ -202,7 +207,7 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
         "changed": None,
         "heatmap_colors": HEATMAP_COLORS,
     }
-    _name_module_slots(run, call, out)
+    _module_none_text(run, call, out)
     if not call.full_hook_fires:
         out["explanation"] = explain(run, module)  # why its full backward hook never fires
     if baseline is not None and baseline is not run:
@@ -288,19 +293,12 @@ def _none_grad_outputs(grads) -> list[str | None] | None:
     return [None if g is not None else "None: no gradient reached this output from the loss" for g in grads]
 
 
-def _name_module_slots(run: Run, call, out: dict) -> None:
-    """Slot names and None reasons of a module's hook views, in ``out``: ``slot_names``
-    (``grad_input``: forward's positional arguments; ``legacy_*``: the arguments of the op whose
-    Node a legacy hook sits on, as the op inspector names them) and ``none_text``."""
+def _module_none_text(run: Run, call, out: dict) -> None:
+    """Why each None of a module's hook views is None, as ``out["none_text"]`` (by view): an
+    argument that is no tensor, or one that does not require grad (by ``forward``'s name for it);
+    a legacy hook's as its last op's Node's (:func:`_none_grad_inputs`)."""
     inputs = call.inputs or {}
     positional = list(inputs)[: len(call.grad_input)]
-    legacy_op = run.nodes[call.output_node].op if call.output_node in run.nodes else None
-    legacy_names = grad_input_names(legacy_op, len(call.legacy_grad_input))
-    out["legacy_node"] = call.output_node
-    out["slot_names"] = {
-        "grad_input": positional or None,
-        "legacy_grad_input": legacy_names,
-    }
 
     def why_input(i: int) -> str:
         if i >= len(positional):
@@ -310,14 +308,52 @@ def _name_module_slots(run: Run, call, out: dict) -> None:
             return f"None: {positional[i]} is not a tensor ({value})"
         return f"None: {positional[i]} does not require grad"
 
+    legacy_op = run.nodes[call.output_node].op if call.output_node in run.nodes else None
     out["none_text"] = {
         "grad_input": [None if g is not None else why_input(i) for i, g in enumerate(call.grad_input)],
         "grad_output": [
             None if g is not None else "None: this output is not a tensor that requires grad"
             for g in call.grad_output
         ],
-        "legacy_grad_input": _none_grad_inputs(run, call.output_node, out["legacy_grad_input"], legacy_names)
+        "legacy_grad_input": _none_grad_inputs(
+            run,
+            call.output_node,
+            out["legacy_grad_input"],
+            grad_input_names(legacy_op, len(call.legacy_grad_input)),
+        )
         if call.output_node in run.nodes
         else None,
         "legacy_grad_output": _none_grad_outputs(out["legacy_grad_output"]),
     }
+
+
+def _input_names(call) -> list[str] | None:
+    """What each of a full backward hook's ``grad_input`` is the gradient of: ``forward``'s
+    positional arguments by name (``["x", "y", "z"]``); None while the run's details are pending."""
+    if call.inputs is None or len(call.inputs) < len(call.grad_input):
+        return None
+    return list(call.inputs)[: len(call.grad_input)]
+
+
+def _last_op_inputs(run: Run, node_id: str | None, count: int) -> list[str] | None:
+    """What each of a legacy backward hook's ``grad_input`` is the gradient of: the inputs of the
+    module's last op, by the op's argument name and the Node that made it, e.g. for ``2*x + 3*y -
+    5*z`` ``["self ← Add (AddBackward0_0)", "other ← Mul ×5 (MulBackward0_2)"]``."""
+    record = run.nodes.get(node_id) if node_id else None
+    if record is None or count == 0:
+        return None
+    arguments = grad_input_names(record.op, count) or [f"input {i}" for i in range(count)]
+    producers: dict[int, str] = {}
+    for source, target, slot in run.edges:
+        if target == node_id:
+            producers.setdefault(slot, source)
+    names = []
+    for slot, argument in enumerate(arguments):
+        source = run.nodes.get(producers.get(slot, ""))
+        if source is None:
+            names.append(argument)
+            continue
+        op = source.op.rstrip("0123456789").removesuffix("Backward") if source.kind == "op" else "leaf"
+        hint = operand_hint(source) if source.kind == "op" else ""
+        names.append(f"{argument} ← {' '.join(filter(None, (op, hint)))} ({source.id})")
+    return names

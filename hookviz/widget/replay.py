@@ -5,11 +5,24 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hookviz.data.run import Run
+from hookviz.widget.tree import module_label, root_type
+
+
+def _detail(event, calls: dict, root: str) -> str:
+    """What fired, naming the root module as its box does (the recorder writes its name, "")."""
+    call = calls.get(event.step)
+    if call is None or call.where != "":
+        return event.detail
+    if event.kind == "edit":
+        return f"{root}: {call.name}"
+    return f"{call.kind} {call.name} @ {root}"
 
 
 def replay_json(run: Run) -> list[dict]:
     """The recorded backward execution order as replay steps: ``[{node, op, hooks}]``; the user
     hooks and edits that fired at a node are attached to its step."""
+    calls = {call.step: call for call in run.hook_calls}
+    root = module_label("", root_type(run))
     steps: list[dict] = []
     step_of: dict[str, int] = {}
     pending: dict[str, list[dict]] = defaultdict(list)
@@ -25,7 +38,7 @@ def replay_json(run: Run) -> list[dict]:
                 }
             )
         else:
-            fired = {"kind": event.kind, "detail": event.detail}
+            fired = {"kind": event.kind, "detail": _detail(event, calls, root)}
             if event.node in step_of:
                 steps[step_of[event.node]]["hooks"].append(fired)
             elif event.node is not None:
@@ -37,4 +50,5 @@ def replay_json(run: Run) -> list[dict]:
 
 def log_json(run: Run) -> list[dict]:
     """What the user's hooks printed: ``[{hook, where, text}]``."""
-    return [{"hook": e.hook, "where": e.where, "text": e.text} for e in run.log]
+    root = module_label("", root_type(run))
+    return [{"hook": e.hook, "where": e.where or root, "text": e.text} for e in run.log]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hookviz.data.run import LOSS_MODULE
 from hookviz.errors import HookvizError
 from hookviz.widget.inspector import module_inspector_json, node_inspector_json
-from hookviz.widget.tree import MODULE_PREFIX
+from hookviz.widget.tree import MODULE_PREFIX, ROOT_MARK, module_label, root_type
 
 
 def select(widget, target: str) -> bool:
@@ -20,7 +20,8 @@ def select(widget, target: str) -> bool:
         widget._set_error(
             "select",
             f"nothing is named {target!r}: select takes a node id (AddmmBackward0_3), a leaf "
-            "(transformer.h.0.mlp.c_fc.weight) or a module (transformer.h.0); "
+            "(transformer.h.0.mlp.c_fc.weight), a module (transformer.h.0) or the root module "
+            "by the name its box shows ('GPT2LMHeadModel (root)', or '(root)'); "
             "w.search(text) finds part of a name",
         )
         return False
@@ -50,9 +51,18 @@ def _element(widget, target: str) -> str | None:
     if name == LOSS_MODULE:
         return run.root
     groups = {g["module"] for g in widget.graph.get("groups", [])}
+    if "" in run.modules and name in _root_names(run):
+        return MODULE_PREFIX
     if name in groups or name in run.modules:
         return MODULE_PREFIX + name
     return None
+
+
+def _root_names(run) -> set[str]:
+    """The names the page shows for the root module: ``"Canonical (root)"``, ``"(root)"`` and
+    its class, ``"Canonical"``."""
+    kind = root_type(run)
+    return {module_label("", kind), ROOT_MARK, kind}
 
 
 def inspect(widget, target: str, quiet: bool) -> bool:

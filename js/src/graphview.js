@@ -54,6 +54,7 @@ function boxLabel(group) {
 }
 
 function boxTitle(group) {
+  if (group.module === "") return group.label; // the root module's box: "Canonical (root)"
   const kind = group.type ? ` (${group.type})` : "";
   const same = group.repeat ? `, ${group.repeat.index} of ${group.repeat.count} identical blocks` : "";
   return `${group.module}${kind}${same}`;

@@ -425,6 +425,20 @@ function render({ model, el }) {
   };
   let focused = null;
   const typed = {}; // what the user typed in the edit box, kept when the panel is redrawn
+  // The edit box of the selection; drawn again when the edits change (it says which edit Apply replaces).
+  const drawEditor = (data) =>
+    renderEditor(
+      editorEl,
+      data,
+      errors().edit,
+      typed,
+      (msg) => {
+        mark("apply");
+        send(msg);
+      },
+      staticNote,
+      model.get("edits") || [],
+    );
   const drawInspector = () => {
     const id = model.get("selected") || "";
     const full = model.get("inspector") || {};
@@ -438,17 +452,7 @@ function render({ model, el }) {
       ? "tensor values of this element are not in this saved page"
       : "tensor statistics and values: asking the kernel…";
     renderInspector(inspectorEl, data, summary, note);
-    renderEditor(
-      editorEl,
-      data,
-      errors().edit,
-      typed,
-      (msg) => {
-        mark("apply");
-        send(msg);
-      },
-      staticNote,
-    );
+    drawEditor(data);
     mark("inspector");
     if (data.id) mark("values"); // the kernel's answer is drawn (read by the benchmark)
     graphView?.select(id || undefined);
@@ -544,7 +548,12 @@ function render({ model, el }) {
       drawInspector();
       drawEdits();
     },
-    "change:edits": drawEdits,
+    "change:edits": () => {
+      drawEdits();
+      const id = model.get("selected") || "";
+      const full = model.get("inspector") || {};
+      drawEditor(id && full.id === id ? full : {});
+    },
     "change:edit_state": drawEditState,
     "change:code": drawEdits,
     "change:leaf_summary": drawLeaves,

@@ -142,16 +142,18 @@ export function tensorView(t, colors = null, none = "None") {
   return h("div", { class: "hv-tensor" }, parts);
 }
 
-/** Slot label: "[1]", or "[1] mat1" when the op's schema names the argument. */
-function slotLabel(i, names) {
-  return names && names[i] ? `[${i}] ${names[i]}` : `[${i}]`;
+/** Slot label: "[1]", or "[1] mat1" when the op's schema names the argument; `slot` before it
+ * ("grad_input[0] x") where a module's two hook views sit side by side. */
+function slotLabel(i, names, slot = "") {
+  return names && names[i] ? `${slot}[${i}] ${names[i]}` : `${slot}[${i}]`;
 }
 
 /**
- * A list of tensors, before -> after where `changed` says so; `names`: the slots' names, `none`:
- * why each None is None (the payload's none_text), `colors`: the heatmaps' (heatmap_colors).
+ * A list of tensors, before -> after where `changed` says so; `names`: the slots' names, `slot`
+ * the view's name before each, `none`: why each None is None (the payload's none_text), `colors`:
+ * the heatmaps' (heatmap_colors).
  */
-function tensorList(title, after, before, changed, names = null, none = null, colors = null) {
+function tensorList(title, after, before, changed, names = null, slot = "", none = null, colors = null) {
   if (!after) return null;
   const view = (t, i) => tensorView(t, colors, none?.[i]);
   const rows = after.map((t, i) => {
@@ -160,7 +162,7 @@ function tensorList(title, after, before, changed, names = null, none = null, co
     return h(
       "tr",
       {},
-      h("td", { class: "hv-slot" }, slotLabel(i, names)),
+      h("td", { class: "hv-slot" }, slotLabel(i, names, slot)),
       h(
         "td",
         {},
@@ -189,6 +191,81 @@ function forwardValue(data) {
   return h("div", { class: "hv-muted hv-not-seen" }, data.output_note || "None");
 }
 
+/**
+ * What a module's two kinds of backward hook see, side by side: the full hook's grad_input (one
+ * per tensor input of forward, by name) and the legacy hook's (the grad_inputs of the module's
+ * last op, each named by the op's argument and the Node that made it), with their grad_output.
+ */
+function hookViews(data, before, changed, none = {}, colors = null) {
+  const legacyAt = data.output_node ? `the module's last op, ${data.output_node}` : "the module's last op";
+  const column = (cls, title, note, sections) =>
+    h(
+      "div",
+      { class: `hv-hook-view ${cls}` },
+      h("h4", {}, title),
+      h("div", { class: "hv-muted hv-small" }, note),
+      ...sections,
+    );
+  return h(
+    "div",
+    { class: "hv-hook-views" },
+    column(
+      "hv-hook-full",
+      "register_full_backward_hook",
+      `grad_input: one gradient per tensor input of forward (${(data.grad_input || []).length})`,
+      [
+        tensorList(
+          "grad_input",
+          data.grad_input,
+          before.grad_input,
+          changed.grad_input,
+          data.grad_input_names,
+          "grad_input",
+          none.grad_input,
+          colors,
+        ),
+        tensorList(
+          "grad_output",
+          data.grad_output,
+          before.grad_output,
+          changed.grad_output,
+          null,
+          "grad_output",
+          none.grad_output,
+          colors,
+        ),
+      ],
+    ),
+    column(
+      "hv-hook-legacy",
+      "register_backward_hook (legacy)",
+      `grad_input: the ${(data.legacy_grad_input || []).length} grad_inputs of ${legacyAt}`,
+      [
+        tensorList(
+          "grad_input",
+          data.legacy_grad_input,
+          null,
+          null,
+          data.legacy_grad_input_names,
+          "grad_input",
+          none.legacy_grad_input,
+          colors,
+        ),
+        tensorList(
+          "grad_output",
+          data.legacy_grad_output,
+          null,
+          null,
+          null,
+          "grad_output",
+          none.legacy_grad_output,
+          colors,
+        ),
+      ],
+    ),
+  );
+}
+
 /** A module's child modules and the gradient norms of the parameters inside it (graphSummary). */
 function structureSections(summary) {
   if (!summary || summary.kind !== "module") return [];
@@ -212,7 +289,12 @@ function structureSections(summary) {
     ? h(
         "div",
         { class: "hv-section hv-parameters" },
-        h("h4", {}, `parameters' gradient norms (${summary.parameters.length})`),
+        h(
+          "h4",
+          {},
+          // the root module holds the model's inputs too (x, y, z of the canonical example)
+          `${summary.module === "" ? "leaves'" : "parameters'"} gradient norms (${summary.parameters.length})`,
+        ),
         h(
           "table",
           { class: "hv-tensors" },
@@ -238,7 +320,7 @@ export function renderInspector(el, data, summary = null, note = "") {
     return;
   }
   if (!data || !data.id) {
-    const module = summary.module === "" ? "(root)" : summary.module;
+    const module = summary.label || (summary.module === "" ? "(root)" : summary.module);
     const isModule = summary.kind === "module";
     const meta = isModule
       ? [
@@ -272,15 +354,15 @@ export function renderInspector(el, data, summary = null, note = "") {
     );
     return;
   }
-  // A module's title names its type (Linear, Block); a container's type is its op.
+  const moduleName = data.label || (data.module === "" ? "(root)" : data.module);
+  // A module's title names its type (Linear, Block) unless its label does; a container's is its op.
   const type = data.kind === "module" ? data.type || data.op : null;
-  const title =
-    data.kind === "module"
-      ? `module ${data.module === "" ? "(root)" : data.module}${type ? ` · ${type}` : ""}`
-      : `${data.op}`;
+  const typed = type && !moduleName.includes(type) ? ` · ${type}` : "";
+  const title = data.kind === "module" ? `module ${moduleName}${typed}` : `${data.op}`;
   const meta = [
     ["id", data.id],
-    ["module", data.module === "" ? "(root)" : data.module],
+    ["module", data.kind === "module" || data.module !== "" ? moduleName : summary?.label || "(root)"],
+    ["type", data.kind === "module" ? data.op : null],
     ["kind", data.node_kind],
     ["type", type],
     ["backward order", data.kind === "module" ? null : (data.order ?? "did not run")],
@@ -307,7 +389,6 @@ export function renderInspector(el, data, summary = null, note = "") {
   const before = data.before || {};
   const changed = data.changed || {};
   const none = data.none_text || {};
-  const names = data.slot_names || {};
   const colors = data.heatmap_colors;
   if (data.kind === "module") {
     if (data.inputs) {
@@ -332,57 +413,8 @@ export function renderInspector(el, data, summary = null, note = "") {
         ),
       );
     }
-    add(el, tensorList("forward output", data.output_list, null, null, null, null, colors));
-    add(
-      el,
-      tensorList(
-        "grad_output (full backward hook)",
-        data.grad_output,
-        before.grad_output,
-        changed.grad_output,
-        null,
-        none.grad_output,
-        colors,
-      ),
-    );
-    add(
-      el,
-      tensorList(
-        "grad_input (full backward hook)",
-        data.grad_input,
-        before.grad_input,
-        changed.grad_input,
-        names.grad_input,
-        none.grad_input,
-        colors,
-      ),
-    );
-    // A legacy hook sees the grad_inputs of the Node of the module's last op: named as that op's.
-    const legacyAt = data.legacy_node ? ` at ${data.legacy_node}` : "";
-    add(
-      el,
-      tensorList(
-        `legacy grad_input (register_backward_hook${legacyAt})`,
-        data.legacy_grad_input,
-        null,
-        null,
-        names.legacy_grad_input,
-        none.legacy_grad_input,
-        colors,
-      ),
-    );
-    add(
-      el,
-      tensorList(
-        `legacy grad_output (register_backward_hook${legacyAt})`,
-        data.legacy_grad_output,
-        null,
-        null,
-        null,
-        none.legacy_grad_output,
-        colors,
-      ),
-    );
+    add(el, tensorList("forward output", data.output_list, null, null, null, "", null, colors));
+    add(el, hookViews(data, before, changed, none, colors));
   } else {
     add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), forwardValue(data)));
     add(
@@ -393,6 +425,7 @@ export function renderInspector(el, data, summary = null, note = "") {
         before.grad_outputs,
         changed.grad_outputs,
         null,
+        "",
         none.grad_outputs,
         colors,
       ),
@@ -405,6 +438,7 @@ export function renderInspector(el, data, summary = null, note = "") {
         before.grad_inputs,
         changed.grad_inputs,
         data.grad_input_names,
+        "",
         none.grad_inputs,
         colors,
       ),
@@ -412,7 +446,16 @@ export function renderInspector(el, data, summary = null, note = "") {
     if (data.grad_inputs_before_edit)
       add(
         el,
-        tensorList("grad_inputs before this run's edit", data.grad_inputs_before_edit, null, null, null, null, colors),
+        tensorList(
+          "grad_inputs before this run's edit",
+          data.grad_inputs_before_edit,
+          null,
+          null,
+          null,
+          "",
+          null,
+          colors,
+        ),
       );
     if (data.saved && data.saved.length) {
       add(

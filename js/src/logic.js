@@ -259,6 +259,8 @@ export function heatmapWithStep(figure, step) {
 // the `collapsed` traitlet.
 
 export const MODULE_PREFIX = "module:";
+// What the root module's box is called besides its class (hookviz.widget.tree.ROOT_MARK).
+export const ROOT_MARK = "(root)";
 // About this many drawn elements (op nodes, leaves and boxes) keep a first view readable when it
 // is fitted into a notebook cell; the first view opens the module tree as deep as fits in it. The
 // widget's `visible_budget` traitlet overrides it.
@@ -275,7 +277,8 @@ export const TREE_COLUMN_BUDGET = 16;
 // (Linear, Sigmoid, Linear, …) repeat too, but a mark on every box tells nothing apart.
 export const IDENTICAL_BLOCKS_MIN = 3;
 
-/** "a.b.c" -> "a.b", "a" -> null (the root module "" is not a box). */
+/** "a.b.c" -> "a.b", "a" -> null (the name's own parent; the root module's box, "", holds the
+ * top-level modules in the payload's `parent` links). */
 export function parentModule(module) {
   const i = module.lastIndexOf(".");
   return i < 0 ? null : module.slice(0, i);
@@ -315,7 +318,8 @@ export function prepareGraph(graph) {
   const classes = new Map();
   const parents = new Set(groups.map((g) => g.parent).filter(Boolean));
   for (const g of groups) {
-    g.label = shortName(g.module);
+    // the root module's box: named by its class, as hookviz sends it ("Canonical (root)")
+    g.label = g.module === "" ? g.label || ROOT_MARK : shortName(g.module);
     g.repeat = null;
     if (!parents.has(g.id)) continue; // a layer, not a block
     const key = `${g.parent}\u0000${g.signature}`;
@@ -342,6 +346,14 @@ function childModules(groups) {
 }
 
 /**
+ * The first level of the module tree the views open: the modules under the root module's box
+ * (which is always open: it is the whole model) and the top-level boxes beside it ((loss)).
+ */
+function topModules(children) {
+  return (children.get(null) || []).flatMap((m) => (m === "" ? children.get("") || [] : [m]));
+}
+
+/**
  * Walk the module tree level by level from the top. At each level, identical siblings (same
  * parent, same signature: the six blocks of a GPT-2) form one class, and tryOpen(members, depth)
  * says whether that class opens; the children of opened modules make the next level.
@@ -349,7 +361,7 @@ function childModules(groups) {
 function openLevels(groups, children, tryOpen) {
   const signature = new Map((groups || []).map((g) => [g.module, g.signature]));
   const kids = (m) => children.get(m) || [];
-  let level = [...kids(null)].sort();
+  let level = [...topModules(children)].sort();
   let depth = 0;
   while (level.length) {
     const classes = new Map();
@@ -421,8 +433,8 @@ function openedAround(graph, budget) {
   const kids = (m) => children.get(m) || [];
   const direct = new Map();
   for (const n of nodes) direct.set(n.module, (direct.get(n.module) || 0) + 1);
-  const collapsed = new Set(kids(null));
-  let count = (direct.get("") || 0) + collapsed.size;
+  const collapsed = new Set(topModules(children));
+  let count = (direct.get("") || 0) + collapsed.size + (children.get(null).includes("") ? 1 : 0);
   openLevels(groups, children, (members) => {
     const added = members.reduce((sum, m) => sum + (direct.get(m) || 0) + kids(m).length, 0);
     const wide = (m) => kids(m).length > ROW_BUDGET && !interleaved(graph, m);
@@ -445,8 +457,8 @@ function openedAround(graph, budget) {
 export function treeCollapsed(groups, budget = TREE_COLUMN_BUDGET) {
   const children = childModules(groups);
   const kids = (m) => children.get(m) || [];
-  const collapsed = new Set((groups || []).map((g) => g.module).filter((m) => kids(m).length));
-  const column = new Map([[0, kids(null).length]]);
+  const collapsed = new Set((groups || []).map((g) => g.module).filter((m) => m !== "" && kids(m).length));
+  const column = new Map([[0, topModules(children).length]]);
   openLevels(groups, children, (members, depth) => {
     const added = members.reduce((sum, m) => sum + kids(m).length, 0);
     if ((column.get(depth + 1) || 0) + added > budget) return false;
@@ -468,12 +480,9 @@ export function firstCollapsed(graph, view, budget = VISIBLE_BUDGET, selected = 
   return selected ? revealTarget(collapsed, selected, graph) : collapsed;
 }
 
-/** "Collapse all": every top-level module as one closed box. */
+/** "Collapse all": every top-level module as one closed box (inside the root's open box). */
 export function collapseAll(groups) {
-  return (groups || [])
-    .filter((g) => !g.parent)
-    .map((g) => g.module)
-    .sort();
+  return topModules(childModules(groups)).sort();
 }
 
 /** `collapsed` with `module` open and its child modules drawn as closed boxes. */
@@ -489,7 +498,9 @@ export function openOneLevel(collapsed, module, groups) {
  * is drawn; `module` itself too when openItself (to show one of its ops).
  */
 export function reveal(collapsed, module, groups, openItself) {
-  const chain = [...ancestors(module), ...(openItself && module ? [module] : [])];
+  // the root module's box ("") holds every other module (a graph without one has no "" to open)
+  const around = module ? ["", ...ancestors(module)] : [];
+  const chain = [...around, ...(openItself ? [module] : [])];
   let state = [...(collapsed || [])].sort();
   for (const name of chain) if (state.includes(name)) state = openOneLevel(state, name, groups);
   return state;
@@ -517,7 +528,11 @@ export function find(query, graph) {
     const rank = [lowered !== needle, !(lowered === needle || lowered.endsWith(`.${needle}`)), name.length, kind, name];
     if (!best || lessThan(rank, best.rank)) best = { rank, id };
   };
-  for (const g of graph?.groups || []) consider(g.module, 0, MODULE_PREFIX + g.module);
+  for (const g of graph?.groups || []) {
+    // the root module's box by the names it shows: "Canonical (root)", "Canonical", "(root)"
+    const names = g.module === "" ? [g.label || ROOT_MARK, g.type, ROOT_MARK].filter(Boolean) : [g.module];
+    for (const name of names) consider(name, 0, MODULE_PREFIX + g.module);
+  }
   for (const n of graph?.nodes || []) consider(n.id, 1, n.id);
   return best && best.id;
 }
@@ -551,7 +566,7 @@ export function graphSummary(graph, id) {
         nan: g.nan,
         norm_text: g.norm_text,
       }));
-    const inside = (m) => m === module || m.startsWith(`${module}.`);
+    const inside = module === "" ? (m) => m !== "(loss)" : (m) => m === module || m.startsWith(`${module}.`);
     const parameters = nodes
       .filter((n) => n.kind !== "op" && inside(n.module))
       .map((n) => ({
@@ -568,6 +583,7 @@ export function graphSummary(graph, id) {
       kind: "module",
       id,
       module,
+      label: group.label || (module === "" ? ROOT_MARK : module),
       type: group.type,
       norm: group.norm,
       nan: group.nan,

@@ -2,10 +2,27 @@
 import { add, errorLine, fill, h } from "./dom.js";
 import { FINDING_LABELS, findingsSummary, parseNumber } from "./logic.js";
 
-/** A hook site with its argument's name when PyTorch's schema gives one: "grad_inputs[1] (mat1)". */
+/**
+ * A hook site with what its gradient belongs to: "grad_inputs[1] (mat1)" (a Node's argument, from
+ * PyTorch's schema), "grad_input[0] (x)" (a module's forward input, by name).
+ */
 export function siteLabel(site, names) {
-  const m = /^grad_inputs\[(\d+)\]$/.exec(site);
+  const m = /^grad_inputs?\[(\d+)\]$/.exec(site);
   return m && names && names[Number(m[1])] ? `${site} (${names[Number(m[1])]})` : site;
+}
+
+/** What an edit's target is called on the page: its id or module, the root module by its box's name. */
+export function targetLabel(edit) {
+  return edit.label || edit.target || "(root)";
+}
+
+/**
+ * The line under Apply when the chosen site already holds an edit (one edit per site: applying
+ * replaces it, hookviz.Session.edit): "Apply replaces the edit grad + 1 at x · grad"; "" else.
+ */
+export function replaceNote(edits, target, site) {
+  const old = (edits || []).find((e) => e.target === target && e.slot === site);
+  return old ? `Apply replaces the edit ${old.source} at ${targetLabel(old)} · ${old.slot}` : "";
 }
 
 /**
@@ -13,7 +30,7 @@ export function siteLabel(site, names) {
  * site, expression}) keeps what the user typed across redraws, so a refused expression stays in
  * the box to be fixed.
  */
-export function renderEditor(el, inspector, error, typed, send, disabledNote = "") {
+export function renderEditor(el, inspector, error, typed, send, disabledNote = "", edits = []) {
   el.replaceChildren();
   if (!inspector || !inspector.id) return;
   const target = inspector.target ?? inspector.id;
@@ -37,7 +54,16 @@ export function renderEditor(el, inspector, error, typed, send, disabledNote = "
     "aria-label": "expression",
     spellcheck: "false",
   });
-  site.addEventListener("change", () => (typed.site = site.value));
+  const replacing = h("div", { class: "hv-muted hv-small hv-replaces" });
+  const showReplacing = () => {
+    replacing.textContent = replaceNote(edits, target, site.value);
+    replacing.hidden = !replacing.textContent;
+  };
+  showReplacing();
+  site.addEventListener("change", () => {
+    typed.site = site.value;
+    showReplacing();
+  });
   expr.addEventListener("input", () => (typed.expression = expr.value));
   const apply = () => send({ type: "apply_edit", target, slot: site.value, expression: expr.value });
   expr.addEventListener("keydown", (e) => {
@@ -51,7 +77,7 @@ export function renderEditor(el, inspector, error, typed, send, disabledNote = "
   expr.addEventListener("keyup", (e) => e.stopPropagation());
   add(
     el,
-    h("h4", {}, `Edit the gradient a hook returns at ${target}`),
+    h("h4", {}, `Edit the gradient a hook returns at ${inspector.label || target || "(root)"}`),
     h(
       "div",
       { class: "hv-row" },
@@ -64,6 +90,7 @@ export function renderEditor(el, inspector, error, typed, send, disabledNote = "
       ),
     ),
     disabledNote ? h("div", { class: "hv-muted hv-small" }, disabledNote) : null,
+    replacing,
     h("div", { class: "hv-muted hv-small" }, "Expression over grad, e.g. grad * 0, grad + 1, clamp(grad, -1, 1)"),
     errorLine(error),
   );
@@ -94,7 +121,7 @@ export function renderEdits(el, edits, code, error, send, state = {}, disabledNo
             h(
               "li",
               { "data-edit-id": e.id },
-              h("code", {}, `${e.target} · ${e.slot} ← ${e.source}`),
+              h("code", {}, `${targetLabel(e)} · ${e.slot} ← ${e.source}`),
               e.pending
                 ? h("span", { class: "hv-badge hv-badge-pending", title: "applied at the next re-run" }, "pending")
                 : null,

@@ -10,6 +10,7 @@ import {
   graphSummary,
   IDENTICAL_BLOCKS_MIN,
   interleaved,
+  moduleTree,
   prepareGraph,
   reveal,
   revealTarget,
@@ -19,8 +20,10 @@ import {
   treeCollapsed,
   visibleGraph,
   visibleCount,
+  visibleGraph,
   VISIBLE_BUDGET,
 } from "../src/logic.js";
+import { replaceNote, siteLabel } from "../src/panels.js";
 import { savedModel } from "../src/saved.js";
 import { payload } from "./fixtures.js";
 
@@ -262,5 +265,44 @@ describe("the saved page's model", () => {
     model.send({ type: "rerun" });
     expect(model.get("errors").rerun).toBe("saved page");
     expect(model.get("__inspectors")).toBeUndefined();
+  });
+});
+
+describe("the root module's box", () => {
+  it("holds a model with no submodules, named by its class, in both views", () => {
+    const graph = prepareGraph(payload("canonical"));
+    const root = graph.groups.find((g) => g.module === "");
+    expect(root.label).toBe("Canonical (root)");
+    const drawn = visibleGraph(graph, defaultCollapsed(graph));
+    expect(drawn.groups.map((g) => g.group.id).sort()).toEqual(["group:", "group:(loss)"]);
+    // every op and leaf of the model sits in it, the loss beside it
+    const parents = new Map(drawn.nodes.map(({ node, parent }) => [node.id, parent]));
+    expect(parents.get("SubBackward0_0")).toBe("group:");
+    expect(parents.get("x")).toBe("group:");
+    expect(parents.get("MseLossBackward0_0")).toBe("group:(loss)");
+    const tree = moduleTree(graph, treeCollapsed(graph.groups));
+    expect(tree.groups.map((g) => g.group.label)).toEqual(["Canonical (root)", "(loss)"]);
+  });
+
+  it("is found under the names it shows, and is never closed by the first views", () => {
+    const graph = prepareGraph(payload("canonical"));
+    for (const name of ["(root)", "Canonical (root)", "Canonical", "canonical"])
+      expect(find(name, graph)).toBe("module:");
+    const deep = prepareGraph(payload("deep40"));
+    expect(defaultCollapsed(deep)).not.toContain("");
+    expect(treeCollapsed(deep.groups)).not.toContain("");
+    expect(collapseAll(deep.groups)).not.toContain("");
+    // its top-level modules hang under it; a closed root opens again to reveal one of them
+    expect(deep.groups.find((g) => g.module === "blocks").parent).toBe("group:");
+    expect(revealTarget(["", "blocks"], "module:blocks.3", deep)).not.toContain("");
+  });
+
+  it("names its hook sites, and says which edit Apply replaces", () => {
+    expect(siteLabel("grad_input[2]", ["x", "y", "z"])).toBe("grad_input[2] (z)");
+    const edits = [{ id: "e1", target: "", label: "Canonical (root)", slot: "grad_input[0]", source: "grad * 2" }];
+    expect(replaceNote(edits, "", "grad_input[0]")).toBe(
+      "Apply replaces the edit grad * 2 at Canonical (root) · grad_input[0]",
+    );
+    expect(replaceNote(edits, "", "grad_input[1]")).toBe("");
   });
 });
