@@ -1540,10 +1540,10 @@ def test_every_none_in_the_inspector_says_why():
     assert data["output"] is not None and data["output_note"] is None
     assert widget.select("module:")
     data = widget.inspector
-    assert data["type"] == "Seed" and data["slot_names"]["grad_input"] == ["x", "y", "z"]
+    assert data["type"] == "Seed" and data["grad_input_names"] == ["x", "y", "z"]
     # a legacy hook sits on the last op's Node (SubBackward0): its slots are that op's arguments
-    assert data["legacy_node"] == "SubBackward0_0"
-    assert data["slot_names"]["legacy_grad_input"] == ["self", "other"]
+    assert data["output_node"] == "SubBackward0_0"
+    assert [n.split(" ")[0] for n in data["legacy_grad_input_names"]] == ["self", "other"]
     assert data["legacy_grad_input"][1] is None
     assert data["none_text"]["legacy_grad_input"][1].startswith("None: other (input 1) does not require grad")
     # A module input that does not require grad: its full hook's grad_input is None, and says so.
