@@ -12,12 +12,13 @@ import math
 
 from hookviz.text import as_number, number
 
-# Red: NaN/Inf on the graph and the heatmaps; on the chart, zero norms and the vanishing line.
+# Red: NaN/Inf only (graph, heatmaps, chart), and error text in the page.
 NAN_COLOR = "#e53935"
 NO_GRAD_COLOR = "#bdbdbd"  # no gradient reached it
 ZERO_GRAD_COLOR = "#263238"  # a gradient of exact zeros (no place on a log scale)
 NOT_WATCHED_COLOR = "#eceff1"  # the watch view: an element the watch recorded nothing for
-EXPLODING_COLOR = "#fb8c00"  # the warning orange of the page (style.css --hv-warn-line)
+WARNING_COLOR = "#fb8c00"  # the warning orange of the page (style.css --hv-warn-line): thresholds
+EXPLODING_COLOR = WARNING_COLOR
 STEP_COLOR = "#607d8b"  # the step on screen, marked on a watch's figures (not a finding: no red)
 # Lines told apart (a watch's per-layer lines): Tableau 10 without its red, which means NaN/Inf.
 LINE_COLORS = (
@@ -31,6 +32,11 @@ LINE_COLORS = (
     "#bcbd22",
     "#7f7f7f",
 )
+
+# The inspector's heatmaps of a tensor's values: white at 0, shading to blue below and to brown
+# above (ColorBrewer's BrBG ends: no red, which means NaN/Inf, drawn in NAN_COLOR). A block
+# overview (root mean squares, never negative) shades from white to brown only.
+HEATMAP_COLORS = {"negative": "#2166ac", "zero": "#ffffff", "positive": "#8c510a", "nan": NAN_COLOR}
 
 # Viridis at 10 evenly spaced stops (matplotlib's table), from the smallest norm to the largest.
 VIRIDIS = (

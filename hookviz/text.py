@@ -40,8 +40,7 @@ def number(value) -> str:
     if n.is_integer() and abs(n) < 1e9:
         return str(int(n))
     if abs(n) >= 1e5 or abs(n) < 1e-3:
-        mantissa, exponent = f"{n:.2e}".split("e")
-        return f"{mantissa}e{int(exponent):+d}"
+        return _exponent(n)
     return format(float(f"{n:.4g}"), "g")
 
 
@@ -91,3 +90,33 @@ def norm(value, nan: bool = False) -> str:
 def ratio(value) -> str:
     """A ratio of two norms (this run / the baseline) as ``"1.5×"``; None as ``"–"``."""
     return MISSING if as_number(value) is None else f"{number(value)}×"
+
+
+def size(nbytes) -> str:
+    """A size in bytes in binary units, as the notebooks speak of memory: ``512 B``, ``12 KiB``,
+    ``1.5 MiB``, ``2.25 GiB`` (3 significant digits); None as ``"–"``."""
+    n = as_number(nbytes)
+    if n is None:
+        return MISSING
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} B" if unit == "B" else f"{format(float(f'{n:.3g}'), 'g')} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")  # the loop returns at GiB
+
+
+def _exponent(n: float) -> str:
+    mantissa, exponent = f"{n:.2e}".split("e")
+    return f"{mantissa}e{int(exponent):+d}"
+
+
+def column(values) -> list[str]:
+    """The numbers of one table column (floats, JSON's forms of them, None) in one format: each
+    as :func:`number` writes it when every finite non-zero one lies in [1e-3, 1e5), else each in
+    exponent form (``2.51e+6`` and ``5.50e+6``, never ``2.51e+6`` over ``5499721``); 0, NaN,
+    inf and None as :func:`number` writes them."""
+    numbers = [as_number(v) for v in values]
+    finite = [n for n in numbers if n is not None and math.isfinite(n) and n != 0]
+    if all(1e-3 <= abs(n) < 1e5 for n in finite):
+        return [number(n) for n in numbers]
+    return [_exponent(n) if n is not None and math.isfinite(n) and n != 0 else number(n) for n in numbers]

@@ -76,3 +76,25 @@ def test_the_range_is_whole_decades_around_the_finite_positive_norms():
     legend = colors.legend({"lo": -4, "hi": 4}, "t")
     assert [s["text"] for s in legend["stops"]] == ["-4", "-2", "0", "2", "4"]
     assert legend["stops"][0]["color"] == colors.scale_color(0)
+
+
+def test_sizes_read_in_the_notebooks_binary_units():
+    sizes = [0, 512, 12 * 1024, 1572864, 2.25 * 2**30, None]
+    assert [text.size(n) for n in sizes] == ["0 B", "512 B", "12 KiB", "1.5 MiB", "2.25 GiB", "–"]
+
+
+def test_a_column_of_numbers_has_one_format():
+    # the leaf table's max column once read 2.51e+6 over 5499721
+    assert text.column([2.51e6, 5499721, None, math.nan, 0]) == ["2.51e+6", "5.50e+6", "–", "NaN", "0"]
+    assert text.column([0.5, 12.3456, 3, -7]) == ["0.5", "12.35", "3", "-7"]  # all in [1e-3, 1e5)
+    assert text.column([1e-7, 0.25]) == ["1.00e-7", "2.50e-1"]
+    assert text.column([]) == []
+
+
+def test_heatmaps_have_no_red_but_for_nan():
+    assert colors.HEATMAP_COLORS["nan"] == colors.NAN_COLOR
+    others = {k: v for k, v in colors.HEATMAP_COLORS.items() if k != "nan"}
+    assert len(others) == 3 and colors.NAN_COLOR not in others.values()
+    for hex_color in others.values():  # no red-dominated colour: red exceeds neither green nor blue by much
+        r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+        assert r - max(g, b) < 80, hex_color

@@ -421,6 +421,25 @@ def test_replay_shows_the_hooks_that_fired(capsys):
     assert any(h["owner"] == "user" for h in widget.inspector["hooks"])
 
 
+class ResidualList(nn.Module):
+    """Notebook 05's residual MLP: blocks in a ModuleList, each added to the stream by the root
+    module's own ``Add`` (the Adds sit outside the list's box)."""
+
+    def __init__(self, depth: int, width: int = 4):
+        super().__init__()
+        self.inp = nn.Linear(width, width)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.ReLU()) for _ in range(depth)
+        )
+        self.out = nn.Linear(width, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = x + block(x)
+        return self.out(x)
+
+
 def Deep(depth: int) -> ResidualStack:  # noqa: N802 (reads as the model it builds)
     return ResidualStack(depth, width=4)
 
@@ -452,6 +471,10 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
     for depth in (2, 6, 12, 40):
         torch.manual_seed(0)
         widgets[f"deep{depth}"] = show(Deep(depth), (torch.randn(3, 4),), input_grads=True)
+    torch.manual_seed(0)  # notebook 07's deep sigmoid MLP and notebook 05's residual stack
+    mlp = sigmoid_mlp(depth=8, width=4, inputs=4, classes=2)
+    widgets["mlp"] = show(mlp, (torch.randn(3, 4),), loss_fn=torch.sum)
+    widgets["residual"] = show(ResidualList(10), (torch.randn(3, 4),), loss_fn=torch.sum)
     FIXTURES.mkdir(exist_ok=True)
     for name, widget in widgets.items():
         graph = widget.graph
@@ -1495,3 +1518,73 @@ def test_show_live_refuses_bad_rates():
         ]:
             with pytest.raises(hookviz.WatchError, match=message):
                 hookviz.show(watch, **options)
+
+
+def test_every_none_in_the_inspector_says_why():
+    # The README's seed: 2x + 3y - 5z in one module; z does not require grad.
+    class Seed(nn.Module):
+        def forward(self, x, y, z):
+            return 2 * x + 3 * y - 5 * z
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = torch.tensor([3.0, 4.0], requires_grad=True)
+    z = torch.tensor([5.0, 6.0])
+    widget = show(Seed(), (x, y, z), loss_fn=torch.sum)
+    assert widget.select("SubBackward0_0")
+    data = widget.inspector
+    assert data["grad_inputs"][1] is None and data["grad_input_names"] == ["self", "other"]
+    assert data["none_text"]["grad_inputs"] == [
+        None,
+        "None: other (input 1) does not require grad, so autograd computes no gradient for it",
+    ]
+    assert data["output"] is not None and data["output_note"] is None
+    assert widget.select("module:")
+    data = widget.inspector
+    assert data["type"] == "Seed" and data["grad_input_names"] == ["x", "y", "z"]
+    # a legacy hook sits on the last op's Node (SubBackward0): its slots are that op's arguments
+    assert data["output_node"] == "SubBackward0_0"
+    assert [n.split(" ")[0] for n in data["legacy_grad_input_names"]] == ["self", "other"]
+    assert data["legacy_grad_input"][1] is None
+    assert data["none_text"]["legacy_grad_input"][1].startswith("None: other (input 1) does not require grad")
+    # A module input that does not require grad: its full hook's grad_input is None, and says so.
+    linear = show(nn.Linear(2, 1), (torch.ones(3, 2),), loss_fn=torch.sum, input_grads=False)
+    assert linear.select("module:")
+    assert linear.inspector["grad_input"] == [None]
+    assert linear.inspector["none_text"]["grad_input"] == ["None: input does not require grad"]
+
+
+def test_a_step_inside_one_torch_call_names_the_call_and_saved_sizes_read_in_mib():
+    from hookviz.examples import TinyGPT, next_token_loss
+
+    torch.manual_seed(0)
+    model = TinyGPT(dropout=0.0)
+    tokens = torch.randint(0, 1000, (2, 128))
+    widget = show(model, (tokens,), loss_fn=lambda logits: next_token_loss(logits, tokens))
+    run = widget.run
+    biggest = max(run.nodes.values(), key=lambda n: n.saved_bytes)
+    assert widget.select(biggest.id)
+    data = widget.inspector
+    # nn.Linear's F.linear on a 3-D input is one call from Python that makes view, t, addmm, view
+    assert data["output"] is None and biggest.op == "AddmmBackward0"
+    note = data["output_note"]
+    assert f"one torch call from Python in {biggest.module} (Linear), whose result is ViewBackward0_" in note
+    assert "scaled_dot_product_attention" not in note
+    result = note.split("whose result is ")[1].split(":")[0]
+    assert run.nodes[result].output is not None and run.nodes[result].module == biggest.module
+    saved = {s["name"]: s for s in data["saved"]}
+    assert saved["mat1"]["nbytes"] == 1572864 and saved["mat1"]["size"] == "1.5 MiB"
+    assert all(s["size"].endswith(("B", "KiB", "MiB")) for s in data["saved"])
+
+
+def test_each_leaf_table_column_has_one_number_format():
+    # x's gradient after grad + 888888 is whole; y's is not: one column held 2.51e+6 over 5499721
+    widget = show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
+    widget.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad * 1234567.3")
+    widget.apply_edit("MulBackward0_0", "grad_inputs[0]", "grad + 888888")
+    widget.rerun()
+    rows = widget.leaf_summary
+    assert len(rows) == 3
+    for column in ("norm", "min", "max", "ratio"):
+        cells = [row["text"][column] for row in rows]
+        exponent = ["e+" in c or "e-" in c for c in cells if c not in ("–", "0", "NaN")]
+        assert exponent and len(set(exponent)) == 1, (column, cells)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
-from hookviz.colors import NAN_COLOR, norm_color
+from hookviz.colors import WARNING_COLOR, ZERO_GRAD_COLOR, norm_color
 from hookviz.data.run import Run
 from hookviz.widget.graph import color_range
 from hookviz.widget.payload import json_float
@@ -112,7 +112,7 @@ def chart_spec(chart: dict) -> dict:
             "y": [floor] * len(zeros),
             "name": "zero (drawn at the floor)",
             "mode": "markers",
-            "marker": {"symbol": "triangle-down", "size": 10, "color": NAN_COLOR},
+            "marker": {"symbol": "triangle-down", "size": 10, "color": ZERO_GRAD_COLOR},
         },
     ]
     threshold = chart.get("threshold")
@@ -132,7 +132,8 @@ def chart_spec(chart: dict) -> dict:
             },
         },
         "yaxis": {"type": "log", "title": {"text": "‖grad‖ (log)"}, "exponentformat": "e"},
-        "legend": {"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
+        # at the left: plotly's toolbar takes the top right corner (it covered the legend there)
+        "legend": {"orientation": "h", "y": 1.12, "x": 0, "xanchor": "left"},
         "shapes": [],
         "annotations": [],
     }
@@ -145,7 +146,7 @@ def chart_spec(chart: dict) -> dict:
                 "x1": 1,
                 "y0": threshold,
                 "y1": threshold,
-                "line": {"color": NAN_COLOR, "dash": "dash", "width": 1},
+                "line": {"color": WARNING_COLOR, "dash": "dash", "width": 1},
             }
         )
         layout["annotations"].append(
@@ -155,7 +156,7 @@ def chart_spec(chart: dict) -> dict:
                 "y": math.log10(threshold),  # annotations on a log axis are placed in log10 units
                 "text": chart.get("rule") or f"vanishing < {threshold:g}",
                 "showarrow": False,
-                "font": {"color": NAN_COLOR, "size": 10},
+                "font": {"color": WARNING_COLOR, "size": 10},
                 "xanchor": "left",
                 "yanchor": "bottom",
             }

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from hookviz import text
 from hookviz.analysis.explain import explain
+from hookviz.colors import HEATMAP_COLORS
 from hookviz.data.run import Run, records_equal
 from hookviz.errors import TargetError
 from hookviz.widget.graph import operand_hint
@@ -116,7 +118,14 @@ def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> 
         "grad_inputs": tensors_json(record.grad_inputs),
         "grad_inputs_before_edit": tensors_json(record.grad_inputs_before_edit),
         "saved": [
-            {"name": s.name, "shape": list(s.shape), "dtype": s.dtype, "nbytes": s.nbytes, "of": s.of}
+            {
+                "name": s.name,
+                "shape": list(s.shape),
+                "dtype": s.dtype,
+                "nbytes": s.nbytes,
+                "of": s.of,
+                "size": text.size(s.nbytes),
+            }
             for s in record.saved
         ],
         "hooks": _hooks_json(run, node_id, record),
@@ -127,6 +136,12 @@ def node_inspector_json(run: Run, node_id: str, baseline: Run | None = None) -> 
         "edited": any(edit.target == node_id for edit in run.edits),
         "before": None,
         "changed": None,
+        "heatmap_colors": HEATMAP_COLORS,
+    }
+    out["output_note"] = None if record.output is not None else _no_forward_value(run, node_id)
+    out["none_text"] = {
+        "grad_inputs": _none_grad_inputs(run, node_id, out["grad_inputs"], out["grad_input_names"]),
+        "grad_outputs": _none_grad_outputs(out["grad_outputs"]),
     }
     if record.order is None or not any(g is not None for g in record.grad_outputs):
         out["explanation"] = explain(run, node_id)  # why no hook fires here
@@ -186,10 +201,13 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
             if e.target == module
         ],
         "sites": list(sites),
+        "type": call.type,
         "edited": any(e.target == module for e in run.edits),
         "before": None,
         "changed": None,
+        "heatmap_colors": HEATMAP_COLORS,
     }
+    _module_none_text(run, call, out)
     if not call.full_hook_fires:
         out["explanation"] = explain(run, module)  # why its full backward hook never fires
     if baseline is not None and baseline is not run:
@@ -200,6 +218,113 @@ def module_inspector_json(run: Run, module: str, sites: list[str], baseline: Run
         if before is not None:
             out["before"], out["changed"] = _against(call, before, ("grad_input", "grad_output"))
     return out
+
+
+# ----- what each None means ------------------------------------------------------------------
+# A None in the inspector says why it is None (the page draws these sentences as they are).
+
+
+def _no_forward_value(run: Run, node_id: str) -> str:
+    """Why an op Node has no forward value: its details are pending, it is a leaf, or it is a
+    step inside one torch call made from Python (hookviz's ``TorchFunctionMode``,
+    :mod:`hookviz.record.forward_recorder`, sees each call's result, not the Nodes autograd makes
+    inside it: ``F.linear`` on a 3-D input runs view, t, addmm, view in C++; the math path of
+    ``scaled_dot_product_attention`` its softmax and matmuls)."""
+    record = run.node(node_id)
+    if "output" in record.pending:
+        return "None: recorded with the run's details, in a moment"
+    if record.kind != "op":
+        return "None: a leaf (a parameter or an input) is not computed by an op in this graph"
+    result = _call_result(run, node_id)
+    module = record.module
+    types = {call.module: call.type for call in run.calls}
+    where = f"{module} ({types[module]})" if module in types else (module or "the root module")
+    inside = f"one torch call from Python in {where}" + (f", whose result is {result}" if result else "")
+    return (
+        f"None: {record.op} is a step autograd made inside {inside}: hookviz keeps the result of "
+        "each call made from Python, not the steps inside it. Its gradients below are recorded "
+        "all the same."
+    )
+
+
+def _call_result(run: Run, node_id: str) -> str | None:
+    """The Node, made later in the same module, whose forward value hookviz saw: the result of
+    the torch call ``node_id`` was a step of (following the forward edges); None if none."""
+    consumers: dict[str, list[str]] = {}
+    for producer, consumer, _ in run.edges:
+        consumers.setdefault(producer, []).append(consumer)
+    module = run.node(node_id).module
+    seen, todo = {node_id}, [node_id]
+    while todo:
+        for other in consumers.get(todo.pop(0), []):
+            record = run.nodes[other]
+            if other in seen or record.module != module:
+                continue
+            if record.output is not None:
+                return other
+            seen.add(other)
+            todo.append(other)
+    return None
+
+
+def _slot(i: int, names) -> str:
+    return f"{names[i]} (input {i})" if names and i < len(names) and names[i] else f"input {i}"
+
+
+def _none_grad_inputs(run: Run, node_id: str, grads, names) -> list[str | None] | None:
+    """For each ``None`` among a Node's ``grad_inputs``, why: its input does not require grad
+    (autograd made no edge to it), or its backward returned no gradient there."""
+    if grads is None:
+        return None
+    wired = {slot for _, consumer, slot in run.edges if consumer == node_id}
+    return [
+        None
+        if g is not None
+        else f"None: {_slot(i, names)} does not require grad, so autograd computes no gradient for it"
+        if i not in wired
+        else f"None: the backward of {run.node(node_id).op} returned no gradient for {_slot(i, names)}"
+        for i, g in enumerate(grads)
+    ]
+
+
+def _none_grad_outputs(grads) -> list[str | None] | None:
+    if grads is None:
+        return None
+    return [None if g is not None else "None: no gradient reached this output from the loss" for g in grads]
+
+
+def _module_none_text(run: Run, call, out: dict) -> None:
+    """Why each None of a module's hook views is None, as ``out["none_text"]`` (by view): an
+    argument that is no tensor, or one that does not require grad (by ``forward``'s name for it);
+    a legacy hook's as its last op's Node's (:func:`_none_grad_inputs`)."""
+    inputs = call.inputs or {}
+    positional = list(inputs)[: len(call.grad_input)]
+
+    def why_input(i: int) -> str:
+        if i >= len(positional):
+            return "None: this argument is not a tensor that requires grad"
+        value = inputs[positional[i]]
+        if isinstance(value, str):
+            return f"None: {positional[i]} is not a tensor ({value})"
+        return f"None: {positional[i]} does not require grad"
+
+    legacy_op = run.nodes[call.output_node].op if call.output_node in run.nodes else None
+    out["none_text"] = {
+        "grad_input": [None if g is not None else why_input(i) for i, g in enumerate(call.grad_input)],
+        "grad_output": [
+            None if g is not None else "None: this output is not a tensor that requires grad"
+            for g in call.grad_output
+        ],
+        "legacy_grad_input": _none_grad_inputs(
+            run,
+            call.output_node,
+            out["legacy_grad_input"],
+            grad_input_names(legacy_op, len(call.legacy_grad_input)),
+        )
+        if call.output_node in run.nodes
+        else None,
+        "legacy_grad_output": _none_grad_outputs(out["legacy_grad_output"]),
+    }
 
 
 def _input_names(call) -> list[str] | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from hookviz import text
 from hookviz.data.run import Run, leaf_diffs
 from hookviz.data.stats_batch import StatsBatch
@@ -29,7 +31,8 @@ def leaf_summary_json(
 ) -> list[dict]:
     """Every leaf's grad in the baseline and in ``run``: ``[{name, before, after, changed, ratio,
     text}]``; ``ratio``: ‖grad‖ in ``run`` over ‖grad‖ in the baseline (None when either is
-    missing or zero), ``text``: ``{"ratio": "1.5×"}``, as the table shows it.
+    missing or zero), ``text``: the table's cells ``{"norm", "min", "max", "ratio"}`` of this run,
+    each column in one number format (:func:`hookviz.text.column`; ratio as ``"1.5×"``).
 
     ``baseline_summaries`` (from :func:`leaf_summaries`) skips summarising the baseline again;
     a leaf whose gradient did not change reuses the baseline's summary.
@@ -49,10 +52,25 @@ def leaf_summary_json(
                 "after": now,
                 "changed": bool(leaf.changed),
                 "ratio": json_float(ratio),
-                "text": {"ratio": text.ratio(ratio)},
             }
         )
+    _column_texts(rows)
     return rows
+
+
+# The leaf table's numeric columns: the summary field each shows (ratio: the row's own).
+LEAF_COLUMNS = ("norm", "min", "max")
+
+
+def _column_texts(rows: list[dict]) -> None:
+    """Give each row its ``text``: the cells of :data:`LEAF_COLUMNS` and the ratio, one number
+    format per column over every row (a column never mixes ``2.51e+6`` with ``5499721``)."""
+    columns = {name: text.column([(row["after"] or {}).get(name) for row in rows]) for name in LEAF_COLUMNS}
+    ratios = text.column([row["ratio"] for row in rows])
+    for i, row in enumerate(rows):
+        row["text"] = {name: columns[name][i] for name in LEAF_COLUMNS}
+        finite = text.as_number(row["ratio"]) is not None and math.isfinite(text.as_number(row["ratio"]))
+        row["text"]["ratio"] = f"{ratios[i]}×" if finite else ratios[i]
 
 
 def _ratio(now: dict | None, then: dict | None) -> float | None:

@@ -110,8 +110,10 @@ function styleFor(t) {
         "border-color": "data(color)",
         "border-width": 2,
         color: t.text,
+        // The title starts at the box's left edge: the edges that enter a box come down to the
+        // ops inside it, mostly near its middle, where a centred title sat on them.
         "text-valign": "top",
-        "text-halign": "center",
+        "text-halign": "left-inside",
         "text-wrap": "none",
         "font-weight": "bold",
         padding: BOX_PADDING.side,

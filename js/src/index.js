@@ -245,7 +245,9 @@ function render({ model, el }) {
     const g = graphOf();
     if (model.get("collapsed") === null || model.get("collapsed") === undefined) {
       if (!g.groups) return false;
-      setState({ collapsed: firstCollapsed(g, model.get("view"), model.get("visible_budget") ?? VISIBLE_BUDGET) });
+      // A selection made before the page drew (w.select in the cell that made the widget) is drawn.
+      const budget = model.get("visible_budget") ?? VISIBLE_BUDGET;
+      setState({ collapsed: firstCollapsed(g, model.get("view"), budget, model.get("selected") || null) });
       return true;
     }
     return false;
@@ -256,6 +258,7 @@ function render({ model, el }) {
   // Select an element (a node id or "module:<name>") and open the boxes around it so it is drawn.
   let quietSelection = null; // the replay's selection: no boxes open for it
   const selectElement = (id, { reveal = true } = {}) => {
+    searchError.textContent = ""; // a failed search's error goes with the next selection
     const changes = {};
     if (reveal) {
       const opened = revealTarget(collapsedNow(), id, graphOf());
@@ -298,6 +301,7 @@ function render({ model, el }) {
       },
       onToggleGroup: (module) => {
         mark("toggle");
+        searchError.textContent = "";
         // Opened in the page, with no round trip: the kernel may be busy (recording a large run's
         // details, or another cell); it learns the new state when the change is synced.
         setState({ collapsed: toggleGroup(collapsedNow(), module, graphOf().groups) });
@@ -362,6 +366,7 @@ function render({ model, el }) {
     graphError.textContent = e.group || "";
     selectError.textContent = e.select || "";
     messageError.textContent = e.message || staticNote;
+    messageError.classList.toggle("hv-static-note", !e.message && !!staticNote);
     watchBar.set(model.get("watch_view"), e.watch, model.get("watch_ranks") || []);
   };
   const bottom = root.querySelector(".hv-bottom");
@@ -476,6 +481,7 @@ function render({ model, el }) {
     // A saved page cannot re-run: it never asks for one (the button is disabled with the note).
     const stale = !!(model.get("edit_state") || {}).stale && !staticNote;
     rerun.classList.toggle("hv-pending", stale);
+    root.classList.toggle("hv-edits-pending", stale);
     rerun.textContent = stale ? "Re-run backward •" : "Re-run backward";
     staleNote.hidden = !stale;
     staleNote.textContent = stale ? "edits changed since this run: the graph shows the old run, press Re-run" : "";
@@ -519,7 +525,10 @@ function render({ model, el }) {
   };
 
   const handlers = {
-    "change:graph": drawGraph,
+    "change:graph": () => {
+      searchError.textContent = ""; // a new run: an old search's error no longer applies
+      drawGraph();
+    },
     "change:collapsed": drawGraph,
     "change:view": () => {
       // Replay's fading belongs to the view it was turned on in: another view starts without it.

@@ -273,6 +273,8 @@ export const ROW_BUDGET = 8;
 export const TREE_COLUMN_BUDGET = 16;
 // Siblings with one signature are marked "≡ identical blocks" from this many on (a pair is not a
 // pattern worth a mark; the first view still opens identical siblings together from two on).
+// Only blocks are marked: modules that hold modules (GPT-2's h.0 … h.11). The layers of an MLP
+// (Linear, Sigmoid, Linear, …) repeat too, but a mark on every box tells nothing apart.
 export const IDENTICAL_BLOCKS_MIN = 3;
 
 /** "a.b.c" -> "a.b", "a" -> null (the name's own parent; the root module's box, "", holds the
@@ -305,17 +307,21 @@ export function shortName(module) {
 
 /**
  * Complete a graph payload in place, once per graph: each group gets its `label` (shortName) and,
- * when at least IDENTICAL_BLOCKS_MIN siblings share its `signature` (same type, same own ops,
- * parameters of the same shapes, children identical in pairs: hookviz sends it), `repeat =
- * {index, count}` (1-based among them, in the order the payload lists them: hookviz sorts
- * siblings, natural order among equals); else repeat is null. Returns the graph.
+ * when it is a block (it holds child modules) and at least IDENTICAL_BLOCKS_MIN siblings share its
+ * `signature` (same type, same own ops, parameters of the same shapes, children identical in
+ * pairs: hookviz sends it), `repeat = {index, count}` (1-based among them, in the order the
+ * payload lists them: hookviz sorts siblings, natural order among equals); else repeat is null.
+ * Returns the graph.
  */
 export function prepareGraph(graph) {
   const groups = graph?.groups || [];
   const classes = new Map();
+  const parents = new Set(groups.map((g) => g.parent).filter(Boolean));
   for (const g of groups) {
     // the root module's box: named by its class, as hookviz sends it ("Canonical (root)")
     g.label = g.module === "" ? g.label || ROOT_MARK : shortName(g.module);
+    g.repeat = null;
+    if (!parents.has(g.id)) continue; // a layer, not a block
     const key = `${g.parent}\u0000${g.signature}`;
     if (!classes.has(key)) classes.set(key, []);
     classes.get(key).push(g);
@@ -373,16 +379,56 @@ function openLevels(groups, children, tryOpen) {
 }
 
 /**
+ * Whether the children of the box `module` take turns with ops outside it: a residual stack's
+ * ModuleList, whose blocks each feed an `Add` of the enclosing module and take their input from
+ * the Add before. Closed, such a box is one node under a fan of edges in and out, and the skip
+ * connections are hidden; open, each `Add` sits beside its block. True when more than half of its
+ * (at least two) children both take an edge from outside the box and give one to outside it.
+ */
+export function interleaved(graph, module) {
+  const kids = (graph?.groups || []).filter((g) => g.parent === groupId(module)).map((g) => g.module);
+  if (kids.length < 2) return false;
+  // The child of the box that holds a node's module (itself or an enclosing one), null outside it.
+  const prefix = `${module}.`;
+  const childOf = new Map();
+  for (const n of graph.nodes || []) {
+    if (!n.module.startsWith(prefix)) continue;
+    const next = n.module.indexOf(".", prefix.length);
+    childOf.set(n.id, next < 0 ? n.module : n.module.slice(0, next));
+  }
+  const fromOutside = new Set();
+  const toOutside = new Set();
+  for (const [source, target] of graph.edges || []) {
+    const a = childOf.get(source);
+    const b = childOf.get(target);
+    if (a !== undefined && b === undefined) toOutside.add(a);
+    if (a === undefined && b !== undefined) fromOutside.add(b);
+  }
+  return kids.filter((k) => fromOutside.has(k) && toOutside.has(k)).length * 2 > kids.length;
+}
+
+/**
  * The modules collapsed in the first view of the graph (the "Overview"): the module tree opened as
  * deep as fits. Every top-level module starts as one box; boxes that hold other modules open level
  * by level while the drawn elements stay within `budget` and a box holds at most ROW_BUDGET child
- * modules; identical siblings open together or not at all. Modules that hold only ops open only
- * when the whole graph fits, so a small model shows its ops and a large one its blocks.
+ * modules, or its children take turns with ops outside it (interleaved: a residual stack
+ * opens, so each `Add` sits beside its block); identical siblings open together or not at all.
+ * Modules that hold only ops open only when the whole graph fits, so a small model shows its ops
+ * and a large one its blocks. `selected` (a node id or "module:<name>"): the boxes around it open
+ * too (revealTarget), so a selection made before the first view is drawn.
  */
-export function defaultCollapsed(graph, budget = VISIBLE_BUDGET) {
+export function defaultCollapsed(graph, budget = VISIBLE_BUDGET, selected = null) {
   const nodes = graph?.nodes || [];
   const groups = graph?.groups || [];
   if (!groups.length || nodes.length + groups.length <= budget) return [];
+  const collapsed = openedAround(graph, budget);
+  return selected ? revealTarget(collapsed, selected, graph) : collapsed;
+}
+
+// The first view's collapsed list before the selection is revealed (see defaultCollapsed).
+function openedAround(graph, budget) {
+  const nodes = graph?.nodes || [];
+  const groups = graph?.groups || [];
   const children = childModules(groups);
   const kids = (m) => children.get(m) || [];
   const direct = new Map();
@@ -391,7 +437,8 @@ export function defaultCollapsed(graph, budget = VISIBLE_BUDGET) {
   let count = (direct.get("") || 0) + collapsed.size + (children.get(null).includes("") ? 1 : 0);
   openLevels(groups, children, (members) => {
     const added = members.reduce((sum, m) => sum + (direct.get(m) || 0) + kids(m).length, 0);
-    if (count + added > budget || members.some((m) => kids(m).length > ROW_BUDGET)) return false;
+    const wide = (m) => kids(m).length > ROW_BUDGET && !interleaved(graph, m);
+    if (count + added > budget || members.some(wide)) return false;
     count += added;
     for (const m of members) {
       collapsed.delete(m);
@@ -422,9 +469,15 @@ export function treeCollapsed(groups, budget = TREE_COLUMN_BUDGET) {
   return [...collapsed].sort();
 }
 
-/** The collapsed list a view kind starts with: "modules" (treeCollapsed) or "ops" (defaultCollapsed). */
-export function firstCollapsed(graph, view, budget = VISIBLE_BUDGET) {
-  return view === "modules" ? treeCollapsed(graph?.groups) : defaultCollapsed(graph, budget);
+/**
+ * The collapsed list a view kind starts with: "modules" (treeCollapsed) or "ops"
+ * (defaultCollapsed); either way the boxes around `selected` (a node id or "module:<name>": a
+ * selection made before the page drew, such as w.select in the cell that made the widget) are open.
+ */
+export function firstCollapsed(graph, view, budget = VISIBLE_BUDGET, selected = null) {
+  if (view !== "modules") return defaultCollapsed(graph, budget, selected);
+  const collapsed = treeCollapsed(graph?.groups);
+  return selected ? revealTarget(collapsed, selected, graph) : collapsed;
 }
 
 /** "Collapse all": every top-level module as one closed box (inside the root's open box). */

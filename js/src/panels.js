@@ -290,16 +290,17 @@ export function renderLeaves(el, leaves, pending = false) {
     h(
       "table",
       { class: "hv-leaves-table" },
-      h("tr", {}, header, h("th", {}, "value (baseline → this run)")),
+      h("tr", {}, header, h("th", {}, "value in this run")),
       shown.map((l) =>
         h(
           "tr",
           { class: l.changed ? "hv-changed" : "", "data-leaf": l.name },
           h("td", { class: "hv-slot", title: l.name }, l.name),
-          h("td", { class: "hv-num" }, l.after?.text?.norm ?? "–"),
-          h("td", { class: "hv-num" }, l.after?.text?.min ?? "–"),
-          h("td", { class: "hv-num" }, l.after?.text?.max ?? "–"),
-          h("td", { class: "hv-num" }, l.text?.ratio ?? "–"),
+          // Each column in one number format: Python wrote the cells (hookviz.widget.leaf_table).
+          h("td", { class: "hv-num", "data-column": "norm" }, l.text?.norm ?? "–"),
+          h("td", { class: "hv-num", "data-column": "min" }, l.text?.min ?? "–"),
+          h("td", { class: "hv-num", "data-column": "max" }, l.text?.max ?? "–"),
+          h("td", { class: "hv-num", "data-column": "ratio" }, l.text?.ratio ?? "–"),
           h("td", { class: "hv-leaf-after" }, leafCell(l.before, l.after, l.changed)),
         ),
       ),
@@ -307,29 +308,28 @@ export function renderLeaves(el, leaves, pending = false) {
   );
 }
 
+// The value once (this run's); a changed leaf's baseline value is its tooltip, the × baseline
+// column says by how much it changed.
 function leafCell(before, after, changed) {
   if (!after) return h("span", { class: "hv-muted" }, "None");
   const small = (t) => t?.text?.value !== undefined;
   if (!small(after)) return h("span", { class: "hv-shape" }, `[${(after.shape || []).join("×")}]`);
-  return h(
-    "span",
-    {},
-    changed && small(before) ? h("code", { class: "hv-before" }, before.text.value) : null,
-    changed && small(before) ? " → " : null,
-    h("code", {}, after.text.value),
-  );
+  const title = changed && small(before) ? `baseline: ${before.text.value}` : undefined;
+  return h("code", { class: "hv-value", title }, after.text.value);
 }
 
-/** What the user's hooks printed during the run. */
+/**
+ * What the user's hooks printed, kept only in runs loaded from files of hookviz versions that
+ * copied it (hookviz.Run.log): hooks print where they print, in the cell's output, so a new run
+ * has nothing here and the panel is hidden.
+ */
 export function renderLog(el, log) {
   el.replaceChildren();
-  add(el, h("h4", {}, `Hook log (${(log || []).length})`));
-  if (!log || !log.length) {
-    add(el, h("div", { class: "hv-muted" }, "Nothing printed by hooks in this run."));
-    return;
-  }
+  el.hidden = !log || !log.length;
+  if (el.hidden) return;
   add(
     el,
+    h("h4", {}, `Printed by hooks when this run was recorded (${log.length})`),
     h(
       "pre",
       { class: "hv-log-text" },

@@ -1,5 +1,6 @@
 // The view's rules (logic.js, their one home) on graph payloads the Python tests wrote from real
-// runs: a 2-, 6-, 12- and 40-block residual stack (blocks.i.fc, head) and a 6-layer GPT-2.
+// runs: a 2-, 6-, 12- and 40-block residual stack (blocks.i.fc, head), a 6-layer GPT-2, an 8-layer
+// sigmoid MLP (mlp) and notebook 05's residual stack, its Adds outside the blocks' list (residual).
 import { describe, expect, it } from "vitest";
 import {
   collapseAll,
@@ -8,6 +9,7 @@ import {
   firstCollapsed,
   graphSummary,
   IDENTICAL_BLOCKS_MIN,
+  interleaved,
   moduleTree,
   prepareGraph,
   reveal,
@@ -16,6 +18,7 @@ import {
   shortName,
   toggleGroup,
   treeCollapsed,
+  visibleGraph,
   visibleCount,
   visibleGraph,
   VISIBLE_BUDGET,
@@ -69,6 +72,47 @@ describe("the first view", () => {
     expect(treeCollapsed(graph.groups, 11)).toEqual(["blocks", ...blocks(12)].sort());
     expect(firstCollapsed(graph, "modules")).toEqual(treeCollapsed(graph.groups));
     expect(firstCollapsed(graph, "ops")).toEqual(defaultCollapsed(graph));
+  });
+});
+
+describe("the first view of a residual stack and of a selection", () => {
+  it("opens a ModuleList whose blocks take turns with the Adds outside it: each Add beside its block", () => {
+    const graph = payload("residual");
+    expect(interleaved(graph, "blocks")).toBe(true);
+    expect(interleaved(payload("deep12"), "blocks")).toBe(false); // its Adds are inside each block
+    // Ten blocks are more than a row holds, and they open all the same.
+    expect(graph.groups.filter((g) => g.parent === "group:blocks").length).toBeGreaterThan(ROW_BUDGET);
+    const collapsed = defaultCollapsed(graph);
+    expect(collapsed).not.toContain("blocks");
+    const view = visibleGraph(graph, collapsed);
+    const adds = view.nodes.filter((n) => n.node.op === "AddBackward0");
+    expect(adds.length).toBe(10);
+    // Every block box is drawn, and each has an edge to and from an Add: the skip connections.
+    let wired = 0;
+    for (let i = 0; i < 10; i++) {
+      const box = `group:blocks.${i}`;
+      expect(view.groups.some((g) => g.group.id === box && g.collapsed)).toBe(true);
+      const into = view.edges.some((e) => e.target === box && e.source.startsWith("AddBackward0"));
+      const out = view.edges.some((e) => e.source === box && e.target.startsWith("AddBackward0"));
+      if (i === 0 ? out : into && out) wired += 1;
+    }
+    expect(wired).toBe(10);
+    expect(visibleCount(graph, collapsed)).toBeLessThanOrEqual(VISIBLE_BUDGET);
+  });
+
+  it("opens the boxes around what was selected before the first view (w.select)", () => {
+    const graph = payload("gpt2");
+    const node = graph.nodes.find((n) => n.kind === "op" && n.module === "transformer.h.3.mlp.c_fc");
+    expect(defaultCollapsed(graph)).toContain("transformer.h.3"); // closed without a selection
+    for (const view of ["ops", "modules"]) {
+      const collapsed = firstCollapsed(graph, view, VISIBLE_BUDGET, node.id);
+      for (const box of ["transformer.h", "transformer.h.3", "transformer.h.3.mlp", "transformer.h.3.mlp.c_fc"])
+        expect(collapsed).not.toContain(box);
+    }
+    const drawn = visibleGraph(graph, firstCollapsed(graph, "ops", VISIBLE_BUDGET, node.id));
+    expect(drawn.representative.get(node.id)).toBe(node.id);
+    const box = firstCollapsed(graph, "ops", VISIBLE_BUDGET, "module:transformer.h.3.attn");
+    expect(visibleGraph(graph, box).groups.some((g) => g.group.module === "transformer.h.3.attn")).toBe(true);
   });
 });
 
@@ -153,6 +197,17 @@ describe("names and identical blocks", () => {
     const pair = new Map(prepareGraph(payload("deep2")).groups.map((g) => [g.module, g]));
     expect(IDENTICAL_BLOCKS_MIN).toBe(3);
     expect(pair.get("blocks.0").repeat).toBeNull();
+  });
+
+  it("marks blocks, not the layers of an MLP: Linear, Sigmoid, Linear, … are no blocks", () => {
+    const mlp = prepareGraph(payload("mlp"));
+    const repeated = new Map();
+    for (const g of mlp.groups) repeated.set(g.signature, (repeated.get(g.signature) || 0) + 1);
+    expect(Math.max(...repeated.values())).toBeGreaterThanOrEqual(IDENTICAL_BLOCKS_MIN); // they repeat
+    expect(mlp.groups.length).toBeGreaterThan(10);
+    expect(mlp.groups.filter((g) => g.repeat).length).toBe(0);
+    const residual = prepareGraph(payload("residual"));
+    expect(residual.groups.filter((g) => g.repeat).map((g) => g.module)).toEqual(blocks(10));
   });
 });
 
