@@ -85,11 +85,9 @@ class Watch:
         parameters: record each parameter's gradient (its ``.grad`` once a backward accumulated).
         outputs: also record the gradient w.r.t. each module's output (opt-in: a hook per output).
         capacity: steps kept before thinning (at least 2).
-        optimizer: None, an optimizer or a list of them: a step is one ``optimizer.step()``
-            (as :func:`watch`).
+        optimizer: None, an optimizer or a list of them (as :func:`watch`).
         scaler: the loop's ``torch.amp.GradScaler``, or None (as :func:`watch`).
-        stats_every: every statistic every ``stats_every``-th step, norms only on the others
-            (as :func:`watch`).
+        stats_every: every statistic every ``stats_every``-th step (as :func:`watch`).
 
     Raises:
         WatchError: no parameter requires grad; the model already has an open watch; bad arguments.
@@ -514,8 +512,7 @@ class Watch:
         """A plotly scatter of the findings of every kept step: x = step, y = module, colour = kind.
 
         Args:
-            **thresholds: as for :meth:`diagnose`.
-        """
+            **thresholds: as for :meth:`diagnose`."""
         history = self._history_or_error()
         findings = [f for step in history.steps for f in self.diagnose(step, group=False, **thresholds)]
         return plots.diagnosis_over_time(findings)
@@ -533,9 +530,8 @@ class Watch:
     def gather(self, dst: int = 0, group=None) -> watch_gather.RankHistory | None:
         """Bring every rank's history to rank ``dst``; a collective, call it on every rank.
 
-        Returns a :class:`~hookviz.watching.gather.RankHistory` on ``dst`` (also kept as
-        ``self.gathered``, which :func:`hookviz.save` writes), None elsewhere. Cost and findings:
-        see :mod:`hookviz.watching.gather`.
+        Returns a :class:`~hookviz.watching.gather.RankHistory` on ``dst`` (also ``self.gathered``,
+        which :func:`hookviz.save` writes), None elsewhere; see :mod:`hookviz.watching.gather`.
 
         Args:
             dst: the rank that receives the history.
