@@ -10,7 +10,8 @@ import typing
 from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.explain import explain
 from hookviz.analysis.findings import Finding
-from hookviz.data.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
+from hookviz.data.diff import Diff, diff
+from hookviz.data.run import ModuleCall, ModuleGrads, NodeRecord, Run
 from hookviz.data.tensors import TensorRecord
 from hookviz.edits.edit import Edit
 from hookviz.errors import (

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import hookviz
 from hookviz.data import stats_batch as stats
 from hookviz.data.deferred import PENDING
-from hookviz.data.run import leaf_diffs
+from hookviz.data.diff import leaf_diffs
 from hookviz.errors import (
     DetailsChanged,
     DetailsNotReproduced,

@@ -7,7 +7,8 @@ import torch
 from hookviz import text
 from hookviz.analysis.explain import explain
 from hookviz.colors import HEATMAP_COLORS
-from hookviz.data.run import Run, records_equal
+from hookviz.data.diff import records_equal
+from hookviz.data.run import Run
 from hookviz.errors import TargetError
 from hookviz.widget.graph import operand_hint
 from hookviz.widget.payload import tensor_json, tensors_json

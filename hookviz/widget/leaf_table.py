@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from hookviz import text
-from hookviz.data.run import Run, leaf_diffs
+from hookviz.data.diff import leaf_diffs
+from hookviz.data.run import Run
 from hookviz.data.stats_batch import StatsBatch
 from hookviz.widget.payload import json_float, tensor_json
 
