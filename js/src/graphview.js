@@ -5,6 +5,7 @@ import { elkLayout, warmUp } from "./elk.js";
 import { BOX_PADDING, edgeRouteStyle, elkGraph, fitZoom, positionsOf, routesOf, wraps } from "./layout.js";
 import {
   EDIT_COLOR,
+  groupId,
   HOOK_COLOR,
   overlayColor,
   replayOnVisible,
@@ -405,8 +406,8 @@ export class GraphView {
 
   /**
    * ELK positions of the drawn elements and routes of their edges: {positions, routes}. Top to
-   * bottom; when its labels would be too small to draw in this view and no box is open (a deep
-   * chain, see wraps), again wrapped into pieces side by side, and the larger of the two. The
+   * bottom; when its labels would be too small to draw in this view and no box but the root
+   * module's is open (a deep chain, see wraps), again wrapped into pieces side by side, and the larger of the two. The
    * Module tree view is a tree left to right, one column per depth.
    */
   layOut(els, nodes, tree = false) {
@@ -428,7 +429,9 @@ export class GraphView {
       const straight = drawing(result);
       const zoom = fitZoom(straight.positions, width, height);
       // A tree has one column per depth: wrapping would only tangle its edges.
-      if (tree || !wraps(zoom, FONT_SIZE, MIN_LABEL_PX, compound.size > 0)) return straight;
+      // The root module's box is always open; it wraps the chain inside itself (elkGraph).
+      const openBox = [...compound].some((id) => id !== groupId(""));
+      if (tree || !wraps(zoom, FONT_SIZE, MIN_LABEL_PX, openBox)) return straight;
       return elkLayout(elkGraph(items, edges, aspect, true, direction)).then((result) => {
         const wrapped = drawing(result);
         return fitZoom(wrapped.positions, width, height) > zoom ? wrapped : straight;

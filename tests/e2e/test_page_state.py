@@ -189,7 +189,9 @@ def test_gpt2_container_opens_and_the_page_answers_with_the_kernel_stopped(lab):
             )
             # The inspector says what the graph knows, and that the values wait for the kernel.
             inspector = root.locator(".hv-inspector").inner_text()
-            assert "module transformer.h.3.attn" in inspector and "child modules (3)" in inspector
+            # The title names the box as drawn and its type; the id row the module's full name.
+            assert "module h.3.attn · GPT2Attention" in inspector
+            assert "module:transformer.h.3.attn" in inspector and "child modules (3)" in inspector
             assert "asking the kernel" in inspector
             print(
                 f"open, close and search answered in {time.monotonic() - started:.1f} s with the kernel stopped"
