@@ -16,6 +16,8 @@ compares first), so CI fails.
 from __future__ import annotations
 
 import base64
+import gzip
+import re
 import sysconfig
 import tempfile
 from pathlib import Path
@@ -62,7 +64,10 @@ assert widget._esm == bundle, "the widget's _esm is not the installed static/wid
 # save_html: one page holding the bundle (base64), its loader and the run.
 with tempfile.TemporaryDirectory() as folder:
     page = widget.save_html(Path(folder) / "run.html").read_text(encoding="utf-8")
-assert base64.b64encode(bundle.encode("utf-8")).decode("ascii") in page, "save_html's page lacks the bundle"
+packed = re.search(r'<script type="text/plain" id="hookviz-esm">([^<]*)</script>', page)
+assert packed and gzip.decompress(base64.b64decode(packed.group(1))).decode("utf-8") == bundle, (
+    "save_html's page lacks the bundle"
+)
 assert loader.strip() in page, "save_html's page lacks the bundle's loader (static/saved_page.js)"
 assert '"SubBackward0_0"' in page, "save_html's page lacks the run"
 

@@ -1103,6 +1103,7 @@ def test_colour_scale_is_fixed_by_the_baseline_run(widget):
 
 def test_save_html_writes_one_self_contained_page(widget, tmp_path):
     import base64
+    import gzip
     import re
 
     widget.select("SubBackward0_0")
@@ -1112,7 +1113,7 @@ def test_save_html_writes_one_self_contained_page(widget, tmp_path):
     assert not re.search(r"<(script|link)[^>]+(src|href)=", page)
     bundle = re.search(r'<script type="text/plain" id="hookviz-esm">([^<]*)</script>', page)
     static = (Path(widget_data.__file__).parent / "static" / "widget.js").read_bytes()
-    assert base64.b64decode(bundle.group(1)) == static
+    assert gzip.decompress(base64.b64decode(bundle.group(1))) == static
     state = json.loads(
         re.search(r'id="hookviz-state">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</")
     )
