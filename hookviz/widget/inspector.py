@@ -331,7 +331,7 @@ def _module_none_text(run: Run, call, out: dict) -> None:
 def _input_names(call) -> list[str] | None:
     """What each of a full backward hook's ``grad_input`` is the gradient of: ``forward``'s
     positional arguments by name (``["x", "y", "z"]``); None while the run's details are pending."""
-    if call.inputs is None or len(call.inputs) < len(call.grad_input):
+    if "inputs" in call.pending or call.inputs is None or len(call.inputs) < len(call.grad_input):
         return None
     return list(call.inputs)[: len(call.grad_input)]
 
