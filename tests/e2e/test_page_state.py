@@ -115,7 +115,9 @@ def _open_container(page, root, chain: list[str], container: str, children: list
     inspector = root.locator(".hv-inspector")
     inspector.locator(".hv-children").wait_for(state="visible", timeout=10_000)
     text = inspector.inner_text()
-    assert f"module {container}" in text
+    # the id row names the module in full (the title is the box's short label and type until the
+    # kernel's answer comes)
+    assert f"module:{container}" in text
     # Read the cells in one call: the inspector is drawn again when the kernel's answer comes, and
     # a row read across that redraw would be a detached one.
     tables = inspector.evaluate(
