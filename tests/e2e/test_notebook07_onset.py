@@ -8,7 +8,6 @@ heatmap must mark it. Issue 41, points 3 and 5.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sys
@@ -31,14 +30,9 @@ def lab(tmp_path_factory):
     pytest.importorskip("sklearn")
     root = tmp_path_factory.mktemp("lab07")
     shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    settings = tmp_path_factory.mktemp("lab07-settings")  # every cell in the page (no windowing)
-    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
-    tracker.parent.mkdir(parents=True)
-    tracker.write_text(json.dumps({"windowingMode": "none"}))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JUPYTERLAB_SETTINGS_DIR", str(settings))
-        with harness.jupyter_lab(root) as base:
-            yield base
+    settings = tmp_path_factory.mktemp("lab07-settings")
+    with harness.jupyter_lab_every_cell(root, settings) as base:
+        yield base
 
 
 def test_exploding_banner_names_the_onset_step(lab):

@@ -9,7 +9,6 @@ edits stacked.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sys
@@ -33,15 +32,9 @@ def lab(tmp_path_factory):
     harness.require_browser()
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    # Every cell in the page (no windowing), as tests/e2e/test_notebook_browser.py does.
     settings = tmp_path_factory.mktemp("lab-settings")
-    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
-    tracker.parent.mkdir(parents=True)
-    tracker.write_text(json.dumps({"windowingMode": "none"}))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JUPYTERLAB_SETTINGS_DIR", str(settings))
-        with harness.jupyter_lab(root) as base:
-            yield base
+    with harness.jupyter_lab_every_cell(root, settings) as base:
+        yield base
 
 
 def _cell_after_the_widget() -> int:
