@@ -1278,12 +1278,15 @@ def test_the_ops_a_model_runs_after_its_last_submodule_are_drawn_in_the_loss_box
     assert boxes["MulBackward0_0"] == ""  # x * scale runs before fc: not the loss
     assert {n for n in in_loss if not n.startswith(("View", "LogSoftmax", "NllLoss"))} == set()
     assert all(widget.run.nodes[node].module == "" for node in in_loss)  # the records are unchanged
+    assert widget.run.loss_ops == in_loss  # the run decides, the page draws what it decided
     assert "(loss)" in {g["module"] for g in widget.graph["groups"]}
     # With a loss_fn, its ops alone are the (loss) box; a model of root ops alone has none.
     with_fn = hookviz.show(nn.Linear(4, 3), (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
     assert {n["module"] for n in with_fn.graph["nodes"] if n["kind"] == "op"} == {"", "(loss)"}
+    assert with_fn.run.loss_ops == {n for n, record in with_fn.run.nodes.items() if record.module == "(loss)"}
     root_only = hookviz.show(Scaled(), (x,))
     assert {n["module"] for n in root_only.graph["nodes"]} == {""}
+    assert root_only.run.loss_ops == frozenset()
 
 
 class Scaled(nn.Module):
