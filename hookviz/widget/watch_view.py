@@ -4,8 +4,6 @@ a step slider and its findings; live while the watch trains (:mod:`hookviz.widge
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hookviz.analysis.onset import onsets
 from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR, legend, norm_color
 from hookviz.errors import WatchError
@@ -22,11 +20,8 @@ from hookviz.widget.watch_json import (
     with_step_marker,
 )
 
-if TYPE_CHECKING:
-    from hookviz.widget.widget import Widget
 
-
-def show_watch(widget, watch, step: int | None = None) -> Widget:
+def show_watch(widget, watch, step: int | None = None) -> None:
     """:meth:`Widget.show_watch`: colour the graph by ``watch``'s norms at ``step``."""
     step = check_watch(watch, step)
     history = watch.history
@@ -44,10 +39,9 @@ def show_watch(widget, watch, step: int | None = None) -> Widget:
         widget.watch_heatmap = heatmap
         show_watch_step(widget, step)
         widget._clear_errors("watch")
-    return widget
 
 
-def show_live(widget, watch, every_steps: int | None = None, every_seconds: float | None = 1.0) -> Widget:
+def show_live(widget, watch, every_steps: int | None = None, every_seconds: float | None = 1.0) -> None:
     """:meth:`Widget.show_live`: follow ``watch`` while it trains."""
     from hookviz.watching.watch import Watch
     from hookviz.widget.live import LiveFeed
@@ -70,7 +64,6 @@ def show_live(widget, watch, every_steps: int | None = None, every_seconds: floa
         widget.live.stop()
     widget.watch = watch
     widget.live = LiveFeed(widget, watch, every_steps, every_seconds)
-    return widget
 
 
 def show_live_state(widget, watch, closed: bool) -> None:
@@ -110,14 +103,14 @@ def watch_step(widget, step: int) -> bool:
     return True
 
 
-def show_watch_history(widget, history, rank: int | None = None, step: int | None = None) -> Widget:
+def show_watch_history(widget, history, rank: int | None = None, step: int | None = None) -> None:
     """:meth:`Widget.show_watch_history`: show a gathered history, ``rank``'s or reduced."""
     from hookviz.watching.rank_view import RankView
 
     if rank is None and not history.strategy:
         rank = history.ranks[0]
     widget.watch_ranks = list(history.ranks)
-    return widget.show_watch(RankView(history, rank), step)
+    show_watch(widget, RankView(history, rank), step)
 
 
 def watch_rank(widget, rank: int | None) -> bool:
