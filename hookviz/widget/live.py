@@ -156,10 +156,24 @@ class LiveFeed:
         if wait and threading.current_thread() is not self._thread:
             self._thread.join(wait)
 
-    def wait_shown(self, timeout: float = 10.0) -> bool:
-        """Wait until the last kept step has been sent, and after the watch closed its final
-        state (tests, notebooks); False on timeout."""
+    def show_latest(self, timeout: float = 10.0) -> bool:
+        """Send the watch's latest kept step now, whatever ``every_steps`` and ``every_seconds``
+        allow, and wait until the widget shows it; after the watch closed, wait for its final
+        state (the thread's last update). :func:`hookviz.widget.export.save_html` calls it, so a
+        page saved mid-training shows the watch as it stands, not the last throttled update.
+
+        Args:
+            timeout: at most this many seconds to wait.
+
+        Returns:
+            True once the widget shows the latest kept step (at once when nothing is new);
+            False on timeout.
+        """
         deadline = time.monotonic() + timeout
+        with self._condition:
+            if self._latest != self._shown:
+                self._urgent = True
+                self._condition.notify()
         while time.monotonic() < deadline:
             if self._closed:  # the final state goes last, then the thread ends
                 self._thread.join(max(0.0, deadline - time.monotonic()))

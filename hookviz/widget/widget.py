@@ -336,7 +336,8 @@ class Widget(anywidget.AnyWidget):
     def save_html(self, path, title: str = "hookviz", values: str = "opened", pinned=()):
         """Write this view to one self-contained HTML file that opens in a browser with no kernel
         and no network (graph, inspector, replay, chart and search work; edits and re-run are
-        disabled there). Embed it in a blog post or course page with an ``<iframe>``.
+        disabled there). Embed it in a blog post or course page with an ``<iframe>``. A live
+        watch view (``hookviz.show(watch)``) is saved as the watch stands, mid-training too.
 
         Args:
             path: the file to write.
@@ -351,6 +352,8 @@ class Widget(anywidget.AnyWidget):
 
         Raises:
             HookvizError: ``values`` is not "opened" or "all".
+            WatchError: a live watch view whose watch has kept no step yet (the page would be
+                empty).
         """
         from hookviz.widget.export import save_html
 
