@@ -130,7 +130,7 @@ def _show_closed_watch(model, data):
     with hookviz.watch(model) as watch:
         _train(model, data)
     widget = hookviz.show(watch)
-    assert widget.live.show_latest()
+    assert widget.live.wait_shown()
     widget.close()
 
 

@@ -87,7 +87,7 @@ def test_no_onset_in_a_healthy_run():
 def test_live_banner_and_heatmap_keep_the_onset(exploded):
     _, w, first_nan, *_ = exploded
     view = hookviz.show(w)
-    assert view.live.show_latest()
+    assert view.live.wait_shown()
     onset = {f["kind"]: f for f in view.diagnosis["onset"]}
     assert onset["nan"]["step"] == first_nan and view.diagnosis["step"] == w.steps[-1]
     figure = view.watch_heatmap
@@ -103,7 +103,7 @@ def test_live_banner_and_heatmap_keep_the_onset(exploded):
 def test_layer_lines_are_told_apart(exploded):
     _, w, *_ = exploded
     view = hookviz.show(w)
-    assert view.live.show_latest()
+    assert view.live.wait_shown()
     lines = [t for t in view.watch_heatmap["data"] if t["type"] == "scatter"]
     drawn = [t for t in lines if t["visible"] is True]
     assert len(lines) == 6 and len(drawn) == 6

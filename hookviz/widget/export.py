@@ -170,7 +170,7 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
     """Write ``widget``'s current view to one HTML file; returns its path.
 
     A widget that follows a watch live (``hookviz.show(watch)`` on an open watch) is first brought
-    up to the watch's latest kept step (:meth:`hookviz.widget.live.LiveFeed.show_latest`), so the
+    up to the watch's latest kept step (:meth:`hookviz.widget.live.LiveFeed.wait_shown`), so the
     page shows the watch as it stands, not the last update its throttle let through.
 
     The file needs no kernel and no network: the bundle and the state are inside it. Graph,
@@ -217,7 +217,7 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
 
 def _show_the_watch_as_it_stands(widget) -> None:
     """Bring a live watch view up to its watch's latest kept step; refuse a page with nothing on it."""
-    if widget.live is not None and not widget.live.show_latest():
+    if widget.live is not None and not widget.live.wait_shown():
         raise WatchError(
             "the live view did not catch up with its watch's latest step within 10 s (the thread "
             "that updates it is busy, or a step's figures failed: see errors['watch']); call "

@@ -156,11 +156,19 @@ class LiveFeed:
         if wait and threading.current_thread() is not self._thread:
             self._thread.join(wait)
 
-    def show_latest(self, timeout: float = 10.0) -> bool:
-        """Send the watch's latest kept step now, whatever ``every_steps`` and ``every_seconds``
-        allow, and wait until the widget shows it; after the watch closed, wait for its final
-        state (the thread's last update). :func:`hookviz.widget.export.save_html` calls it, so a
-        page saved mid-training shows the watch as it stands, not the last throttled update.
+    def wait_shown(self, timeout: float = 10.0) -> bool:
+        """Wait until the widget shows the watch's latest kept step: that step is sent now,
+        whatever ``every_steps`` and ``every_seconds`` allow; after the watch closed, wait for its
+        final state (the thread's last update). Call it before reading the widget's watch
+        traitlets in code (``view.watch_view``, ``view.diagnosis``); ``save_html`` calls it, so a
+        page saved mid-training shows the watch as it stands. Example::
+
+            with hookviz.watch(model) as w:
+                view = hookviz.show(w)
+                display(view)
+                train(model)
+            assert view.live.wait_shown()
+            assert view.watch_view["step"] == w.steps[-1]
 
         Args:
             timeout: at most this many seconds to wait.
