@@ -3,7 +3,7 @@
 Runs are recorded lazily (norms first, see :mod:`hookviz.record.details`); one rule,
 :func:`hookviz.record.details.recorded_in_full`, says which are small enough to get their details
 at once (``Session.run()`` fills those already). A large run's leaf table and chart wait with its
-details, and are sent first when the page (or :meth:`Widget.fill_details`) asks for them.
+details, and are sent first when the page (or :meth:`hookviz.Widget.fill_details`) asks for them.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def fill_before_the_next_cell(widget) -> None:
 
 
 def fill_details(widget) -> bool:
-    """:meth:`Widget.fill_details`: record the pending details of the run on screen."""
+    """:meth:`hookviz.Widget.fill_details`: record the pending details of the run on screen."""
     run = widget.run
     show_pending_tables(widget)
     if not widget.details_pending or run is None:

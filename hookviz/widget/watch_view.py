@@ -22,7 +22,7 @@ from hookviz.widget.watch_json import (
 
 
 def show_watch(widget, watch, step: int | None = None) -> None:
-    """:meth:`Widget.show_watch`: colour the graph by ``watch``'s norms at ``step``."""
+    """:meth:`hookviz.Widget.show_watch`: colour the graph by ``watch``'s norms at ``step``."""
     step = check_watch(watch, step)
     history = watch.history
     found = watch_onsets(watch, history)
@@ -42,7 +42,7 @@ def show_watch(widget, watch, step: int | None = None) -> None:
 
 
 def show_live(widget, watch, every_steps: int | None = None, every_seconds: float | None = 1.0) -> None:
-    """:meth:`Widget.show_live`: follow ``watch`` while it trains."""
+    """:meth:`hookviz.Widget.show_live`: follow ``watch`` while it trains."""
     from hookviz.watching.watch import Watch
     from hookviz.widget.live import LiveFeed
 
@@ -87,7 +87,7 @@ def show_live_state(widget, watch, closed: bool) -> None:
 
 
 def watch_step(widget, step: int) -> bool:
-    """:meth:`Widget.watch_step`: show step ``step`` of the watch on screen."""
+    """:meth:`hookviz.Widget.watch_step`: show step ``step`` of the watch on screen."""
     if widget.watch is None:
         widget._set_error("watch", "no watch is shown; call show_watch(watch) first")
         return False
@@ -104,7 +104,7 @@ def watch_step(widget, step: int) -> bool:
 
 
 def show_watch_history(widget, history, rank: int | None = None, step: int | None = None) -> None:
-    """:meth:`Widget.show_watch_history`: show a gathered history, ``rank``'s or reduced."""
+    """:meth:`hookviz.Widget.show_watch_history`: show a gathered history, ``rank``'s or reduced."""
     from hookviz.watching.rank_view import RankView
 
     if rank is None and not history.strategy:
@@ -114,7 +114,7 @@ def show_watch_history(widget, history, rank: int | None = None, step: int | Non
 
 
 def watch_rank(widget, rank: int | None) -> bool:
-    """:meth:`Widget.watch_rank`: switch the gathered history on screen to ``rank``."""
+    """:meth:`hookviz.Widget.watch_rank`: switch the gathered history on screen to ``rank``."""
     from hookviz.watching.rank_view import RankView
 
     if not isinstance(widget.watch, RankView):
@@ -131,7 +131,7 @@ def watch_rank(widget, rank: int | None) -> bool:
 
 
 def hide_watch(widget) -> None:
-    """:meth:`Widget.hide_watch`: leave the watch view."""
+    """:meth:`hookviz.Widget.hide_watch`: leave the watch view."""
     widget.watch = None
     with widget.hold_sync():
         widget.watch_view = {}
