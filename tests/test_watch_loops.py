@@ -379,6 +379,22 @@ def test_a_real_explosion_under_a_grad_scaler_not_given_is_still_found():
     assert [f.kind for f in w.onset()] == ["exploding"] and w.onset()[0].step == 0
 
 
+def test_a_stale_grad_scaler_the_loop_does_not_update_hides_no_explosion():
+    # a GradScaler of an earlier experiment, still alive (a notebook cell), that scaled a loss once
+    stale_model = Tiny()
+    stale = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    [(x, y)] = data(1)[0]
+    stale.scale(F.cross_entropy(stale_model(x), y)).backward()
+    model = Tiny()
+    with watch(model) as w:  # no AMP here: the loss times 1e6 truly explodes
+        for [(x, y)] in data(3):
+            model.zero_grad()
+            (F.cross_entropy(model(x), y) * 1e6).backward()
+    assert w.scaler is None and w.scaler_origin == "pending" and len(w.notes) == 1
+    assert all("exploding" in [f.kind for f in w.diagnose(s)] for s in w.steps)
+    assert stale.get_scale() == 2.0**16  # the watch left it as it was
+
+
 def test_no_grad_scaler_is_searched_for_while_norms_stay_below_the_alarm():
     model = Tiny()
     with watch(model) as w:

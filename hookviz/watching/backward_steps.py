@@ -102,7 +102,7 @@ def _finish(watch, task: int) -> None:
     if row is None:
         return
     if state.read_all and watch.scaler is None:  # a GradScaler's scale may look like an explosion
-        notice_scaler(watch, row)
+        notice_scaler(watch, row, step)
     if watch.scaler is not None and watch.scaler.is_enabled():
         info = StepInfo(loss_scale=float(watch.scaler.get_scale()))
     else:

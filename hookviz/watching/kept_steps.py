@@ -8,6 +8,7 @@ every other step is recorded (:mod:`hookviz.watching.watch`). Steps come from th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -54,6 +55,15 @@ def set_update_ratios(watch, step: int, columns: list[int], ratios: list[float])
     with watch._lock:
         if step in watch._steps:
             watch._ratios[watch._steps.index(step), columns] = torch.tensor(ratios, dtype=torch.float64)
+
+
+def set_loss_scale(watch, step: int, scale: float) -> None:
+    """The ``GradScaler`` scale that kept step ``step``'s gradients carry, learnt after it was kept
+    (:mod:`hookviz.watching.scaler_search`)."""
+    with watch._lock:
+        if step in watch._steps:
+            index = watch._steps.index(step)
+            watch._info[index] = dataclasses.replace(watch._info[index], loss_scale=scale)
 
 
 def step_values(watch, step: int, row: torch.Tensor) -> tuple[list[list[float]], list[float]]:

@@ -207,11 +207,11 @@ def step_notes(steps: OptimizerSteps | None, scaler, found: bool = False) -> lis
         if scaled and found:
             notes.append(
                 f"a GradScaler is in use (loss scale {number(float(scaler.get_scale()))} now), though "
-                "watch() was not given it: found when a norm first passed exploding_norm, the "
-                "gradients from then on carry its loss scale (watch.loss_scale(step)) and diagnosis "
-                "divides it out before calling a norm an explosion. Pass scaler= to keep the scale "
-                "from the first step, or optimizer= to watch the unscaled gradients the optimizer "
-                "steps on"
+                "watch() was not given it: found when a norm first passed exploding_norm (the "
+                "scaler this loop updates between steps); the gradients carry its loss scale "
+                "(watch.loss_scale(step)) and diagnosis divides it out before calling a norm an "
+                "explosion. Pass scaler= to keep the scale from the first step, or optimizer= to "
+                "watch the unscaled gradients the optimizer steps on"
             )
         elif scaled:
             notes.append(

@@ -161,8 +161,9 @@ class Watch:
         self._outputs_row: torch.Tensor | None = None  # optimizer=: the last backward's module outputs
         self._local_rows: dict[int, tuple] = {}  # optimizer= on DDP / FSDP2: local statistics
         self.scaler = scaler
-        # "given" (scaler=, or an optimizer wrapper's), "found" / "none found" (scaler_search), or None
+        # "given" (scaler=, a wrapper's); "pending" / "found" / "none found" (scaler_search), or None
         self.scaler_origin: str | None = None if scaler is None else "given"
+        self.scaler_candidates: tuple | None = None
         self._optimizer_steps: OptimizerSteps | None = None
         self._structure = structure_of(model)  # to notice parameters and modules added or replaced
         self._backwards: dict[int, Backward] = {}  # graph task id -> its state
