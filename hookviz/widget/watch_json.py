@@ -8,11 +8,19 @@ import torch
 
 from hookviz import text
 from hookviz.analysis.gradient_stats import module_of
-from hookviz.colors import EXPLODING_COLOR, NAN_COLOR, PLOTLY_COLORSCALE, STEP_COLOR, norm_color
+from hookviz.colors import (
+    EXPLODING_COLOR,
+    NAN_COLOR,
+    PLOTLY_COLORSCALE,
+    STEP_COLOR,
+    UPDATE_RATIO_COLORS,
+    norm_color,
+)
 from hookviz.data.tensors import combined_norm
 from hookviz.watching.plots import color_range, line_styles
 from hookviz.widget.chart import chart_spec
 from hookviz.widget.payload import json_float
+from hookviz.widget.watch_rows import with_step_rows
 
 
 def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict) -> dict:
@@ -102,8 +110,18 @@ LIVE_FIGURE_LAYERS = 12
 # line, so that it is never taken for the onset of a NaN (drawn red, :func:`with_onsets`).
 STEP_MARKER = {"line": {"color": STEP_COLOR, "width": 2}}
 # The onset of each kind of trouble on a heatmap: a dashed line at its first step, named.
-ONSET_COLORS = {"nan": NAN_COLOR, "exploding": EXPLODING_COLOR}
-ONSET_LABELS = {"nan": "NaN/Inf from step {step}", "exploding": "exploding from step {step}"}
+ONSET_COLORS = {
+    "nan": NAN_COLOR,
+    "exploding": EXPLODING_COLOR,
+    "update_too_large": UPDATE_RATIO_COLORS["large"],
+    "update_too_small": UPDATE_RATIO_COLORS["small"],
+}
+ONSET_LABELS = {
+    "nan": "NaN/Inf from step {step}",
+    "exploding": "exploding from step {step}",
+    "update_too_large": "updates too large from step {step}",
+    "update_too_small": "updates too small from step {step}",
+}
 
 
 def with_step_marker(figure: dict) -> dict:
@@ -172,9 +190,10 @@ def live_watch_figure(history, title: str) -> dict:
         title: the figure's title.
 
     Returns:
-        ``{"data": [...], "layout": {...}, "step_marker": ...}``; NaN/Inf (a missing or
-        non-finite norm) are null. The heatmap colours on the scale and range the graph's watch
-        colours use (:func:`hookviz.watching.plots.color_range`).
+        ``{"data": [...], "layout": {...}, "step_marker": ..., "step_rows": ...}`` (``step_rows``:
+        :func:`hookviz.widget.watch_rows.step_rows`, with ``optimizer=`` or skipped steps);
+        NaN/Inf (a missing or non-finite norm) are null. The heatmap colours on the scale and range
+        the graph's watch colours use (:func:`hookviz.watching.plots.color_range`).
     """
     columns = [i for i, kind in enumerate(history.kinds) if kind == "parameter"]
     names = [history.names[i] for i in columns]
@@ -236,7 +255,7 @@ def live_watch_figure(history, title: str) -> dict:
         )
     heat_height = min(420, 60 + 14 * len(names))
     scale = color_range(history)
-    return {
+    figure = {
         "step_marker": STEP_MARKER,
         "data": [
             {
@@ -268,6 +287,7 @@ def live_watch_figure(history, title: str) -> dict:
             },
         },
     }
+    return with_step_rows(figure, history, picked)  # update ratios, learning rates, skipped steps
 
 
 def figure_json(figure) -> dict:

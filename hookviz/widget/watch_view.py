@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hookviz.analysis.onset import onsets
-from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR, legend, norm_color
+from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR, SKIPPED_COLOR, legend, norm_color
 from hookviz.errors import WatchError
 from hookviz.widget.diagnosis import diagnosis_json, findings_json
 from hookviz.widget.payload import json_float
@@ -22,6 +22,7 @@ from hookviz.widget.watch_json import (
     with_onsets,
     with_step_marker,
 )
+from hookviz.widget.watch_rows import SKIPPED_TEXT, with_step_rows
 
 if TYPE_CHECKING:
     from hookviz.widget.widget import Widget
@@ -34,6 +35,7 @@ def show_watch(widget, watch, step: int | None = None) -> Widget:
     found = watch_onsets(watch, history)
     try:
         heatmap = with_onsets(with_step_marker(figure_json(watch.heatmap())), found)
+        with_step_rows(heatmap, history)
     except Exception as error:  # the heatmap is a picture: without it the view still works
         heatmap = {"error": f"heatmap failed: {type(error).__name__}: {error}"}
     if widget.watch is None:  # the run's chart comes back with hide_watch
@@ -192,10 +194,20 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
         "reduced": bool(getattr(getattr(watch, "source", None), "strategy", "")),
         # a watch still training (show_live): the page says so, and updates follow
         "live": live,
+        # what a reader of the numbers must know (what a step is, a loss scale in them), and what
+        # this step was beside its gradients (skipped by the GradScaler)
+        "notes": watch_notes(watch),
+        "step_note": SKIPPED_TEXT if step in watch_skipped(watch) else "",
+        "step_note_color": SKIPPED_COLOR,
         # what each part of the page shows, in words (the distributed view has three quantities)
         "parts": [
             *([f"Graph colours and chart: {what} at step {step}."] if widget.graph.get("nodes") else []),
-            f"Heatmap: {what}, every kept step; the dashed lines mark when a trouble started.",
+            f"Heatmap: {what}, every kept step; the dashed lines mark when a trouble started"
+            + (
+                "; under it, each layer's update-to-weight ratio and each learning rate per step."
+                if (widget.watch_heatmap or {}).get("step_rows", {}).get("rows")
+                else "."
+            ),
             *(
                 [
                     f"Leaf table: {what} of each parameter at step {step}; Back to the run shows "
@@ -223,6 +235,20 @@ def watch_onsets(watch, history) -> list:
         return onsets(history, getattr(watch, "arrival_order", None))
     except Exception:  # the onset is a headline: without it the view still works
         return []
+
+
+def watch_notes(watch) -> list[str]:
+    """The notes of the watch on screen (:attr:`hookviz.Watch.notes`, or a gathered history's)."""
+    notes = getattr(watch, "notes", None)
+    return list(notes if notes is not None else getattr(watch.source, "notes", []))
+
+
+def watch_skipped(watch) -> set[int]:
+    """The steps of the watch on screen that the ``GradScaler`` skipped."""
+    history = getattr(watch, "source", None)
+    if history is None:
+        return set(watch.skipped_steps)
+    return {s for s, skipped in zip(history.steps, history.skipped) if skipped}
 
 
 def watch_names(watch) -> list[str]:
