@@ -5,36 +5,59 @@ node's gradients; ``Session.edit`` changes the gradient a hook returns; ``Sessio
 backward; ``hookviz.show(...)`` draws it all as a widget in Jupyter.
 """
 
-from hookviz.analysis.diagnose import Finding, diagnose
+import typing
+
+from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.explain import explain
-from hookviz.data.run import Diff, ModuleCall, ModuleGrads, NodeRecord, Run, diff
+from hookviz.analysis.findings import Finding
+from hookviz.data.diff import Diff, diff
+from hookviz.data.run import ModuleCall, ModuleGrads, NodeRecord, Run
 from hookviz.data.tensors import TensorRecord
 from hookviz.edits.edit import Edit
 from hookviz.errors import (
     BackwardError,
+    DetailsChanged,
+    DetailsNotReproduced,
+    DetailsPending,
+    DetailsRefused,
+    DetailsUnavailable,
     DeviceError,
     EditError,
     ExpressionError,
+    ExtraError,
+    FileFormatError,
     ForwardError,
     HookvizError,
     LossError,
+    PathError,
     TargetError,
     UnsupportedError,
     WatchError,
 )
-from hookviz.files.saving import FileFormatError, load, save
+from hookviz.files.saving import load, save
 from hookviz.record.devices import devices
 from hookviz.record.session import Session
 from hookviz.watching.gather import RankHistory
 from hookviz.watching.watch import Watch, watch
 
+if typing.TYPE_CHECKING:  # imported on first use (see __getattr__); named here for type checkers and the docs
+    from hookviz.widget.show import show, show_watch
+    from hookviz.widget.widget import Widget
+del typing  # the namespace holds the public API only
+
 __all__ = [
     "BackwardError",
+    "DetailsChanged",
+    "DetailsNotReproduced",
+    "DetailsPending",
+    "DetailsRefused",
+    "DetailsUnavailable",
     "DeviceError",
     "Diff",
     "Edit",
     "EditError",
     "ExpressionError",
+    "ExtraError",
     "ForwardError",
     "HookvizError",
     "LossError",
@@ -60,15 +83,20 @@ __all__ = [
     "show_watch",
     "load",
     "FileFormatError",
+    "PathError",
     "RankHistory",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str):
     # The widget pulls in anywidget; import it only when asked for.
-    if name in ("show", "Widget", "show_watch"):
-        from hookviz.widget import widget
+    if name == "Widget":
+        from hookviz.widget.widget import Widget
 
-        return getattr(widget, name)
+        return Widget
+    if name in ("show", "show_watch"):
+        from hookviz.widget import show
+
+        return getattr(show, name)
     raise AttributeError(f"module 'hookviz' has no attribute {name!r}")

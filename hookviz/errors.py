@@ -17,7 +17,13 @@ class LossError(HookvizError):
 
 
 class ForwardError(HookvizError):
-    """The model's forward raised; the message names the innermost module that was running."""
+    """The model's forward raised; the message names the innermost module that was running.
+
+    Args:
+        message: what went wrong and the fix.
+        module: the qualified name of the innermost module that was running ("" = the root), or
+            None when no module was.
+    """
 
     def __init__(self, message: str, module: str | None = None):
         super().__init__(message)
@@ -53,6 +59,28 @@ class UnsupportedError(HookvizError):
     """The model uses something hookviz cannot record; the message names the alternative."""
 
 
+class FileFormatError(HookvizError):
+    """A file is not a hookviz file, is a pickle, is truncated or corrupt, has an unknown version, or
+    holds a value no run has (a norm too large for a float, a loss of several elements); the message
+    names the file and the place."""
+
+
+class PathError(HookvizError, OSError):
+    """A path given to ``save``, ``save_html`` or ``load`` names no file hookviz can write or read: it
+    is empty, a folder, in a folder that does not exist, or not a regular file (a FIFO, a device).
+    Also an OSError, as the error writing or opening such a path would be."""
+
+
+class ExtraError(HookvizError, ImportError):
+    """An integration needs a package that is not installed (``hookviz.integrations.lightning`` needs
+    ``lightning``); the message names the extra to install. Also an ImportError, as the failed
+    import would be."""
+
+
+class ReadOnlyError(HookvizError):
+    """An edit or a re-run was asked of a run opened from a file."""
+
+
 class DetailsRefused(HookvizError):
     """``Run.fill_details()`` refuses to record a lazy run's details; the message says why and
     what to do. Its subclasses are the only refusals: any other error while recording propagates."""
@@ -68,7 +96,13 @@ class DetailsNotReproduced(DetailsRefused):
 
 
 class DetailsUnavailable(DetailsRefused):
-    """Nothing is left to record a run's details from (a run read from a file)."""
+    """Nothing is left to record a run's details from (a run read from a file, or unpickled)."""
+
+
+class DetailsPending(HookvizError, AttributeError):
+    """A value of a lazy run was read before ``run.fill_details()`` recorded it (indexing,
+    iterating, formatting or reading an attribute of a :data:`hookviz.data.deferred.PENDING`).
+    It is also an ``AttributeError``, so ``hasattr`` answers False instead of raising."""
 
 
 def unknown_name(what: str, name: str, known: list[str]) -> str:

@@ -23,7 +23,8 @@ def model_state(model: torch.nn.Module, tensors=()) -> list:
     """Everything about a model (and some tensors) that hookviz must not change."""
     state = []
     for name, module in model.named_modules():
-        state.append((name, module.training, module._is_full_backward_hook))
+        state.append((name, module.training, module._is_full_backward_hook, sorted(vars(module))))
+        state.append((name, list(module._modules.items()), list(module._parameters), list(module._buffers)))
         for attribute in (
             "_forward_pre_hooks",
             "_forward_hooks",
@@ -44,6 +45,7 @@ def model_state(model: torch.nn.Module, tensors=()) -> list:
                 parameter.detach().clone(),
                 None if parameter.grad is None else parameter.grad.clone(),
                 dict(parameter._backward_hooks or {}),
+                dict(parameter._post_accumulate_grad_hooks or {}),
             )
         )
     for name, buffer in model.named_buffers():

@@ -17,11 +17,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hookviz
-from hookviz.data import tensors as stats
-from hookviz.data.run import leaf_diffs
+from hookviz.data import stats_batch as stats
+from hookviz.data.deferred import PENDING
+from hookviz.data.diff import leaf_diffs
 from hookviz.errors import (
     DetailsChanged,
     DetailsNotReproduced,
+    DetailsPending,
     DetailsRefused,
     DetailsUnavailable,
     ForwardError,
@@ -113,7 +115,7 @@ def test_reading_repr_equality_copies_pickling_and_saving_a_lazy_run_never_run_t
     model, x, loss_fn = _model_and_data()
     calls = _ForwardCalls(model)
     try:
-        session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+        session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy")
         run = session.run()
         after_run = calls.count
         assert after_run == len(list(model.modules()))  # the hook is real: the run called it once each
@@ -125,7 +127,13 @@ def test_reading_repr_equality_copies_pickling_and_saving_a_lazy_run_never_run_t
         assert grad.norm is not None and grad.finite  # known at once
         call = run.module_io("0")
         assert call.pending == ("inputs", "output", "output_replaced")
-        assert (call.inputs, call.output, call.output_replaced) == (None, None, None)
+        # what module_io returns says "pending" where a value will be, and using it names the fix
+        assert (call.inputs, call.output, call.output_replaced) == (PENDING, PENDING, PENDING)
+        assert "pending: call run.fill_details()" in f"{call.inputs} {call}"
+        with pytest.raises(DetailsPending, match=r"call run.fill_details\(\) first"):
+            call.inputs["input"]
+        with pytest.raises(DetailsPending, match="fill_details"):
+            f"{call.output[0].mean:.3f}"
         assert "run.fill_details() records them" in repr(grad)
         assert "details pending: run.fill_details()" in repr(run)
         text = repr(node) + repr(call) + str(run.module_grads("0")) + grad.to_dict()["note"]
@@ -152,7 +160,7 @@ def test_reading_repr_equality_copies_pickling_and_saving_a_lazy_run_never_run_t
 
 def test_lazy_run_fills_every_detail_as_an_eager_run_records_it():
     model, x, loss_fn = _model_and_data()
-    lazy_session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    lazy_session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy")
     lazy_session.edit("4", "grad_output[0]", "grad * 3")
     lazy = lazy_session.run()
     assert _pending_places(lazy) > 0
@@ -176,7 +184,7 @@ def test_filled_values_equal_a_plain_pytorch_forward_and_backward():
     model, x, loss_fn = _model_and_data()
     plain = copy.deepcopy(model)
     random_state = torch.get_rng_state()  # the run's forward starts from it (Dropout's mask)
-    run = hookviz.Session(model, (x,), loss_fn=loss_fn).run().fill_details()
+    run = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run().fill_details()
     seen = {}
 
     def keep(name):
@@ -227,7 +235,7 @@ def test_filled_values_equal_a_plain_pytorch_forward_and_backward():
 def test_a_change_since_the_run_makes_fill_details_refuse_naming_it(change, named):
     model, x, loss_fn = _model_and_data()
     model.eval()  # BatchNorm's running statistics are then read, not updated
-    run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+    run = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
     with torch.no_grad():
         change(model, x)
     calls = _ForwardCalls(model)
@@ -243,7 +251,7 @@ def test_a_change_since_the_run_makes_fill_details_refuse_naming_it(change, name
 
 def test_a_mode_switched_since_the_run_is_refused_also_for_a_run_on_the_retained_forward():
     model, x, loss_fn = _model_and_data()
-    session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy")
     first = session.run()
     model.eval()
     with pytest.raises(DetailsChanged, match="switched to eval mode"):
@@ -264,7 +272,7 @@ def test_hookvizs_own_forwards_are_no_change_a_run_is_refused_for():
     """BatchNorm in train mode bumps num_batches_tracked in each forward, hookviz's included (and
     puts it back). Runs and fills after a run leave it fillable, in any order."""
     model, x, loss_fn = _model_and_data()
-    session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy")
     first = session.run()
     second = session.run(forward=True)
     third = session.run(forward=True)
@@ -278,7 +286,7 @@ def test_hookvizs_own_forwards_are_no_change_a_run_is_refused_for():
 def test_a_hook_removed_since_the_run_makes_it_not_reproducible():
     model, x, loss_fn = _model_and_data()
     handle = model[4].weight.register_hook(lambda grad: grad * 2)
-    run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+    run = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
     handle.remove()
     with pytest.raises(DetailsNotReproduced, match="4.weight"):
         run.fill_details()
@@ -300,7 +308,7 @@ def test_an_unexpected_error_while_filling_propagates_and_nothing_is_half_filled
 
     handle = model[0].register_forward_hook(hook)
     try:
-        run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+        run = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
         state = copy.deepcopy(model.state_dict())
         expected = ForwardError if failure is ValueError else KeyboardInterrupt
         with pytest.raises(expected) as raised:
@@ -317,7 +325,7 @@ def test_an_unexpected_error_while_filling_propagates_and_nothing_is_half_filled
 
 def test_a_lazy_run_whose_run_is_gone_cannot_be_filled():
     model, x, loss_fn = _model_and_data()
-    session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy")
     session.run()
     run = session.run()
     details = run.details
@@ -352,7 +360,7 @@ def test_a_parameter_the_forward_changes_in_place_is_as_before_after_run_and_fil
     before = model.offset.detach().clone()
     plain = copy.deepcopy(model)
     expected = plain(x)
-    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum()).run()
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum(), details="lazy").run()
     assert torch.equal(model.offset, before)
     run.fill_details()
     assert torch.equal(model.offset, before)
@@ -380,13 +388,13 @@ def test_filling_puts_back_a_parameter_and_a_buffer_the_forward_changes_in_place
     torch.manual_seed(0)
     model, x = Counting(), torch.randn(2, 4)
     plain = copy.deepcopy(model)
-    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum()).run()
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum(), details="lazy").run()
     left = {k: v.clone() for k, v in model.state_dict().items()}
     run.fill_details()
     assert all(torch.equal(left[k], v) for k, v in model.state_dict().items()) and len(left) == 4
     assert torch.equal(run.module_io("").output[0].value, plain(x).detach())
     assert run.fill_details() is run  # filled once; the model is still left as it was
-    second = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum()).run()
+    second = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum(), details="lazy").run()
     assert second.fill_details() is second
 
 
@@ -408,7 +416,7 @@ def test_a_weight_gradient_and_its_transpose_are_reduced_once_and_keep_their_sha
 
     monkeypatch.setattr(torch.linalg, "vector_norm", counting(norm))
     monkeypatch.setattr(torch, "_foreach_norm", counting(foreach_norm))
-    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum(), details="lazy").run()
     transposed, weight = run.node("AddmmBackward0_0").grad_inputs[2], run.node("TBackward0_0").grad_inputs[0]
     norms = (weight.norm, transposed.norm)  # read: every queued norm has been taken
     monkeypatch.undo()
@@ -440,7 +448,8 @@ def test_larger_gradients_wait_for_one_batched_norm_call_and_get_the_norms_taken
     for waiting in (stats.HOLD_LARGE_BYTES, 0):
         monkeypatch.setattr(stats, "HOLD_LARGE_BYTES", waiting)
         batches.clear()
-        runs[waiting] = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum()).run()
+        session = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum(), details="lazy")
+        runs[waiting] = session.run()
         runs[waiting].fill_deferred()
         runs[waiting] = (runs[waiting], [b for b in batches if b])
     monkeypatch.undo()
@@ -488,7 +497,7 @@ def test_small_gradients_are_held_to_the_run_end_and_take_the_norms_a_per_tensor
         # holding nothing: no larger gradient waits for a batch either
         monkeypatch.setattr(stats, "HOLD_LARGE_BYTES", 0 if bound < 0 else stats.HOLD_LARGE_BYTES)
         calls.clear()
-        runs[bound] = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+        runs[bound] = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
         runs[bound].fill_deferred()  # the batched norms are taken when the records are made
         counts[bound] = (calls.count("vector_norm"), calls.count("foreach"))
     monkeypatch.setattr(torch.linalg, "vector_norm", vector_norm)
@@ -549,7 +558,7 @@ def test_a_gradient_a_hook_changes_in_place_after_hookviz_saw_it_is_marked_not_m
 
 def test_a_replaced_lazy_run_is_freed_at_once_not_left_to_the_cyclic_collector():
     model, x, loss_fn = _model_and_data()
-    session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy")
     session.run()  # the baseline stays
     run = session.run()
     node = next(n for n in run.nodes.values() if n.kind == "op")
@@ -566,7 +575,7 @@ def test_a_replaced_lazy_run_is_freed_at_once_not_left_to_the_cyclic_collector()
 
 def test_a_backward_only_rerun_and_a_dropped_session_still_fill_their_details():
     model, x, loss_fn = _model_and_data()
-    session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy")
     session.run()
     rerun = session.run()
     assert rerun.forward_reused
@@ -580,7 +589,7 @@ def test_details_are_recorded_with_the_hooks_the_run_had():
     model.eval()
     handle = model[2].register_forward_hook(lambda module, args, output: output * 2)
     try:
-        run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+        run = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
     finally:
         handle.remove()
     assert not model[2]._forward_hooks  # removed before the details were recorded
@@ -592,7 +601,7 @@ def test_details_are_recorded_with_the_hooks_the_run_had():
 
 def test_diff_and_diagnose_record_the_details_they_need_and_say_when_they_cannot():
     model, x, loss_fn = _model_and_data()
-    session = hookviz.Session(model, (x,), loss_fn=loss_fn)
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy")
     before = session.run()
     session.edit("4", "grad_output[0]", "-grad")  # same norms everywhere, other values
     after = session.run()
@@ -618,10 +627,10 @@ def test_diff_and_diagnose_record_the_details_they_need_and_say_when_they_cannot
 
 
 def test_the_widgets_request_for_details_shows_a_refusal_beside_it_and_stops_asking(monkeypatch):
-    import hookviz.widget.widget as hookviz_widget
+    import hookviz.record.details as record_details
 
     model, x, loss_fn = _model_and_data()
-    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)  # a large run: details wait for the page
+    monkeypatch.setattr(record_details, "IN_FULL_NODES", 0)  # a large run: details wait for the page
     widget = hookviz.show(model, (x,), loss_fn=loss_fn)
     assert widget.details_pending and widget.run.details_pending
     model.eval()  # between the first paint and the page's request
@@ -639,3 +648,114 @@ def test_the_widgets_request_for_details_shows_a_refusal_beside_it_and_stops_ask
     assert widget.errors["details"].startswith("the baseline run's values (shown as before)")
     assert widget.session.baseline.details_pending
     assert widget.inspector["output"]["value"] is not None
+
+
+# ---------------------------------------------------------------------------- only this run's numbers
+
+
+def _refused_case(change: str):
+    """A small model, a run of it, and ``change`` applied after the run: each makes a second
+    recording compute other numbers in a way the model's marks do not show."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    x, weights, scale = torch.randn(5, 3), torch.randn(2), [1.0]
+
+    def loss_fn(out):
+        return (out * weights).sum() * scale[0]
+
+    session = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy")
+    run = session.run()
+    undo = {
+        "a number loss_fn reads": lambda: scale.__setitem__(0, -1.0),
+        "a tensor loss_fn captured, changed in place": lambda: weights.neg_(),
+        "a tensor hook added after the run": lambda: model[0].weight.register_hook(lambda g: -g).remove,
+        "a parameter changed through .data": lambda: model[2].weight.data.neg_(),
+    }[change]()
+    return session, run, undo
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ("a number loss_fn reads", "the loss"),
+        ("a tensor loss_fn captured, changed in place", "the loss"),
+        ("a tensor hook added after the run", "the gradient of leaf '0.weight'"),
+        ("a parameter changed through .data", "the loss"),
+    ],
+)
+def test_fill_details_refuses_numbers_that_are_not_the_runs_own(change, named):
+    """The second recording must give this run's loss and leaf gradients bit for bit; a negated
+    gradient keeps every norm, so only the values can tell (the case that filled 21 records
+    with negated numbers before)."""
+    session, run, _ = _refused_case(change)
+    loss, leaves = run.loss.clone(), {k: v.clone() for k, v in run.leaf_grads.items()}
+    with pytest.raises(DetailsNotReproduced, match=named) as refused:
+        run.fill_details()
+    assert "s.run()" in str(refused.value) or "session.run(forward=True)" in str(refused.value)
+    assert 'details="eager"' in str(refused.value)
+    # Refused, the run is as it was: still pending, its own numbers, and usable.
+    assert run.details_pending and _pending_places(run) > 0
+    assert torch.equal(run.loss, loss) and all(torch.equal(run.leaf_grads[k], v) for k, v in leaves.items())
+    assert len(leaves) == 4
+    assert run.module_io("0").pending and run.node("AddmmBackward0_0").grad_outputs[0].norm is not None
+    fresh = session.run(forward=True).fill_details()  # the fix the message names
+    assert not fresh.details_pending
+
+
+def test_a_run_refused_once_fills_when_what_changed_is_put_back():
+    session, run, undo = _refused_case("a tensor hook added after the run")
+    with pytest.raises(DetailsNotReproduced):
+        run.fill_details()
+    undo()
+    run.fill_details()
+    assert not run.details_pending and _pending_places(run) == 0
+    assert torch.equal(run.module_io("0").inputs["input"].value, session.args[0])
+
+
+def test_a_deep_copy_fills_itself_and_leaves_the_original_pending():
+    model, x, loss_fn = _model_and_data()
+    run = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
+    twin = copy.deepcopy(run)
+    twin.fill_details()
+    assert not twin.details_pending and _pending_places(twin) == 0
+    assert twin.module_io("0").inputs["input"].value is not None
+    assert run.details_pending and run.module_io("0").inputs is PENDING  # the original untouched
+    run.fill_details()
+    assert run == twin  # filled apart, the same numbers
+    filled_copy = copy.deepcopy(run)
+    assert not filled_copy.details_pending and filled_copy == run
+
+
+def test_equality_on_runs_and_records_is_by_value_and_never_raises():
+    model, x, loss_fn = _model_and_data()
+    first = hookviz.Session(model, (x,), loss_fn=loss_fn, details="eager").run()
+    second = hookviz.Session(model, (x,), loss_fn=loss_fn, details="eager").run()
+    other = hookviz.Session(model, (x * 2,), loss_fn=loss_fn, details="eager").run()
+    assert first == second and first != other  # two sessions, the same numbers; other inputs
+    node = first.node("AddmmBackward0_0")
+    assert node == copy.deepcopy(node) and node == second.node("AddmmBackward0_0")
+    assert node != other.node("AddmmBackward0_0")
+    assert first.module_io("0") == copy.deepcopy(first.module_io("0"))
+    assert first.module_grads("0") == second.module_grads("0") != other.module_grads("0")
+    changes = hookviz.diff(first, other)
+    assert changes == copy.deepcopy(changes) and changes != hookviz.diff(first, second)
+    assert hookviz.diff(first, second) == hookviz.diff(second, first)
+    assert first.hook_calls == second.hook_calls and first != "a run" and node != None  # noqa: E711
+    lazy = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
+    assert lazy != first  # pending is part of what a record holds
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(node)
+
+
+def test_a_run_pickles_and_an_unpickled_pending_run_names_the_fix(tmp_path):
+    model, x, loss_fn = _model_and_data()
+    filled = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
+    assert not filled.details_pending
+    assert pickle.loads(pickle.dumps(filled)) == filled
+    lazy = hookviz.Session(model, (x,), loss_fn=loss_fn, details="lazy").run()
+    back = pickle.loads(pickle.dumps(lazy))
+    assert back == lazy and back.details_pending and back.module_io("0").inputs is PENDING
+    with pytest.raises(DetailsUnavailable, match=r"before hookviz.save\(run, path\) or pickle"):
+        back.fill_details()
+    assert lazy.details_pending  # pickling it ran nothing and filled nothing
+    assert hookviz.load(hookviz.save(lazy, tmp_path / "lazy")).module_io("0").inputs is PENDING

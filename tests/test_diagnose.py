@@ -10,7 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import hookviz
-from hookviz.analysis.diagnose import Finding, diagnose, gradient_stats, percent
+from hookviz.analysis.diagnose import diagnose
+from hookviz.analysis.findings import Finding, percent
+from hookviz.analysis.gradient_stats import gradient_stats
 from hookviz.examples import sigmoid_mlp
 
 

@@ -13,6 +13,7 @@ import gc
 import math
 import os
 import socket
+import traceback
 
 import pytest
 import torch
@@ -51,11 +52,17 @@ def _run(rank: int, worker, backend: str, port: int, args: tuple) -> None:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         worker(rank, device, *args)
-        # DDP reducers freed while gloo still runs sometimes abort the process at exit
-        # ("terminate called without an active exception", plain PyTorch too): free them first
         gc.collect()
         dist.barrier()
+    except BaseException as error:
+        # A failing worker's frames hold its DDP / FSDP2 model (and its watches): drop their locals
+        # (the traceback's text stays) so that they are freed below, before the process group.
+        traceback.clear_frames(error.__traceback__)
+        raise
     finally:
+        # Every DDP / FSDP2 model goes before the process group: a DDP Reducer freed after
+        # destroy_process_group() can hang for good in ProcessGroupGloo's destructor.
+        gc.collect()
         dist.destroy_process_group()
 
 
@@ -386,7 +393,20 @@ def test_cross_rank_diagnosis_names_the_rank_and_step(tmp_path):
     assert widget.handle_message({"type": "watch_rank", "rank": 1})["ok"]
     assert widget.watch_view["model"] == "rank 1" and widget.watch_view["rank"] == 1
     assert widget.watch_view["norms"] == {n: json_float(v) for n, v in history.norms(last, rank=1).items()}
-    assert widget.watch_step(2) and [f["kind"] for f in widget.diagnosis["findings"]] == ["diverging"]
+    assert widget.watch_step(2) and [f["kind"] for f in widget.diagnosis["findings"]] == [
+        "exploding",
+        "diverging",
+    ]
+    # every part says what it shows, and the chart follows the picker: rank 1's local norms at step 2
+    assert "rank 1's local gradient norms" in widget.watch_view["parts"][0]
+    assert "step 2" in widget.watch_view["parts"][0] and "Leaf table: hidden" in widget.watch_view["parts"][2]
+    assert "rank 1" in widget.chart["figure"]["layout"]["title"]["text"]
+    local = history.norms(2, rank=1, kind="parameter")
+    shown = dict(zip(widget.chart["modules"], widget.chart["current"]))
+    layer = [n for n in local if n.startswith("module.body.4.") or n.startswith("body.4.")]
+    assert layer and abs(
+        shown[layer[0].rsplit(".", 1)[0]] - sum(local[n] ** 2 for n in layer) ** 0.5
+    ) < 1e-6 * (1 + shown[layer[0].rsplit(".", 1)[0]])
     assert not widget.watch_rank(5) and "rank 5 is not in this history" in widget.errors["watch"]
     assert not widget.rerun() and "read-only" in widget.errors["rerun"]
     assert widget.apply_edit("module.body.4.bias", "grad", "grad * 0") is None

@@ -4,6 +4,7 @@ a FileFormatError naming it, the schema is the dataclasses', and files saved by 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import random
@@ -11,6 +12,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import tracemalloc
 from pathlib import Path
 
@@ -21,9 +23,11 @@ import torch.nn.functional as F
 from conftest import as_version_2
 
 import hookviz
+from hookviz.errors import FileFormatError
 from hookviz.examples import Canonical, canonical_inputs, sigmoid_mlp
-from hookviz.files import saving, schema
-from hookviz.files.saving import FileFormatError, load, save
+from hookviz.files import paths, schema
+from hookviz.files.fields import compiled
+from hookviz.files.saving import load, save
 
 DATA = Path(__file__).parent / "data"
 
@@ -32,7 +36,10 @@ DATA = Path(__file__).parent / "data"
 def good_file(tmp_path_factory) -> Path:
     """The canonical run with one edit, saved: the file every malformed case starts from."""
     x, y, z, target = canonical_inputs()
-    session = hookviz.Session(Canonical(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target))
+    # lazy: the file holds pending records too, which the malformed cases change
+    session = hookviz.Session(
+        Canonical(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target), details="lazy"
+    )
     session.edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
     return hookviz.save(session.run(), tmp_path_factory.mktemp("good") / "good")
 
@@ -105,7 +112,7 @@ def test_a_planted_symlink_at_the_temporary_name_is_skipped_never_followed(tmp_p
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     names = iter(["aaaa", "bbbb"])
-    monkeypatch.setattr(saving.secrets, "token_hex", lambda n: next(names))
+    monkeypatch.setattr(paths.secrets, "token_hex", lambda n: next(names))
     (tmp_path / ".run.hookviz.aaaa.partial").symlink_to(victim)
     save(load(good_file), tmp_path / "run")
     assert victim.read_text() == "precious"
@@ -113,16 +120,53 @@ def test_a_planted_symlink_at_the_temporary_name_is_skipped_never_followed(tmp_p
     assert names == [".run.hookviz.aaaa.partial", "run.hookviz", "victim.txt"]
 
 
-@pytest.mark.parametrize("case", ["empty directory", "full directory"])
-def test_a_save_whose_rename_is_refused_leaves_nothing_behind(tmp_path, good_file, case):
-    target = tmp_path / "run.hookviz"
-    target.mkdir()
-    if case == "full directory":
-        (target / "inside").write_text("kept")
-    with pytest.raises(OSError):
-        save(load(good_file), target)
-    assert [p.name for p in tmp_path.iterdir()] == ["run.hookviz"] and target.is_dir()
-    assert [p.name for p in target.iterdir()] == ([] if case == "empty directory" else ["inside"])
+def canonical_widget():
+    """``hookviz.show`` of the canonical example: the widget whose page save_html writes."""
+    x, y, z, target = canonical_inputs()
+    return hookviz.show(Canonical(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target))
+
+
+@pytest.mark.parametrize("writer", ["save", "save_html"])
+def test_a_target_that_names_no_file_is_refused_before_anything_is_written(
+    tmp_path, good_file, monkeypatch, writer
+):
+    run = load(good_file)
+    widget = canonical_widget() if writer == "save_html" else None
+
+    def write(path):
+        return save(run, path) if writer == "save" else widget.save_html(path)
+
+    monkeypatch.chdir(tmp_path)  # "", "." and ".." name the working folder and its parent
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "inside").write_text("kept")
+    (tmp_path / "taken.hookviz").mkdir()
+    (tmp_path / "taken.html").mkdir()
+    cases = {
+        "": "no file name given",
+        ".": r"'\.' names a folder, not a file: give a file name, e\.g\. '\./",
+        "..": r"'\.\.' names a folder",
+        "/": "'/' names a folder",
+        "runs/": "'runs/' names a folder, not a file: give a file name, e.g. 'runs/",
+        "missing/": "'missing/' names a folder",
+        "runs": "'runs' is a folder, not a file: give a file name, e.g. 'runs/",
+        "full": "'full' is a folder",
+        "taken.hookviz" if writer == "save" else "taken.html": "is a folder, not a file",
+        "missing/run": "its folder 'missing' does not exist; create the folder first",
+        "taken.html/page.html/run": "its folder 'taken.html/page.html' does not exist",
+    }
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    refused = 0
+    for target, problem in cases.items():
+        with pytest.raises(hookviz.PathError, match=problem) as raised:
+            write(target)
+        assert isinstance(raised.value, OSError) and isinstance(raised.value, hookviz.HookvizError)
+        refused += 1
+    assert refused == len(cases) == 11
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    # a file name in the folder, or beside it, is written
+    written = write("runs/run" if writer == "save" else "runs/page.html")
+    assert written.is_file() and written.parent.name == "runs"
 
 
 def test_a_save_whose_write_fails_leaves_nothing_behind(tmp_path, good_file):
@@ -149,7 +193,86 @@ def test_a_save_whose_write_fails_leaves_nothing_behind(tmp_path, good_file):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_save_html_replaces_a_symlink_at_the_target_and_never_writes_through_one(tmp_path, monkeypatch):
+    widget = canonical_widget()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    target = tmp_path / "page.html"
+    target.symlink_to(victim)
+    names = iter(["aaaa", "bbbb"])
+    monkeypatch.setattr(paths.secrets, "token_hex", lambda n: next(names))
+    (tmp_path / ".page.html.aaaa.partial").symlink_to(victim)  # the first temporary name drawn
+    assert widget.save_html(target) == target
+    assert victim.read_text() == "precious"
+    assert not target.is_symlink() and 'id="hookviz-state"' in target.read_text(encoding="utf-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".page.html.aaaa.partial",
+        "page.html",
+        "victim.txt",
+    ]
+
+
+def test_a_save_html_whose_write_fails_leaves_the_old_page_whole(tmp_path):
+    # As for save: the page (over 1 MB, the bundle is in it) meets a 4 KiB RLIMIT_FSIZE, so write()
+    # fails with EFBIG as on a full disk. Written in place, the old page would be cut to 4 KiB.
+    page = tmp_path / "page.html"
+    page.write_text("<p>the page as it was</p>")
+    script = textwrap.dedent(
+        f"""
+        import resource, signal
+        import torch.nn.functional as F
+        import hookviz
+        from hookviz.examples import Canonical, canonical_inputs
+        x, y, z, target = canonical_inputs()
+        widget = hookviz.show(Canonical(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        try:
+            widget.save_html({str(page)!r})
+        except OSError as error:
+            print("refused", error.errno)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.stdout.startswith("refused"), result.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == [page] and page.read_text() == "<p>the page as it was</p>"
+
+
 # ---------------------------------------------------------------------------- reading
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "folder", "device"])
+def test_load_refuses_what_is_not_a_regular_file_without_blocking(tmp_path, kind):
+    if kind == "FIFO":
+        path = tmp_path / "pipe.hookviz"
+        os.mkfifo(path)  # opened for reading, a FIFO with no writer blocks until one comes
+    elif kind == "folder":
+        path = tmp_path / "runs.hookviz"
+        path.mkdir()
+    else:
+        path = Path(os.devnull)
+    outcome: list = []
+
+    def attempt():
+        try:
+            load(path)
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread below
+            outcome.append(error)
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    if thread.is_alive() and kind == "FIFO":
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # a writer frees the blocked reader
+        thread.join(timeout=30)
+        pytest.fail("load() blocked on a FIFO")
+    assert len(outcome) == 1 and isinstance(outcome[0], hookviz.PathError), outcome
+    words = {"FIFO": "a FIFO (named pipe)", "folder": "a folder", "device": "a device"}[kind]
+    fix = "give the path of a file that hookviz.save wrote"
+    assert str(outcome[0]) == f"cannot open {str(path)!r}: it is {words}, not a file; {fix}"
 
 
 def test_files_saved_by_hookviz_before_the_schema_open(tmp_path):
@@ -194,7 +317,7 @@ def test_the_schema_is_the_records_fields():
     assert compared == sum(len(f) for _, f in schema.RECORDS.values()) > 100
     assert set(schema.KINDS.values()) <= set(schema.RECORDS)
     for version in schema.READABLE:  # every type parses, and every record it names is listed
-        assert set(saving._schema(version).classes) == set(schema.RECORDS)
+        assert set(compiled(version).classes) == set(schema.RECORDS)
 
 
 def test_a_huge_file_that_is_not_hookviz_is_refused_after_its_first_bytes(tmp_path):
@@ -324,6 +447,171 @@ def test_every_malformed_structure_is_a_file_format_error_naming_the_problem(tmp
         load(write_structure(tmp_path / "v1.hookviz", old, bad_graph, tensors))
 
 
+def test_schema_valid_but_absurd_values_are_refused_naming_the_place(tmp_path, good_file):
+    """Values of the right type that no run has, each of which broke a later read when loaded: a
+    norm of 10**400 (OverflowError in diagnose, show, save), an order of 10**30 (TypeError in
+    show), a loss of three elements (RuntimeError in repr), a count None in a record that waits for
+    nothing (TypeError in diagnose), and their kind in other fields."""
+    header, structure, tensors = parts(good_file)
+    metadata = header["__metadata__"]
+    x_gradient = ("nodes", "__dict__", "x", "fields", "grad_outputs", "__tuple__", 0, "fields")
+    x_node = ("nodes", "__dict__", "x", "fields")
+
+    def changed(place: tuple, **values):
+        copy = json.loads(json.dumps(structure))
+        record = copy["fields"]
+        for key in place:
+            record = record[key]
+        record.update(values)
+        return copy
+
+    def edge_slot(slot):
+        copy = json.loads(json.dumps(structure))
+        copy["fields"]["edges"][0]["__tuple__"][2] = slot
+        return copy
+
+    x, x_grad = r"run\.nodes\['x'\]", r"run\.nodes\['x'\]\.grad_outputs\[0\]"
+    loss_key = structure["fields"]["loss"]["__tensor__"]
+    cases = {
+        "norm": (changed(x_gradient, norm=10**400), rf"{x_grad}\.norm is an integer of 1329 bits, too large"),
+        "mean": (changed(x_gradient, mean=-(10**400)), rf"{x_grad}\.mean is an integer of 1329 bits"),
+        "order": (changed(x_node, order=10**30), rf"{x}\.order is an integer of 100 bits, past int64"),
+        "negative_order": (changed(x_node, order=-1), rf"{x}\.order is -1, but it is a count, a size"),
+        "numel": (changed(x_gradient, numel=-4), rf"{x_grad}\.numel is -4"),
+        "shape": (changed(x_gradient, shape={"__tuple__": [2, -1]}), rf"{x_grad}\.shape\[1\] is -1"),
+        "zero_fraction": (
+            changed(x_gradient, zero_fraction=1.5),
+            r"\.zero_fraction is 1\.5, but it is a fraction",
+        ),
+        "slot": (edge_slot(2**63), r"run\.edges\[0\]\[2\] is an integer of 64 bits, past int64"),
+        "loss": ("three elements", r"run\.loss has shape \[3\], but it should have shape \[\]"),
+        "overview": (
+            changed(x_gradient, overview={"__tensor__": loss_key}),
+            rf"{x_grad}\.overview has shape \[\], but it should have shape \[any, any\]",
+        ),
+        # a lazy run's record keeps None where it waits; a record that waits for nothing has values
+        "not_pending": (
+            changed(x_gradient, pending={"__tuple__": ["value", "mean", "min", "max", "histogram"]}),
+            rf"{x_grad}\.nan_count is None, but the record's pending does not name it",
+        ),
+        "call_not_pending": (
+            changed(("calls", 0, "fields"), pending={"__tuple__": ["output", "output_replaced"]}),
+            r"run\.calls\[0\]\.inputs is None, but the record's pending does not name it",
+        ),
+    }
+    refused = 0
+    for name, (value, problem) in cases.items():
+        stored = dict(tensors)
+        if value == "three elements":
+            value, stored[loss_key] = structure, torch.ones(3)
+        path = write_structure(tmp_path / f"{name}.hookviz", metadata, value, stored)
+        with pytest.raises(FileFormatError, match=f"{name}\\.hookviz': the file is corrupt: .*{problem}"):
+            load(path)
+        refused += 1
+    assert refused == len(cases) == 12
+    # the bounds hold when saving too: a run holding such a value is not written
+    run = load(good_file)
+    run.loss = torch.ones(3)
+    with pytest.raises(hookviz.HookvizError, match=r"cannot save run\.loss: it has shape \[3\]"):
+        save(run, tmp_path / "three")
+    assert not (tmp_path / "three.hookviz").exists()
+
+
+def test_a_watch_history_whose_shapes_disagree_is_refused_naming_the_field(tmp_path):
+    # the history of a real watch (4 parameters and 4 module outputs of an MLP over 3 steps), saved anew
+    header, structure, tensors = parts(save(load(DATA / "main-v2-watch.hookviz"), tmp_path / "watch"))
+    fields = structure["fields"]
+    assert fields["ranks"] == [0] and fields["steps"] == [0, 1, 2] and len(fields["names"]) == 8
+
+    def changed(**values):
+        return dict(structure, fields=dict(fields, **values)), tensors
+
+    def tensor(name, value):
+        return structure, dict(tensors, **{fields[name]["__tensor__"]: value})
+
+    expected = r"but it should have shape \[ranks=1, steps=3, names=8, 4\]"
+    cases = {
+        "local": (tensor("local", torch.zeros(1, 3, 4)), rf"watch\.local has shape \[1, 3, 4\], {expected}"),
+        "reduced": (tensor("reduced", torch.zeros(3, 4, 4, 4)), r"watch\.reduced has shape \[3, 4, 4, 4\]"),
+        "order": (tensor("order", torch.zeros(4)), r"watch\.order has shape \[4\], but it should have shape"),
+        "names": (
+            changed(names=fields["names"][:2]),
+            r"watch\.kinds has 8 items, but it should have 2, one per",
+        ),
+        "ranks": (
+            changed(ranks=[]),
+            r"watch\.local has shape \[1, 3, 8, 4\], but it should have shape \[ranks=0",
+        ),
+        "steps": (changed(steps=[0, 1, 2**64]), r"watch\.steps\[2\] is an integer of 65 bits, past int64"),
+        "every": (changed(every=-2), r"watch\.every is -2, but it is a count"),
+    }
+    for name, ((value, stored), problem) in cases.items():
+        path = write_structure(tmp_path / f"{name}.hookviz", header["__metadata__"], value, stored)
+        with pytest.raises(FileFormatError, match=f"{name}\\.hookviz': the file is corrupt: {problem}"):
+            load(path)
+    assert len(cases) == 7
+    # no rank at all, with tensors that agree: still refused (show would index rank 0)
+    value, stored = changed(ranks=[])
+    stored = dict(
+        stored, **{fields[k]["__tensor__"]: tensors[fields[k]["__tensor__"]][:0] for k in ("local", "order")}
+    )
+    with pytest.raises(FileFormatError, match=r"watch\.ranks is empty, but it should hold at least one item"):
+        load(write_structure(tmp_path / "no_rank.hookviz", header["__metadata__"], value, stored))
+
+
+def _peak_growth(action) -> tuple[object, int]:
+    """``action()``'s result and the bytes by which this process's peak resident memory rose above
+    its resident memory before it (Linux: VmHWM is reset through /proc/self/clear_refs)."""
+
+    def status(field: str) -> int:
+        text = Path("/proc/self/status").read_text()
+        return int(next(line.split()[1] for line in text.splitlines() if line.startswith(field))) * 1024
+
+    gc.collect()
+    before = status("VmRSS:")
+    Path("/proc/self/clear_refs").write_text("5")
+    result = action()
+    return result, status("VmHWM:") - before
+
+
+def test_loading_costs_a_small_multiple_of_the_file_whatever_it_references(tmp_path):
+    # A real sparse gradient of a million elements (an embedding's, every row used), stored dense
+    # (4 MB); the file is then given 99 more references to it, each asking for a sparse COO tensor.
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(250_000, 4, sparse=True)
+    tokens = torch.arange(250_000)
+    run = hookviz.Session(embedding, (tokens,), loss_fn=lambda out: out.sum()).run()
+    plain = torch.ones(250_000, 4)  # d(sum)/d(weight): one use of every row
+    assert run.leaf_grad("weight").is_sparse and torch.equal(run.leaf_grad("weight").to_dense(), plain)
+    header, structure, tensors = parts(save(run, tmp_path / "embedding"))
+    leaf_grads = structure["fields"]["leaf_grads"]["__dict__"]
+    assert leaf_grads["weight"]["layout"] == "sparse_coo"
+    for i in range(99):
+        leaf_grads[f"copy{i}"] = leaf_grads["weight"]
+    path = write_structure(tmp_path / "references.hookviz", header["__metadata__"], structure, tensors)
+    size = path.stat().st_size
+    assert 4_000_000 < size < 4_100_000
+    loaded, growth = _peak_growth(lambda: load(path))
+    references = [loaded.leaf_grads[n] for n in loaded.leaf_grads if n == "weight" or n.startswith("copy")]
+    assert len(references) == 100 and len({id(r) for r in references}) == 1  # made sparse once
+    assert references[0].is_sparse and torch.equal(references[0].to_dense(), plain)
+    # each reference made sparse again took 16 MB (a 1.6 GB load); once, it is a few times the file
+    assert growth < 16 * size, (growth, size)
+
+
+def test_sparse_references_that_would_take_more_than_their_budget_are_refused(tmp_path, good_file):
+    # A COO tensor keeps an int64 index per dimension per element: a 40-dimension bool tensor of
+    # 50,000 True elements (50 KB stored) would take 16 MB as one, over 16 times the file.
+    header, structure, tensors = parts(good_file)
+    structure["fields"]["leaf_grads"]["__dict__"]["x"] = {"__tensor__": "wide", "layout": "sparse_coo"}
+    stored = dict(tensors, wide=torch.ones((1,) * 39 + (50_000,), dtype=torch.bool))
+    path = write_structure(tmp_path / "wide.hookviz", header["__metadata__"], structure, stored)
+    refused, growth = _peak_growth(lambda: pytest.raises(FileFormatError, load, path))
+    where = r"run\.leaf_grads\['x'\] asks for tensor 'wide' as a sparse COO tensor"
+    refused.match(rf"{where}, which would take 16050000 bytes: the file's sparse tensors may take 16 times")
+    assert growth < 8_000_000, growth  # refused before it is made
+
+
 def _mutations(structure, rng: random.Random, count: int):
     """``count`` copies of a structure, each with one value somewhere replaced by a hostile one."""
     hostile = [
@@ -346,6 +634,25 @@ def _mutations(structure, rng: random.Random, count: int):
         container, key = rng.choice(places)
         container[key] = rng.choice(hostile)
         yield copy
+
+
+def read_every_way(run: hookviz.Run, folder: Path) -> None:
+    """Read a loaded run as a user would: repr, diagnose, explain every node, the widget with every
+    inspector, a saved page, and saving it again; any error but a HookvizError fails the test."""
+    for read in (
+        lambda: repr(run),
+        lambda: hookviz.diagnose(run),
+        lambda: [hookviz.explain(run, node) for node in run.nodes],
+        lambda: load(save(run, folder / "again")),
+    ):
+        try:
+            read()
+        except hookviz.HookvizError:
+            pass
+    widget = hookviz.show(run)
+    for target in [*run.nodes, *(f"module:{call.module}" for call in run.calls)]:
+        widget.select(target)
+    widget.save_html(folder / "page.html", values="all")
 
 
 def test_fuzzed_files_load_or_raise_file_format_error_only(tmp_path, good_file):
@@ -407,9 +714,11 @@ def test_fuzzed_files_load_or_raise_file_format_error_only(tmp_path, good_file):
             assert "fuzzed.hookviz" in str(error), (number, error)
             outcomes["refused"] += 1
             continue
-        # what loads is a Run whose records are of the schema's types, usable as any Run
+        # what loads is a Run whose records are of the schema's types, usable as any Run: every
+        # read answers or raises a HookvizError (diagnose: its details were never recorded)
         assert isinstance(loaded, hookviz.Run), number
         assert isinstance(loaded.leaf_grads, dict) and all(isinstance(e, str) for e in loaded.notes)
+        read_every_way(loaded, tmp_path)
         outcomes["loaded"] += 1
     assert sum(outcomes.values()) == len(cases) == 1000
     # every truncation, header flip, crafted header and most crafted structures are refused

@@ -206,7 +206,7 @@ def test_inference_mode_works_in_run_watch_diff_and_diagnose():
         run = session.run()
         again = session.run(forward=True)
         assert hookviz.diff(run, again).changed_leaves == []
-        assert isinstance(hookviz.diagnose(run), list)
+        assert hookviz.diagnose(run) == []  # a healthy tanh MLP: nothing to report
     plain = copy.deepcopy(model)
     plain(data.clone()).sum().backward()
     assert torch.equal(run.leaf_grad("fc1.weight"), plain.fc1.weight.grad)
@@ -226,21 +226,24 @@ def test_sparse_and_complex_gradients_have_statistics_in_diff_diagnose_and_watch
     assert record.nnz == 5 and record.norm > 0 and record.zero_fraction == 0.5  # tokens 1, 2, 3, 4, 9 of 10
     session.edit("embedding.weight", "grad", "grad * 2")
     assert hookviz.diff(run, session.run()).changed_leaves == ["embedding.weight"]
-    assert isinstance(hookviz.diagnose(run), list)
+    # half the embedding's rows get no gradient by design (only looked-up rows do): not "dead"
+    assert hookviz.diagnose(run) == []
     complex_model = nn.Linear(3, 2).to(torch.complex64)
     data = torch.randn(4, 3, dtype=torch.complex64)
     crun = hookviz.Session(complex_model, (data,), loss_fn=lambda out: out.abs().sum()).run()
     grad = crun.node("weight").grad_outputs[0]
     assert grad.norm == pytest.approx(torch.linalg.vector_norm(crun.leaf_grad("weight")).item(), rel=1e-5)
     assert "magnitude" in grad.note
-    assert isinstance(hookviz.diagnose(crun), list)
-    for model, inputs, loss_fn in (
-        (sparse, (tokens,), _sum),
-        (complex_model, (data,), lambda o: o.abs().sum()),
+    assert hookviz.diagnose(crun) == []
+    for model, inputs, loss_fn, parameters in (
+        (sparse, (tokens,), _sum, ["embedding.weight", "head.weight", "head.bias"]),
+        (complex_model, (data,), lambda o: o.abs().sum(), ["weight", "bias"]),
     ):
         with hookviz.watch(model) as watch:
             loss_fn(model(*inputs)).backward()
-        assert all(v > 0 for v in watch.norms(kind="parameter").values())
+        norms = watch.norms(kind="parameter")
+        assert sorted(norms) == sorted(parameters)  # every parameter compared
+        assert [name for name, v in norms.items() if not v > 0] == []
         model.zero_grad()
 
 
@@ -514,3 +517,319 @@ def test_node_and_leaf_edits_are_refused_when_the_loss_differentiates():
             session.edit(target, slot, "grad * 2")
     assert session.edits == []
     assert not hookviz.Session(model, (data,), loss_fn=_sum).run().loss_differentiates
+
+
+# ---------------------------------------------------------------- the model and the process as found
+
+
+def _plain_grads(model: nn.Module, args: tuple, loss_fn=_sum) -> tuple[torch.Tensor, dict]:
+    """Loss and every parameter's ``.grad`` of one plain forward + backward on ``model``."""
+    model.zero_grad(set_to_none=True)
+    loss = loss_fn(model(*args))
+    loss.backward()
+    return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+
+class RegistersHooksInForward(nn.Module):
+    """Registers hooks on each call, as some research code does: each must fire in the run that
+    made it and be gone after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.fired: list[str] = []
+
+    def forward(self, x):
+        self.lin.weight.register_hook(lambda grad: grad * 2)
+        self.lin.register_forward_pre_hook(lambda module, args: self.fired.append("pre"))
+        self.lin.register_forward_hook(lambda module, args, output: self.fired.append("forward"))
+        self.lin.register_full_backward_hook(lambda module, grad_in, grad_out: self.fired.append("full"))
+        self.lin.bias.register_post_accumulate_grad_hook(lambda tensor: self.fired.append("accumulated"))
+        return torch.tanh(self.lin(x))
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
+def test_hooks_a_forward_registers_fire_in_the_run_and_are_removed_after_it():
+    torch.manual_seed(0)
+    model, x = RegistersHooksInForward(), torch.randn(4, 3)
+    plain_loss, plain = _plain_grads(copy.deepcopy(model), (x,))
+    before = model_state(model)
+    session = hookviz.Session(model, (x,), loss_fn=_sum)
+    runs = [session.run(), session.run(), session.run(forward=True)]
+    assert [run.forward_reused for run in runs] == [False, True, False]  # the user's hooks did not change
+    compared = 0
+    for run in runs:
+        assert torch.equal(run.loss, plain_loss)
+        for name, grad in plain.items():
+            assert torch.equal(run.leaf_grad(name), grad), name
+            compared += 1
+    assert compared == 6
+    assert model.fired.count("accumulated") == 3 and model.fired.count("full") == 3
+    assert model.lin._is_full_backward_hook is None
+    assert not model.lin.weight._backward_hooks and not model.lin.bias._post_accumulate_grad_hooks
+    assert_same_state(before, model_state(model))
+
+
+class AddsAndSwaps(nn.Module):
+    """Adds a buffer, a parameter, a submodule and an attribute, and swaps a submodule, in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x):
+        self.register_buffer("seen", torch.ones(2), persistent=False)
+        self.scale = nn.Parameter(torch.full((2,), 3.0))
+        self.head = nn.Linear(2, 2)
+        self.lin = nn.Linear(3, 2)
+        self.calls = getattr(self, "calls", 0) + 1
+        return self.head(self.lin(x)) * self.scale + self.seen
+
+
+def test_what_a_forward_adds_or_swaps_is_put_back():
+    torch.manual_seed(0)
+    model, x = AddsAndSwaps(), torch.randn(4, 3)
+    lin, attributes = model.lin, set(vars(model))
+    plain_model = copy.deepcopy(model)
+    torch.manual_seed(1)
+    plain_loss, plain = _plain_grads(plain_model, (x,))
+    before = model_state(model)
+    torch.manual_seed(1)
+    run = hookviz.Session(model, (x,), loss_fn=_sum).run()
+    assert torch.equal(run.loss, plain_loss)
+    for name in ("head.weight", "head.bias", "lin.weight", "scale"):
+        assert torch.equal(run.leaf_grad(name), plain[name]), name
+    assert model.lin is lin and set(vars(model)) == attributes and "calls" not in vars(model)
+    assert list(model._modules) == ["lin"] and not model._parameters and not model._buffers
+    assert model._non_persistent_buffers_set == set()
+    assert_same_state(before, model_state(model))
+
+
+class SetsItsBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.lin.bias.set_(torch.full((2,), 0.5))  # Tensor.set_ passes no function mode
+        return self.lin(x)
+
+
+def test_a_parameter_set_in_forward_gets_its_storage_back(recwarn):
+    torch.manual_seed(0)
+    model, x = SetsItsBias(), torch.randn(4, 3)
+    plain_loss, plain = _plain_grads(copy.deepcopy(model), (x,))
+    bias, address, before = model.lin.bias, model.lin.bias.data_ptr(), model_state(model)
+    run = hookviz.Session(model, (x,), loss_fn=_sum).run()
+    assert torch.equal(run.loss, plain_loss) and torch.equal(run.leaf_grad("lin.bias"), plain["lin.bias"])
+    assert model.lin.bias is bias and bias.data_ptr() == address
+    assert_same_state(before, model_state(model))
+    assert not [w for w in recwarn if "hookviz could not copy" in str(w.message)]
+
+
+class ZerosItsGrad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x):
+        self.lin.weight.grad.zero_()
+        self.lin.bias.grad = None
+        return self.lin(x)
+
+
+def test_grad_written_in_forward_is_put_back():
+    torch.manual_seed(0)
+    model, x = ZerosItsGrad(), torch.randn(4, 3)
+    model.lin.weight.grad, model.lin.bias.grad = torch.ones(2, 3), torch.ones(2)
+    grads = (model.lin.weight.grad, model.lin.bias.grad)
+    plain = copy.deepcopy(model)
+    plain.lin.weight.grad = torch.ones(2, 3)
+    plain_loss = plain(x).sum()
+    plain_grad = torch.autograd.grad(plain_loss, plain.lin.weight)[0]
+    before = model_state(model)
+    run = hookviz.Session(model, (x,), loss_fn=_sum).run()
+    assert torch.equal(run.loss, plain_loss.detach()) and torch.equal(run.leaf_grad("lin.weight"), plain_grad)
+    assert (model.lin.weight.grad, model.lin.bias.grad) == grads  # the same objects, by identity
+    assert torch.equal(grads[0], torch.ones(2, 3)) and torch.equal(grads[1], torch.ones(2))
+    assert_same_state(before, model_state(model))
+
+
+def test_a_loss_fn_that_runs_backward_itself_leaves_grad_as_it_was():
+    """An LBFGS-style closure sums into ``.grad`` in C++ (AccumulateGrad), where no function mode
+    sees it; the run puts the user's ``.grad`` back. Without ``retain_graph`` it frees the graph
+    hookviz's own backward needs, and the error says what to do."""
+    torch.manual_seed(0)
+    model, x = nn.Linear(3, 2), torch.randn(4, 3)
+    plain_loss, plain = _plain_grads(copy.deepcopy(model), (x,))
+    model.weight.grad = torch.ones(2, 3)
+    before = model_state(model)
+
+    def closure(out):
+        loss = out.sum()
+        loss.backward(retain_graph=True)
+        return loss
+
+    run = hookviz.Session(model, (x,), loss_fn=closure).run()
+    assert torch.equal(run.loss, plain_loss) and torch.equal(run.leaf_grad("weight"), plain["weight"])
+    assert_same_state(before, model_state(model))
+    assert torch.equal(model.weight.grad, torch.ones(2, 3)) and model.bias.grad is None
+
+    def frees_the_graph(out):
+        loss = out.sum()
+        loss.backward()
+        return loss
+
+    with pytest.raises(hookviz.BackwardError, match="LBFGS closure.*without calling backward"):
+        hookviz.Session(model, (x,), loss_fn=frees_the_graph).run()
+    assert_same_state(before, model_state(model))
+
+
+def test_post_accumulate_grad_hooks_run_as_in_plain_pytorch():
+    """``r.leaf_grad`` is what a plain ``.grad`` holds after the hooks; a hook that steps an
+    optimizer (optimizer-in-backward) changes no weight of the user's; ``explain`` says they ran."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1)), torch.randn(5, 3)
+    plain_model = copy.deepcopy(model)
+
+    def hooks(network: nn.Module) -> None:
+        def halve(tensor):
+            tensor.grad.mul_(0.5)
+
+        optimizer = torch.optim.SGD([network[2].weight], lr=0.1)
+
+        def step(tensor):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        network[0].weight.register_post_accumulate_grad_hook(halve)
+        network[2].weight.register_post_accumulate_grad_hook(step)
+
+    hooks(model)
+    hooks(plain_model)
+    plain_loss, plain = _plain_grads(plain_model, (x,))
+    assert plain["2.weight"] is None and not torch.equal(plain_model[2].weight, model[2].weight)
+    before = model_state(model)
+    run = hookviz.Session(model, (x,), loss_fn=_sum).run()
+    assert torch.equal(run.loss, plain_loss)
+    compared = 0
+    for name, grad in plain.items():
+        assert (run.leaf_grad(name) is None) if grad is None else torch.equal(run.leaf_grad(name), grad), name
+        compared += 1
+    assert compared == 4
+    assert [(c.kind, c.where) for c in run.hook_calls if c.kind == "post-accumulate-grad hook"] == [
+        ("post-accumulate-grad hook", "2.weight"),  # in the order plain backward reaches the leaves
+        ("post-accumulate-grad hook", "0.weight"),
+    ]
+    assert_same_state(before, model_state(model))
+    assert "post-accumulate-grad hook" in hookviz.explain(run, "0.weight")
+    assert "halve" in hookviz.explain(run, "0.weight") and "after" in hookviz.explain(run, "0.weight")
+
+
+def test_an_edit_trial_that_writes_the_weights_leaves_them_as_they_were():
+    torch.manual_seed(0)
+    model, x = nn.Linear(3, 2), torch.randn(4, 3)
+    session = hookviz.Session(model, (x,), loss_fn=_sum)
+    session.run()
+    before = model_state(model)
+
+    def zeroes_the_weight(grad):
+        with torch.no_grad():
+            model.weight.zero_()
+        return grad * 2
+
+    session.edit("weight", "grad", zeroes_the_weight)
+    assert_same_state(before, model_state(model))
+
+
+class ReadsAndPrints(nn.Module):
+    """``two(h, h)`` (one tensor as two arguments: hookviz runs ``two``'s forward again to split its
+    full-hook ``grad_input``) whose inner layer has a hook that prints and reads ``input()``."""
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(3, 3)
+
+        def forward(self, a, b):
+            return self.inner(a) * b
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.two = nn.Linear(3, 3), self.Two()
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.two(h, h)
+
+
+def test_hooks_print_and_read_stdin_during_the_module_view_rerun(capsys, monkeypatch):
+    import io
+    import sys
+
+    torch.manual_seed(0)
+    model, x = ReadsAndPrints(), torch.randn(4, 3)
+    answers = []
+
+    def asks(module, args, output):
+        print("inner ran")
+        answers.append(input("continue? "))
+
+    model.two.inner.register_forward_hook(asks)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("yes\nagain\n"))
+    capsys.readouterr()
+    run = hookviz.Session(model, (x,), loss_fn=_sum, details="eager").run()
+    # The recorded forward, then hookviz's re-run of ``two`` (plain PyTorch has no such forward).
+    assert capsys.readouterr().out == "inner ran\ncontinue? inner ran\ncontinue? "
+    assert answers == ["yes", "again"]
+    plain = copy.deepcopy(model)
+    seen = []
+    plain.two.register_full_backward_hook(lambda module, grad_input, grad_output: seen.append(grad_input))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("yes\n"))
+    plain(x).sum().backward()
+    compared = 0
+    for ours, theirs in zip(run.module_grads("two").grad_input, seen[0]):
+        assert torch.equal(ours.value, theirs)
+        compared += 1
+    assert compared == 2
+
+
+def _attention_grad_inputs(device: str) -> tuple[tuple, tuple]:
+    """``MultiheadAttention(x, x, x)`` with dropout in train mode on ``device``: the full backward
+    hook's ``grad_input`` in plain PyTorch and in hookviz's run, from the same random state."""
+    torch.manual_seed(0)
+    attention = nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True).to(device)
+    x = torch.randn(2, 5, 8, device=device, requires_grad=True)
+    plain = copy.deepcopy(attention)
+    seen = []
+    plain.register_full_backward_hook(lambda module, grad_input, grad_output: seen.append(grad_input))
+    torch.manual_seed(1)
+    if device.startswith("cuda"):
+        torch.cuda.manual_seed(1)
+    plain(x, x, x)[0].sum().backward()
+    torch.manual_seed(1)
+    if device.startswith("cuda"):
+        torch.cuda.manual_seed(1)
+    run = hookviz.Session(attention, (x, x, x), loss_fn=lambda out: out[0].sum(), details="eager").run()
+    return tuple(record.value for record in run.module_grads("").grad_input), seen[0]
+
+
+def _assert_same_grad_inputs(ours: tuple, theirs: tuple) -> None:
+    compared = 0
+    for mine, plain in zip(ours, theirs):
+        assert torch.equal(mine, plain)
+        compared += 1
+    assert compared == 3
+
+
+def test_attention_with_dropout_splits_its_grad_input_as_pytorch_does():
+    _assert_same_grad_inputs(*_attention_grad_inputs("cpu"))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_attention_with_dropout_on_cuda_splits_its_grad_input_as_pytorch_does():
+    """The re-run of the module's forward draws its dropout mask from the CUDA random state the call
+    had, not only the CPU's."""
+    _assert_same_grad_inputs(*_attention_grad_inputs("cuda:0"))

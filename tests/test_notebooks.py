@@ -2,10 +2,15 @@
 
 Each notebook checks its key numbers in its own cells against plain PyTorch (or numbers worked out by
 hand), so running it is the test: any failing assert or error fails here with the cell that raised.
+Each runs from a copy of the notebooks folder outside the repository, as a user's copy or Colab runs
+it: whatever a notebook needs ships in hookviz or in the notebook itself.
+Each notebook that runs is written, outputs and all, to ``build/executed/notebooks/``: the docs build
+(``mkdocs build``, after pytest in CI) renders those copies, so the site shows what ran here.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -13,6 +18,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+EXECUTED = Path(__file__).resolve().parents[1] / "build" / "executed" / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 EXPECTED = [
@@ -24,6 +30,7 @@ EXPECTED = [
     "05_vanishing_gradients.ipynb",
     "06_distributed.ipynb",
     "07_live_training.ipynb",
+    "08_frameworks.ipynb",
 ]
 
 
@@ -32,14 +39,19 @@ def test_the_course_is_complete():
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
-def test_notebook_runs(path: Path):
-    notebook = nbformat.read(path, as_version=4)
+def test_notebook_runs(path: Path, tmp_path: Path):
+    executed = EXECUTED / path.name
+    executed.unlink(missing_ok=True)  # a notebook that fails leaves no copy for the docs to show
+    copied = tmp_path / "notebooks"  # outside the repository: no ../examples, no ../anything
+    shutil.copytree(NOTEBOOKS, copied)
+    assert not copied.resolve().is_relative_to(NOTEBOOKS.parent.resolve())
+    notebook = nbformat.read(copied / path.name, as_version=4)
     client = NotebookClient(
         notebook,
         kernel_name="python3",
         timeout=300,
         allow_errors=False,
-        resources={"metadata": {"path": str(NOTEBOOKS)}},
+        resources={"metadata": {"path": str(copied)}},
     )
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     # Running the notebook is the test only if its cells check something.
@@ -48,6 +60,8 @@ def test_notebook_runs(path: Path):
     client.execute()  # raises CellExecutionError, naming the cell, on any error
     # Every code cell ran, in order, once: none was skipped or left out of the kernel's run.
     assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, executed)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
@@ -61,3 +75,15 @@ def test_committed_notebook_is_clean(path: Path):
             assert cell.outputs == [], f"{path.name}: a cell has stale outputs; clear them before committing"
             assert cell.execution_count is None, f"{path.name}: clear execution counts before committing"
     assert notebook.cells[0].cell_type == "markdown" and notebook.cells[0].source.startswith("# ")
+
+
+def test_the_distributed_notebook_writes_the_example_script_as_it_ships():
+    # Notebook 06 carries its torchrun script (%%writefile) so that it runs from any folder; the
+    # repository's examples/ddp_watch.py is the same script, for torchrun from a checkout.
+    notebook = nbformat.read(NOTEBOOKS / "06_distributed.ipynb", as_version=4)
+    written = [cell.source for cell in notebook.cells if cell.source.startswith("%%writefile")]
+    assert len(written) == 1
+    header, _, script = written[0].partition("\n")
+    assert header == "%%writefile {folder}/ddp_watch.py"
+    shipped = (NOTEBOOKS.parent / "examples" / "ddp_watch.py").read_text(encoding="utf-8")
+    assert script.rstrip("\n") == shipped.rstrip("\n")

@@ -19,8 +19,9 @@ from torch import nn
 import hookviz
 from hookviz.data.run import LogEntry
 from hookviz.data.tensors import TensorRecord
+from hookviz.errors import FileFormatError
 from hookviz.examples import TinyGPT, next_token_loss, sigmoid_mlp
-from hookviz.files.saving import FileFormatError, load, save
+from hookviz.files.saving import load, save
 from hookviz.watching.gather import RankHistory, from_watch
 from hookviz.widget.payload import json_float
 
@@ -197,7 +198,7 @@ def test_truncated_corrupt_and_foreign_files_get_clear_errors(tmp_path, canonica
 def test_a_version_1_file_with_a_networkx_graph_still_opens(tmp_path, canonical):
     """Version 1 stored a Run's networkx graph; version 2 stores its edges (the graph is derived)."""
     session, *_ = canonical
-    run = session.run()
+    run = session.run().fill_details()  # versions 1 and 2 wrote complete records only
     data = hookviz.save(run, tmp_path / "new").read_bytes()
     (length,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + length])

@@ -9,7 +9,7 @@ from conftest import assert_same_state, model_state
 from torch import nn
 
 import hookviz
-from hookviz.data.tensors import SETTLE_ABOVE
+from hookviz.data.stats_batch import SETTLE_ABOVE
 from hookviz.examples import TinyGPT, canonical_inputs, next_token_loss, sigmoid_mlp
 from hookviz.record import torch_compat
 
@@ -96,6 +96,25 @@ def test_canonical_edits_rerun_and_clear(canonical):
     assert not hookviz.diff(baseline, again).changed_leaves
 
 
+def test_an_edit_at_a_site_that_has_one_replaces_it(canonical):
+    # One edit per site: applying the notebook's edits twice (clicked, then from a cell) gives
+    # what plain PyTorch's legacy hook gives once, not the edits stacked.
+    session, _, _, _ = canonical
+    for _ in range(2):
+        session.edit("SubBackward0_0", "grad_inputs[0]", "grad + 888888")
+        session.edit("SubBackward0_0", "grad_inputs[1]", "grad - 777777")
+    assert [(e.target, str(e.slot), e.source) for e in session.edits] == [
+        ("SubBackward0_0", "grad_inputs[0]", "grad + 888888"),
+        ("SubBackward0_0", "grad_inputs[1]", "grad - 777777"),
+    ]
+    assert session.run().leaf_grad("x").tolist() == [1777792, 1777764]
+    # a new expression at the root module's grad_input[0] takes the old one's place in the list
+    first = session.edit("", "grad_input[0]", "grad * 2")
+    second = session.edit("", "grad_input[0]", "grad * 3")
+    assert first.id != second.id and [e.id for e in session.edits][2:] == [second.id]
+    assert session.run().leaf_grad("x").tolist() == [3 * 1777792, 3 * 1777764]
+
+
 def test_variant_without_z_gives_the_add_node_last():
     class TwoTerms(nn.Module):
         def forward(self, x, y):
@@ -126,7 +145,7 @@ class BlogModule(nn.Module):
         return 2 * x + 3 * y - 5 * z
 
 
-def test_users_legacy_backward_hook_is_shown_run_and_recorded():
+def test_users_legacy_backward_hook_is_shown_run_and_recorded(capsys):
     x, y, z, target = canonical_inputs()
     model = BlogModule()
     session = hookviz.Session(model, (x, y, z), loss_fn=lambda out: F.mse_loss(out, target))
@@ -141,7 +160,7 @@ def test_users_legacy_backward_hook_is_shown_run_and_recorded():
     assert call.node == "SubBackward0_0" and call.returned
     assert [values(r) for r in call.before] == [[8, -6], [-8, 6]]
     assert [values(r) for r in call.after] == [[888896, 888882], [-777785, -777771]]
-    assert run.log[0].text == "grad_input: [[8.0, -6.0], [-8.0, 6.0]]\n"
+    assert capsys.readouterr().out == "grad_input: [[8.0, -6.0], [-8.0, 6.0]]\n" and run.log == []
     assert run.hooks_at("SubBackward0_0") == [call]
     assert_same_state(before, model_state(model, (x, y, z)))
     assert session.run().leaf_grad("x").tolist() == [1777792, 1777764]
@@ -190,14 +209,14 @@ def test_a_rerun_lists_the_hooks_the_model_has_at_that_run():
     assert session.run().forward_reused
 
 
-def test_forward_hooks_are_recorded_once_and_leaves_belong_to_their_module():
+def test_forward_hooks_are_recorded_once_and_leaves_belong_to_their_module(capsys):
     model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
     handle = model[0].register_forward_hook(lambda module, args, output: print("fwd", output.shape))
     session = hookviz.Session(model, (torch.ones(1, 2),), loss_fn=lambda out: out.sum(), input_grads=True)
     first, again = session.run(), session.run()
     assert [h.kind for h in first.hook_calls] == ["forward hook"]
-    assert [entry.text for entry in first.log] == ["fwd torch.Size([1, 2])\n"]
-    assert again.forward_reused and again.hook_calls == [] and again.log == []  # no forward ran
+    assert capsys.readouterr().out == "fwd torch.Size([1, 2])\n"  # once: the second run ran no forward
+    assert again.forward_reused and again.hook_calls == []
     for run in (first, again):
         assert run.node("0.weight").module == "0" and run.node("input").module == ""
         assert run.graph.nodes["0.bias"]["module"] == "0"
@@ -651,9 +670,11 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it():
         gc.unfreeze()
 
 
-def test_the_users_hooks_print_and_warn_as_usual_and_the_run_keeps_a_copy(capsys):
+def test_the_users_hooks_print_and_warn_as_usual_and_the_process_streams_stay_put(capsys):
     """What a user's hook prints reaches the notebook (here: pytest's captured stdout) as it would
-    without hookviz, its warnings are warnings; ``run.log`` keeps a copy of the prints."""
+    without hookviz, its warnings are warnings; the hook sees the process's own ``sys.stdout`` /
+    ``sys.stderr`` (nothing swapped in), and ``run.log`` keeps no copy."""
+    import sys
     import warnings
 
     torch.manual_seed(0)
@@ -661,12 +682,15 @@ def test_the_users_hooks_print_and_warn_as_usual_and_the_run_keeps_a_copy(capsys
     model.register_forward_hook(lambda module, args, output: print("forward hook saw", list(output.shape)))
     model.register_full_backward_pre_hook(lambda module, grad_output: warnings.warn("pre-hook", stacklevel=1))
     model.register_full_backward_pre_hook(lambda module, grad_output: print("backward pre-hook"))
+    streams = (sys.stdout, sys.stderr)
+    seen = []
+    model.register_full_backward_pre_hook(lambda module, grad_output: seen.append((sys.stdout, sys.stderr)))
     capsys.readouterr()
     with pytest.warns(UserWarning, match="pre-hook"):
         run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
     printed = capsys.readouterr()
     assert printed.out == "forward hook saw [4, 2]\nbackward pre-hook\n"
-    assert [entry.text for entry in run.log] == ["forward hook saw [4, 2]\n", "backward pre-hook\n"]
+    assert seen == [streams] and run.log == []
 
 
 def test_another_thread_is_untouched_by_a_recorded_forward():
@@ -745,3 +769,156 @@ def test_a_lazy_module_not_yet_run_gets_an_error_naming_the_fix():
     run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
     model(x).sum().backward()
     assert torch.equal(run.leaf_grad("0.weight"), model[0].weight.grad)
+
+
+# ------------------------------------------------------------------ small runs: every value at once
+
+
+def test_a_small_run_has_every_value_after_run_with_no_further_call():
+    """The first lesson: the canonical example and the forward-hooks notebook's network read
+    their values straight after ``run()``, equal to plain PyTorch's."""
+    from collections import OrderedDict
+
+    from hookviz.examples import Canonical
+    from hookviz.record.details import recorded_in_full
+
+    x, y, z, target = canonical_inputs()
+    run = hookviz.Session(Canonical(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target)).run()
+    assert recorded_in_full(run) and not run.details_pending
+    assert [values(r) for r in run.module_io("").inputs.values()] == [x.tolist(), y.tolist(), z.tolist()]
+    assert values(run.module_io("").output[0]) == (2 * x + 3 * y - 5 * z).tolist()
+    assert [values(r) for r in run.module_grads("", legacy=True).grad_input] == [[8, -6], [-8, 6]]
+
+    torch.manual_seed(0)
+    net = nn.Sequential(OrderedDict(fc1=nn.Linear(2, 2), act=nn.ReLU(), fc2=nn.Linear(2, 1)))
+    data = torch.tensor([[2.0, 1.0]])
+    run = hookviz.Session(net, (data,), loss_fn=lambda out: out.sum()).run()
+    fc1 = run.module_io("fc1")
+    assert values(fc1.inputs["input"]) == data.tolist() and fc1.inputs["input"].mean == 1.5
+    assert f"{fc1.inputs['input'].mean:.3f}" == "1.500"  # what a student prints (it raised before)
+    with torch.no_grad():
+        assert torch.equal(fc1.output[0].value, net.fc1(data))
+    checked = 0
+    for node in run.nodes.values():
+        for record in (*node.grad_inputs, *node.grad_outputs):
+            if record is not None and record.note == "":
+                assert not record.pending and record.value is not None
+                checked += 1
+    assert checked == sum(
+        r is not None and r.note == "" for n in run.nodes.values() for r in (*n.grad_inputs, *n.grad_outputs)
+    )
+    assert checked > 10
+
+
+def test_a_large_run_stays_lazy_and_says_pending_where_a_value_would_be():
+    """Over the rule (here 4.2M gradient elements of one 2048 x 2048 weight) a run keeps its
+    norms and leaf gradients; a module call's values print as pending, and using one names the
+    fix instead of a bare None."""
+    from hookviz.record.details import IN_FULL_GRADIENT_ELEMENTS, recorded_in_full
+
+    torch.manual_seed(0)
+    model = nn.Linear(2048, 2048)
+    x = torch.randn(1, 2048)
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum()).run()
+    assert model.weight.numel() == IN_FULL_GRADIENT_ELEMENTS and not recorded_in_full(run)  # and more
+    assert run.details_pending
+    call = run.module_io("")
+    assert repr(call.inputs) == "<pending: call run.fill_details()>" and not call.inputs
+    assert "inputs=<pending: call run.fill_details()>" in repr(call)
+    with pytest.raises(hookviz.DetailsPending, match=r"call run.fill_details\(\) first"):
+        call.inputs["input"]
+    with pytest.raises(hookviz.DetailsPending):
+        list(call.output)
+    assert not hasattr(call.output, "value")  # an AttributeError too, for hasattr
+    expected = torch.autograd.grad(model(x).pow(2).sum(), model.weight)[0]
+    assert torch.equal(run.leaf_grad("weight"), expected)
+    run.fill_details()
+    assert torch.equal(run.module_io("").inputs["input"].value, x)
+
+
+def test_details_lazy_never_fills_and_details_is_checked():
+    x, y, z, target = canonical_inputs()
+    from hookviz.examples import Canonical
+
+    session = hookviz.Session(Canonical(), (x, y, z), loss_fn=lambda o: F.mse_loss(o, target), details="lazy")
+    run = session.run()
+    assert run.details_pending and run.module_io("").pending
+    with pytest.raises(hookviz.HookvizError, match='"auto" \\(the default\\), "lazy" or "eager"'):
+        hookviz.Session(Canonical(), (x, y, z), details="soon")
+
+
+# ------------------------------------------------------------------ torch.func and torch.nested
+
+
+class _VmappedLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return torch.func.vmap(self.linear)(x)
+
+
+@pytest.mark.parametrize("details", ["auto", "lazy", "eager"])
+def test_vmap_in_forward_is_recorded_its_batched_values_named_not_read(details):
+    """Inside vmap an op's output is a BatchedTensor whose storage PyTorch refuses to hand out
+    ("Cannot access storage of BatchedTensorImpl"); it is recorded by shape with a note, and
+    every gradient (outside vmap) as usual, equal to plain PyTorch's."""
+    torch.manual_seed(0)
+    model, x = _VmappedLinear(), torch.randn(4, 3)
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.pow(2).sum(), details=details).run()
+    run.fill_details()
+    assert not run.details_pending
+    inside = run.module_io("linear")  # the module vmap calls: its input and output are batched
+    seen = [inside.inputs["input"], *inside.output]
+    assert len(seen) == 2 and all("torch.func.vmap" in r.note and r.value is None for r in seen)
+    assert [r.shape for r in seen] == [(3,), (2,)]  # per example, as the module saw them
+    loss = model(x).pow(2).sum()
+    expected = torch.autograd.grad(loss, [model.linear.weight, model.linear.bias])
+    assert torch.equal(run.leaf_grad("linear.weight"), expected[0])
+    assert torch.equal(run.leaf_grad("linear.bias"), expected[1])
+    assert torch.equal(run.module_io("").inputs["x"].value, x)
+
+
+def test_vmap_in_forward_shows_in_the_widget():
+    from hookviz.widget.show import show
+
+    torch.manual_seed(0)
+    widget = show(_VmappedLinear(), (torch.randn(4, 3),), loss_fn=lambda out: out.sum())
+    assert not widget.details_pending and widget.errors.get("details") is None
+    assert widget.diagnosis["error"] is None and widget.graph["nodes"]
+
+
+def test_a_nested_tensor_input_is_refused_naming_why_and_the_alternative():
+    nested = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(5, 3)], layout=torch.jagged)
+    with pytest.raises(hookviz.UnsupportedError, match=r"input 'input' is a nested tensor.*to_padded_tensor"):
+        hookviz.Session(nn.Linear(3, 2), (nested,), loss_fn=lambda out: out.values().sum())
+
+
+def test_a_lazy_run_that_turns_out_small_is_filled_in_run_or_says_why_not():
+    """A model whose parameters look large (an unused 3M-element one) is recorded lazily; its run
+    is small, so run() fills it. A forward that differs each call cannot be filled: the run stays
+    lazy, keeps its own numbers and says why in its notes."""
+
+    calls = []  # outside the model: hookviz puts back the attributes a forward changes
+
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.spare = nn.Linear(3, 2), nn.Parameter(torch.zeros(3_000_000))
+
+        def forward(self, x):
+            calls.append(x)
+            return self.linear(x) * len(calls)
+
+    torch.manual_seed(0)
+    model, x = Counting(), torch.randn(4, 3)
+    steady = hookviz.Session(model.linear, (x,), loss_fn=lambda out: out.sum())
+    assert not steady.run().details_pending  # small from the start: one eager pass
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    assert len(calls) == 2 and run.details_pending  # recorded lazily, then refused
+    assert any("not recorded at once" in note and "the loss" in note for note in run.notes)
+    assert torch.equal(run.leaf_grad("linear.bias"), torch.full((2,), 4.0))  # the first call's own
+    model.forward = lambda x: model.linear(x)  # deterministic now
+    filled = hookviz.Session(model, (x,), loss_fn=lambda out: out.sum()).run()
+    assert not filled.details_pending and filled.module_io("").inputs["x"].value is not None

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import struct
+import traceback
 
 import pytest
 import torch
 
-from hookviz.data.tensors import StatsBatch, summarise
-from hookviz.stats.reduce import combine, measure, queue_norms, reduce, summary_of
+from hookviz.data.stats_batch import StatsBatch
+from hookviz.data.tensors import TensorRecord
+from hookviz.stats.reduce import combine, measure, norm_column, queue_norms, reduce, summary_of
+
+
+def summarise(tensor: torch.Tensor) -> TensorRecord:
+    """One tensor's record, as a run makes it (a batch of one)."""
+    batch = StatsBatch()
+    batch.add(tensor)
+    return batch.compute()[0]
 
 
 def test_batched_statistics_equal_per_tensor_reductions():
@@ -163,9 +173,10 @@ def test_each_statistic_equals_plain_pytorch_in_float64(name):
     (row,) = reduce([tensor])
     expected = _reference(tensor)
     assert row.numel == tensor.numel()
-    largest = max(-expected["min"], expected["max"], 0.0) if not tensor.is_complex() else row.max
-    in_float32 = tensor.dtype != torch.float64 and 2**-40 <= largest <= 2**40 and not tensor.is_complex()
-    in_float32 |= tensor.dtype == torch.complex64
+    # float32 is kept where its norm is finite and at least 2**-61 * sqrt(numel) (the engine's bound)
+    finite = math.isfinite(expected["norm"]) and expected["norm"] * 2.0**-128 < 2.0**-1  # no overflow
+    in_float32 = tensor.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.complex64)
+    in_float32 &= finite and expected["norm"] >= 2.0**-61 * math.sqrt(tensor.numel())
     assert row.norm == pytest.approx(expected["norm"], rel=1e-6 if in_float32 else 1e-12, abs=0)
     assert row.norm > 0
     assert row.sum == pytest.approx(expected["sum"], rel=1e-9, abs=1e-300)
@@ -260,12 +271,20 @@ def test_a_run_a_watch_and_a_gather_give_one_parameter_the_same_statistics_bit_f
     with hookviz.watch(watched) as w:
         loss_fn(watched(x)).backward()
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    parallel = ranked = None
     try:
         parallel = DistributedDataParallel(copy.deepcopy(model))
         with hookviz.watch(parallel) as ranked:
             loss_fn(parallel(x)).backward()
         gathered = ranked.gather(dst=0)
+    except BaseException as error:
+        traceback.clear_frames(error.__traceback__)  # its frames hold the DDP model too
+        raise
     finally:
+        # The DDP model, and the watch that held it while open, go before the process group: a
+        # DDP Reducer freed after destroy_process_group() can hang in ProcessGroupGloo's destructor.
+        del parallel, ranked
+        gc.collect()
         dist.destroy_process_group()
     compared = 0
     for column, name in enumerate(w.parameter_names):
@@ -286,6 +305,51 @@ def test_a_run_a_watch_and_a_gather_give_one_parameter_the_same_statistics_bit_f
         assert tuple(gathered.reduced[0, column].tolist()) == expected
         compared += 1
     assert compared == 4
+
+
+def test_the_float32_bound_keeps_norms_accurate_where_squares_underflow():
+    # The float32 path is kept down to a norm of 2**-61 * sqrt(numel): at that size, squares lost
+    # to underflow (each below 2**-149) must still change the norm by less than one float32 rounding.
+    # The worst case: one element at the bound, every other element too small to square into a
+    # float32 (all their squares lost), or squaring into subnormals (each rounded).
+    compared = 0
+    for numel in (2, 1000, 2**20):
+        floor = 2.0**-61 * math.sqrt(numel)
+        for rest in (2.0**-75.5, 2.0**-70.3):
+            tensor = torch.full((numel,), rest)
+            tensor[0] = floor * 1.01
+            (row,) = reduce([tensor])
+            exact = torch.linalg.vector_norm(tensor.double()).item()
+            assert row.norm == pytest.approx(exact, rel=1e-6, abs=0), (numel, rest)  # float32 accuracy
+            compared += 1
+    assert compared == 6
+    # Just below the bound the float64 pass is taken: its norm is float64-accurate.
+    tiny = torch.full((1000,), 2.0**-75.5)
+    (row,) = reduce([tiny])
+    assert row.norm == pytest.approx(torch.linalg.vector_norm(tiny.double()).item(), rel=1e-12, abs=0)
+
+
+def test_norm_column_is_reduce_norms_bit_for_bit():
+    # A watch's norms-only steps read norm_column(); its full steps and runs read reduce().
+    torch.manual_seed(0)
+    tensors = [
+        torch.randn(64, 256),
+        torch.full((50,), 1e-23),
+        torch.randn(300).double() * 1e200,
+        torch.tensor([1.0, float("nan")]),
+        torch.tensor([3e30, 4e30]),
+        torch.zeros(7),
+        torch.empty(0),
+        torch.randn(5000).half(),
+    ]
+    compared = 0
+    for company in (tensors, tensors[::-1], *[[t] for t in tensors]):
+        for tensor, norm in zip(company, norm_column(company).tolist()):
+            (row,) = reduce([tensor])
+            expected = math.nan if row.norm is None else row.norm
+            assert norm == expected or (math.isnan(norm) and math.isnan(expected)), tensor.dtype
+            compared += 1
+    assert compared == 3 * len(tensors)
 
 
 def test_queued_norms_are_reduce_norms_bit_for_bit_whether_or_not_extremes_are_read():

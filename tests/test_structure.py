@@ -1,7 +1,9 @@
 """The package's layers, read from the source: imports run one way, down the layers of docs/architecture.md.
 
 Every ``import`` and ``from ... import`` of a hookviz module counts, at module level or inside a
-function, except those under ``if TYPE_CHECKING:`` (they never run).
+function, relative ones (``from . import x``, ``from .x import y``) and calls of
+``importlib.import_module("hookviz...")`` and ``__import__("hookviz...")`` too, except those under
+``if TYPE_CHECKING:`` (they never run).
 """
 
 from __future__ import annotations
@@ -27,24 +29,48 @@ def _runtime_nodes(tree: ast.AST):
             stack.append(child)
 
 
-def _imports(path: Path) -> list[tuple[str, list[str]]]:
+def _imports(path: Path, module: str | None = None) -> list[tuple[str, list[str]]]:
     """(hookviz module imported, names taken from it) for each runtime import in ``path``.
 
     ``from hookviz.record import session`` counts as an import of the module ``hookviz.record.session``;
-    ``from hookviz.record import Session`` as an import of the package ``hookviz.record``.
+    ``from hookviz.record import Session`` as an import of the package ``hookviz.record``. A relative
+    import is read from ``module``, the dotted name of the file (by default found from ``path``).
     """
+    module = module or _dotted(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []
     for node in _runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(alias.name, []) for alias in node.names if alias.name.split(".")[0] == "hookviz"]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "hookviz":
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: ``from . import x`` is ``from <package> import x``
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] != "hookviz":
+                continue
             names = [alias.name for alias in node.names]
-            submodules = [name for name in names if _is_module(f"{node.module}.{name}")]
-            found += [(f"{node.module}.{name}", []) for name in submodules]
+            submodules = [name for name in names if _is_module(f"{base}.{name}")]
+            found += [(f"{base}.{name}", []) for name in submodules]
             rest = [name for name in names if name not in submodules]
             if rest:
-                found.append((node.module, rest))
+                found.append((base, rest))
+        elif isinstance(node, ast.Call) and _imports_by_name(node):
+            found.append((node.args[0].value, []))
     return found
+
+
+def _imports_by_name(call: ast.Call) -> bool:
+    """A call of ``importlib.import_module("hookviz...")``, ``import_module(...)`` or
+    ``__import__(...)`` with a hookviz module's name spelled out."""
+    name = ast.unparse(call.func)
+    return (
+        name in ("importlib.import_module", "import_module", "__import__")
+        and bool(call.args)
+        and isinstance(call.args[0], ast.Constant)
+        and isinstance(call.args[0].value, str)
+        and call.args[0].value.split(".")[0] == "hookviz"
+    )
 
 
 def _is_module(dotted: str) -> bool:
@@ -54,7 +80,10 @@ def _is_module(dotted: str) -> bool:
 
 
 def _dotted(path: Path) -> str:
-    """``hookviz/record/session.py`` -> ``hookviz.record.session``; a package's __init__ -> the package."""
+    """``hookviz/record/session.py`` -> ``hookviz.record.session``; a package's __init__ -> the package;
+    a file outside the package -> its own name."""
+    if not path.is_relative_to(PACKAGE.parent):
+        return path.stem
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -110,11 +139,35 @@ def test_the_checker_sees_a_cycle_inside_a_function_and_ignores_type_checking(tm
     assert _imports(source) == [("hookviz.data.tensors", ["_x"])]
 
 
+def test_the_checker_sees_relative_imports_and_imports_by_name(tmp_path):
+    # Read as if the file were hookviz/data/m.py: each form below is an import the layer rules see.
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import importlib\n"
+        "from . import run\n"
+        "from .tensors import json_float\n"
+        "from ..widget.graph import graph_json\n"
+        "def f():\n"
+        "    importlib.import_module('hookviz.widget.chart')\n"
+        "    __import__('hookviz.record.session')\n"
+        "    importlib.import_module('json')\n"
+    )
+    assert sorted(_imports(source, "hookviz.data.m")) == [
+        ("hookviz.data.run", []),
+        ("hookviz.data.tensors", ["json_float"]),
+        ("hookviz.record.session", []),
+        ("hookviz.widget.chart", []),
+        ("hookviz.widget.graph", ["graph_json"]),
+    ]
+    upward = {t for t, _ in _imports(source, "hookviz.data.m") if _layer(t) > _layer("hookviz.data.m")}
+    assert upward == {"hookviz.widget.graph", "hookviz.widget.chart", "hookviz.record.session"}
+
+
 # The layers, lowest first. A module may import its own layer and the layers below it, never one above:
 # data is plain records, the recorder builds data, analysis and files read it, the widget draws it.
 # docs/architecture.md draws the same picture.
 LAYERS = [
-    {"hookviz.errors", "hookviz.examples"},
+    {"hookviz.errors", "hookviz.examples", "hookviz.text", "hookviz.colors"},
     {"hookviz.stats"},
     {"hookviz.data"},
     {"hookviz.edits"},
@@ -123,6 +176,7 @@ LAYERS = [
     {"hookviz.watching"},
     {"hookviz.files"},
     {"hookviz.widget"},
+    {"hookviz.integrations"},
 ]
 
 
@@ -142,9 +196,9 @@ def test_every_module_imports_only_its_own_layer_and_those_below(module):
 
 def test_the_layer_rule_sees_an_upward_import(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("def f():\n    from hookviz.widget.payload import graph_json\n")
+    source.write_text("def f():\n    from hookviz.widget.graph import graph_json\n")
     targets = [target for target, _ in _imports(source)]
-    assert targets == ["hookviz.widget.payload"] and _layer(targets[0]) > _layer("hookviz.data.run")
+    assert targets == ["hookviz.widget.graph"] and _layer(targets[0]) > _layer("hookviz.data.run")
 
 
 def test_the_package_exports_its_public_api_only():

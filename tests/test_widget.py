@@ -22,9 +22,17 @@ import torch.nn.functional as F
 from zoo import NoGradGate
 
 import hookviz
-import hookviz.widget.widget as hookviz_widget
+import hookviz.record.details as record_details
+import hookviz.widget.details as widget_details
+import hookviz.widget.diagnosis as widget_diagnosis
 from hookviz.examples import ResidualStack, sigmoid_mlp
 from hookviz.widget import payload as widget_data
+from hookviz.widget.chart import CHART_MARKERS, VANISHING_RATIO
+from hookviz.widget.diagnosis import findings_json
+from hookviz.widget.graph import operand_hint
+from hookviz.widget.inspector import grad_input_names, node_inspector_json
+from hookviz.widget.show import show
+from hookviz.widget.widget import Widget
 
 TRAITS = (
     "graph",
@@ -70,7 +78,7 @@ def loss_fn(out):
 
 @pytest.fixture
 def widget():
-    return hookviz_widget.show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
+    return show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
 
 
 def plain_grads(legacy_hook=None):
@@ -140,6 +148,45 @@ def test_select_shows_what_hooks_at_the_node_see(widget):
     # The loss's group in the module view is no module: it shows the loss's root op.
     assert widget.select("module:(loss)") and widget.inspector["id"] == "MseLossBackward0_0"
     assert_json_safe(widget)
+
+
+def test_the_root_module_has_a_box_named_by_its_class_and_both_hook_views(widget):
+    # The seed's lesson on the page: the root module (a model with no submodules) is a box of its
+    # own; its inspector holds what each kind of module backward hook sees, every slot named.
+    root = next(g for g in widget.graph["groups"] if g["module"] == "")
+    assert root["label"] == "Canonical (root)" and root["parent"] is None
+    assert {g["module"]: g["parent"] for g in widget.graph["groups"]} == {"": None, "(loss)": None}
+    for name in ("Canonical (root)", "(root)", "Canonical", "module:"):
+        assert widget.select(name) and widget.selected == "module:", name
+    data = widget.inspector
+    assert data["label"] == "Canonical (root)" and data["target"] == ""
+    # plain PyTorch: a full hook and a legacy hook on two fresh modules
+    seen = {}
+    full, legacy = Canonical(), Canonical()
+    keep = seen.__setitem__
+    handles = [
+        full.register_full_backward_hook(lambda m, gi, go: keep("full", [g.tolist() for g in gi])),
+        legacy.register_backward_hook(lambda m, gi, go: keep("legacy", [g.tolist() for g in gi])),
+    ]
+    for model in (full, legacy):
+        loss_fn(model(*canonical_inputs())).backward()
+    for handle in handles:
+        handle.remove()
+    assert [t["value"] for t in data["grad_input"]] == seen["full"] and len(seen["full"]) == 3
+    assert [t["value"] for t in data["legacy_grad_input"]] == seen["legacy"] and len(seen["legacy"]) == 2
+    assert data["grad_input_names"] == ["x", "y", "z"]
+    assert data["legacy_grad_input_names"] == [
+        "self ← Add (AddBackward0_0)",
+        "other ← Mul ×5 (MulBackward0_2)",
+    ]
+    assert data["sites"] == ["grad_input[0]", "grad_input[1]", "grad_input[2]", "grad_output[0]"]
+    # an edit there is named by the box's name in the edit list and in the replay
+    assert widget.apply_edit("", "grad_input[0]", "grad * 2")
+    assert [(e["label"], e["slot"]) for e in widget.edits] == [("Canonical (root)", "grad_input[0]")]
+    assert widget.rerun()
+    fired = [hook["detail"] for step in widget.replay for hook in step["hooks"]]
+    assert fired == ["Canonical (root): grad_input[0] <- grad * 2"]
+    assert widget.run.leaf_grad("x").tolist() == [2 * g for g in seen["full"][0]]
 
 
 def test_edit_and_rerun_match_a_legacy_hook_in_plain_pytorch(widget):
@@ -243,7 +290,7 @@ def test_forward_error_keeps_the_last_good_run():
             return 2 * x + 3 * y - 5 * z
 
     model = Flaky()
-    widget = hookviz_widget.show(model, canonical_inputs(), loss_fn=loss_fn)
+    widget = show(model, canonical_inputs(), loss_fn=loss_fn)
     graph = widget.graph
     model.fail = True
     assert not widget.rerun(forward=True)
@@ -350,7 +397,7 @@ def test_replay_follows_the_backward_execution_order(widget):
     assert all(s["op"] for s in steps)
 
 
-def test_replay_shows_the_hooks_that_fired():
+def test_replay_shows_the_hooks_that_fired(capsys):
     model = Canonical()
     printed = []
 
@@ -363,15 +410,34 @@ def test_replay_shows_the_hooks_that_fired():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.register_backward_hook(legacy_hook)
-    widget = hookviz_widget.show(model, canonical_inputs(), loss_fn=loss_fn)
+    widget = show(model, canonical_inputs(), loss_fn=loss_fn)
     assert printed and printed[-1] == 2
-    assert any("legacy hook sees 2 grads" in entry["text"] for entry in widget.log)
+    assert "legacy hook sees 2 grads" in capsys.readouterr().out and widget.log == []
     fired = [h for s in widget.replay for h in s["hooks"]]
     assert fired, widget.replay
     hooked = {n["id"] for n in widget.graph["nodes"] if n["user_hooks"]}
     assert hooked
     widget.select(sorted(hooked)[0])
     assert any(h["owner"] == "user" for h in widget.inspector["hooks"])
+
+
+class ResidualList(nn.Module):
+    """Notebook 05's residual MLP: blocks in a ModuleList, each added to the stream by the root
+    module's own ``Add`` (the Adds sit outside the list's box)."""
+
+    def __init__(self, depth: int, width: int = 4):
+        super().__init__()
+        self.inp = nn.Linear(width, width)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.ReLU()) for _ in range(depth)
+        )
+        self.out = nn.Linear(width, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = x + block(x)
+        return self.out(x)
 
 
 def Deep(depth: int) -> ResidualStack:  # noqa: N802 (reads as the model it builds)
@@ -390,9 +456,7 @@ def _gpt2_widget(layers: int = 6):
     torch.manual_seed(0)
     ids = torch.randint(0, 100, (1, 8))
     model = transformers.GPT2LMHeadModel(config)
-    return hookviz_widget.show(
-        model, (), kwargs={"input_ids": ids, "labels": ids}, loss_fn=lambda out: out.loss
-    )
+    return show(model, (), kwargs={"input_ids": ids, "labels": ids}, loss_fn=lambda out: out.loss)
 
 
 def test_the_js_tests_read_payloads_written_from_real_runs():
@@ -401,21 +465,42 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
 
     x, y, z, target = canonical_example_inputs()
     widgets = {
-        "canonical": hookviz_widget.show(
-            CanonicalExample(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target)
-        ),
+        "canonical": show(CanonicalExample(), (x, y, z), loss_fn=lambda out: F.mse_loss(out, target)),
         "gpt2": _gpt2_widget(),
     }
     for depth in (2, 6, 12, 40):
         torch.manual_seed(0)
-        widgets[f"deep{depth}"] = hookviz_widget.show(Deep(depth), (torch.randn(3, 4),), input_grads=True)
+        widgets[f"deep{depth}"] = show(Deep(depth), (torch.randn(3, 4),), input_grads=True)
+    torch.manual_seed(0)  # notebook 07's deep sigmoid MLP and notebook 05's residual stack
+    mlp = sigmoid_mlp(depth=8, width=4, inputs=4, classes=2)
+    widgets["mlp"] = show(mlp, (torch.randn(3, 4),), loss_fn=torch.sum)
+    widgets["residual"] = show(ResidualList(10), (torch.randn(3, 4),), loss_fn=torch.sum)
     FIXTURES.mkdir(exist_ok=True)
     for name, widget in widgets.items():
         graph = widget.graph
         assert graph["nodes"] and graph["edges"] and "color_range" in graph, name
-        assert all("label" not in g and "repeat" not in g for g in graph["groups"]), name  # the page's
+        # labels are the page's, but the root module's box: only the recording knows its class
+        assert all("label" not in g and "repeat" not in g for g in graph["groups"] if g["module"]), name
+        assert [g["label"] for g in graph["groups"] if not g["module"]] == [
+            f"{type(widget.session.model).__name__} (root)"
+        ], name
         (FIXTURES / f"{name}.json").write_text(json.dumps(graph, allow_nan=False), encoding="utf-8")
-    assert len(list(FIXTURES.glob("*.json"))) >= len(widgets)
+    # What the page shows of tensors, as text Python wrote (js/tests/text.test.js reads it): every
+    # node's and module's inspector of a ReLU model whose outputs are partly zero.
+    torch.manual_seed(0)
+    relu = show(
+        nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)), (torch.randn(16, 4),), loss_fn=torch.sum
+    )
+    inspectors = {}
+    modules = [g for g in relu.graph["groups"] if g["module"] != "(loss)"]  # that box shows its op
+    for target in [*relu.graph["nodes"], *modules]:
+        assert relu.select(target["id"].replace("group:", "")), target["id"]
+        inspectors[relu.selected] = relu.inspector
+    (FIXTURES / "inspectors.json").write_text(
+        json.dumps({"inspectors": inspectors, "leaves": relu.leaf_summary}, allow_nan=False), encoding="utf-8"
+    )
+    assert len(inspectors) == len(relu.graph["nodes"]) + len(modules) == 14  # the root box too
+    assert len(list(FIXTURES.glob("*.json"))) >= len(widgets) + 1
     # What only the recording knows, and the page cannot: identical blocks share a signature, and
     # two Embeddings of different shapes do not.
     groups = {g["module"]: g for g in widgets["gpt2"].graph["groups"]}
@@ -423,9 +508,11 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
     assert groups["transformer.wte"]["signature"] != groups["transformer.wpe"]["signature"]
     assert groups["transformer.h.3"]["type"] == "GPT2Block"
     deep = {g["module"]: g for g in widgets["deep40"].graph["groups"]}
-    assert deep["blocks.0.fc"]["parent"] == "group:blocks.0" and deep["blocks"]["parent"] is None
+    assert deep["blocks.0.fc"]["parent"] == "group:blocks.0" and deep["blocks"]["parent"] == "group:"
+    assert deep[""]["parent"] is None and deep["(loss)"]["parent"] is None  # the loss is not the model
     # Siblings in the order the forward ran them, outer before inner.
-    assert [g["module"] for g in widgets["deep12"].graph["groups"]][:4] == [
+    assert [g["module"] for g in widgets["deep12"].graph["groups"]][:5] == [
+        "",
         "blocks",
         "head",
         "(loss)",
@@ -435,7 +522,7 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
 
 def test_the_page_makes_the_first_view_and_python_asks_it_again():
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(12), (torch.randn(3, 4),))
+    widget = show(Deep(12), (torch.randn(3, 4),))
     assert widget.collapsed is None  # no page yet: the page opens the first view by its rules
     widget.collapsed = ["blocks"]  # as the page writes it
     assert widget.set_view("modules") and widget.view == "modules" and widget.collapsed is None
@@ -449,7 +536,7 @@ def test_the_page_makes_the_first_view_and_python_asks_it_again():
 
 def test_select_takes_exact_names_and_search_asks_the_page():
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(40), (torch.randn(3, 4),))
+    widget = show(Deep(40), (torch.randn(3, 4),))
     assert widget.select("blocks.7.fc") and widget.selected == "module:blocks.7.fc"
     assert widget.inspector["kind"] == "module" and widget.inspector["id"] == "module:blocks.7.fc"
     assert widget.select("blocks.12.fc.weight") and widget.selected == "blocks.12.fc.weight"
@@ -497,14 +584,14 @@ def test_chart_compares_module_gradient_norms_with_the_baseline():
     torch.manual_seed(0)
     model = Deep(3)
     inputs = (torch.randn(3, 4),)
-    widget = hookviz_widget.show(model, inputs)
+    widget = show(model, inputs)
     chart = widget.chart
     # One rule with the diagnosis: 0.001 x the gradient norm of the layer nearest the loss, the
     # norm of that layer's parameters' gradient (plain PyTorch's .grad).
     assert "blocks.0.fc" in chart["modules"] and chart["modules"][-1] == "head"
     head = _layer_grad_norm(model, inputs, "head")
     assert chart["current"][-1] == pytest.approx(head, rel=1e-5)
-    assert chart["threshold"] == pytest.approx(widget_data.VANISHING_RATIO * chart["current"][-1])
+    assert chart["threshold"] == pytest.approx(VANISHING_RATIO * chart["current"][-1])
     assert "0.001 x the layer nearest the loss" in chart["rule"]
     assert chart["current"] == chart["baseline"]
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0")
@@ -519,7 +606,7 @@ def test_nan_gradients_are_flagged_and_json_safe():
         def forward(self, x):
             return torch.sqrt(x).sum()
 
-    widget = hookviz_widget.show(Sqrt(), (torch.tensor([0.0, -1.0, 4.0], requires_grad=True),))
+    widget = show(Sqrt(), (torch.tensor([0.0, -1.0, 4.0], requires_grad=True),))
     assert any(n["nan"] for n in widget.graph["nodes"])
     assert_json_safe(widget)
     json.dumps(widget.inspector, allow_nan=False)
@@ -532,7 +619,7 @@ def test_nan_gradients_are_flagged_and_json_safe():
 
 
 def findings_as_json(findings):
-    return json.loads(json.dumps(widget_data.findings_json(findings), allow_nan=False))
+    return json.loads(json.dumps(findings_json(findings), allow_nan=False))
 
 
 def test_canonical_example_has_no_diagnosis_banner(widget):
@@ -558,9 +645,9 @@ def test_graph_payload_is_the_runs_autograd_graph(case):
     consumer (``x * x`` reaches MulBackward0 through two slots), norms and NaN flags included."""
     torch.manual_seed(0)
     if case == "square":
-        widget = hookviz_widget.show(Square(), (torch.randn(3, requires_grad=True),))
+        widget = show(Square(), (torch.randn(3, requires_grad=True),))
     else:
-        widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),), input_grads=True)
+        widget = show(Deep(3), (torch.randn(3, 4),), input_grads=True)
     graph = widget.run.graph
     assert widget.graph["edges"] == [[u, v, d["slot"]] for u, v, d in graph.edges(data=True)]
     nodes = {n["id"]: n for n in widget.graph["nodes"]}
@@ -586,9 +673,9 @@ def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(mo
     def loss(out):
         return F.cross_entropy(out, labels)
 
-    eager = hookviz_widget.show(model, (x,), loss_fn=loss, details="eager")
-    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)
-    lazy = hookviz_widget.show(model, (x,), loss_fn=loss)
+    eager = show(model, (x,), loss_fn=loss, details="eager")
+    monkeypatch.setattr(record_details, "IN_FULL_NODES", 0)
+    lazy = show(model, (x,), loss_fn=loss)
     assert lazy.details_pending and lazy.run.details_pending  # nothing read a deferred field
     assert lazy.diagnosis["pending"] and lazy.diagnosis["findings"] == []
     assert lazy.graph == eager.graph
@@ -608,7 +695,7 @@ def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(mo
     eager.select("AddmmBackward0_0")
     assert lazy.inspector == eager.inspector
 
-    charted = hookviz_widget.show(model, (x,), loss_fn=loss)
+    charted = show(model, (x,), loss_fn=loss)
     assert charted.details_pending and charted.chart == {}
     assert charted.chart_figure().data and charted.chart == eager.chart and charted.details_pending
 
@@ -618,7 +705,7 @@ def test_in_ipython_a_large_runs_details_are_recorded_when_its_cell_ends(monkeyp
     widget, before any later cell (a training step) can change the parameters."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)
+    monkeypatch.setattr(record_details, "IN_FULL_NODES", 0)
     shell = InteractiveShell.instance()
     try:
         shell.user_ns.update(hookviz=hookviz, Canonical=Canonical, inputs=canonical_inputs(), loss_fn=loss_fn)
@@ -641,7 +728,7 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
     with no next cell needed."""
     from jupyter_client.manager import start_new_kernel
 
-    wait = hookviz_widget.DETAILS_WAIT_FOR_THE_PAGE_S
+    wait = widget_details.DETAILS_WAIT_FOR_THE_PAGE_S
     kernel, client = start_new_kernel(kernel_name="python3")
 
     def run(code: str) -> str:
@@ -652,9 +739,9 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
 
     try:
         run(
-            "import time, hookviz, hookviz.widget.widget as hw\n"
+            "import time, hookviz, hookviz.record.details as rd, hookviz.widget.widget as hw\n"
             "from hookviz.examples import Canonical, canonical_inputs\n"
-            "hw.CHEAP_DETAILS_NODES = 0\n"
+            "rd.IN_FULL_NODES = 0\n"
             "filled, original = [], hw.Widget.fill_details\n"
             "def spy(self):\n"
             "    filled.append((time.time(), self.details_pending))\n"
@@ -675,8 +762,8 @@ def test_in_a_kernel_a_large_runs_details_wait_for_the_page_and_come_without_one
 
 
 def test_selecting_a_node_of_a_large_run_records_its_details_first(monkeypatch):
-    monkeypatch.setattr(hookviz_widget, "CHEAP_DETAILS_NODES", 0)
-    widget = hookviz_widget.show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
+    monkeypatch.setattr(record_details, "IN_FULL_NODES", 0)
+    widget = show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
     assert widget.details_pending
     assert widget.select("SubBackward0_0")
     assert not widget.details_pending and widget.diagnosis["pending"] is False
@@ -687,7 +774,7 @@ def test_vanishing_gradients_are_diagnosed_and_a_click_selects_the_layer():
     torch.manual_seed(0)
     model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
     x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
-    widget = hookviz_widget.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
+    widget = show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
     expected = hookviz.diagnose(widget.run)
     assert expected and {f.kind for f in expected} == {"vanishing"}
     diagnosis = widget.diagnosis
@@ -719,7 +806,7 @@ class LogOfRelu(nn.Module):
 
 def test_nan_origin_is_diagnosed_at_the_log():
     torch.manual_seed(0)
-    widget = hookviz_widget.show(LogOfRelu(), (torch.randn(8, 4),))
+    widget = show(LogOfRelu(), (torch.randn(8, 4),))
     findings = widget.diagnosis["findings"]
     assert findings == findings_as_json(hookviz.diagnose(widget.run))
     assert widget.diagnosis["counts"]["nan"] >= 1
@@ -766,7 +853,7 @@ def test_dead_gradients_made_by_the_users_own_zeroing_edit_say_so():
     blocks as dead, each finding marked as the edit's doing, and the head's own weight (whose
     gradient the edit does not touch) as healthy; after Reset and a re-run, nothing."""
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),))
+    widget = show(Deep(3), (torch.randn(3, 4),))
     assert widget.diagnosis["findings"] == []
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0") and widget.rerun()
     findings = widget.diagnosis["findings"]
@@ -785,8 +872,8 @@ def test_a_failing_diagnosis_is_shown_and_the_widget_keeps_going(monkeypatch):
     def broken(run, **thresholds):
         raise RuntimeError("diagnosis exploded")
 
-    monkeypatch.setattr(hookviz_widget, "diagnose", broken)
-    widget = hookviz_widget.show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
+    monkeypatch.setattr(widget_diagnosis, "diagnose", broken)
+    widget = show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
     assert widget.diagnosis["findings"] == []
     assert "diagnosis failed" in widget.diagnosis["error"]
     assert "diagnosis exploded" in widget.diagnosis["error"]
@@ -802,7 +889,7 @@ def test_chart_figure_is_the_gradient_flow_chart():
     import plotly.graph_objects as go
 
     torch.manual_seed(0)
-    widget = hookviz_widget.show(Deep(3), (torch.randn(3, 4),))
+    widget = show(Deep(3), (torch.randn(3, 4),))
     assert widget.apply_edit("head", "grad_input[0]", "grad * 0") and widget.rerun()
     figure = widget.chart_figure()
     assert isinstance(figure, go.Figure)
@@ -831,11 +918,11 @@ def test_chart_figure_is_the_gradient_flow_chart():
 
 def test_chart_of_many_layers_names_them_on_hover_and_draws_lines():
     torch.manual_seed(0)
-    model = sigmoid_mlp(depth=widget_data.CHART_MARKERS + 10, width=8, inputs=4, classes=3)
-    widget = hookviz_widget.show(model, (torch.randn(3, 4),), loss_fn=lambda out: out.sum())
+    model = sigmoid_mlp(depth=CHART_MARKERS + 10, width=8, inputs=4, classes=3)
+    widget = show(model, (torch.randn(3, 4),), loss_fn=lambda out: out.sum())
     chart = widget.chart
     layers = len(chart["modules"])
-    assert layers == widget_data.CHART_MARKERS + 10
+    assert layers == CHART_MARKERS + 10
     layout = chart["figure"]["layout"]
     assert layout["xaxis"]["showticklabels"] is False
     assert layout["xaxis"]["title"]["text"].startswith(f"{layers} modules")
@@ -957,7 +1044,7 @@ def test_watch_banner_shows_the_steps_findings():
     torch.manual_seed(0)
     model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
     watch, session = train_under_watch(model, steps=2)
-    widget = hookviz_widget.Widget(session).show_watch(watch, step=0)
+    widget = Widget(session).show_watch(watch, step=0)
     expected = watch.diagnose(0)
     assert expected and widget.diagnosis["findings"] == findings_as_json(expected)
     assert widget.diagnosis["counts"]["vanishing"] == sum(f.kind == "vanishing" for f in expected)
@@ -997,7 +1084,7 @@ def test_watch_view_refuses_bad_steps_and_bad_watches(widget):
 
 def test_selecting_what_got_no_gradient_shows_why():
     torch.manual_seed(0)
-    widget = hookviz_widget.show(NoGradGate(), (torch.randn(2, 3),), input_grads=True)
+    widget = show(NoGradGate(), (torch.randn(2, 3),), input_grads=True)
     assert widget.select("module:gate")
     assert "ran under torch.no_grad()" in widget.inspector["explanation"]
     assert widget.select("x") and widget.inspector.get("asked_grad") is True
@@ -1016,6 +1103,7 @@ def test_colour_scale_is_fixed_by_the_baseline_run(widget):
 
 def test_save_html_writes_one_self_contained_page(widget, tmp_path):
     import base64
+    import gzip
     import re
 
     widget.select("SubBackward0_0")
@@ -1025,7 +1113,7 @@ def test_save_html_writes_one_self_contained_page(widget, tmp_path):
     assert not re.search(r"<(script|link)[^>]+(src|href)=", page)
     bundle = re.search(r'<script type="text/plain" id="hookviz-esm">([^<]*)</script>', page)
     static = (Path(widget_data.__file__).parent / "static" / "widget.js").read_bytes()
-    assert base64.b64decode(bundle.group(1)) == static
+    assert gzip.decompress(base64.b64decode(bundle.group(1))) == static
     state = json.loads(
         re.search(r'id="hookviz-state">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</")
     )
@@ -1041,14 +1129,14 @@ def test_save_html_writes_one_self_contained_page(widget, tmp_path):
 def test_grad_inputs_carry_their_argument_names_from_the_op_schema():
     torch.manual_seed(0)
     linear = nn.Linear(3, 2)
-    widget = hookviz_widget.show(linear, (torch.randn(4, 3),), loss_fn=lambda out: out.sum())
+    widget = show(linear, (torch.randn(4, 3),), loss_fn=lambda out: out.sum())
     addmm = next(n["id"] for n in widget.graph["nodes"] if n["op"] == "AddmmBackward0")
     assert widget.select(addmm)
     # addmm(self, mat1, mat2): bias, input, weight.T; torch.addmm's documented argument order.
     assert widget.inspector["grad_input_names"] == ["self/bias", "mat1", "mat2"]
-    assert widget_data.grad_input_names("MulBackward0", 2) == ["self", "other"]
-    assert widget_data.grad_input_names("AccumulateGrad", 0) is None
-    assert widget_data.grad_input_names("NoSuchOpBackward0", 1) is None
+    assert grad_input_names("MulBackward0", 2) == ["self", "other"]
+    assert grad_input_names("AccumulateGrad", 0) is None
+    assert grad_input_names("NoSuchOpBackward0", 1) is None
 
 
 def test_ops_of_one_kind_are_told_apart_by_their_constant(widget):
@@ -1072,8 +1160,8 @@ def test_operand_hints_come_from_saved_numbers_also_in_a_lazy_run():
             return torch.clamp(b, -1.5, 1.5) * 0.5
 
     x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
-    run = hookviz.Session(Ops(), (x, y), loss_fn=lambda out: out.sum()).run()
-    hints = {record.op: widget_data.operand_hint(record) for record in run.nodes.values()}
+    run = hookviz.Session(Ops(), (x, y), loss_fn=lambda out: out.sum(), details="lazy").run()
+    hints = {record.op: operand_hint(record) for record in run.nodes.values()}
     assert hints["DivBackward0"] == "÷4" and hints["PowBackward0"] == "^3" and hints["MulBackward0"] == "×0.5"
     assert hints["AddBackward0"] == "α=2" and hints["SubBackward0"] == ""  # alpha 1 says nothing
     assert hints["LeakyReluBackward0"] == "negative_slope=0.2"
@@ -1101,9 +1189,9 @@ def test_ops_of_one_kind_that_saved_leaves_are_told_apart_by_those_leaves():
     x, y, z = (torch.randn(2, 3, requires_grad=True) for _ in range(3))
     tokens = torch.tensor([1, 4])
     # The token ids passed twice, as GPT-2 takes input_ids and labels: named by their first name.
-    widget = hookviz_widget.show(Tied(), (x, y, z, tokens, tokens), loss_fn=lambda out: out.sum())
+    widget = show(Tied(), (x, y, z, tokens, tokens), loss_fn=lambda out: out.sum())
     run = widget.session.last_run
-    hints = {record.id: widget_data.operand_hint(record) for record in run.nodes.values()}
+    hints = {record.id: operand_hint(record) for record in run.nodes.values()}
     assert [hints["MulBackward0_0"], hints["MulBackward0_1"]] == ["x×y", "x×z"]
     addmm = [r for r in run.nodes.values() if r.op == "AddmmBackward0"]
     assert len(addmm) == 1 and addmm[0].module == "fc" and hints[addmm[0].id] == ""
@@ -1153,12 +1241,19 @@ def test_a_module_box_sums_the_nodes_of_every_module_inside_it():
         handle.remove()
     nodes, groups = widget.graph["nodes"], {g["module"]: g for g in widget.graph["groups"]}
     assert {"blocks", "blocks.1", "blocks.1.norm", "head"} <= set(groups)
+    assert groups[""]["label"] == "ResidualStack (root)"  # the model's own box holds all but the loss
+    compared = 0
     for module, group in groups.items():
-        inside = [n for n in nodes if n["module"] == module or n["module"].startswith(module + ".")]
+        if module == "":
+            inside = [n for n in nodes if n["module"] != "(loss)"]
+        else:
+            inside = [n for n in nodes if n["module"] == module or n["module"].startswith(module + ".")]
         assert group["size"] == len(inside) > 0
         assert group["nan"] == any(n["nan"] for n in inside)
         # a module's own hook counts in its own box; its nodes' hooks in every box around them
         assert group["user_hooks"] == sum(n["user_hooks"] for n in inside) + (module == "blocks.1.norm")
+        compared += 1
+    assert compared == len(groups)
 
 
 class LossInside(nn.Module):
@@ -1311,9 +1406,9 @@ def test_saved_page_histograms_and_overviews_are_coarser_but_true():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(96, 192), nn.Tanh(), nn.Linear(192, 4))
     x = torch.randn(32, 96)
-    widget = hookviz_widget.show(model, (x,), loss_fn=lambda out: out.square().mean())
+    widget = show(model, (x,), loss_fn=lambda out: out.square().mean())
     weight = next(n["id"] for n in widget.graph["nodes"] if n["id"] == "0.weight")
-    full = widget_data.node_inspector_json(widget.run, weight)["grad_outputs"][0]
+    full = node_inspector_json(widget.run, weight)["grad_outputs"][0]
     saved = export._compact(full, keep_values=False)
     # 192 x 96 elements: more than the full-tensor limit, so an overview of 32 x 32 blocks
     assert len(full["overview"]) == 32 and full["value"] is None
@@ -1342,8 +1437,8 @@ def test_saved_page_keeps_a_zero_fraction_that_is_almost_one():
         def forward(self, x):
             return self.table[0] * x
 
-    widget = hookviz_widget.show(Picks(), (torch.ones(2),), loss_fn=lambda out: out.sum())
-    full = widget_data.node_inspector_json(widget.run, "table")["grad_outputs"][0]
+    widget = show(Picks(), (torch.ones(2),), loss_fn=lambda out: out.sum())
+    full = node_inspector_json(widget.run, "table")["grad_outputs"][0]
     # 1 non-zero of 100,000: at 4 significant digits 0.99999 would read 1.0, "zeros 100%"
     assert full["zero_fraction"] == 1 - 1 / 100_000
     assert export._compact(full, keep_values=False)["zero_fraction"] == full["zero_fraction"]
@@ -1424,3 +1519,73 @@ def test_show_live_refuses_bad_rates():
         ]:
             with pytest.raises(hookviz.WatchError, match=message):
                 hookviz.show(watch, **options)
+
+
+def test_every_none_in_the_inspector_says_why():
+    # The README's seed: 2x + 3y - 5z in one module; z does not require grad.
+    class Seed(nn.Module):
+        def forward(self, x, y, z):
+            return 2 * x + 3 * y - 5 * z
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = torch.tensor([3.0, 4.0], requires_grad=True)
+    z = torch.tensor([5.0, 6.0])
+    widget = show(Seed(), (x, y, z), loss_fn=torch.sum)
+    assert widget.select("SubBackward0_0")
+    data = widget.inspector
+    assert data["grad_inputs"][1] is None and data["grad_input_names"] == ["self", "other"]
+    assert data["none_text"]["grad_inputs"] == [
+        None,
+        "None: other (input 1) does not require grad, so autograd computes no gradient for it",
+    ]
+    assert data["output"] is not None and data["output_note"] is None
+    assert widget.select("module:")
+    data = widget.inspector
+    assert data["type"] == "Seed" and data["grad_input_names"] == ["x", "y", "z"]
+    # a legacy hook sits on the last op's Node (SubBackward0): its slots are that op's arguments
+    assert data["output_node"] == "SubBackward0_0"
+    assert [n.split(" ")[0] for n in data["legacy_grad_input_names"]] == ["self", "other"]
+    assert data["legacy_grad_input"][1] is None
+    assert data["none_text"]["legacy_grad_input"][1].startswith("None: other (input 1) does not require grad")
+    # A module input that does not require grad: its full hook's grad_input is None, and says so.
+    linear = show(nn.Linear(2, 1), (torch.ones(3, 2),), loss_fn=torch.sum, input_grads=False)
+    assert linear.select("module:")
+    assert linear.inspector["grad_input"] == [None]
+    assert linear.inspector["none_text"]["grad_input"] == ["None: input does not require grad"]
+
+
+def test_a_step_inside_one_torch_call_names_the_call_and_saved_sizes_read_in_mib():
+    from hookviz.examples import TinyGPT, next_token_loss
+
+    torch.manual_seed(0)
+    model = TinyGPT(dropout=0.0)
+    tokens = torch.randint(0, 1000, (2, 128))
+    widget = show(model, (tokens,), loss_fn=lambda logits: next_token_loss(logits, tokens))
+    run = widget.run
+    biggest = max(run.nodes.values(), key=lambda n: n.saved_bytes)
+    assert widget.select(biggest.id)
+    data = widget.inspector
+    # nn.Linear's F.linear on a 3-D input is one call from Python that makes view, t, addmm, view
+    assert data["output"] is None and biggest.op == "AddmmBackward0"
+    note = data["output_note"]
+    assert f"one torch call from Python in {biggest.module} (Linear), whose result is ViewBackward0_" in note
+    assert "scaled_dot_product_attention" not in note
+    result = note.split("whose result is ")[1].split(":")[0]
+    assert run.nodes[result].output is not None and run.nodes[result].module == biggest.module
+    saved = {s["name"]: s for s in data["saved"]}
+    assert saved["mat1"]["nbytes"] == 1572864 and saved["mat1"]["size"] == "1.5 MiB"
+    assert all(s["size"].endswith(("B", "KiB", "MiB")) for s in data["saved"])
+
+
+def test_each_leaf_table_column_has_one_number_format():
+    # x's gradient after grad + 888888 is whole; y's is not: one column held 2.51e+6 over 5499721
+    widget = show(Canonical(), canonical_inputs(), loss_fn=loss_fn)
+    widget.apply_edit("SubBackward0_0", "grad_inputs[0]", "grad * 1234567.3")
+    widget.apply_edit("MulBackward0_0", "grad_inputs[0]", "grad + 888888")
+    widget.rerun()
+    rows = widget.leaf_summary
+    assert len(rows) == 3
+    for column in ("norm", "min", "max", "ratio"):
+        cells = [row["text"][column] for row in rows]
+        exponent = ["e+" in c or "e-" in c for c in cells if c not in ("–", "0", "NaN")]
+        assert exponent and len(set(exponent)) == 1, (column, cells)

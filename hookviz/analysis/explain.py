@@ -39,7 +39,7 @@ def explain(run, target: str) -> str:
             if target in run.asked_grads
             else ""
         )
-        return f"{target!r} gets a gradient, so a tensor hook on it fires.{extra}"
+        return f"{target!r} gets a gradient, so a tensor hook on it fires.{extra}{_accumulated(run, target)}"
     if target in run.nodes:
         return _explain_node(run, target)
     model = run.model
@@ -113,6 +113,28 @@ def _explain_module(run, name: str) -> str:
     return (
         f"None of the inputs of {label} got a gradient, and PyTorch calls a full backward hook from "
         "the Node of the module's inputs, which never ran." + compiled
+    )
+
+
+def _accumulated(run, leaf: str) -> str:
+    """What the leaf's post-accumulate-grad hooks did in ``run``: PyTorch calls them after
+    ``AccumulateGrad`` wrote ``.grad`` (``Tensor.register_post_accumulate_grad_hook``)."""
+    node = run.nodes.get(leaf)
+    names = [
+        h.name for h in (node.user_hooks if node is not None else []) if h.kind == "post-accumulate-grad hook"
+    ]
+    if not names:
+        return ""
+    listed = ", ".join(names)
+    if run.local_leaf_grads is not None:
+        return (
+            f" Its post-accumulate-grad hook(s) {listed} did not run in this run: on a DDP / FSDP2 model "
+            "the all-reduce writes .grad, which hookviz's backward (torch.autograd.grad) does not "
+            "do, so its leaf gradient is the reduced gradient before any such hook."
+        )
+    return (
+        f" Its post-accumulate-grad hook(s) {listed} ran after its gradient was complete, with .grad "
+        "holding it, as AccumulateGrad calls them; its leaf gradient is .grad as they left it."
     )
 
 

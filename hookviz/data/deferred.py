@@ -12,10 +12,58 @@ Two kinds of waiting, and neither ever runs the user's model:
   (values, statistics, forward values) hold ``None``, and the record's ``pending`` field names
   them. Reading one, ``repr``, ``==``, ``copy``, pickling and saving all see that state as it is;
   only :meth:`hookviz.data.run.Run.fill_details` (which records the run again, see
-  :mod:`hookviz.record.details`) sets them.
+  :mod:`hookviz.record.details`) sets them. A :class:`~hookviz.data.run.ModuleCall` (what
+  ``Run.module_io`` returns) holds :data:`PENDING` there instead of None, so printing it says so
+  and using it raises :class:`~hookviz.errors.DetailsPending`, which says what to call.
 """
 
 from __future__ import annotations
+
+from hookviz.errors import DetailsPending
+
+_PENDING_MESSAGE = (
+    'this value is not recorded yet: the run was recorded lazily (Session(details="lazy"), or a '
+    "run too large to record in full at once) and its values wait for run.fill_details(); call "
+    'run.fill_details() first, or record with Session(..., details="eager")'
+)
+
+
+class Pending:
+    """The value of a lazy record's field that waits for ``run.fill_details()`` (one object,
+    :data:`PENDING`). It prints as ``<pending: call run.fill_details()>``, is falsy, and raises
+    :class:`~hookviz.errors.DetailsPending` (naming the fix) when indexed, iterated, measured,
+    converted to a number, formatted with a spec, or asked for an attribute. Copies and pickles
+    are :data:`PENDING` itself."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<pending: call run.fill_details()>"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "PENDING"  # the module attribute: copy and pickle give the one object back
+
+    def __format__(self, spec: str) -> str:
+        if spec:
+            raise DetailsPending(_PENDING_MESSAGE)
+        return repr(self)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):  # protocols (copy, pickle, numpy) look for these: not found
+            raise AttributeError(name)
+        raise DetailsPending(_PENDING_MESSAGE)
+
+    def _refuse(self, *_):
+        raise DetailsPending(_PENDING_MESSAGE)
+
+    __getitem__ = __iter__ = __len__ = __contains__ = __float__ = __int__ = __index__ = _refuse
+
+
+PENDING = Pending()
+"""What a pending field of a :class:`~hookviz.data.run.ModuleCall` holds (see :class:`Pending`)."""
 
 
 class Deferrable:
@@ -80,11 +128,12 @@ class Fillable:
     :meth:`hookviz.data.run.Run.fill_details`.
 
     The dataclass declares a field ``pending: tuple[str, ...] = ()``: the names of the fields
-    that wait (empty for a complete record). Each of them holds ``None`` until it is filled;
-    nothing fills it on read.
+    that wait (empty for a complete record). Each of them holds ``WAITING`` (None, or
+    :data:`PENDING`) until it is filled; nothing fills it on read.
     """
 
     DEFERRED: tuple[str, ...] = ()
+    WAITING = None  # what a pending field holds: None, or PENDING (a record users read directly)
 
     @classmethod
     def from_fields(cls, fields: dict):
@@ -97,11 +146,11 @@ class Fillable:
     @classmethod
     def pending_record(cls, fields: dict):
         """The record ``cls(**fields)`` whose deferred fields that ``fields`` leaves out or gives
-        as None are pending: None, and named in ``pending``."""
+        as None are pending: ``WAITING``, and named in ``pending``."""
         record = cls.from_fields(fields)
         waiting = tuple(name for name in cls.DEFERRED if fields.get(name) is None)
         for name in waiting:
-            record.__dict__[name] = None
+            record.__dict__[name] = cls.WAITING
         record.__dict__["pending"] = waiting
         return record
 

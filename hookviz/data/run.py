@@ -8,6 +8,7 @@ post-hook sees). For a module, ``grad_output`` / ``grad_input`` are what a full 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,9 +16,9 @@ from functools import cached_property
 import networkx as nx
 import torch
 
-from hookviz.data.deferred import Deferrable, Fillable, deferrable
-from hookviz.data.tensors import TensorRecord, combined_norm, same_values
-from hookviz.errors import DetailsRefused, DetailsUnavailable, TargetError, unknown_name
+from hookviz.data.deferred import PENDING, Deferrable, Fillable, deferrable
+from hookviz.data.tensors import ComparedByValue, TensorRecord, combined_norm
+from hookviz.errors import DetailsUnavailable, TargetError, unknown_name
 
 LOSS_MODULE = "(loss)"
 """The ``module`` of the Nodes that ``loss_fn`` made, outside the model (not a module name: it has
@@ -47,8 +48,8 @@ class SavedTensor:
     of: str = ""
 
 
-@dataclass
-class HookCall:
+@dataclass(eq=False)
+class HookCall(ComparedByValue):
     """One call of a hook during the run: the user's own, or an edit hookviz installed.
 
     Attributes:
@@ -100,21 +101,28 @@ class LogEntry:
     text: str
 
 
-@dataclass
-class NodeRecord(Fillable):
+@dataclass(eq=False)
+class NodeRecord(ComparedByValue, Fillable):
     """Everything recorded at one node of the autograd graph.
 
     Attributes:
-        id, op, module, kind: see :class:`hookviz.record.graph.WalkedNode`; ``module`` is the innermost
-            module whose forward created the Node ("" = root, ``"(loss)"`` = made by ``loss_fn``).
+        id: the Node's id, the same in every re-run and on every device: ``"<op>_<k>"`` in forward
+            creation order (``"MulBackward0_0"`` is the first ``*``); a leaf is named after its
+            forward argument or parameter (``"x"``, ``"fc1.weight"``).
+        op: the autograd Node's class name, e.g. ``"AddmmBackward0"``, ``"AccumulateGrad"``.
+        module: the innermost module whose forward created the Node ("" = root, ``"(loss)"`` =
+            made by ``loss_fn``).
+        kind: ``"op"``, ``"leaf"`` or ``"boundary"`` (see :class:`hookviz.record.graph.WalkedNode`).
         module_call: which call of that module (0 for the first).
         order: position in backward execution order (0 = first to run), None when it did not run.
         output: the forward value of the Node's first output, when hookviz saw the op that made it
             (ops inside a composite op, such as ``linear`` on 3-D input, are not seen).
         grad_outputs: gradients w.r.t. the Node's outputs as they reached it (after pre-hooks).
         grad_inputs: gradients w.r.t. its inputs as they went on (after every post-hook and edit).
-        grad_inputs_before_edit, grad_outputs_before_edit: the values before hookviz's edits,
-            when an edit fired here, else None.
+        grad_inputs_before_edit: ``grad_inputs`` before hookviz's edits, when an edit fired here,
+            else None.
+        grad_outputs_before_edit: ``grad_outputs`` before hookviz's edits, when an edit fired
+            here, else None.
         saved: the tensors it saved for backward.
         constants: the Python numbers it saved for backward, by attribute name without
             ``_saved_``: scalar arguments (``{"alpha": 2}`` of ``torch.add(x, y, alpha=2)``,
@@ -162,12 +170,13 @@ class NodeRecord(Fillable):
         return sum(s.nbytes for s in self.saved)
 
 
-@dataclass
-class ModuleCall(Fillable):
+@dataclass(eq=False)
+class ModuleCall(ComparedByValue, Fillable):
     """What a forward pre-hook and a forward hook of one module call saw.
 
     Attributes:
-        module: qualified name ("" = root). call: 0 for the first call of that module.
+        module: qualified name ("" = root).
+        call: which call of that module (0 for the first).
         type: the module's class name.
         inputs: positional and keyword inputs by name (``forward``'s parameter names where
             known): a TensorRecord for tensors, a short repr for anything else.
@@ -177,15 +186,21 @@ class ModuleCall(Fillable):
         output_replaced: the same after a forward hook of the user's returned a replacement, else
             None (the replacement is what the rest of the model, and a full backward hook, use).
         full_hook_fires: False when PyTorch would never call a full backward hook of this call
-            (see :meth:`Run.explain`); ``grad_input`` and ``grad_output`` are then empty.
-        grad_input, grad_output: what a full backward hook sees, by PyTorch's rules (see
-            :mod:`hookviz.record.module_views`): one entry per positional argument and per top-level
-            output, None where that entry is not a tensor that requires grad; after hookviz's
+            (:func:`hookviz.explain` says why); ``grad_input`` and ``grad_output`` are then empty.
+        grad_input: what a full backward hook sees as ``grad_input``, by PyTorch's rules (see
+            :mod:`hookviz.record.module_views`): one entry per positional argument, None where that
+            argument is not a tensor that requires grad; after hookviz's module edits, when there
+            are any here.
+        grad_output: what a full backward hook sees as ``grad_output``: one entry per top-level
+            output, None where that output is not a tensor that requires grad; after hookviz's
             module edits, when there are any here.
-        grad_input_before_edit, grad_output_before_edit: the same before those edits, else None.
-        legacy_grad_input, legacy_grad_output: what a legacy ``register_backward_hook`` sees:
-            the ``grad_inputs`` / ``grad_outputs`` of the Node that made the output's first
-            tensor, i.e. of the module's last op.
+        grad_input_before_edit: ``grad_input`` before those edits, when one fired here, else None.
+        grad_output_before_edit: ``grad_output`` before those edits, when one fired here, else
+            None.
+        legacy_grad_input: what a legacy ``register_backward_hook`` sees as ``grad_input``: the
+            ``grad_inputs`` of the Node that made the output's first tensor, i.e. of the module's
+            last op.
+        legacy_grad_output: the same Node's ``grad_outputs``.
         output_node: id of that last op's Node.
         user_hooks: the user's hooks registered on this module.
         in_place: forward modified an input in place and returned it (``ReLU(inplace=True)``).
@@ -195,8 +210,9 @@ class ModuleCall(Fillable):
         output_kind_hookable: the output is a tensor or a tuple (else no full hook ever fires).
         shared_inputs: one tensor was passed as several positional arguments.
         pending: in a lazy run, ``("inputs", "output", "output_replaced")`` until
-            :meth:`Run.fill_details` records what forward hooks saw (those fields are None
-            meanwhile); else ``()``.
+            :meth:`Run.fill_details` records what forward hooks saw; those fields hold
+            :data:`~hookviz.data.deferred.PENDING` meanwhile (it prints as pending and raises
+            :class:`~hookviz.errors.DetailsPending`, naming the fix, when used); else ``()``.
     """
 
     module: str
@@ -223,13 +239,28 @@ class ModuleCall(Fillable):
     pending: tuple[str, ...] = ()
 
     DEFERRED = ("inputs", "output", "output_replaced")  # what Run.fill_details adds in a lazy run
+    WAITING = PENDING  # read directly by users (Run.module_io): a pending field says so
+
+    def __post_init__(self) -> None:
+        # A record read from a file holds None where it was pending.
+        for name in self.pending:
+            if getattr(self, name) is None:
+                setattr(self, name, PENDING)
 
 
-@dataclass
-class ModuleGrads:
-    """A module's gradients as one kind of module backward hook sees them.
+@dataclass(eq=False)
+class ModuleGrads(ComparedByValue):
+    """A module's gradients as one kind of module backward hook sees them (:meth:`Run.module_grads`).
 
-    ``fires`` is False when that hook would never be called (the tuples are then empty).
+    Attributes:
+        grad_input: the hook's ``grad_input``: with ``legacy=False`` one gradient per positional
+            tensor argument of the module (None where it is not a tensor that requires grad); with
+            ``legacy=True`` the ``grad_inputs`` of the module's last op.
+        grad_output: the hook's ``grad_output``: one gradient per top-level output tensor (legacy:
+            the last op's ``grad_outputs``).
+        legacy: True for the deprecated ``register_backward_hook``'s view, False for
+            ``register_full_backward_hook``'s.
+        fires: False when that hook would never be called (the tuples are then empty).
     """
 
     grad_input: tuple[TensorRecord | None, ...]
@@ -239,8 +270,8 @@ class ModuleGrads:
 
 
 @deferrable
-@dataclass
-class Run(Deferrable):
+@dataclass(eq=False)
+class Run(ComparedByValue, Deferrable):
     """One recorded forward + backward (see :meth:`hookviz.Session.run`).
 
     A recorded run makes its records on first read: ``edges``, ``nodes``, ``calls``, ``events``
@@ -253,12 +284,14 @@ class Run(Deferrable):
         device: where it ran, e.g. ``"cpu"``.
         edges: ``(u, v, slot)`` in forward direction: u's output is input ``slot`` of v (gradient
             flows v -> u; ``slot`` indexes v's ``grad_inputs``). :attr:`graph` is the networkx view.
-        nodes: NodeRecord by node id. root: the loss's node id.
+        nodes: NodeRecord by node id.
+        root: the loss's node id.
         leaf_grads: full gradient of every leaf by name, on ``device``.
         calls: ModuleCall records in call order.
         events: backward events in the order they happened.
         hook_calls: every user hook and edit call, in order.
-        log: what user hooks printed.
+        log: what user hooks printed, in runs saved by hookviz versions that copied it; empty
+            for a new run (hookviz no longer swaps ``sys.stdout``: hooks print where they print).
         edits: the edits active during this run.
         forward_reused: True when only backward ran again on the retained forward graph.
         asked_grads: inputs whose gradients exist only because ``input_grads=True`` asked for
@@ -270,8 +303,15 @@ class Run(Deferrable):
         loss_differentiates: ``loss_fn`` ran a backward through the model's output (a gradient
             penalty with ``create_graph=True``); Node and leaf edits are refused then (see
             :meth:`hookviz.Session.edit`).
-        module_aliases, parameter_aliases: other name -> first name, for modules and parameters
-            registered under several names (tied weights); every name is accepted.
+        module_aliases: other name -> first name, for modules registered under several names;
+            every name is accepted.
+        parameter_aliases: other name -> first name, for parameters registered under several
+            names (tied weights); every name is accepted.
+        model_ref: a weak reference to the user's model (read it as :attr:`model`); None in a run
+            loaded from a file.
+        local_leaf_grads: on a DDP or FSDP2 model, each leaf's gradient on this rank before the
+            all-reduce whose result ``leaf_grads`` holds (``leaf_grad(name, local=True)``); None
+            for a model that is not data-parallel.
         details: a lazy run's :class:`hookviz.record.details.Details` (its records' other fields are
             filled on first read, see :meth:`fill_details`); None for a run recorded eagerly.
     """
@@ -288,19 +328,39 @@ class Run(Deferrable):
     log: list[LogEntry]
     edits: tuple = ()
     forward_reused: bool = False
-    model_ref: Callable[[], torch.nn.Module | None] | None = field(default=None, repr=False)
+    model_ref: Callable[[], torch.nn.Module | None] | None = field(default=None, repr=False, compare=False)
     asked_grads: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     loss_differentiates: bool = False
     module_aliases: dict[str, str] = field(default_factory=dict)
     parameter_aliases: dict[str, str] = field(default_factory=dict)
     details: object = field(default=None, repr=False, compare=False)
-    # hookviz.record.distributed (DDP / FSDP2): each rank's own leaf gradients, before the all-reduce
-    # whose result leaf_grads holds; None for a model that is not data-parallel.
     local_leaf_grads: dict[str, torch.Tensor | None] | None = None
     input_names: list[str] = field(default_factory=list)
 
     DEFERRED = ("edges", "nodes", "calls", "events", "hook_calls")
+
+    def __copy__(self) -> Run:
+        # A shallow copy shares the records, so it shares the details that fill them.
+        self.fill_deferred()
+        copied = type(self).__new__(type(self))
+        copied.__dict__.update((k, v) for k, v in self.__dict__.items() if k != "_source")
+        return copied
+
+    def __deepcopy__(self, memo: dict) -> Run:
+        # A deep copy owns its records: its details (a Details, which copies itself bound to the
+        # copy it finds in memo) fill the copy, never the original.
+        self.fill_deferred()
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        kept = {k: v for k, v in self.__dict__.items() if k != "_source"}
+        copied.__dict__.update({k: copy.deepcopy(v, memo) for k, v in kept.items()})
+        return copied
+
+    def __getstate__(self) -> dict:
+        # Pickling: the recording that would fill the details and the weak link to the model live
+        # in this process only, so an unpickled run is like one read from a file (hookviz.load).
+        return {**super().__getstate__(), "details": None, "model_ref": None}
 
     @cached_property
     def graph(self) -> nx.DiGraph:
@@ -327,7 +387,11 @@ class Run(Deferrable):
         return g
 
     def canonical_name(self, name: str) -> str:
-        """The first name of a module or parameter known by several (tied weights); else ``name``."""
+        """The first name of a module or parameter known by several (tied weights); else ``name``.
+
+        Args:
+            name: a module's or parameter's qualified name.
+        """
         return self.module_aliases.get(name) or self.parameter_aliases.get(name) or name
 
     @property
@@ -356,9 +420,10 @@ class Run(Deferrable):
         and 2-norm; its other fields (values, statistics, histograms, forward values, what
         forward hooks saw) are None and named in each record's ``pending``. This records the
         same run once more with full details (:mod:`hookviz.record.details`), checks that it
-        is the same run (every gradient's norm agrees) and fills every pending field at once.
-        The model's parameters, buffers and hooks are as they were afterwards. A no-op for an
-        eager run or one filled already.
+        is the same run (the loss and every leaf gradient equal bit for bit, every gradient's
+        norm agrees) and only then fills every pending field at once. The model's parameters,
+        buffers and hooks are as they were afterwards. A no-op for an eager run, a small run
+        (filled by ``Session.run()`` already) or one filled already. A deep copy fills itself.
 
         Returns:
             the run.
@@ -366,24 +431,35 @@ class Run(Deferrable):
         Raises:
             DetailsChanged: a parameter, buffer, train/eval mode or input changed since the run
                 (the message names it); the run's numbers cannot be recorded again.
-            DetailsNotReproduced: recorded again, a gradient differs (e.g. a hook of the user's
-                was removed since).
-            DetailsUnavailable: nothing is left to record them from (a run loaded from a file).
-            Anything the model, ``loss_fn``, a hook or an edit raises while recording them
-            (e.g. :class:`~hookviz.errors.ForwardError`) propagates; the records stay pending.
+            DetailsNotReproduced: recorded again, the loss, a leaf gradient or another gradient
+                differs (e.g. a hook of the user's was added or removed since, a value the loss
+                reads or a parameter changed through ``.data``); the message names what.
+            DetailsUnavailable: nothing is left to record them from (a run loaded from a file
+                or unpickled).
+            Exception: anything the model, ``loss_fn``, a hook or an edit raises while recording
+                them (e.g. :class:`~hookviz.errors.ForwardError`) propagates; the records stay
+                pending.
         """
         if self.details is not None:
             self.details.fill()
         elif self.details_pending:
             raise DetailsUnavailable(
-                "this run's details were never recorded (it was saved while they were pending) and "
-                "a run read from a file cannot record them: call run.fill_details() before "
-                'hookviz.save(run, path), or record with Session(..., details="eager")'
+                "this run's details were never recorded (it was saved or pickled while they were "
+                "pending) and a run read from a file or unpickled cannot record them: call "
+                "run.fill_details() before hookviz.save(run, path) or pickle.dumps(run), or record "
+                'with Session(..., details="eager")'
             )
         return self
 
     def node(self, node_id: str) -> NodeRecord:
-        """The record of ``node_id``. Raises TargetError (with close matches) when unknown."""
+        """The record of one node of the graph.
+
+        Args:
+            node_id: a node id (``"SubBackward0_0"``) or a leaf name (``"x"``, ``"fc1.weight"``).
+
+        Raises:
+            TargetError: no such node (the message lists close matches).
+        """
         try:
             return self.nodes[node_id]
         except KeyError:
@@ -395,13 +471,24 @@ class Run(Deferrable):
         return list(self.leaf_grads)
 
     def leaf_grad(self, name: str, local: bool = False) -> torch.Tensor | None:
-        """The gradient of a leaf (forward argument or parameter qualified name), as ``.grad`` would hold it.
+        """The gradient of a leaf, as ``.grad`` would hold it after a plain ``loss.backward()``.
 
         On a DDP or FSDP2 model that is the mean over ranks (full, unsharded), and ``local=True``
         gives this rank's own gradient before the all-reduce (see :mod:`hookviz.record.distributed`).
-        Returns None when the leaf got no gradient. A tied parameter answers to every name it has
-        (so does a DDP model's parameter: ``"0.weight"`` for ``"module.0.weight"``).
-        Raises TargetError for an unknown name.
+
+        Args:
+            name: a forward argument's name (``"x"``) or a parameter's qualified name
+                (``"fc1.weight"``). A tied parameter answers to every name it has (so does a DDP
+                model's parameter: ``"0.weight"`` for ``"module.0.weight"``).
+            local: on a data-parallel model, this rank's gradient before the all-reduce; ignored
+                on any other model.
+
+        Returns:
+            the gradient (same shape, dtype and device as the leaf), or None when the leaf got
+            no gradient.
+
+        Raises:
+            TargetError: no leaf of that name.
         """
         name = self.canonical_name(name)
         grads = self.local_leaf_grads if local and self.local_leaf_grads is not None else self.leaf_grads
@@ -415,7 +502,15 @@ class Run(Deferrable):
         return list(dict.fromkeys(call.module for call in self.calls))
 
     def module_io(self, name: str, call: int = 0) -> ModuleCall:
-        """What forward pre-hooks and forward hooks of module ``name`` saw at its ``call``-th call."""
+        """What forward pre-hooks and forward hooks of a module saw at one of its calls.
+
+        Args:
+            name: the module's qualified name ("" = the root module).
+            call: which call of that module (0 for the first; a module called twice has 0 and 1).
+
+        Raises:
+            TargetError: no module of that name ran, or it ran fewer than ``call + 1`` times.
+        """
         name = self.canonical_name(name)
         calls = [c for c in self.calls if c.module == name]
         if not calls:
@@ -432,6 +527,14 @@ class Run(Deferrable):
         as the deprecated ``register_backward_hook`` sees them, which are the ``grad_inputs`` and
         ``grad_outputs`` of the Node that made the module's output (its last op), not of the module.
         Source: ``torch.nn.Module.register_backward_hook`` docs (deprecated for this reason).
+
+        Args:
+            name: the module's qualified name ("" = the root module).
+            legacy: the deprecated ``register_backward_hook``'s view instead of the full hook's.
+            call: which call of that module (0 for the first).
+
+        Raises:
+            TargetError: no module of that name ran, or it ran fewer than ``call + 1`` times.
         """
         record = self.module_io(name, call)
         if legacy:
@@ -442,12 +545,20 @@ class Run(Deferrable):
         return ModuleGrads(record.grad_input, record.grad_output, legacy=False, fires=record.full_hook_fires)
 
     def hooks_at(self, node_id: str) -> list[HookCall]:
-        """The hook calls (user hooks and edits) that fired at ``node_id``, in order."""
+        """The hook calls (user hooks and edits) that fired at a node, in order.
+
+        Args:
+            node_id: a node id or leaf name, as for :meth:`node`.
+
+        Raises:
+            TargetError: no such node.
+        """
         self.node(node_id)
         return [h for h in self.hook_calls if h.node == node_id]
 
     def print_log(self) -> None:
-        """Print what the user's hooks printed during this run, prefixed by hook and place."""
+        """Print what the user's hooks printed during this run (a run loaded from a file saved
+        by a hookviz that kept a copy; nothing for a new run), prefixed by hook and place."""
         for entry in self.log:
             for line in entry.text.rstrip("\n").splitlines():
                 print(f"[{entry.hook} @ {entry.where or '<root>'}] {line}")
@@ -459,132 +570,3 @@ class Run(Deferrable):
             f"forward_reused={self.forward_reused}"
             f"{', details pending: run.fill_details() records them' if self.details_pending else ''})"
         )
-
-
-@dataclass
-class NodeDiff:
-    """One node's records in two runs and whether any of its gradients changed."""
-
-    before: NodeRecord | None
-    after: NodeRecord | None
-    changed: bool
-
-
-@dataclass
-class LeafDiff:
-    """One leaf's gradient in two runs and whether it changed (see :func:`diff`)."""
-
-    before: torch.Tensor | None
-    after: torch.Tensor | None
-    changed: bool
-
-
-@dataclass
-class Diff:
-    """Per node and per leaf: before, after, changed. See :func:`diff`.
-
-    ``unfilled``: ``"before"`` / ``"after"`` -> why that lazy run's details could not be
-    recorded (:meth:`Run.fill_details` refused); its nodes were then compared by the shape, dtype
-    and norm of each gradient only (equal norms do not prove equal values). Empty when every node
-    was compared by its values."""
-
-    nodes: dict[str, NodeDiff]
-    leaves: dict[str, LeafDiff]
-    unfilled: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def changed_nodes(self) -> list[str]:
-        """Ids of the nodes whose gradients changed."""
-        return [k for k, d in self.nodes.items() if d.changed]
-
-    @property
-    def changed_leaves(self) -> list[str]:
-        """Names of the leaves whose gradients changed."""
-        return [k for k, d in self.leaves.items() if d.changed]
-
-
-def records_equal(a: tuple, b: tuple) -> bool:
-    """Whether two tuples of records hold the same gradients: the one "changed" rule of :func:`diff`.
-    A record whose details are pending is compared by what it holds (shape, dtype, norm): equal
-    norms then do not prove equal values; :func:`diff` fills both runs first."""
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if (x is None) != (y is None):
-            return False
-        if x is None:
-            continue
-        if x.pending or y.pending:
-            if (x.shape, x.dtype, _summary(x)[1]) != (y.shape, y.dtype, _summary(y)[1]):
-                return False
-        elif x.value is not None and y.value is not None:
-            if not same_values(x.value, y.value):
-                return False
-        elif _summary(x) != _summary(y):
-            return False
-    return True
-
-
-def _summary(record: TensorRecord) -> tuple:
-    """What two records kept without values are compared by (NaN statistics compare equal)."""
-    return tuple(
-        "nan" if isinstance(v, float) and v != v else v
-        for v in (
-            record.shape,
-            record.norm,
-            record.mean,
-            record.min,
-            record.max,
-            record.nan_count,
-            record.inf_count,
-        )
-    )
-
-
-def diff(before: Run, after: Run) -> Diff:
-    """Compare two runs node by node and leaf by leaf.
-
-    A node changed when any of its ``grad_inputs`` or ``grad_outputs`` differs (exact comparison
-    of the values when both runs kept them, else of shape and statistics). A leaf changed when its
-    gradients differ. Both use :func:`hookviz.data.tensors.same_values`: bit for bit, NaN equal to NaN,
-    sparse gradients compared dense. Nodes or leaves present in only one
-    run appear with None on the other side and ``changed=True``.
-
-    Nodes are compared by their gradient values: a lazy run's details are recorded first
-    (:meth:`Run.fill_details`). When that refuses (the model changed since the run), the refusal
-    is kept in ``Diff.unfilled`` and that run's nodes are compared by what its records hold
-    (shape, dtype, norm); any other error propagates. Leaves are always compared exactly.
-    """
-    unfilled = {}
-    for label, run in (("before", before), ("after", after)):
-        try:
-            run.fill_details()
-        except DetailsRefused as refusal:
-            unfilled[label] = str(refusal)
-    nodes = {}
-    for node_id in dict.fromkeys([*before.nodes, *after.nodes]):
-        a, b = before.nodes.get(node_id), after.nodes.get(node_id)
-        changed = (
-            a is None
-            or b is None
-            or not (
-                records_equal(a.grad_inputs, b.grad_inputs) and records_equal(a.grad_outputs, b.grad_outputs)
-            )
-        )
-        nodes[node_id] = NodeDiff(a, b, changed)
-    return Diff(nodes, leaf_diffs(before, after), unfilled)
-
-
-def leaf_diffs(before: Run, after: Run) -> dict[str, LeafDiff]:
-    """The leaf half of :func:`diff`: each leaf's gradient in both runs (``torch.equal`` after
-    :func:`hookviz.data.tensors.same_values`' rules), by leaf name. It reads the leaves' gradients only,
-    so a lazy run's details are not recorded for it."""
-    leaves = {}
-    for name in dict.fromkeys([*before.leaf_grads, *after.leaf_grads]):
-        a, b = before.leaf_grads.get(name), after.leaf_grads.get(name)
-        if a is None or b is None:
-            changed = (a is None) != (b is None)
-        else:
-            changed = a is not b and not same_values(a, b)
-        leaves[name] = LeafDiff(a, b, changed)
-    return leaves

@@ -82,7 +82,19 @@ class Edit:
 
     @classmethod
     def make(cls, target: str, slot: str | Slot, transform) -> Edit:
-        """Build an edit; a string transform is parsed now, so a bad one fails here."""
+        """Build an edit; a string transform is parsed now, so a bad one fails here.
+
+        Args:
+            target: node id, leaf name or module qualified name ("" = root module).
+            slot: a hook site at ``target`` (``"grad_inputs[0]"``, ``"grad_outputs[1]"``, ``"grad"``,
+                ``"grad_input[0]"``, ``"grad_output[0]"``), or a parsed one.
+            transform: an expression over ``grad`` (``"grad * 3"``) or a callable
+                ``grad -> Tensor`` of the same shape, dtype and device.
+
+        Raises:
+            ExpressionError: the expression does not parse or uses something the language forbids.
+            EditError: ``transform`` is neither a string nor a callable, or ``slot`` is malformed.
+        """
         parsed = slot if isinstance(slot, Slot) else parse_slot(slot)
         if isinstance(transform, str):
             return cls(target, parsed, Expression(transform), transform.strip())
@@ -96,7 +108,12 @@ class Edit:
 
     def on_grad_outputs(self, node_id: str, output_nr: int) -> Edit:
         """The same edit (same id and transform) on a Node's ``grad_outputs[output_nr]``: where a
-        tensor hook on that output, or a module's ``grad_output`` hook, acts in the graph."""
+        tensor hook on that output, or a module's ``grad_output`` hook, acts in the graph.
+
+        Args:
+            node_id: the Node that made the tensor.
+            output_nr: which of that Node's outputs the tensor is.
+        """
         return Edit(node_id, Slot("grad_outputs", output_nr), self.transform, self.source, id=self.id)
 
     @property
@@ -108,6 +125,9 @@ class Edit:
         """Run the transform on ``grad`` and check the result.
 
         Returns ``grad`` unchanged when it is None (no gradient flowed through this site).
+
+        Args:
+            grad: the gradient at the site, or None.
 
         Raises:
             EditError: the transform raised, or returned something that is not a tensor of

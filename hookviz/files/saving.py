@@ -9,33 +9,37 @@ JSON outgrows the 100 MB that safetensors allows its header). The header's ``__m
 ``"format": "hookviz"``, ``"version"`` and ``"kind"`` (``"run"`` or ``"watch"``).
 
 What the structure may hold is :mod:`hookviz.files.schema`: records are written and read field by
-field against it, and a file is refused unless every value has the type the schema gives it. Reading
-parses that JSON and hands the tensor bytes to safetensors, which only copies bytes into tensors:
-nothing in a file can run code, so a file from someone else is safe to open. A ``torch.save`` /
-pickle file, or any file without a hookviz header, is refused after reading its first bytes.
+field against it, and a file is refused unless every value has the type the schema gives it and
+keeps its bounds (every int an int64, every float a float64, counts 0 or more, a loss of 0
+dimensions: :mod:`hookviz.files.fields`). Reading parses that JSON and hands the tensor bytes to
+safetensors, which only copies bytes into tensors: nothing in a file can run code, so a file from
+someone else is safe to open. A ``torch.save`` / pickle file, or any file without a hookviz header,
+is refused after reading its first bytes.
 
-Writing goes to a new temporary file in the target's folder, created exclusively (``O_CREAT |
-O_EXCL | O_NOFOLLOW``, a random name), then renamed over the target (``os.replace``): a crash leaves
-the old file, a failure removes the temporary, and no symlink is ever written through. A symlink at
-the target itself is replaced by the new file; the file it pointed to is left as it was.
+Loading costs a small multiple of the file's size, whatever the structure references: a tensor
+referenced many times is one tensor, a sparse COO tensor (stored dense) is made sparse once per
+stored tensor, and the sparse tensors of one file may take at most :data:`SPARSE_EXPANSION` times the
+file's size (their int64 indices take 8 bytes per dimension per element).
+
+Writing and reading go through :mod:`hookviz.files.paths`: a target that is not a file name is
+refused, a file is written to an exclusive temporary and renamed (never through a symlink), and
+only a regular file is read.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import importlib
 import json
 import math
 import os
-import secrets
 import struct
 from pathlib import Path
 
 import torch
 
-from hookviz.errors import HookvizError
-from hookviz.files import schema
+from hookviz.data.deferred import PENDING
+from hookviz.errors import FileFormatError, HookvizError
+from hookviz.files import fields, paths, schema
 from hookviz.watching.gather import RankHistory
 from hookviz.watching.watch import Watch
 
@@ -47,10 +51,10 @@ SUFFIX = ".hookviz"
 _MAX_HEADER = 100_000_000
 _STRUCTURE = "hookviz.json"
 _NOT_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-
-
-class FileFormatError(HookvizError):
-    """A file is not a hookviz file, is a pickle, is truncated or corrupt, or has an unknown version."""
+# The sparse COO tensors that one file's references make may take at most this many times the file's
+# bytes: a float32 matrix with no zero takes 5 times its dense bytes as a sparse COO tensor (two
+# int64 indices and its value per element), a 3-D bfloat16 one 13 times.
+SPARSE_EXPANSION = 16
 
 
 def _loaded_transform(source: str):
@@ -67,153 +71,13 @@ def _loaded_transform(source: str):
     return transform
 
 
-# ---------------------------------------------------------------------------- the schema's types
-
-
-def _compile(node: ast.AST) -> tuple:
-    """A field type of :mod:`~hookviz.files.schema` (parsed annotation) as a nested tuple."""
-    match node:
-        case ast.BinOp(op=ast.BitOr()):
-            return ("union", _alternatives(node))
-        case ast.Constant(value=None):
-            return ("none",)
-        case ast.Attribute(value=ast.Name(id="torch"), attr="Tensor"):
-            return ("tensor",)
-        case ast.Name(id=name) if name in ("str", "int", "float", "bool"):
-            return (name,)
-        case ast.Name(id="EditSource"):
-            return ("source",)
-        case ast.Name(id="Identifier"):
-            return ("identifier",)
-        case ast.Name(id="Graph"):
-            return ("graph",)
-        case ast.Name(id=name):
-            return ("record", name)
-        case ast.Subscript(
-            value=ast.Name(id="tuple"), slice=ast.Tuple(elts=[item, ast.Constant(value=dots)])
-        ) if dots is Ellipsis:
-            return ("sequence", _compile(item))
-        case ast.Subscript(value=ast.Name(id="tuple"), slice=ast.Tuple(elts=items)):
-            return ("fixed", tuple(_compile(item) for item in items))
-        case ast.Subscript(value=ast.Name(id="list"), slice=item):
-            return ("sequence", _compile(item))
-        case ast.Subscript(value=ast.Name(id="dict"), slice=ast.Tuple(elts=[ast.Name(id="str"), item])):
-            return ("dict", _compile(item))
-    raise ValueError(f"hookviz.files.schema: unknown field type {ast.unparse(node)!r}")
-
-
-def _alternatives(node: ast.AST) -> tuple:
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        return _alternatives(node.left) + _alternatives(node.right)
-    return (_compile(node),)
-
-
-class _Schema:
-    """The record classes and compiled field types of one file-format version."""
-
-    def __init__(self, version: str):
-        self.version = version
-        self.classes: dict[str, type] = {}
-        self.fields: dict[str, dict[str, tuple]] = {}
-        for name, (module, fields) in schema.records(version).items():
-            self.classes[name] = getattr(importlib.import_module(module), name)
-            self.fields[name] = {
-                field: _compile(ast.parse(kind, mode="eval").body) for field, kind in fields.items()
-            }
-        named = {n for kinds in self.fields.values() for kind in kinds.values() for n in _records_in(kind)}
-        unlisted = sorted(named - set(self.classes))
-        if unlisted:
-            raise ValueError(f"hookviz.files.schema names record types it does not list: {unlisted}")
-
-
-def _records_in(kind: tuple):
-    """The record type names a compiled type refers to."""
-    if kind[0] == "record":
-        yield kind[1]
-    elif kind[0] in ("union", "fixed"):
-        for alternative in kind[1]:
-            yield from _records_in(alternative)
-    elif kind[0] in ("sequence", "dict"):
-        yield from _records_in(kind[1])
-
-
-_SCHEMAS: dict[str, _Schema] = {}
-
-
-def _schema(version: str) -> _Schema:
-    if version not in _SCHEMAS:
-        _SCHEMAS[version] = _Schema(version)
-    return _SCHEMAS[version]
-
-
-def _describe(kind: tuple) -> str:
-    """A compiled type back in the schema's notation, for messages."""
-    tag = kind[0]
-    if tag == "union":
-        return " | ".join(_describe(k) for k in kind[1])
-    if tag == "sequence":
-        return f"a sequence of {_describe(kind[1])}"
-    if tag == "fixed":
-        return f"tuple[{', '.join(_describe(k) for k in kind[1])}]"
-    if tag == "dict":
-        return f"dict[str, {_describe(kind[1])}]"
-    if tag == "record":
-        return kind[1]
-    words = {"none": "None", "tensor": "torch.Tensor", "source": "an edit expression"}
-    return words.get(tag, "a Python identifier" if tag == "identifier" else tag)
-
-
-# The Python types of a live value, and of a value read from JSON, of each sort of schema type; a
-# sort stored as a JSON object is told by its marker key (a record's by its "__type__").
-_LIVE_TYPES = {
-    "none": (type(None),),
-    "str": (str,),
-    "source": (str,),
-    "identifier": (str,),
-    "bool": (bool,),
-    "int": (int,),
-    "float": (int, float),
-    "tensor": (torch.Tensor,),
-    "sequence": (tuple, list),
-    "fixed": (tuple, list),
-    "dict": (dict,),
-}
-_STORED_TYPES = {**_LIVE_TYPES, "tensor": (), "sequence": (list,), "fixed": (list,), "dict": ()}
-_MARKERS = {
-    "float": "__float__",
-    "tensor": "__tensor__",
-    "sequence": "__tuple__",
-    "fixed": "__tuple__",
-    "dict": "__dict__",
-    "graph": "__graph__",
-}
-
-
-def _fits(value, kind: tuple, classes: dict[str, type]) -> bool:
-    """Whether a live value is of the (non-union) schema type's sort: picks a union's alternative."""
-    if kind[0] == "record":
-        return type(value) is classes[kind[1]]
-    if isinstance(value, bool) and kind[0] != "bool":
-        return False
-    return isinstance(value, _LIVE_TYPES.get(kind[0], ()))
-
-
-def _stored_fits(value, kind: tuple) -> bool:
-    """Whether a value read from a file's JSON is of the (non-union) schema type's sort."""
-    if isinstance(value, dict):
-        if kind[0] == "record":
-            return value.get("__type__") == kind[1]
-        return _MARKERS.get(kind[0]) in value
-    return type(value) in _STORED_TYPES.get(kind[0], ())
-
-
 # ---------------------------------------------------------------------------- writing
 
 
 class _Encoder:
     """Turns records into JSON-safe values against the schema, moving every tensor into ``self.tensors``."""
 
-    def __init__(self, types: _Schema):
+    def __init__(self, types: fields.Schema):
         self.types = types
         self.tensors: dict[str, torch.Tensor] = {}
 
@@ -234,14 +98,20 @@ class _Encoder:
 
     def __call__(self, value, kind: tuple, where: str):
         tag = kind[0]
+        if value is PENDING:  # a lazy module call's pending field: None in the file (format 3)
+            value = None
         if tag == "union":
             for alternative in kind[1]:
-                if _fits(value, alternative, self.types.classes):
+                if fields.fits(value, alternative, self.types.classes):
                     return self(value, alternative, where)
-        elif _fits(value, kind, self.types.classes):
-            if tag in ("none", "str", "source", "identifier", "bool", "int"):
+        elif fields.fits(value, kind, self.types.classes):
+            if tag in ("int", "count", "float", "fraction"):
+                problem = fields.out_of_bounds(value, kind)
+                if problem:
+                    raise HookvizError(f"cannot save {where}: it {problem}")
+            if tag in ("none", "str", "source", "identifier", "bool", "int", "count"):
                 return value
-            if tag == "float":
+            if tag in ("float", "fraction"):
                 return value if math.isfinite(value) else {"__float__": repr(float(value))}
             if tag == "tensor":
                 return self.tensor(value)
@@ -254,41 +124,23 @@ class _Encoder:
             if tag == "dict" and all(isinstance(k, str) for k in value):
                 return {"__dict__": {k: self(v, kind[1], f"{where}[{k!r}]") for k, v in value.items()}}
             if tag == "record":
-                fields = self.types.fields[kind[1]]
-                return {
-                    "__type__": kind[1],
-                    "fields": {f: self(getattr(value, f), t, f"{where}.{f}") for f, t in fields.items()},
-                }
+                return self.record(value, kind[1], where)
         raise HookvizError(
             f"cannot save {where}: it holds a {type(value).__module__}.{type(value).__name__}, where the "
-            f"file format (hookviz/files/schema.py) has {_describe(kind)}; keep tensors, plain values and "
-            "hookviz records in it"
+            f"file format (hookviz/files/schema.py) has {fields.describe(kind)}; keep tensors, plain values "
+            "and hookviz records in it"
         )
 
-
-def _write_new(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary created exclusively beside it (see the module
-    docstring); the temporary is removed whatever fails."""
-    for _ in range(100):
-        temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.partial")
-        try:
-            descriptor = os.open(
-                temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666
-            )
-        except FileExistsError:
-            continue
-        break
-    else:
-        raise FileExistsError(f"cannot create a temporary file beside {str(path)!r}: every name tried exists")
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)  # a crash mid-write leaves the old file, never half a new one
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    def record(self, value, name: str, where: str) -> dict:
+        kinds = self.types.fields[name]
+        if any(name in table for table in (self.types.shapes, self.types.not_empty, self.types.pending_only)):
+            wrong = fields.record_problem(self.types, name, {f: getattr(value, f) for f in kinds})
+            if wrong:
+                raise HookvizError(f"cannot save {where}.{wrong[0]}: it {wrong[1]}")
+        return {
+            "__type__": name,
+            "fields": {f: self(getattr(value, f), t, f"{where}.{f}") for f, t in kinds.items()},
+        }
 
 
 def save(obj, path: str | Path, *, run=None) -> Path:
@@ -309,9 +161,12 @@ def save(obj, path: str | Path, *, run=None) -> Path:
 
     Raises:
         HookvizError: ``obj`` is neither, or holds something the file format does not list
-            (:mod:`hookviz.files.schema`), such as a custom object.
-        OSError: the file cannot be written (the target is a directory, the folder is not
-            writable, the disk is full); nothing is left behind.
+            (:mod:`hookviz.files.schema`), such as a custom object, or a value out of its bounds.
+        PathError (a HookvizError and an OSError): ``path`` names no file: it is empty, ends with
+            a separator, is ``.``, ``..`` or a folder (before or after the suffix), or its folder
+            does not exist (:func:`hookviz.files.paths.target`).
+        OSError: the file cannot be written (the folder is not writable, the disk is full);
+            nothing is left behind.
     """
     if isinstance(obj, Watch):
         obj = obj.rank_history(run)
@@ -322,7 +177,7 @@ def save(obj, path: str | Path, *, run=None) -> Path:
                 f"{type(obj).__name__}: save the run on its own, hookviz.save(run, path)"
             )
         obj = dataclasses.replace(obj, run=run)
-    types = _schema(str(VERSION))
+    types = fields.compiled(str(VERSION))
     kinds = {types.classes[name]: kind for kind, name in schema.KINDS.items()}
     kind = kinds.get(type(obj))
     if kind is None:
@@ -331,15 +186,13 @@ def save(obj, path: str | Path, *, run=None) -> Path:
         )
     import safetensors.torch
 
-    path = Path(path)
-    if path.suffix != SUFFIX:
-        path = path.with_name(path.name + SUFFIX)
+    path = paths.target(path, SUFFIX)
     encoder = _Encoder(types)
     structure = encoder(obj, ("record", schema.KINDS[kind]), kind)
     text = json.dumps(structure, separators=(",", ":"), allow_nan=False).encode("utf-8")
     tensors = {**encoder.tensors, _STRUCTURE: torch.frombuffer(bytearray(text), dtype=torch.uint8)}
     data = safetensors.torch.save(tensors, metadata={"format": FORMAT, "version": str(VERSION), "kind": kind})
-    _write_new(path, data)
+    paths.write_new(path, data)
     return path
 
 
@@ -397,9 +250,10 @@ def _read(path: Path) -> tuple[dict, bytes]:
 
     Reads the first 10 bytes, then the header (at most its stated length, at most 100 MB), checks it
     is a hookviz header of a readable version, and only then reads the data, exactly as many bytes as
-    the header's tensors span. Raises FileFormatError naming the problem, FileNotFoundError.
+    the header's tensors span. Raises FileFormatError naming the problem; FileNotFoundError; PathError
+    when ``path`` is not a regular file (:func:`hookviz.files.paths.open_regular`).
     """
-    with open(path, "rb") as file:
+    with paths.open_regular(path) as file:
         size = os.fstat(file.fileno()).st_size
         start = file.read(10)
         if _looks_pickled(start):
@@ -474,12 +328,18 @@ def load(path: str | Path):
         Every tensor comes back on CPU, equal (``torch.equal``) to the one saved.
 
     Raises:
-        FileFormatError (a HookvizError), naming the file and the problem: a pickle /
-        ``torch.save`` file (refused, never unpickled), a file that is not a hookviz file (refused
-        after reading its header, whatever its size), a truncated or corrupt file, a value whose type
-        is not the one :mod:`hookviz.files.schema` gives it, an unknown record type or field, an edit
-        whose text is not an expression, a version this hookviz does not read.
+        FileFormatError: (a HookvizError) naming the file and the problem: a pickle /
+            ``torch.save`` file (refused, never unpickled), a file that is not a hookviz file
+            (refused after reading its header, whatever its size), a truncated or corrupt file, a
+            value whose type is not the one :mod:`hookviz.files.schema` gives it or that is out of
+            its bounds (a number too large for an int64 or a float64, a negative count, a loss that
+            is not 0-dim: the place is named, ``run.nodes['x'].order``), an unknown record type or
+            field, an edit whose text is not an expression, sparse tensors that would take more
+            than :data:`SPARSE_EXPANSION` times the file's size, a version this hookviz does not
+            read.
         FileNotFoundError: no such file.
+        PathError: (a HookvizError and an OSError) ``path`` is a folder, a FIFO, a socket or a
+            device; it is refused before it is opened, and never blocks.
     """
     import safetensors
     import safetensors.torch
@@ -496,7 +356,8 @@ def load(path: str | Path):
     try:
         structure = _json(tensors.pop(_STRUCTURE).numpy().tobytes(), "its structure")
         top = schema.KINDS[metadata["kind"]]
-        return _Decoder(tensors, _schema(metadata["version"]))(structure, ("record", top), metadata["kind"])
+        decoder = _Decoder(tensors, fields.compiled(metadata["version"]), SPARSE_EXPANSION * len(data))
+        return decoder(structure, ("record", top), metadata["kind"])
     except ValueError as error:
         raise _refuse(path, f"the file is corrupt: {error}") from None
 
@@ -505,29 +366,33 @@ class _Decoder:
     """The inverse of :class:`_Encoder`: builds the schema's records and nothing else.
 
     Every problem is a ValueError naming where in the object it is (``run.nodes['x'].output``).
+
+    Args:
+        tensors: the file's tensors by name.
+        types: the schema of the file's version.
+        sparse_budget: bytes the sparse COO tensors made for the file's references may take in all.
     """
 
-    def __init__(self, tensors: dict[str, torch.Tensor], types: _Schema):
+    def __init__(self, tensors: dict[str, torch.Tensor], types: fields.Schema, sparse_budget: int):
         self.tensors, self.types = tensors, types
+        self.sparse: dict[str, torch.Tensor] = {}  # by stored tensor: each is made sparse once
+        self.sparse_budget = sparse_budget
 
     def __call__(self, value, kind: tuple, where: str):
         tag = kind[0]
         if tag == "union":
             for alternative in kind[1]:
-                if _stored_fits(value, alternative):
+                if fields.stored_fits(value, alternative):
                     return self(value, alternative, where)
-        elif _stored_fits(value, kind):
-            if tag in ("none", "str", "bool", "int"):
+        elif fields.stored_fits(value, kind):
+            if tag in ("none", "str", "bool"):
                 return value
             if tag == "source":
                 return self.source(value, where)
             if tag == "identifier" and value.isidentifier() and value.isascii():
                 return value
-            if tag == "float":
-                if not isinstance(value, dict):
-                    return value
-                if value.get("__float__") in _NOT_FINITE:
-                    return _NOT_FINITE[value["__float__"]]
+            if tag in ("int", "count", "float", "fraction"):
+                return self.number(value, kind, where)
             if tag == "tensor":
                 return self.tensor(value, where)
             if tag in ("sequence", "fixed"):
@@ -538,7 +403,17 @@ class _Decoder:
                 return self.record(value, kind[1], where)
             if tag == "graph":
                 return self.graph_edges(value["__graph__"], where)
-        raise ValueError(f"{where} should be {_describe(kind)}, but the file has {_shown(value)}")
+        raise ValueError(f"{where} should be {fields.describe(kind)}, but the file has {_shown(value)}")
+
+    def number(self, value, kind: tuple, where: str) -> int | float:
+        if isinstance(value, dict):  # a float's {"__float__": "nan"}
+            value = _NOT_FINITE.get(value["__float__"]) if isinstance(value["__float__"], str) else None
+            if value is None:
+                raise ValueError(f"{where} should be {fields.describe(kind)}, but the file has an object")
+        problem = fields.out_of_bounds(value, kind)
+        if problem:
+            raise ValueError(f"{where} {problem}")
+        return value
 
     def source(self, value: str, where: str) -> str:
         from hookviz.edits.edit import check_source
@@ -554,10 +429,25 @@ class _Decoder:
         if tensor is None:
             raise ValueError(f"{where} names tensor {str(value['__tensor__'])[:40]!r}, which the file lacks")
         if value.get("layout") == "sparse_coo":
-            return tensor.to_sparse()
+            return self.sparse_tensor(value["__tensor__"], tensor, where)
         if value.get("layout") is not None:
             raise ValueError(f"{where} has an unknown tensor layout {str(value['layout'])[:40]!r}")
         return tensor
+
+    def sparse_tensor(self, key: str, dense: torch.Tensor, where: str) -> torch.Tensor:
+        """The stored tensor ``key`` as a sparse COO tensor, made once whatever references it, within
+        the budget (a COO tensor keeps an int64 index per dimension and its value per element)."""
+        if key not in self.sparse:
+            size = int(torch.count_nonzero(dense)) * (8 * dense.dim() + dense.element_size())
+            if size > self.sparse_budget:
+                raise ValueError(
+                    f"{where} asks for tensor {key[:40]!r} as a sparse COO tensor, which would take "
+                    f"{size} bytes: the file's sparse tensors may take {SPARSE_EXPANSION} times the file's "
+                    "size; hookviz never writes such a file"
+                )
+            self.sparse_budget -= size
+            self.sparse[key] = dense.to_sparse()
+        return self.sparse[key]
 
     def sequence(self, value, kind: tuple, where: str):
         items = value if isinstance(value, list) else value["__tuple__"]
@@ -572,17 +462,20 @@ class _Decoder:
         return decoded if isinstance(value, list) else tuple(decoded)
 
     def record(self, value: dict, name: str, where: str):
-        fields = self.types.fields[name]
+        kinds = self.types.fields[name]
         stored = value.get("fields")
         if not isinstance(stored, dict):
             raise ValueError(f"{where} is a {name} without fields")
-        unknown = sorted(set(stored) - set(fields))
+        unknown = sorted(set(stored) - set(kinds))
         if unknown:
             raise ValueError(f"{where} is a {name} with unknown fields {[u[:40] for u in unknown[:5]]}")
-        missing = [f for f in fields if f not in stored]
+        missing = [f for f in kinds if f not in stored]
         if missing:
             raise ValueError(f"{where} is a {name} without the fields {missing[:5]}")
-        arguments = {f: self(stored[f], kind, f"{where}.{f}") for f, kind in fields.items()}
+        arguments = {f: self(stored[f], kind, f"{where}.{f}") for f, kind in kinds.items()}
+        wrong = fields.record_problem(self.types, name, arguments)
+        if wrong:
+            raise ValueError(f"{where}.{wrong[0]} {wrong[1]}")
         if "graph" in arguments:  # version 1 kept the networkx graph; a Run derives it from its edges
             arguments["edges"] = arguments.pop("graph")
         if name == "Edit":
@@ -606,6 +499,9 @@ class _Decoder:
                 and type(edge[2]["__dict__"].get("slot")) is int
             ):
                 raise ValueError(f"{where}'s edge {i} is not [producer, consumer, {{slot: int}}]")
+            problem = fields.out_of_bounds(edge[2]["__dict__"]["slot"], ("count",))
+            if problem:
+                raise ValueError(f"{where}'s edge {i} has a slot that {problem}")
             out.append((edge[0], edge[1], edge[2]["__dict__"]["slot"]))
         return out
 

@@ -1,7 +1,7 @@
 """What a hookviz file may hold: every record type and its fields, per file-format version.
 
 A file is read against this schema and nothing else: a record type, a field or a value of a type not
-listed here is refused (:class:`~hookviz.files.saving.FileFormatError`), so no class named in a file is
+listed here is refused (:class:`~hookviz.errors.FileFormatError`), so no class named in a file is
 ever looked up. Field types use the notation of the dataclasses' annotations:
 
 * ``str``, ``int``, ``float`` (an int or a float; NaN and infinities are stored as ``{"__float__":
@@ -14,6 +14,11 @@ ever looked up. Field types use the notation of the dataclasses' annotations:
   edit id, written into generated code as part of a function name);
 * ``Graph``: version 1's networkx graph, read as the edges ``(producer, consumer, slot)`` it held.
 
+Beyond its type, a value keeps bounds: every int is an int64, every float a float64, and the tables
+COUNTS, FRACTIONS, SHAPES, NOT_EMPTY and PENDING_ONLY below say which fields count something, hold a
+fraction, have a shape, are never empty, or are None only while pending (:mod:`hookviz.files.fields`
+checks them, writing and reading).
+
 Records are the dataclasses named by ``(module, class)``; the modules are imported when a file is
 saved or read, not when this one is (``hookviz.data.run`` imports the files layer to save).
 
@@ -25,12 +30,15 @@ Version history:
   and ModuleCall, whose pending fields are None), and a Run its forward inputs (``input_names``).
   Files of versions 1 and 2 hold complete records: their ``pending`` is ``()``, and
   ``input_names`` is read as empty.
+* 4: a watch history keeps, per step, what a step was and did (``RankHistory.update_ratio``,
+  ``optimizers``, ``skipped``, ``learning_rates``, ``loss_scales``) and the watch's ``notes``.
+  Files of versions 1 to 3 hold none: read as None and empty lists.
 """
 
 from __future__ import annotations
 
-VERSION = 3
-READABLE = ("1", "2", "3")
+VERSION = 4
+READABLE = ("1", "2", "3", "4")
 
 # The object at the top of a file, by the kind its header says.
 KINDS = {"run": "Run", "watch": "RankHistory"}
@@ -182,8 +190,54 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
             "strategy": "str",
             "every": "int",
             "run": "Run | None",
+            "update_ratio": "torch.Tensor | None",
+            "optimizers": "list[str]",
+            "skipped": "list[bool]",
+            "learning_rates": "list[list[float]]",
+            "loss_scales": "list[float]",
+            "notes": "list[str]",
         },
     ),
+}
+
+_ADDED_IN_4 = ("update_ratio", "optimizers", "skipped", "learning_rates", "loss_scales", "notes")
+
+# What a value must be beyond its type: a crafted file could otherwise hold values that no run has
+# and that break a later read (a norm of 10**400 that no float holds, a loss of three elements).
+# Every int in a file is an int64 and every float a float64 (a JSON int too large for one is
+# refused); besides, every int in these fields is 0 or more (sizes, counts, positions, steps) ...
+COUNTS = {
+    "TensorRecord": ("shape", "numel", "nan_count", "inf_count", "histogram", "nnz"),
+    "SavedTensor": ("shape", "nbytes"),
+    "HookCall": ("step",),
+    "Event": ("step",),
+    "NodeRecord": ("module_call", "order"),
+    "ModuleCall": ("call",),
+    "Slot": ("index",),
+    "Run": ("edges",),
+    "RankHistory": ("ranks", "steps", "every"),
+}
+# ... every float in these is from 0 to 1 ...
+FRACTIONS = {"TensorRecord": ("zero_fraction",)}
+# ... these tensors (and sequences) have this shape (length): an int is that size, None any size,
+# a field's name the length of that field of the same record ...
+SHAPES = {
+    "Run": {"loss": ()},
+    "TensorRecord": {"overview": (None, None)},
+    "RankHistory": {
+        "kinds": ("names",),
+        "local": ("ranks", "steps", "names", 4),
+        "reduced": ("steps", "names", 4),
+        "order": ("ranks", "names"),
+    },
+}
+# ... these sequences hold at least one item ...
+NOT_EMPTY = {"RankHistory": ("ranks",)}
+# ... and these are None only while the record's ``pending`` names them (a lazy run's record);
+# complete, a record holds a value there (other deferred fields may be None: no value was kept).
+PENDING_ONLY = {
+    "TensorRecord": ("nan_count", "inf_count", "zero_fraction"),
+    "ModuleCall": ("inputs", "output"),
 }
 
 # Where this schema states a field more precisely than the dataclass annotates it.
@@ -200,16 +254,14 @@ def records(version: str) -> dict[str, tuple[str, dict[str, str]]]:
     ``name -> (module, {field: type})``. Raises KeyError for a version not in READABLE."""
     if version not in READABLE:
         raise KeyError(version)
-    if version == "3":
+    if version == "4":
         return RECORDS
-    added_in_3 = {
-        "TensorRecord": "pending",
-        "NodeRecord": "pending",
-        "ModuleCall": "pending",
-        "Run": "input_names",
-    }
+    added = {"RankHistory": _ADDED_IN_4}
+    if version != "3":
+        added.update({"TensorRecord": ("pending",), "NodeRecord": ("pending",), "ModuleCall": ("pending",)})
+        added["Run"] = ("input_names",)
     older = {
-        name: (module, {f: kind for f, kind in fields.items() if added_in_3.get(name) != f})
+        name: (module, {f: kind for f, kind in fields.items() if f not in added.get(name, ())})
         for name, (module, fields) in RECORDS.items()
     }
     if version == "1":

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import torch
 
 from hookviz.data.run import LOSS_MODULE, Event, HookCall, HookInfo, ModuleCall, NodeRecord, Run
-from hookviz.data.tensors import Settled, StatsBatch
+from hookviz.data.stats_batch import Settled, StatsBatch
+from hookviz.record.backward_recorder import BackwardRecorder
 from hookviz.record.graph import Walk, resolve_hidden
-from hookviz.record.hooks import BackwardRecorder, user_module_hooks, user_tensor_hooks
 from hookviz.record.module_views import full_hook_view, split_shared_inputs
 from hookviz.record.torch_compat import forward_output_counts
+from hookviz.record.user_hooks import user_module_hooks, user_tensor_hooks
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def build_run(
             "device": forward.device,
             "root": forward.walk.root,
             "leaf_grads": _ordered_leaves(detached, context, forward),
-            "log": list(recorder.log),
+            "log": [],  # hookviz keeps no copy of what hooks print (hookviz.record.user_hooks)
             "edits": tuple(context.edits),
             "forward_reused": reused,
             "model_ref": weakref.ref(context.user_model),

@@ -10,8 +10,9 @@ saving never run the model.
 ``Run.fill_details()`` is the one call that does. It records the same run once more with full
 details (a fresh forward with the session's first random state, the run's own edits and the
 module hooks the run had), pairs that run's records with the lazy run's by their place (node id
-and slot, module call and slot), checks every gradient's shape, dtype and norm, and only then
-fills every pending field at once. The model's parameters and buffers are put back after that
+and slot, module call and slot), checks that the loss and every leaf gradient are the run's own
+bit for bit and every gradient's shape, dtype and norm agree, and only then fills every pending
+field at once. The model's parameters and buffers are put back after that
 recording's backward, as after every run's (:mod:`hookviz.record.model_state`), so a forward
 that changes a parameter in place changes it once per :meth:`~hookviz.Session.run`, never again
 for its details.
@@ -19,8 +20,10 @@ for its details.
 It refuses, with a :class:`~hookviz.errors.DetailsRefused` that says why and what to do, when the
 numbers could not be the run's own: something that affects them changed since the run
 (:class:`ModelState` follows the parameters, buffers, train/eval modes and inputs), or the
-second recording gave other gradients. Any other error (the model, ``loss_fn``, a hook or an edit
-raising) propagates as it is; the records stay pending and nothing is half filled.
+second recording gave another loss or other gradients (a value ``loss_fn`` reads, a hook added
+since, a change through ``.data``: :class:`~hookviz.errors.DetailsNotReproduced`). Any other
+error (the model, ``loss_fn``, a hook or an edit raising) propagates as it is; the records stay
+pending and nothing is half filled.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Callable
 
 import torch
 
+from hookviz.data.tensors import same_values
 from hookviz.errors import DetailsChanged, DetailsNotReproduced, DetailsUnavailable
 from hookviz.record import module_tree
 
@@ -62,6 +66,16 @@ class Details:
     def bind(self, run, recompute: Callable) -> None:
         """Name the run these records belong to (held weakly) and how to record it again."""
         self.run_ref, self.recompute = weakref.ref(run), recompute
+
+    def __deepcopy__(self, memo: dict) -> Details:
+        # Copied with its run (Run.__deepcopy__ put the run's copy in memo first): the copy's
+        # details fill the copy's records, recorded by the same recipe.
+        run = self.run_ref() if self.run_ref is not None else None
+        twin = memo.get(id(run)) if run is not None else None
+        copied = Details()
+        copied.run_ref = weakref.ref(twin) if twin is not None else None
+        copied.recompute, copied.filled = self.recompute, self.filled
+        return copied
 
     def fill(self) -> None:
         """Record the run again and fill every pending field of it (nothing once filled).
@@ -107,11 +121,12 @@ class ModelState:
     :meth:`mark` at its very end, once the model's state is back. Each change found starts a new
     epoch; a run keeps the epoch of its forward, and its details can be recorded while the
     epoch is the same. One state per model (:meth:`of`), shared by every session on it, so one
-    session's forwards are no change to another's runs.
+    session's forwards are no change to another's runs. It holds its model weakly: the table of
+    states is keyed weakly by the model, and a value that held its key would keep it for good.
     """
 
     def __init__(self, model: torch.nn.Module):
-        self.model = model
+        self.model_ref = weakref.ref(model)
         self.marks: dict[str, tuple] | None = None  # at the end of hookviz's last call
         self.changes: list[list[str]] = []  # what changed between hookviz's calls, oldest first
 
@@ -131,15 +146,17 @@ class ModelState:
     def note_changes(self) -> int:
         """At the start of a hookviz call that runs the model: note what changed since the last
         one ended. Returns the epoch this call sees."""
-        if self.marks is not None:
-            changed = _what_changed(self.marks, _model_marks(self.model))
+        model = self.model_ref()
+        if self.marks is not None and model is not None:
+            changed = _what_changed(self.marks, _model_marks(model))
             if changed:
                 self.changes.append(changed)
         return self.epoch
 
     def mark(self) -> None:
         """At the very end of a hookviz call, after the model's state was put back."""
-        self.marks = _model_marks(self.model)
+        model = self.model_ref()
+        self.marks = None if model is None else _model_marks(model)
 
     def refuse_changes_since(self, epoch: int, inputs_then: dict, inputs: dict[str, torch.Tensor]) -> None:
         """Raise :class:`~hookviz.errors.DetailsChanged`, naming what changed, when the model
@@ -249,11 +266,25 @@ class _Pairing:
             self.fills.append((a, values))
 
 
+def _different_results(run, full) -> list[str]:
+    """What ``full`` (the run recorded again) computed otherwise than ``run``: the loss and every
+    leaf gradient, compared bit for bit (NaN equal to NaN: :func:`~hookviz.data.tensors.same_values`)."""
+    differ = []
+    if not same_values(run.loss, full.loss):
+        differ.append(f"the loss ({run.loss.item():.6g} then {full.loss.item():.6g})")
+    for name in dict.fromkeys([*run.leaf_grads, *full.leaf_grads]):
+        mine, theirs = run.leaf_grads.get(name), full.leaf_grads.get(name)
+        if (mine is None) != (theirs is None) or (mine is not None and not same_values(mine, theirs)):
+            differ.append(f"the gradient of leaf {name!r}")
+    return differ
+
+
 def _fills(run, full) -> list[tuple[object, dict]]:
     """Every (pending record, its values) of ``run`` from ``full``, the same run recorded with full
-    details. Raises DetailsNotReproduced, before anything is filled, when a gradient, an op or
-    a module call differs."""
+    details. Raises DetailsNotReproduced, before anything is filled, when the loss, a leaf
+    gradient, a gradient's norm, an op or a module call differs."""
     pairing = _Pairing()
+    pairing.differ += _different_results(run, full)
     for node_id, record in run.nodes.items():
         other = full.nodes.get(node_id)
         if other is None or other.op != record.op:
@@ -288,6 +319,44 @@ def _fills(run, full) -> list[tuple[object, dict]]:
         raise DetailsNotReproduced(
             f"cannot record this run's details: recorded again, it differs at {shown}, so something "
             "that affects its numbers changed since the run that hookviz does not follow (a hook "
-            "of yours removed or changed, a value changed through .data, a global setting); " + _NEW_RUN
+            "of yours added, removed or changed, a value your loss_fn or forward reads, a value "
+            "changed through .data, a global setting); the run keeps its own numbers, its details "
+            "stay pending; " + _NEW_RUN
         )
     return pairing.fills
+
+
+# ---------------------------------------------------------------------------- the one size rule
+
+IN_FULL_NODES = 2_000
+IN_FULL_GRADIENT_ELEMENTS = 1 << 22
+"""A run of at most this many autograd Nodes and gradient elements (summed over every Node's
+``grad_inputs`` and ``grad_outputs``) is recorded in full at once (:func:`recorded_in_full`)."""
+
+
+def recorded_in_full(run) -> bool:
+    """The one rule for whether a run is small enough to get its details at once: at most
+    :data:`IN_FULL_NODES` Nodes (2,000) and :data:`IN_FULL_GRADIENT_ELEMENTS` gradient elements
+    (4,194,304). Recording such a run's details costs one more forward + backward of tens of
+    milliseconds, so ``Session.run()`` (``details="auto"``, the default) and ``show()`` record
+    them before they return; a larger run stays lazy, its details recorded when asked for
+    (:meth:`hookviz.data.run.Run.fill_details`). Reads only the norms' records (no model runs)."""
+    if len(run.nodes) > IN_FULL_NODES:
+        return False
+    elements = 0
+    for record in run.nodes.values():
+        for tensor in (*record.grad_inputs, *record.grad_outputs):
+            elements += tensor.numel if tensor is not None else 0
+    return elements <= IN_FULL_GRADIENT_ELEMENTS
+
+
+def may_be_recorded_in_full(model: torch.nn.Module) -> bool:
+    """Before a model's first run, whether :func:`recorded_in_full` may hold for it. A run has
+    the loss's Node, each parameter that requires grad (and is used) its own ``AccumulateGrad``
+    Node, and a run's
+    gradients count its gradient at least twice (sent by the Node that uses it, received by its
+    ``AccumulateGrad``): a model with as many such parameters as :data:`IN_FULL_NODES`, or whose
+    parameters hold more than half of :data:`IN_FULL_GRADIENT_ELEMENTS`, is not recorded in full."""
+    trained = [p for _, p in module_tree.named_parameters(model) if p.requires_grad]
+    nodes, elements = 1 + len(trained), 2 * sum(p.numel() for p in trained)
+    return nodes <= IN_FULL_NODES and elements <= IN_FULL_GRADIENT_ELEMENTS

@@ -1,8 +1,11 @@
-"""Which devices a run can use, and turning a user's device argument into one of them."""
+"""Which devices a run can use, turning a user's device argument into one of them, and the random
+state of the devices a re-run uses."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -45,3 +48,54 @@ def device_of(model: torch.nn.Module, tensors: list[torch.Tensor]) -> str:
     for tensor in itertools.chain(model.parameters(), model.buffers(), tensors):
         return resolve_device(tensor.device)
     return "cpu"
+
+
+# The random state of the CPU and of each accelerator a run uses: (CPU state, {device: state}).
+RandomState = tuple[torch.Tensor, dict[torch.device, torch.Tensor]]
+
+
+def accelerators(tensors: Iterable[torch.Tensor], also: Iterable[str] = ()) -> list[torch.device]:
+    """The devices other than the CPU that ``tensors`` live on, and those named in ``also``, each
+    once, with its index (``cuda`` is the current CUDA device); meta tensors draw no random
+    numbers and are left out."""
+    found: dict[torch.device, None] = {}
+    for device in itertools.chain((t.device for t in tensors), map(torch.device, also)):
+        if device.type not in ("cpu", "meta"):
+            found.setdefault(_indexed(device))
+    return list(found)
+
+
+def _indexed(device: torch.device) -> torch.device:
+    if device.index is not None:
+        return device
+    module = getattr(torch, device.type)
+    index = module.current_device() if hasattr(module, "current_device") else 0
+    return torch.device(device.type, index)
+
+
+def random_state(devices: list[torch.device]) -> RandomState:
+    """The random state of the CPU and of each of ``devices`` (from :func:`accelerators`) now.
+
+    Source: ``torch.get_rng_state``, ``torch.cuda.get_rng_state`` (and ``torch.mps`` / ``torch.xpu``'s).
+    """
+    return torch.get_rng_state(), {d: getattr(torch, d.type).get_rng_state(d) for d in devices}
+
+
+@contextlib.contextmanager
+def forked_random_state(devices: list[torch.device], state: RandomState | None = None) -> Iterator[None]:
+    """For the block, the random state of the CPU and of each of ``devices`` is saved, set to
+    ``state`` when given, and restored afterwards, so a re-run draws what the run drew and the
+    user's random numbers do not move. Source: ``torch.random.fork_rng``."""
+    by_type: dict[str, list[int]] = {}
+    for device in devices:
+        by_type.setdefault(device.type, []).append(device.index or 0)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.random.fork_rng(devices=[]))
+        for kind, indices in by_type.items():
+            stack.enter_context(torch.random.fork_rng(devices=indices, device_type=kind))
+        if state is not None:
+            cpu, others = state
+            torch.set_rng_state(cpu)
+            for device, device_state in others.items():
+                getattr(torch, device.type).set_rng_state(device_state, device)
+        yield

@@ -10,6 +10,8 @@ and never calls back into it.
 from __future__ import annotations
 
 import inspect
+import types
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,28 +19,30 @@ import torch
 from torch.utils import _pytree as pytree
 
 from hookviz.data.run import Run, SavedTensor
-from hookviz.data.tensors import StatsBatch, dtype_name
+from hookviz.data.stats_batch import StatsBatch, dtype_name
 from hookviz.errors import BackwardError, ForwardError, HookvizError, LossError, UnsupportedError
 from hookviz.record import distributed, module_tree, torch_compat
-from hookviz.record.build import RunContext, build_run
-from hookviz.record.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
-from hookviz.record.hooks import (
-    MODULE_HOOK_DICTS,
-    TENSOR_HOOK_DICTS,
+from hookviz.record.backward_recorder import (
     BackwardRecorder,
-    CallState,
-    ForwardRecorder,
     HiddenNodeProbe,
     NodePostHook,
     NodePreEditHook,
     RecordingState,
-    SavedTensorsRecorder,
-    forget_tensors,
     full_backward_hooks,
-    wrapped_user_hooks,
 )
+from hookviz.record.build import RunContext, build_run
+from hookviz.record.forward_recorder import CallState, ForwardRecorder, forget_tensors
+from hookviz.record.graph import Walk, resolve_hidden, saved_tensor_names, walk_graph
 from hookviz.record.model_state import KeptState
 from hookviz.record.module_views import CallPlan, plan_call
+from hookviz.record.own_pass import own_backward
+from hookviz.record.saved_tensors import SavedTensorsRecorder
+from hookviz.record.user_hooks import (
+    MODULE_HOOK_DICTS,
+    TENSOR_HOOK_DICTS,
+    run_post_accumulate_grad_hooks,
+    wrapped_user_hooks,
+)
 
 
 @dataclass
@@ -120,7 +124,9 @@ class RetainedForward:
         self, recorder: BackwardRecorder, batch: StatsBatch, context: RunContext, reused: bool
     ) -> Run:
         """Run one recorded backward (``torch.autograd.grad(loss, leaves, retain_graph=True)``)
-        with the recorder's edits, and assemble the :class:`~hookviz.data.run.Run`.
+        with the recorder's edits, then the leaves' post-accumulate-grad hooks (as ``AccumulateGrad``
+        runs them after a plain backward; not for a DDP / FSDP2 model, whose ``.grad`` the
+        all-reduce writes), and assemble the :class:`~hookviz.data.run.Run`.
 
         Raises:
             EditError, ExpressionError: an edit failed at its site. BackwardError: backward raised.
@@ -136,26 +142,30 @@ class RetainedForward:
         # state that forward left (its Nodes may have saved those tensors), then puts back the user's.
         kept = self.kept
         if kept is None or kept.changed is not None:
-            kept = KeptState(self.model)
+            kept = KeptState(self.model, [t for t in self.leaves.values() if t.grad_fn is None])
             if self.kept is not None:
                 kept.reapply(self.kept)
         self.state.active = recorder
         try:
-            with wrapped_user_hooks(self.state, self.model, self.leaves):
+            with wrapped_user_hooks(self.state, self.model, self.leaves), own_backward([self.loss]):
                 grads = torch.autograd.grad(
                     self.loss, [self.leaves[n] for n in names], retain_graph=True, allow_unused=True
                 )
+            leaf_grads = recorder.leaf_grads(dict(zip(names, grads)))
+            if distributed.strategy(self.model) is None:
+                with kept.watching():  # a hook that steps an optimizer writes the weights
+                    leaf_grads = run_post_accumulate_grad_hooks(self.state, self.leaves, leaf_grads)
         except HookvizError:
             raise
         except RuntimeError as error:
-            raise BackwardError(f"backward raised: {error}{_fix_for(error)}") from error
+            fix = _fix_for(error, self.loss_differentiates)
+            raise BackwardError(f"backward raised: {error}{fix}") from error
         finally:
             self.state.active = None
             for handle in handles:
                 handle.remove()
             if kept.put_back() and kept is self.kept:  # versions as the user's model has them again
                 self.versions = [(t, t._version) for t, _ in self.versions]
-        leaf_grads = recorder.leaf_grads(dict(zip(names, grads)))
         return build_run(self, recorder, leaf_grads, batch, context, reused)
 
 
@@ -185,7 +195,7 @@ def record_forward(
             ``loss_fn`` that differentiates meets them), and it runs the first backward.
         device: where it runs. user_model: the user's model (its hooks are the user's).
         asked_grads: inputs made to require grad by ``input_grads=True`` (named in errors).
-        full_tensor_limit, histogram_bins: see :class:`~hookviz.data.tensors.StatsBatch`.
+        full_tensor_limit, histogram_bins: see :class:`~hookviz.data.stats_batch.StatsBatch`.
         values: summarise forward values (what each op made, what module hooks saw). False for
             a lazy run, whose forward values are filled with its other details on first read.
 
@@ -195,7 +205,7 @@ def record_forward(
         model's state is put back after the first backward on the graph (see
         :mod:`hookviz.record.model_state`).
     """
-    kept = KeptState(model)
+    kept = KeptState(model, [t for t in inputs.values() if t.requires_grad and t.grad_fn is None])
     try:
         return _record_forward(
             model, args, kwargs, inputs, loss_fn, recorder, kept, device=device, user_model=user_model,
@@ -242,7 +252,12 @@ def _record_forward(
             _eager(model),
         ):
             forward_start = torch._C._autograd._get_sequence_nr()
-            with forward_recorder, saved_recorder.hooks(), distributed.quiet_reducer(model):
+            with (
+                forward_recorder,
+                saved_recorder.hooks(),
+                distributed.quiet_reducer(model),
+                kept.accumulation_watched(),
+            ):
                 try:
                     output = _call_model(model, args, kwargs, forward_recorder, bool(edit_sites), asked_grads)
                 finally:  # a forward may register modules or reassign buffers: list the model afresh
@@ -313,8 +328,15 @@ def _record_forward(
     )
 
 
-def _fix_for(error: RuntimeError) -> str:
+def _fix_for(error: RuntimeError, loss_differentiates: bool) -> str:
     """The fix to add to a backward error hookviz knows a fix for."""
+    if "backward through the graph a second time" in str(error) and loss_differentiates:
+        return (
+            "\nYour loss_fn (or forward) ran a backward through the model's output itself and freed "
+            "the graph (loss.backward(), as an LBFGS closure does), so hookviz's own backward cannot "
+            "run on it: return the loss from loss_fn without calling backward(); hookviz runs the "
+            "backward (your .grad values are as they were)"
+        )
     if "modified by an inplace operation" in str(error):
         return (
             "\nTo fix it, make the in-place op that changed a tensor saved for backward out of place "
@@ -568,12 +590,17 @@ def _call_input_keys(batch: StatsBatch, call: CallState, recorder: ForwardRecord
     return keys
 
 
-_SIGNATURES: dict = {}
+# Held weakly, and only for plain functions, whose signature holds nothing they do not: a forward
+# can hold the model (a closure over it; accelerate sets ``module.forward`` to a partial over the
+# module, whose signature may hold it too), and a cache that held it would keep the model alive.
+_SIGNATURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _signature(forward) -> inspect.Signature:
     """``inspect.signature`` of a bound ``forward``, cached per function (it is slow)."""
     function = getattr(forward, "__func__", forward)
+    if not isinstance(function, types.FunctionType):
+        return inspect.signature(forward)
     found = _SIGNATURES.get(function)
     if found is None:
         found = _SIGNATURES.setdefault(function, inspect.signature(forward))

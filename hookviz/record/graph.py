@@ -12,6 +12,7 @@ are boundaries: named, not followed. hookviz's own ``BackwardHookFunctionBackwar
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -193,7 +194,8 @@ def saved_tensor_names(fn) -> list[str]:
     return names
 
 
-_SAVED_NAMES: dict[type, list[str]] = {}
+# By Node type, held weakly: a custom autograd.Function's Node type is the user's class.
+_SAVED_NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _SHAPE_SUFFIXES = ("_sym_sizes", "_sym_strides")
 
 

@@ -1,8 +1,8 @@
 """What a module's full backward hook sees, derived from what hookviz's Node hooks saw.
 
 hookviz does not register ``register_full_backward_hook`` on the user's modules to record a run: its
-identity Nodes change the order in which autograd sums gradients (see PRODUCT.md). The full hook's
-view is rebuilt from Node post-hooks instead, by PyTorch's own rules
+identity Nodes change the order in which autograd sums gradients (docs/architecture.md, decision 1).
+The full hook's view is rebuilt from Node post-hooks instead, by PyTorch's own rules
 (``torch.utils.hooks.BackwardHook``, ``torch.nn.Module._call_impl``):
 
 - ``grad_input`` has one entry per positional argument: None for an argument that is not a tensor,
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hookviz.record.hooks import printed_copied
+from hookviz.record import devices
 from hookviz.record.model_state import KeptState
 
 Use = tuple[str, int]  # (consumer node id, slot in its grad_inputs)
@@ -91,7 +91,7 @@ class CallPlan:
 def plan_call(
     call, producer_of, consumers: dict, sequence_nr: dict[str, int], hooks_between: bool
 ) -> CallPlan:
-    """The :class:`CallPlan` of one :class:`~hookviz.record.hooks.CallState`.
+    """The :class:`CallPlan` of one :class:`~hookviz.record.forward_recorder.CallState`.
 
     Args:
         call: the module call (its input/output Edges and sequence-number bracket).
@@ -196,22 +196,23 @@ def _zeros(plan: InputPlan) -> torch.Tensor:
 def split_shared_inputs(model: torch.nn.Module, call, grad_output: tuple, grad_input: tuple) -> tuple:
     """``grad_input`` per argument of a call that got one tensor as several arguments.
 
-    The module's forward runs again on a fresh leaf per tensor argument, with the call's CPU random
-    state, the module's state put back afterwards and this thread's printing dropped (plain PyTorch
-    runs no such forward); then ``torch.autograd.grad`` sends ``grad_output`` back through it. This
+    The module's forward runs again on a fresh leaf per tensor argument, with the random state the
+    call had on the CPU and on every accelerator it used (so a dropout draws the same mask there),
+    and afterwards the module's state (hooks its forward registers included) and every random state
+    put back, since plain PyTorch runs no such forward; the user's hooks inside it run and print as
+    they do in any forward. Then ``torch.autograd.grad`` sends ``grad_output`` back through it. This
     is what PyTorch's full hook sees: its ``BackwardHookFunction`` gives every argument a tensor of
     its own, so the module may even take another code path (``MultiheadAttention`` checks
     ``query is key``).
     """
-    args, kwargs, rng = call.shared
+    args, kwargs, used, random_state = call.shared
     module = model.get_submodule(call.module)
     leaves = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
     wanted = [i for i, a in enumerate(leaves) if isinstance(a, torch.Tensor) and a.requires_grad]
     kept = KeptState(module)  # put back after the backward below, as after a run
     try:
-        with torch.random.fork_rng(devices=[]), torch.enable_grad(), printed_copied(None):
-            torch.set_rng_state(rng)
-            with kept.watching():
+        with devices.forked_random_state(used, random_state), torch.enable_grad():
+            with kept.watching(), kept.accumulation_watched():
                 output = module.forward(*leaves, **kwargs)
             outputs = [output] if isinstance(output, torch.Tensor) else list(output)
             pairs = [

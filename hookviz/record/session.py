@@ -22,20 +22,43 @@ from torch.utils import _pytree as pytree
 
 from hookviz.analysis.explain import explain
 from hookviz.data.run import Run
-from hookviz.data.tensors import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
+from hookviz.data.stats_batch import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS, StatsBatch
 from hookviz.edits.codegen import edits_as_code
 from hookviz.edits.edit import Edit
-from hookviz.errors import BackwardError, EditError, HookvizError, TargetError, unknown_name
+from hookviz.errors import (
+    BackwardError,
+    DetailsRefused,
+    EditError,
+    HookvizError,
+    TargetError,
+    UnsupportedError,
+    unknown_name,
+)
 from hookviz.record import distributed, module_tree
+from hookviz.record.backward_recorder import BackwardRecorder
 from hookviz.record.build import RunContext
-from hookviz.record.details import Details, ModelState, input_marks
-from hookviz.record.devices import device_of, resolve_device
+from hookviz.record.details import (
+    Details,
+    ModelState,
+    input_marks,
+    may_be_recorded_in_full,
+    recorded_in_full,
+)
+from hookviz.record.devices import accelerators, device_of, forked_random_state, random_state, resolve_device
 from hookviz.record.forward import RetainedForward, hook_signature, name_inputs, record_forward
-from hookviz.record.hooks import BackwardRecorder, module_hook_state, module_hooks_as
+from hookviz.record.hook_state import module_hook_state, module_hooks_as
+from hookviz.record.model_state import KeptState
+from hookviz.record.own_pass import own_pass
 
 
 class Session:
     """A model + inputs + loss + edits; :meth:`run` records a forward + backward as a :class:`Run`.
+
+    Forward passes get copies of the input tensors that do not require grad, so an in-place op in
+    the model never changes the user's data and a fresh forward reproduces the first (inputs that
+    require grad are passed as they are: PyTorch refuses in-place ops on them). A
+    ``torch.compile``d model is recorded through its original module (``_orig_mod``), run eagerly,
+    with a note in ``Run.notes``.
 
     Args:
         model: any ``torch.nn.Module``. It is used in the mode (train/eval) it is in.
@@ -48,25 +71,33 @@ class Session:
             the run marks them (``Run.asked_grads``), since the model itself never asks for them
             and PyTorch's hooks see None there. By default a run computes exactly what the model
             computes.
-        Forward passes get copies of the input tensors that do not require grad, so an in-place
-        op in the model never changes the user's data and a fresh forward reproduces the first
-        (inputs that require grad are passed as they are: PyTorch refuses in-place ops on them).
-        A ``torch.compile``d model is recorded through its original module (``_orig_mod``), run
-        eagerly, with a note in ``Run.notes``.
         full_tensor_limit: tensors with at most this many elements are kept whole in the run;
             larger ones keep statistics and a histogram.
         histogram_bins: bins of those histograms (0: none).
-        details: ``"lazy"`` (default) or ``"eager"``. A lazy run keeps at once what every view
-            needs (each gradient's shape, dtype and 2-norm, queued while backward runs, the
-            gradient itself not held), so recording costs little more than a plain step; the
-            rest (values, min/max, histograms, forward values) is None and named in each
-            record's ``pending`` until ``run.fill_details()`` records the same run once more
-            with full details (:mod:`hookviz.record.details`); reading a record never runs the
-            model. ``"eager"`` records everything in every run. Distributed models (DDP, FSDP2)
-            are always eager: a later re-run would have to be collective on every rank.
+        details: ``"auto"`` (default), ``"lazy"`` or ``"eager"``. A lazy run keeps at once what
+            every view needs (each gradient's shape, dtype and 2-norm, queued while backward
+            runs, the gradient itself not held), so recording costs little more than a plain
+            step; the rest (values, min/max, histograms, forward values) waits, named in each
+            record's ``pending`` (a module call's inputs and outputs print as pending), until
+            ``run.fill_details()`` records the same run once more with full details
+            (:mod:`hookviz.record.details`); reading a record never runs the model.
+            ``"auto"`` gives a small run (at most 2,000 autograd Nodes and 4,194,304 gradient
+            elements: :func:`hookviz.record.details.recorded_in_full`, the rule ``show()``
+            follows too) every value when :meth:`run` returns, and keeps a larger one lazy. It
+            records eagerly, in one pass, when the session's last run was small (for the first
+            run: when the model's parameters leave room for it,
+            :func:`~hookviz.record.details.may_be_recorded_in_full`), else lazily; a lazy run
+            that turns out small has its details filled before :meth:`run` returns (the
+            forward runs twice then). Should that fill be refused (the model is not
+            deterministic), the run stays lazy and says why in ``Run.notes``. ``"lazy"`` never
+            fills by itself (a training loop recording every step); ``"eager"`` records
+            everything in one pass in every run. Distributed models (DDP, FSDP2) are always
+            eager: a later re-run would have to be collective on every rank.
 
     Raises:
-        HookvizError: ``model`` is not a module, or ``details`` is neither "lazy" nor "eager".
+        HookvizError: ``model`` is not a module, or ``details`` is not "auto", "lazy" or "eager".
+        UnsupportedError: an input is a nested tensor (``torch.nested``), which hookviz cannot
+            record (the message names the padded alternative).
     """
 
     def __init__(
@@ -79,12 +110,12 @@ class Session:
         input_grads: bool = False,
         full_tensor_limit: int = DEFAULT_FULL_TENSOR_LIMIT,
         histogram_bins: int = DEFAULT_HISTOGRAM_BINS,
-        details: str = "lazy",
+        details: str = "auto",
     ):
         if not isinstance(model, torch.nn.Module):
             raise HookvizError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if details not in ("lazy", "eager"):
-            raise HookvizError(f'details={details!r}: pass "lazy" (the default) or "eager"')
+        if details not in ("auto", "lazy", "eager"):
+            raise HookvizError(f'details={details!r}: pass "auto" (the default), "lazy" or "eager"')
         self.notes: list[str] = []
         if isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
             self.notes.append(
@@ -128,8 +159,18 @@ class Session:
         )
         # DDP's forward is (*inputs, **kwargs): inputs are named after the wrapped module's forward
         self._input_names = name_inputs(distributed.user_forward(self.model), self.args, self.kwargs)
+        nested = [name for name, tensor in self._input_names.items() if tensor.is_nested]
+        if nested:
+            raise UnsupportedError(
+                f"the input {nested[0]!r} is a nested tensor (torch.nested), and hookviz cannot record "
+                "one: its gradients have no single shape, and PyTorch has no norm, min or max for "
+                "it, which every record holds; pass a padded tensor (x.to_padded_tensor(0.0)) "
+                "with a mask, or the packed values (x.values()) with the offsets"
+            )
         self._forward: RetainedForward | None = None
-        self._rng_states: dict[str, torch.Tensor] = {}
+        self._forward_lazy = self.details != "eager"  # how the retained forward was recorded
+        # The random state of the session's first forward, per device (None: the CPU's)
+        self._rng_states: dict[torch.device | None, torch.Tensor] = {}
         # What a lazy run's details depend on, followed between hookviz's calls, and the retained
         # forward's epoch and input marks (a backward-only run's numbers are that forward's).
         self._model_changes = ModelState.of(self.model)
@@ -197,6 +238,8 @@ class Session:
 
         Returns:
             the new :class:`Run`; also ``self.last_run`` (and ``self.baseline`` for the first).
+            With ``details="auto"`` (the default) a small run has all its details (see
+            :class:`Session`), a large one its norms and leaf gradients, the rest pending.
 
         Raises:
             DeviceError: unknown or unavailable device.
@@ -213,8 +256,9 @@ class Session:
         # The model is listed once (modules, parameters, buffers) before its forward and once
         # after: the recorders asked for a listing 14 times per fresh run.
         with module_tree.listed_once(self.model):
-            fresh = forward or self._needs_forward(device)
-            edits, lazy = tuple(self.edits), self.details == "lazy"
+            edits, lazy = tuple(self.edits), self._records_lazily()
+            # A retained forward recorded the other way lacks (or holds) its values: record anew.
+            fresh = forward or self._needs_forward(device) or self._forward_lazy != lazy
             if fresh:
                 self.release()
             try:
@@ -229,20 +273,35 @@ class Session:
                 self._forward_marks = (epoch, input_marks(self._input_names))
             if lazy:
                 run.details.bind(run, self._recompute(device, edits, *self._forward_marks))
-        self._forward = graph
+        if not run.forward_reused:  # the hooks the user's model has, without those its forward added
+            graph.hook_signature = hook_signature(self.model, graph.leaves)
+        self._forward, self._forward_lazy = graph, lazy
         self.last_run = run
         if self.baseline is None:
             self.baseline = run
-        self._model_changes.mark()  # last of all: the model's state is back (what a fill checks against)
+        self._model_changes.mark()  # the model's state is back (what a fill checks against)
+        if self.details == "auto" and lazy and recorded_in_full(run):
+            try:
+                run.fill_details()
+            except DetailsRefused as refusal:  # not the same numbers twice: the run stays lazy
+                run.notes.append(f"its details were not recorded at once: {refusal}")
         return run
+
+    def _records_lazily(self) -> bool:
+        """Whether the next run is recorded lazily (see ``details`` in :class:`Session`)."""
+        if self.details != "auto":
+            return self.details == "lazy"
+        if self.last_run is not None:
+            return not recorded_in_full(self.last_run)
+        return not may_be_recorded_in_full(self.model)
 
     def _record(self, device: str, edits: tuple, graph: RetainedForward | None, lazy: bool):
         """One run on ``graph`` (a fresh forward when None): (the Run, its retained forward)."""
-        cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
         # Inside the user's torch.inference_mode() no graph is recorded; hookviz's run needs one.
         with (
-            torch.random.fork_rng(devices=cuda, device_type="cuda"),
+            forked_random_state(self._devices_used(device)),
             torch.inference_mode(False),
+            own_pass(),  # a watch on the model takes no recording for a training step
         ):
             recorder, reused = BackwardRecorder(edits), graph is not None
             if graph is None:
@@ -301,17 +360,23 @@ class Session:
             self._forward.remove_hooks()
         self._forward = None
 
+    def _devices_used(self, device: str) -> list[torch.device]:
+        """The accelerators a run on ``device`` draws random numbers on: ``device`` itself (where
+        hookviz's copy of the model runs) and wherever the user's model and inputs live."""
+        buffers = [buffer for _, buffer in module_tree.named_buffers(self.model)]
+        tensors = [*module_tree.parameters(self.model), *buffers, *self._input_names.values()]
+        return accelerators(tensors, also=[device])
+
     def _restore_rng(self, device: str) -> None:
-        keys = ["cpu"] + ([device] if device.startswith("cuda") else [])
-        for key in keys:
-            if key not in self._rng_states:
-                self._rng_states[key] = (
-                    torch.get_rng_state() if key == "cpu" else torch.cuda.get_rng_state(key)
-                )
-            elif key == "cpu":
-                torch.set_rng_state(self._rng_states[key])
-            else:
-                torch.cuda.set_rng_state(self._rng_states[key], key)
+        """Give every device the random state it had at the session's first forward (recorded
+        then, for a device met first now), so a fresh forward draws what the first drew."""
+        used = self._devices_used(device)
+        cpu, now = random_state([d for d in used if d not in self._rng_states])
+        self._rng_states.setdefault(None, cpu)
+        self._rng_states.update(now)
+        torch.set_rng_state(self._rng_states[None])
+        for device_used in used:
+            getattr(torch, device_used.type).set_rng_state(self._rng_states[device_used], device_used)
 
     def _do_forward(self, device: str, recorder: BackwardRecorder, values: bool) -> RetainedForward:
         model = self._model_on(device)
@@ -352,6 +417,8 @@ class Session:
     def edit(self, target: str, slot: str, transform) -> Edit:
         """Attach ``transform`` to a hook site; it takes effect on the next :meth:`run`.
 
+        A session with no run yet records one first, to know the graph.
+
         Args:
             target: a node id (``"SubBackward0_0"``), a leaf name (``"x"``, ``"fc1.weight"``) or a
                 module's qualified name (``""`` = the root module).
@@ -361,18 +428,25 @@ class Session:
                 :mod:`hookviz.edits.expression`), or a callable ``grad -> Tensor``.
 
         Returns:
-            the :class:`~hookviz.edits.edit.Edit` (also appended to ``self.edits``).
+            the :class:`~hookviz.edits.edit.Edit`, in ``self.edits``: it takes the place of an
+            edit already at the same target and slot (one edit per site, as the page's **Apply**
+            replaces; edits at different sites all apply), else it is appended.
 
         Raises:
-            TargetError: unknown target or slot. ExpressionError: malformed or forbidden
-            expression. EditError: the expression gives the wrong shape/dtype for that site.
-        A session with no run yet records one first, to know the graph.
+            TargetError: unknown target, or a slot that target does not have.
+            ExpressionError: a malformed or forbidden expression.
+            EditError: the edit cannot apply at that site (the message says why and what to do
+                instead), or the expression gives the wrong shape or dtype there.
         """
         new = Edit.make(target, slot, transform)
         if self.last_run is None:
             self.run()
         new = dataclasses.replace(new, target=self.last_run.canonical_name(target))
         self._check_edit(new, self.last_run)
+        for i, existing in enumerate(self.edits):
+            if (existing.target, existing.slot) == (new.target, new.slot):
+                self.edits[i] = new
+                return new
         self.edits.append(new)
         return new
 
@@ -405,7 +479,8 @@ class Session:
                 record = node.grad_outputs[0] if node.grad_outputs else None
         # Try the transform on a copy of the site's gradient (or zeros of its shape) now, so a wrong
         # shape or dtype fails here, beside the edit, and not in the middle of the next backward.
-        # fork_rng: a trial of randn_like(grad) must not move the user's random numbers.
+        # A trial of randn_like(grad) must not move the user's random numbers, nor a callable that
+        # writes the weights keep its writes (the run puts them back after its backward too).
         if record is not None and record.numel <= 1_000_000:
             value = None if record.pending else record.value  # a lazy run's is not worth a re-run here
             sample = (
@@ -413,8 +488,12 @@ class Session:
                 if value is not None
                 else torch.zeros(record.shape, dtype=getattr(torch, record.dtype))
             )
-            with torch.random.fork_rng(devices=[]):
-                edit.apply(sample)
+            kept = KeptState(self.model)
+            try:
+                with forked_random_state(self._devices_used(self.home_device)), kept.watching():
+                    edit.apply(sample)
+            finally:
+                kept.put_back()
 
     def _check_module_edit(self, edit: Edit, run: Run):
         slot, target = edit.slot, edit.target
@@ -461,7 +540,14 @@ class Session:
         return records[slot.index]
 
     def remove_edit(self, edit: Edit | str) -> None:
-        """Remove an edit (the object or its id). Raises TargetError when it is not active."""
+        """Remove an edit; the next run is without it.
+
+        Args:
+            edit: the :class:`Edit` :meth:`edit` returned, or its id (``"e3"``).
+
+        Raises:
+            TargetError: no such edit is active.
+        """
         for i, existing in enumerate(self.edits):
             if existing is edit or existing.id == edit:
                 del self.edits[i]
@@ -473,7 +559,21 @@ class Session:
         self.edits.clear()
 
     def sites(self, target: str) -> list[str]:
-        """The editable slots at a node id, leaf name or module name (from the last run)."""
+        """The editable slots at a node, leaf or module, read from the last run.
+
+        A session that has not run yet runs once first (:meth:`run`).
+
+        Args:
+            target: a node id (``"SubBackward0_0"``), a leaf name (``"x"``) or a module's
+                qualified name ("" = the root module).
+
+        Returns:
+            slots such as ``["grad_inputs[0]", "grad_outputs[0]"]`` (a node) or
+            ``["grad_input[0]", "grad_output[0]"]`` (a module), each one :meth:`edit` accepts.
+
+        Raises:
+            TargetError: no such node, leaf or module.
+        """
         run = self.last_run or self.run()
         if target in run.nodes:
             return list(run.nodes[target].sites)

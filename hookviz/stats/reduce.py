@@ -1,6 +1,6 @@
 """The one statistics engine: tensors reduced to :class:`Statistics` rows, rows combined.
 
-Runs (:class:`hookviz.data.tensors.StatsBatch`), watches (:mod:`hookviz.watching.watch`) and the
+Runs (:class:`hookviz.data.stats_batch.StatsBatch`), watches (:mod:`hookviz.watching.watch`) and the
 DDP / FSDP2 gather (:mod:`hookviz.watching.gather`) all reduce tensors with :func:`measure` /
 :func:`reduce` and merge rows with :func:`combine`, so one tensor gets the same numbers, to the last
 bit, wherever hookviz shows it. Each number depends on the tensor alone (its values, dtype, layout
@@ -8,12 +8,14 @@ and device), never on the other tensors of the batch: a tensor is never stacked 
 
 Numerics:
 
-- ``norm`` (2-norm), with squares that never underflow or overflow. On CPU, where the extremes are
-  known at once, a tensor whose largest magnitude lies in :data:`SAFE_RANGE` (2**-40 to 2**40) has
-  its squares summed in float32 (float16 and bfloat16 too; float64 in float64) by one
-  ``torch._foreach_norm`` call for all such tensors; any other in float64 (a float32 square lies in
-  [1e-90, 1.2e77]), and a float64 one scaled first by the power of two nearest its largest
-  magnitude, as LAPACK's ``nrm2`` scales (exact: a power-of-two scaling rounds nothing). On other
+- ``norm`` (2-norm), with squares that never underflow or overflow. On CPU every tensor's squares
+  are summed in float32 (float16 and bfloat16 too; float64 in float64) by one ``torch._foreach_norm``
+  call for all; a norm that is not finite (an overflow, or a NaN / Inf element) or below
+  ``2**-61 * sqrt(numel)`` (squares lost to underflow could matter, see ``_FLOAT32_FLOOR``) is
+  summed again in float64 (a float32 square lies in [1e-90, 1.2e77]), and a float64 tensor's scaled
+  first by the power of two nearest its largest magnitude, as LAPACK's ``nrm2`` scales (exact: a
+  power-of-two scaling rounds nothing). So only gradients whose float32 norm is below about
+  ``1e-18 * sqrt(numel)``, or not finite, take the float64 pass; no extremes are needed. On other
   devices, where reading the extremes would be a host sync, every square is summed in float64
   (``torch.linalg.vector_norm(x, dtype=torch.float64)``), a float64 tensor scaled first.
 - ``min`` / ``max``: ``torch.aminmax`` in the tensor's own dtype, read back exactly (an int32
@@ -41,10 +43,15 @@ from functools import partial
 
 import torch
 
-# On CPU a tensor whose largest magnitude lies in this range has its squares summed in float32 (float64
-# for a float64 tensor): none of them overflows, and those that underflow are below 2**-149 against a
-# sum of at least 2**-80, so they change nothing for fewer than 2**69 elements.
-SAFE_RANGE = (2.0**-40, 2.0**40)
+# On CPU a norm summed in float32 is kept when it is finite (no square overflowed) and at least
+# _FLOAT32_FLOOR * sqrt(numel). Each square that underflows loses at most 2**-150 (half the smallest
+# subnormal), so numel of them lose at most numel * 2**-150 against a sum of squares (the norm
+# squared) of at least 4 * numel * 2**-124: under 2**-28 of it, below one float32 rounding. The
+# factor 2 covers the computed norm being below the true one by that loss. Likewise in float64 with
+# 2**-1075 per square. (With torch.set_flush_denormal(True) a square below 2**-126 is lost whole;
+# hookviz does not set it.)
+_FLOAT32_FLOOR = 2.0 * 2.0**-62
+_FLOAT64_FLOOR = 2.0 * 2.0**-511
 _COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 NOTES = {
     "complex": "complex: statistics of the magnitude |z|",
@@ -301,7 +308,7 @@ def _table(values: list[torch.Tensor], device, dtype, sums: bool, counts: bool):
     device and dtype, on that device."""
     bounds = [torch.aminmax(v) for v in values]
     lows, highs = torch.stack([b[0] for b in bounds]), torch.stack([b[1] for b in bounds])
-    norms = _norms(values, device, dtype, (lows, highs))
+    norms = _norms(values, device, dtype)
     nonzeros = torch.stack([torch.count_nonzero(v) for v in values])
     floating = dtype.is_floating_point
     columns = [norms, lows.double(), highs.double(), nonzeros.double()]
@@ -356,54 +363,30 @@ def _prepare(tensor: torch.Tensor):
     return tensor, stored, note
 
 
-def _norms(values: list[torch.Tensor], device: torch.device, dtype: torch.dtype, bounds=None) -> torch.Tensor:
-    """float64 ``[k]``: the 2-norm of each tensor, on its device (module docstring). ``bounds``: the
-    stacked minima and maxima of the tensors (``torch.aminmax``) where the caller has them."""
+def _norms(values: list[torch.Tensor], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """float64 ``[k]``: the 2-norm of each tensor, on its device (module docstring)."""
     if not dtype.is_floating_point:  # integers: exact below 2**53
         return torch.stack([torch.linalg.vector_norm(v.double()) for v in values])
     if device.type != "cpu":  # no host sync: every square in float64
         if dtype == torch.float64:
             return torch.stack([_scaled_norm(v) for v in values])
         return torch.stack([torch.linalg.vector_norm(v, dtype=torch.float64) for v in values])
-    # On CPU the extremes are read at once (the CPU has computed them already): a tensor whose largest
-    # magnitude lies in SAFE_RANGE has its squares summed in its own precision (float32 for half
-    # precision) in one torch._foreach_norm call for all; the others in float64, or scaled.
+    # On CPU every norm is first summed in the tensor's precision (float32 for half precision) in one
+    # torch._foreach_norm call; a norm that does not prove itself accurate (float32_norm_is_exact) is
+    # summed again in float64, or scaled.
     accumulate = torch.float64 if dtype == torch.float64 else torch.float32
-    if bounds is None:
-        # Without the extremes at hand, the norm summed in the tensor's precision often proves its
-        # largest magnitude safe (max <= norm <= sqrt(numel) * max), with a margin of 2 for the
-        # rounding of that norm: that norm is then the answer, bit for bit, with no extremes read.
-        # Only the others have theirs read.
-        own = torch.stack(torch._foreach_norm(values, dtype=accumulate)).double()
-        unproven = [
-            i
-            for i, norm in enumerate(own.tolist())
-            if not 2 * SAFE_RANGE[0] * math.sqrt(values[i].numel()) <= norm <= SAFE_RANGE[1] / 2
-        ]
-        found = {i: torch.aminmax(values[i]) for i in unproven}
-        largest = {i: max(-low.item(), high.item()) for i, (low, high) in found.items()}
-    else:
-        own = None
-        largest = {i: max(-low, high) for i, (low, high) in enumerate(zip(*(b.tolist() for b in bounds)))}
-    wide = [
+    own = torch.stack(torch._foreach_norm(values, dtype=accumulate)).double()
+    floor = _FLOAT64_FLOOR if dtype == torch.float64 else _FLOAT32_FLOOR
+    redo = [
         i
-        for i, value in largest.items()
-        if not (value != value or value == 0 or SAFE_RANGE[0] <= value <= SAFE_RANGE[1])
+        for i, norm in enumerate(own.tolist())
+        if not (math.isfinite(norm) and norm >= floor * math.sqrt(values[i].numel()))
     ]
-    if own is None:
-        if not wide:
-            return torch.stack(torch._foreach_norm(values, dtype=accumulate)).double()
-        plain = sorted(set(range(len(values))) - set(wide))
-        own = torch.empty(len(values), dtype=torch.float64)
-        if plain:
-            own[plain] = torch.stack(
-                torch._foreach_norm([values[i] for i in plain], dtype=accumulate)
-            ).double()
-    wide_norm = (
-        _scaled_norm if dtype == torch.float64 else partial(torch.linalg.vector_norm, dtype=torch.float64)
-    )
-    for i in wide:
-        own[i] = wide_norm(values[i])
+    if redo:
+        wide = partial(torch.linalg.vector_norm, dtype=torch.float64)
+        again = _scaled_norm if dtype == torch.float64 else wide
+        for i in redo:
+            own[i] = again(values[i])
     return own
 
 
@@ -436,4 +419,26 @@ def queue_norms(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor | fl
         for (device, dtype), entries in read.items():
             for (index, _), norm in zip(entries, _norms([v for _, v in entries], device, dtype)):
                 found[index] = (norm, *found[index][1:])
+    return found
+
+
+def norm_column(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """float64 CPU ``[k]``: the 2-norm :func:`reduce` gives each tensor, bit for bit, NaN where its
+    row has none (no elements, a meta tensor). One host transfer per device and dtype; no extremes
+    or counts are read. For a watch's steps that keep only norms."""
+    found = torch.full((len(tensors),), math.nan, dtype=torch.float64)
+    read: dict[tuple, list[tuple[int, torch.Tensor]]] = {}
+    with torch.no_grad():
+        for index, tensor in enumerate(tensors):
+            prepared = _prepare(tensor.detach())
+            if isinstance(prepared, Statistics):
+                if prepared.norm is not None:
+                    found[index] = prepared.norm
+                continue
+            read.setdefault((prepared[0].device, prepared[0].dtype), []).append((index, prepared[0]))
+        for (device, dtype), entries in read.items():
+            norms = _norms([v for _, v in entries], device, dtype).cpu()
+            if len(entries) == len(tensors):
+                return norms
+            found[[i for i, _ in entries]] = norms
     return found

@@ -34,7 +34,6 @@ Cross-rank findings (:meth:`RankHistory.diagnose`):
 from __future__ import annotations
 
 import math
-import statistics
 import weakref
 import zlib
 from dataclasses import dataclass, field
@@ -42,10 +41,13 @@ from functools import partial
 
 import torch
 
-from hookviz.analysis.diagnose import Finding
+from hookviz.analysis.findings import Finding
+from hookviz.colors import PLOTLY_COLORSCALE
 from hookviz.errors import WatchError
-from hookviz.stats.reduce import combine, summary_of
+from hookviz.stats.reduce import combine, combined_norm, summary_of
 from hookviz.watching.history import STATISTICS, History
+from hookviz.watching.plots import color_range
+from hookviz.watching.rank_findings import diverging_findings, nan_findings, unused_findings
 from hookviz.watching.reduce import row_from_statistics
 
 DEFAULT_DIVERGE = 10.0
@@ -97,6 +99,10 @@ class RankRecorder:
         self._hooked: dict[int, int] = {}  # column -> id of the unsharded parameter hooked
         self._fsdp_by_name = dict(distributed.fsdp_parameters(model)) if strategy == distributed.FSDP else {}
 
+    def close(self) -> None:
+        """The watch closed: let go of the parameters (what :func:`gather` reads stays)."""
+        self.parameters, self._fsdp_by_name = [], {}
+
     def hook_unsharded(self, hook_for_column) -> None:
         """FSDP2: put ``hook_for_column(column)`` on each parameter's ``_unsharded_param`` (made by
         FSDP2's first all-gather, so this runs from a forward pre-hook); the handles go to the
@@ -115,6 +121,7 @@ class RankRecorder:
         torch.autograd.Variable._execution_engine.queue_callback(lambda: self._read_reduced(step))
 
     def _read_reduced(self, step: int) -> None:
+        """Read the reduced ``.grad`` as the statistics of ``step``."""
         watch = self._watch()
         if watch is None:
             return
@@ -171,7 +178,9 @@ class RankHistory:
     Attributes:
         ranks: global ranks, in the order of the first axis of ``local``.
         steps: kept step numbers, ascending (the union over ranks).
-        names, kinds: as :class:`hookviz.watching.watch.History` (parameters, then module outputs).
+        names: parameter and module names, one column each (parameters first), as in
+            :class:`hookviz.watching.watch.History`.
+        kinds: ``"parameter"`` or ``"output"`` per name.
         local: float64 ``[len(ranks), len(steps), len(names), 4]``: each rank's own gradients before
             the all-reduce; the last axis is :data:`STATISTICS` (norm, max |grad|, NaN+Inf count,
             fraction of exact zeros). NaN where a rank recorded no gradient for a name at a step.
@@ -185,6 +194,14 @@ class RankHistory:
         every: the watch's ``every``.
         run: a recorded run of the same model, saved with the history (``hookviz.save(watch, path,
             run=run)``) so that ``hookviz.show(history)`` can draw the norms on its graph; or None.
+        update_ratio: float64 ``[len(steps), len(names)]``: ``‖Δw‖ / ‖w‖`` per parameter and step
+            (``optimizer=``; of the rank that holds the history), NaN elsewhere; None in older files.
+        optimizers: per step, the name of the optimizer whose ``step()`` it is (``""``: a step is a
+            backward), as :class:`hookviz.watching.history.StepInfo` holds it; empty in older files.
+        skipped: per step, whether the ``GradScaler`` skipped ``optimizer.step()``; empty in older files.
+        learning_rates: per step, each param group's learning rate; empty in older files.
+        loss_scales: per step, the ``GradScaler``'s scale (NaN without one); empty in older files.
+        notes: what a step is and whether its gradients carry a loss scale (``Watch.notes``).
     """
 
     ranks: list[int]
@@ -198,6 +215,12 @@ class RankHistory:
     strategy: str = ""
     every: int = 1
     run: object = None  # a hookviz.Run (typed loosely: run.py does not import this module)
+    update_ratio: torch.Tensor | None = None
+    optimizers: list[str] = field(default_factory=list)
+    skipped: list[bool] = field(default_factory=list)
+    learning_rates: list[list[float]] = field(default_factory=list)
+    loss_scales: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -224,9 +247,10 @@ class RankHistory:
     def norms(
         self, step: int | None = None, rank: int | None = None, kind: str | None = None
     ) -> dict[str, float]:
-        """``{name: gradient norm}`` at ``step`` (None = the last kept).
+        """``{name: gradient norm}`` at one step: the 2-norm of each gradient, as a Python float.
 
         Args:
+            step: a kept step number (see ``steps``); None for the last kept.
             rank: None for the reduced norms (parameters only: what ``.grad`` holds after the
                 all-reduce); a rank for that rank's local, pre-reduce norms (parameters and module
                 outputs).
@@ -256,8 +280,15 @@ class RankHistory:
         }
 
     def history(self, rank: int | None = None):
-        """One rank's local statistics (or, with None, the reduced ones) as a
-        :class:`hookviz.watching.watch.History`."""
+        """One rank's local statistics (or the reduced ones) as a :class:`hookviz.watching.watch.History`.
+
+        Args:
+            rank: a rank of ``ranks``; None for the reduced statistics (``.grad`` after the
+                all-reduce; NaN for module outputs).
+
+        Raises:
+            WatchError: ``rank`` is not in this history.
+        """
         table = self.reduced if rank is None else self.local[self._rank(rank)]
         return History(
             list(self.steps), list(self.names), list(self.kinds), *(table[:, :, i].clone() for i in range(4))
@@ -265,151 +296,51 @@ class RankHistory:
 
     def total_norms(self) -> torch.Tensor:
         """float64 ``[len(ranks), len(steps)]``: each rank's local norm of all parameter gradients
-        together (root of the sum of squares; NaN where the rank had none at that step)."""
+        together (:func:`hookviz.stats.reduce.combined_norm`: a NaN gradient makes it NaN, an Inf
+        one Inf; NaN where the rank had no gradient at that step)."""
         columns = [i for i, k in enumerate(self.kinds) if k == "parameter"]
-        norms = self.local[:, :, columns, 0]
-        totals = norms.nan_to_num(0.0).square().sum(-1).sqrt()
-        return totals.where(~norms.isnan().all(-1), torch.tensor(math.nan, dtype=torch.float64))
+        norms = self.local[:, :, columns, 0].tolist()
+        nonfinite = self.local[:, :, columns, 2].tolist()
+        totals = torch.full((len(self.ranks), len(self.steps)), math.nan, dtype=torch.float64)
+        for rank, (rank_norms, rank_bad) in enumerate(zip(norms, nonfinite)):
+            for step, (step_norms, step_bad) in enumerate(zip(rank_norms, rank_bad)):
+                total = combined_norm(  # a NaN norm with no NaN/Inf count: no gradient
+                    n for n, bad in zip(step_norms, step_bad) if not math.isnan(n) or bad > 0
+                )
+                if total is not None:
+                    totals[rank, step] = total
+        return totals
 
     def diagnose(self, diverge: float = DEFAULT_DIVERGE) -> list[Finding]:
         """Cross-rank findings (see the module docstring): ``"nan"``, ``"diverging"``, ``"unused"``.
 
-        Each :class:`~hookviz.analysis.diagnose.Finding` has ``rank`` and ``step`` set (``unused``: the
-        first rank that lacked the gradient). ``diverge``: the ratio to the other ranks' median
-        local norm above which a rank is said to diverge (> 1).
+        Each :class:`~hookviz.analysis.findings.Finding` has ``rank`` and ``step`` set (``unused``: the
+        first rank that lacked the gradient).
+
+        Args:
+            diverge: the ratio to the other ranks' median local norm above which a rank is said
+                to diverge (a number above 1; default 10).
+
+        Raises:
+            WatchError: ``diverge`` is not a number above 1.
         """
         if not (isinstance(diverge, (int, float)) and diverge > 1):
             raise WatchError(f"diverge={diverge!r} must be a number above 1 (a ratio of norms)")
-        return self._nan_findings() + self._diverging_findings(diverge) + self._unused_findings()
-
-    def _name_label(self, column: int) -> str:
-        name, kind = self.names[column], self.kinds[column]
-        return f"parameter {name!r}" if kind == "parameter" else f"the output of module {name!r}"
-
-    def _module(self, column: int) -> str:
-        name = self.names[column]
-        if self.kinds[column] == "output":
-            return name
-        return name.rsplit(".", 1)[0] if "." in name else ""
-
-    def _nan_findings(self) -> list[Finding]:
-        bad = self.local[:, :, :, 2] > 0  # [ranks, steps, names]
-        if not bad.any():
-            return []
-        step_index = int(bad.any(0).any(-1).nonzero()[0])
-        ranks = [r for i, r in enumerate(self.ranks) if bad[i, step_index].any()]
-        rank_index = self.ranks.index(ranks[0])
-        columns = bad[rank_index, step_index].nonzero().flatten().tolist()
-        order = self.order[rank_index]
-        first = min(columns, key=lambda c: (math.inf if math.isnan(order[c].item()) else order[c].item(), c))
-        count = int(self.local[rank_index, step_index, first, 2].item())
-        step = self.steps[step_index]
-        clean = [r for r in self.ranks if r not in ranks]
-        spread = (
-            f"; ranks {clean} had finite local gradients, so the all-reduce spread it to every rank"
-            if clean and self.strategy
-            else ""
-        )
-        message = (
-            f"rank {ranks[0]} is the first to produce NaN/Inf: at step {step} its local gradient of "
-            f"{self._name_label(first)} held {count} NaN/Inf elements (the first of its gradients "
-            f"to, in backward order; "
-            f"ranks with NaN/Inf at step {step}: {ranks}){spread}. Record that rank's batch with "
-            "hookviz.Session(...).run().diagnose() to find the op"
-        )
-        return [
-            Finding("nan", self._module(first), self.names[first], message, float(count), step, rank=ranks[0])
-        ]
-
-    def _diverging_findings(self, diverge: float) -> list[Finding]:
-        if len(self.ranks) < 2:
-            return []
-        totals = self.total_norms().tolist()
-        worst: dict[
-            tuple[int, str], tuple[int, float, int]
-        ] = {}  # (rank, direction) -> first step, worst ratio, steps
-        for s in range(len(self.steps)):
-            for i, rank in enumerate(self.ranks):
-                others = [
-                    totals[j][s] for j in range(len(self.ranks)) if j != i and math.isfinite(totals[j][s])
-                ]
-                mine = totals[i][s]
-                if not others or not math.isfinite(mine):
-                    continue
-                median = statistics.median(others)
-                ratio = mine / median if median > 0 else (math.inf if mine > 0 else 1.0)
-                direction = (
-                    "above"
-                    if ratio > diverge
-                    else ("below" if len(self.ranks) >= 3 and ratio < 1 / diverge else None)
-                )
-                if direction is None:
-                    continue
-                first, extreme, count = worst.get((rank, direction), (s, ratio, 0))
-                extreme = max(extreme, ratio) if direction == "above" else min(extreme, ratio)
-                worst[(rank, direction)] = (first, extreme, count + 1)
-        found = []
-        for (rank, direction), (first, extreme, count) in sorted(
-            worst.items(), key=lambda kv: (kv[1][0], kv[0])
-        ):
-            step = self.steps[first]
-            word = "more" if direction == "above" else "less"
-            found.append(
-                Finding(
-                    "diverging",
-                    "",
-                    None,
-                    (
-                        f"rank {rank} diverges from the others: from step {step} its local gradient "
-                        f"norm (all "
-                        f"parameters) is {word} than {diverge:g}x away from the median of the other ranks' "
-                        f"({count} of {len(self.steps)} kept steps; at worst {extreme:.3g}x). Its batches "
-                        "differ from the others' (data, or a bad shard), or its replica differs"
-                    ),
-                    extreme,
-                    step,
-                    rank=rank,
-                )
-            )
-        return found
-
-    def _unused_findings(self) -> list[Finding]:
-        if len(self.ranks) < 2:
-            return []
-        has = ~self.local[:, :, :, 0].isnan() | (self.local[:, :, :, 2] > 0)  # [ranks, steps, names]
-        found = []
-        for column, kind in enumerate(self.kinds):
-            if kind != "parameter":
-                continue
-            mixed = has[:, :, column].any(0) & ~has[:, :, column].all(0)  # [steps]
-            if not mixed.any():
-                continue
-            s = int(mixed.nonzero()[0])
-            without = [r for i, r in enumerate(self.ranks) if not has[i, s, column]]
-            found.append(
-                Finding(
-                    "unused",
-                    self._module(column),
-                    self.names[column],
-                    (
-                        f"{self._name_label(column)} got no gradient on ranks {without} but did on "
-                        f"the others "
-                        f"from step {self.steps[s]} ({int(mixed.sum())} of {len(self.steps)} kept steps): "
-                        "DistributedDataParallel then stops with 'Expected to have finished reduction in the "
-                        "prior iteration' unless it was built with find_unused_parameters=True "
-                        "(which costs a "
-                        "graph walk per step); or make every rank use it"
-                    ),
-                    float(len(without)),
-                    self.steps[s],
-                    rank=without[0],
-                )
-            )
-        return found
+        return nan_findings(self) + diverging_findings(self, diverge) + unused_findings(self)
 
     def heatmap(self, rank: int | None = None, kind: str = "parameter"):
-        """A plotly heatmap, names x steps, of log10 of the gradient norm: of ``rank``'s local
-        gradients, or (None) of the reduced ones."""
+        """A plotly heatmap, names x steps, of log10 of the gradient norm.
+
+        Args:
+            rank: whose local gradients to show; None for the reduced ones.
+            kind: ``"parameter"`` or ``"output"`` (module outputs; local ranks only).
+
+        Returns:
+            a ``plotly.graph_objects.Figure``.
+
+        Raises:
+            WatchError: ``rank`` is not in this history.
+        """
         import plotly.graph_objects as go
 
         history = self.history(rank)
@@ -418,12 +349,15 @@ class RankHistory:
         values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
         z = [[None if not math.isfinite(v) else v for v in row] for row in values.tolist()]
         title = "reduced gradient norm" if rank is None else f"rank {rank}: local gradient norm"
+        scale = color_range(history)
         figure = go.Figure(
             go.Heatmap(
                 z=z,
                 x=history.steps,
                 y=[history.names[i] or "(root)" for i in columns],
-                colorscale="Viridis",
+                colorscale=PLOTLY_COLORSCALE,  # hookviz's one scale, on its one range
+                zmin=scale["lo"],
+                zmax=scale["hi"],
                 colorbar={"title": "log10 norm"},
             )
         )
@@ -457,7 +391,32 @@ def from_watch(watch) -> RankHistory:
         dict(watch.module_types),
         "",
         watch.every,
+        **_step_extras(watch, history.steps),
     )
+
+
+def _step_extras(watch, steps: list[int]) -> dict:
+    """The per-step fields of :class:`RankHistory` for ``steps`` from this process's watch (a step
+    it did not keep: NaN ratios, no optimizer, not skipped)."""
+    history = watch.history
+    at = {s: i for i, s in enumerate(history.steps)}
+    ratio = torch.full((len(steps), len(history.names)), math.nan, dtype=torch.float64)
+    rows = [at.get(s) for s in steps]
+    for i, row in enumerate(rows):
+        if row is not None:
+            ratio[i] = history.update_ratio[row]
+
+    def per_step(values: list, missing) -> list:
+        return [missing if row is None else values[row] for row in rows]
+
+    return {
+        "update_ratio": ratio,
+        "optimizers": per_step(history.optimizers, ""),
+        "skipped": per_step(history.skipped, False),
+        "learning_rates": per_step(history.learning_rates, []),
+        "loss_scales": per_step(history.loss_scales, math.nan),
+        "notes": list(watch.notes),
+    }
 
 
 def _order_row(watch) -> torch.Tensor:
@@ -578,6 +537,7 @@ def _combine(views: list[_Payload], ranks: list[int], history, watch, strategy: 
         dict(watch.module_types),
         strategy,
         watch.every,
+        **_step_extras(watch, steps),
     )
 
 
@@ -599,39 +559,3 @@ def _combine_shards(parts: torch.Tensor, numel: torch.Tensor) -> torch.Tensor:
             if rows:
                 combined[step, column] = torch.tensor(summary_of(combine(rows)), dtype=torch.float64)
     return combined
-
-
-class RankView:
-    """One rank of a :class:`RankHistory` (or, with ``rank=None``, its reduced gradients), read the
-    way a :class:`hookviz.Watch` is read, so the widget's watch view can show it
-    (``hookviz.show(history, run)``; ``Widget.watch_rank(r)`` switches rank)."""
-
-    def __init__(self, history: RankHistory, rank: int | None = None):
-        if rank is not None:
-            history._rank(rank)
-        self.source, self.rank = history, rank
-        self.model_name = "reduced" if rank is None else f"rank {rank}"
-
-    @property
-    def steps(self) -> list[int]:
-        """The kept steps."""
-        return list(self.source.steps)
-
-    @property
-    def history(self):
-        """This rank's (or the reduced) statistics as a :class:`hookviz.watching.watch.History`."""
-        return self.source.history(self.rank)
-
-    def norms(self, step: int | None = None, kind: str | None = None) -> dict[str, float]:
-        """As :meth:`RankHistory.norms` for this rank; reduced module outputs are empty (no reduce)."""
-        if self.rank is None and kind == "output":
-            return {}
-        return self.source.norms(step, rank=self.rank, kind=kind)
-
-    def diagnose(self, step: int | None = None, **thresholds) -> list[Finding]:
-        """The cross-rank findings at ``step`` (None = every step)."""
-        return [f for f in self.source.diagnose(**thresholds) if step is None or f.step == step]
-
-    def heatmap(self, kind: str = "parameter", statistic: str = "norm"):
-        """This rank's (or the reduced) log-norm heatmap."""
-        return self.source.heatmap(self.rank, kind)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -10,6 +11,24 @@ from hookviz.errors import WatchError, unknown_name
 from hookviz.stats.reduce import SUMMARY
 
 STATISTICS = SUMMARY  # a watch keeps the engine's summary of each gradient
+
+
+@dataclass
+class StepInfo:
+    """What one kept step was, beside its gradients.
+
+    Attributes:
+        optimizer: the name of the optimizer whose ``step()`` it is (``""``: a step is a backward).
+        skipped: the ``GradScaler`` found Inf/NaN and skipped ``optimizer.step()``.
+        learning_rates: each param group's learning rate when it stepped (empty without optimizer).
+        loss_scale: the ``GradScaler``'s scale then (NaN without one). Without ``optimizer=`` the
+            gradients carry it; with one they were unscaled before the step read them.
+    """
+
+    optimizer: str = ""
+    skipped: bool = False
+    learning_rates: list[float] = field(default_factory=list)
+    loss_scale: float = math.nan
 
 
 @dataclass
@@ -22,6 +41,10 @@ class History:
         kinds: ``"parameter"`` or ``"output"`` per name.
         norm, max_abs, nonfinite, zero_fraction: float64 tensors of shape ``[len(steps),
             len(names)]``; NaN where a name got no gradient in that step.
+        update_ratio: float64 ``[len(steps), len(names)]``: ``‖w_after - w_before‖ / ‖w_after‖``
+            of each parameter the step updated (``optimizer=`` only); NaN elsewhere, or None.
+        optimizers, skipped, learning_rates, loss_scales: per step, as :class:`StepInfo` holds them
+            (empty lists for a history saved before they existed).
     """
 
     steps: list[int]
@@ -31,9 +54,25 @@ class History:
     max_abs: torch.Tensor
     nonfinite: torch.Tensor
     zero_fraction: torch.Tensor
+    update_ratio: torch.Tensor | None = None
+    optimizers: list[str] = field(default_factory=list)
+    skipped: list[bool] = field(default_factory=list)
+    learning_rates: list[list[float]] = field(default_factory=list)
+    loss_scales: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.steps)
+
+    @property
+    def full_steps(self) -> list[int]:
+        """The steps with every statistic: where each parameter that got a gradient has its
+        ``zero_fraction`` (and ``max_abs``) measured. A watch's other steps kept only norms
+        (``hookviz.watch(..., stats_every=N)``): ``max_abs`` and ``zero_fraction`` NaN there."""
+        parameters = [i for i, kind in enumerate(self.kinds) if kind == "parameter"]
+        norm, fraction = self.norm[:, parameters], self.zero_fraction[:, parameters]
+        got = ~norm.isnan() | (self.nonfinite[:, parameters] > 0)
+        full = (~got | ~fraction.isnan()).all(1) & got.any(1)
+        return [step for step, keep in zip(self.steps, full.tolist()) if keep]
 
     def column(self, name: str, statistic: str = "norm") -> list[float]:
         """One name's values of one statistic over the kept steps."""

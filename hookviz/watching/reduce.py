@@ -9,8 +9,8 @@ module called twice) are merged by :func:`hookviz.stats.reduce.combine`; one gra
 to a column twice (a module called twice whose outputs get one gradient, ``a + b``) counts twice,
 as two equal gradients would.
 
-Gradients wait for :meth:`finish`, where each (device, dtype) is reduced in a few batched calls and
-read back with one host transfer. On CPU a batch is reduced as soon as it holds ``FLUSH_BYTES`` of
+Gradients wait for :meth:`StepReducer.finish`, where each (device, dtype) is reduced in a few batched
+calls and read back with one host transfer. On CPU a batch is reduced as soon as it holds ``FLUSH_BYTES`` of
 gradients, so a large model's module-output gradients are not all held to the end of the backward.
 """
 
@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from hookviz.stats.reduce import Measured, Statistics, combine, measure, summary_of
+from hookviz.stats.reduce import Measured, Statistics, combine, measure, norm_column, summary_of
 from hookviz.watching.history import STATISTICS
 
 FLUSH_BYTES = 1 << 24  # on CPU, gradients this large in all are reduced during the backward
@@ -60,12 +60,28 @@ class StepReducer:
         else:
             self._pending_cpu = False
 
-    def add_all(self, columns: list[int], grads: list[torch.Tensor]) -> None:
+    def add_all(
+        self, columns: list[int], grads: list[torch.Tensor], full: bool = True, alarm: float = math.inf
+    ) -> bool:
         """Take one gradient for each of ``columns`` (distinct columns, distinct non-empty
-        gradients: a backward's parameter ``.grad`` tensors), reduced together at :meth:`finish`."""
+        gradients: a backward's parameter ``.grad`` tensors), reduced together at :meth:`finish`.
+
+        ``full=False`` reads only their norms (:func:`hookviz.stats.reduce.norm_column`): their rows
+        get ``max_abs`` and ``zero_fraction`` NaN (not measured) and ``nonfinite`` 0 (a finite norm
+        proves there is no NaN or Inf), unless a norm is not finite, above ``alarm`` or exactly 0
+        (NaN/Inf, an explosion, a dead gradient): then every statistic is read, now. Returns whether
+        every statistic was read."""
         self._flush()
-        measured = measure(grads, sums=False)
-        self._done.append(([[c] for c in columns], [g.numel() for g in grads], measured))
+        numels = [g.numel() for g in grads]
+        if not full:
+            norms = norm_column(grads)
+            if bool(((norms > 0) & (norms <= alarm)).all()):  # NaN compares false: an alarm too
+                summary = torch.full((len(grads), len(STATISTICS)), math.nan, dtype=torch.float64)
+                summary[:, 0], summary[:, 2] = norms, 0.0
+                self._done.append(([[c] for c in columns], numels, summary))
+                return False
+        self._done.append(([[c] for c in columns], numels, measure(grads, sums=False)))
+        return True
 
     def _flush(self) -> None:
         if not self._pending:

@@ -1,49 +1,41 @@
 """Watch gradients over a real training loop, cheaply: per step, per parameter and per module output.
 
-``with hookviz.watch(model) as w:`` registers, on the user's model,
+``with hookviz.watch(model) as w:`` puts a tensor hook (``Tensor.register_hook``) on every trainable
+parameter. It runs in every backward that reaches that parameter, whichever module's forward built
+the graph (a submodule called alone, a GAN's two halves, a parameter the loss uses directly), before
+``AccumulateGrad`` adds the gradient to ``.grad``. The first one of a backward (a graph task,
+``torch._C._current_graph_task_id``) starts its step and queues a callback
+(``Variable._execution_engine.queue_callback``) for the backward's end; each notes the ``.grad``
+its parameter holds. At the end the ``.grad`` that changed are reduced together in a few batched
+torch calls per device and dtype (:mod:`hookviz.watching.reduce`). hookviz's own recordings
+(``Session.run()``, re-runs, ``fill_details()``) are marked (:mod:`hookviz.record.own_pass`) and
+never a step. ``outputs=True`` also puts a Node pre-hook on each module output's Node (a forward
+hook per module), which sees the gradient the Node receives, after the user's tensor hooks. No full
+backward hook is used: forward hooks, tensor hooks and Node pre-hooks leave every gradient
+bit-identical (``docs/architecture.md``).
 
-- a forward hook on the model, which puts a Node pre-hook (``Node.register_prehook``) on the Node
-  that made each of its output tensors (a ``Tensor.register_hook`` on an output that is a leaf).
-  That hook returns None (the gradient is unchanged); the first time it runs in a backward (a
-  graph task, ``torch._C._current_graph_task_id``) it notes which ``.grad`` each parameter holds and
-  queues a callback (``Variable._execution_engine.queue_callback``) that runs when that backward
-  ends. The callback reads every parameter's ``.grad`` that this backward accumulated into (a new
-  tensor, or a new version of the old one) and reduces them all at once, in a few batched torch
-  calls per device and dtype (:mod:`hookviz.watching.reduce`, :mod:`hookviz.stats.reduce`): no
-  Python runs per parameter gradient during the backward.
-- with ``outputs=True`` (opt-in: a Python hook per module output per step costs more than the
-  reductions), a forward hook on every module that puts such a Node pre-hook on each of the
-  module's output tensors, handing the gradient w.r.t. that output to the step's reduction. A Node
-  pre-hook runs after every tensor hook on that output, so the watch sees the gradient the Node
-  receives, after the user's tensor hooks wherever they were registered.
-
-No full backward hook is used: its identity Nodes change the order in which autograd sums
-gradients, and forward hooks, tensor hooks and Node pre-hooks leave every gradient bit-identical
-(``docs/architecture.md``).
-
-A *step* is one backward that went through the model's output. Each backward is its own step with
-its own state (two threads backpropagating at once, a second backward through a retained graph, a
-second loss), and it is counted when it ends. The Node hooks live on the graph that a forward built
-and go with it; the watch keeps their handles (so that :meth:`Watch.close` removes them) only while
-the graph lives.
+A *step* is one backward that reached a watched parameter (or, with ``outputs=True``, a module
+output), counted when it ends; two threads' backwards are two steps. With ``optimizer=``, a step is
+one ``optimizer.step()`` instead, with the gradients it reads, its update-to-weight ratios and
+learning rates (:mod:`hookviz.watching.optimizer_steps`).
 
 Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
-``zero_fraction`` (exactly-zero elements). A parameter's are those of its ``.grad`` once this
-backward has accumulated into it (accumulated over backwards when the loop does not zero it, as the
-optimizer sees it); a module's are those of the gradient w.r.t. its output tensors, taken together
-over all its calls in the step.
+``zero_fraction`` (exactly-zero elements). Norms are read every step; a parameter's other three
+every ``stats_every`` steps (steps whose number is a multiple of it, step 0 first) and at once on
+any step where a parameter's norm is not finite, above the ``exploding_norm`` threshold or exactly 0,
+so no NaN, explosion or dead gradient goes unmeasured. On the other steps ``max_abs`` and
+``zero_fraction`` are NaN (not measured) and ``nonfinite`` 0 (a finite norm proves there is none);
+:attr:`History.full_steps` lists the steps that have every statistic.
+A parameter's statistics are those of its ``.grad`` as the step left it (accumulated when the loop
+does not zero it); a module's those of the gradient w.r.t. its outputs, over its calls.
 
 Memory is bounded: ``capacity`` steps are kept; when full, every other kept step is dropped and
-from then on only every other step is recorded (so a long run is kept whole, at half resolution,
-and so on). ``every=k`` records every k-th step from the start.
+from then on only every other step is recorded. ``every=k`` records every k-th step.
 
-Limits: a backward that does not pass through an output of ``model(...)`` (a submodule called on
-its own) is not a step; ``torch.autograd.grad`` does not fill ``.grad``, so it records module
-outputs only. A parameter that is replaced (``model.fc.weight = nn.Parameter(...)``, or with its
-module: ``model.fc = nn.Linear(...)``) is followed to its new tensor; a parameter or module added
-after the watch opened is not watched, and the next forward of the model warns, naming it.
-Parameter names are listed nearest the loss first in definition order reversed (the watch does not
-see the order in which ``.grad`` is accumulated).
+Limits: ``torch.autograd.grad`` does not fill ``.grad``, so its steps hold module outputs only. A
+replaced parameter is followed to its new tensor (:mod:`hookviz.watching.structure`); one added
+after the watch opened is not watched, and a warning names it. Parameter names are listed nearest
+the loss first in definition order reversed.
 """
 
 from __future__ import annotations
@@ -55,45 +47,29 @@ import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import partial
 
 import torch
-from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
 
-from hookviz.analysis.diagnose import Finding, check_thresholds, layer_findings, percent
+from hookviz.analysis.diagnose import check_thresholds
+from hookviz.analysis.findings import Finding
+from hookviz.analysis.onset import onsets
+from hookviz.analysis.step_findings import step_findings, step_layers
 from hookviz.errors import WatchError
-from hookviz.stats.reduce import Measured, measure, summary_of
 from hookviz.watching import gather as watch_gather
-from hookviz.watching.history import STATISTICS, History
-from hookviz.watching.reduce import StepReducer
+from hookviz.watching import hooks as watch_hooks
+from hookviz.watching import plots
+from hookviz.watching.backward_steps import Backward, reduce_pairs
+from hookviz.watching.history import STATISTICS, History, StepInfo
+from hookviz.watching.optimizer_steps import OptimizerSteps, step_notes, warn_nothing_kept
+from hookviz.watching.structure import owner_of, structure_of
 
-# Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
-# this many newer ones have begun.
-_PENDING_BACKWARDS = 32
+# A watch's default stats_every: every statistic every this many steps, norms on the others (the
+# cost of a step that reads every statistic is measured by `python -m benchmarks`, docs/perf.md).
+STATS_EVERY = 16
 # id(model) -> the open Watch on it (weakly): one watch per model at a time.
 _OPEN: dict[int, weakref.ref] = {}
-
-
-@dataclass
-class _Backward:
-    """What one backward (graph task) through the watched model has left so far.
-
-    Attributes:
-        recording: whether this backward is a recorded step.
-        before: per parameter column, ``(.grad, its _version)`` when the backward reached the
-            model: a ``.grad`` that differs at the end was accumulated by this backward.
-        reducer: the module-output gradients (and, at the end, the parameters' ``.grad``).
-        arrived: columns in the order their gradients arrived (module outputs).
-        local: DDP / FSDP2: ``(column, statistics queued before the all-reduce)``.
-    """
-
-    recording: bool
-    before: list[tuple[object, int]]
-    reducer: StepReducer = field(default_factory=StepReducer)
-    arrived: list[int] = field(default_factory=list)
-    local: list[tuple[int, Measured]] = field(default_factory=list)
 
 
 class Watch:
@@ -102,6 +78,19 @@ class Watch:
     Use :func:`watch` to make one. It is a context manager; :meth:`close` removes every hook it
     added (also when the ``with`` body raises). Reading: :attr:`history`, :meth:`norms`,
     :meth:`diagnose`; plots: :meth:`heatmap`, :meth:`lines`, :meth:`diagnosis_over_time`.
+
+    Args:
+        model: the model being trained.
+        every: record every ``every``-th step (1 = every step).
+        parameters: record each parameter's gradient (its ``.grad`` once a backward accumulated).
+        outputs: also record the gradient w.r.t. each module's output (opt-in: a hook per output).
+        capacity: steps kept before thinning (at least 2).
+        optimizer: None, an optimizer or a list of them (as :func:`watch`).
+        scaler: the loop's ``torch.amp.GradScaler``, or None (as :func:`watch`).
+        stats_every: every statistic every ``stats_every``-th step (as :func:`watch`).
+
+    Raises:
+        WatchError: no parameter requires grad; the model already has an open watch; bad arguments.
     """
 
     def __init__(
@@ -112,11 +101,18 @@ class Watch:
         parameters: bool = True,
         outputs: bool = False,
         capacity: int = 1024,
+        optimizer=None,
+        scaler=None,
+        stats_every: int = STATS_EVERY,
     ):
         if not isinstance(model, torch.nn.Module):
             raise WatchError(f"watch() needs a torch.nn.Module, got {type(model).__name__}")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise WatchError(f"every={every!r} must be a positive int (1 = every step)")
+        if isinstance(stats_every, bool) or not isinstance(stats_every, int) or stats_every < 1:
+            raise WatchError(
+                f"stats_every={stats_every!r} must be a positive int (1 = every statistic every step)"
+            )
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 2:
             raise WatchError(f"capacity={capacity!r} must be an int of at least 2 (steps kept)")
         if not parameters and not outputs:
@@ -133,26 +129,40 @@ class Watch:
                 f"{type(model).__name__} is already watched by an open watch; close it first "
                 "(watch.close(), or open watches with `with hookviz.watch(model) as w:` so they close)"
             )
-        self.model = model
+        self.model = model  # None once closed (see close)
+        self.model_name = type(model).__name__
         self.every = every
         self.capacity = capacity
+        self.stats_every = stats_every
         self.parameter_names = [n for n, _ in trainable] if parameters else []
         modules = list(model.named_modules()) if outputs else []
         self.module_names = [n for n, _ in modules]
         self.module_types = {n: type(m).__name__ for n, m in model.named_modules()}
         self.names = self.parameter_names + self.module_names
         self.kinds = ["parameter"] * len(self.parameter_names) + ["output"] * len(self.module_names)
-        self.step = 0  # backwards seen so far = the number of the next step
+        self.step = 0  # steps seen so far = the number of the next step
         self.closed = False
         self._stride = 1
         self._rows = torch.full((capacity, len(self.names), len(STATISTICS)), math.nan, dtype=torch.float64)
         self._steps: list[int] = []
+        self._info: list[StepInfo] = []  # per kept step: optimizer, skipped, learning rates, loss scale
+        self._ratios = torch.full((capacity, len(self.names)), math.nan, dtype=torch.float64)
         self._order: dict[int, int] = {}  # column -> position at which its gradient first arrived
         # Each parameter column's owner and attribute name, to follow a replaced parameter.
         self._parameters = [p for _, p in trainable] if parameters else []
-        self._owners = [_owner(model, n) for n in self.parameter_names]
-        self._structure = _structure(model)  # to notice parameters and modules added or replaced
-        self._backwards: dict[int, _Backward] = {}  # graph task id -> its state
+        self._owners = [owner_of(model, n) for n in self.parameter_names]
+        self._column_of = {id(p): c for c, p in enumerate(self._parameters)}
+        # One tensor hook per trainable parameter starts a backward's step (column -1: no column).
+        self._starts: list[tuple[torch.Tensor, object]] = []
+        self._backwards_seen = 0  # backwards (not hookviz's own) that reached a watched parameter
+        self._grads_at_open = [_grad_and_version(p) for _, p in trainable]
+        self._trainable = [p for _, p in trainable]
+        self._outputs_row: torch.Tensor | None = None  # optimizer=: the last backward's module outputs
+        self._local_rows: dict[int, tuple] = {}  # optimizer= on DDP / FSDP2: local statistics
+        self.scaler = scaler
+        self._optimizer_steps: OptimizerSteps | None = None
+        self._structure = structure_of(model)  # to notice parameters and modules added or replaced
+        self._backwards: dict[int, Backward] = {}  # graph task id -> its state
         self._lock = threading.Lock()
         # add_step_listener: handle id -> listener (an OrderedDict, as RemovableHandle needs)
         self._listeners: OrderedDict[int, object] = OrderedDict()
@@ -169,41 +179,73 @@ class Watch:
                 self,
                 model,
                 trainable if parameters else [],
-                partial(_parameter_hook, weakref.ref(self)),
+                partial(watch_hooks.parameter_hook, weakref.ref(self)),
                 self._handles,
-                _reduce_pairs,
+                reduce_pairs,
             )
             if self._ranks is not None:
                 for column, parameter in enumerate(self._parameters):
-                    hook = _parameter_hook(weakref.ref(self), column)
+                    hook = watch_hooks.parameter_hook(weakref.ref(self), column)
                     self._handles.append(parameter.register_post_accumulate_grad_hook(hook))
-            self._handles.append(model.register_forward_hook(partial(_on_model_forward, weakref.ref(self))))
+            for column, parameter in enumerate(self._trainable):
+                self._hook_start(column if parameters else -1, parameter)
+            if optimizer is not None:
+                optimizers = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+                if not optimizers:
+                    raise WatchError("optimizer=[] lists no optimizer; pass one, a list, or leave it out")
+                self._optimizer_steps = OptimizerSteps(self, optimizers, scaler, self._handles)
+                self.scaler = self._optimizer_steps.scaler
+            self._handles.append(
+                model.register_forward_hook(partial(watch_hooks.on_model_forward, weakref.ref(self)))
+            )
             self._hooked_modules = [module for _, module in modules]
             for offset, (_, module) in enumerate(modules):
                 self._handles.append(
                     module.register_forward_hook(
-                        partial(_on_forward, weakref.ref(self), len(self.parameter_names) + offset)
+                        partial(watch_hooks.on_forward, weakref.ref(self), len(self.parameter_names) + offset)
                     )
                 )
         except BaseException:
             self.close()
             raise
         _OPEN[id(model)] = weakref.ref(self)
-        weakref.finalize(self, _remove, self._handles, self._graph_handles)
+        weakref.finalize(self, _remove, self._handles, self._graph_handles, self._starts)
+
+    @property
+    def notes(self) -> list[str]:
+        """What a reader of this watch's numbers must know: what a step is, and the loss scale."""
+        return step_notes(self._optimizer_steps, self.scaler)
+
+    def _hook_start(self, column: int, parameter: torch.Tensor) -> None:
+        hook = watch_hooks.step_start_hook(weakref.ref(self), column)
+        self._starts.append((parameter, parameter.register_hook(hook)))
 
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
         """Remove every hook this watch added to the model and to live graphs (idempotent). The
-        history stays."""
+        history stays; the model goes: a closed watch holds no reference to the model, its
+        parameters or its step listeners (``model`` is None), so a closed watch kept to read,
+        gather or save does not keep the model alive."""
         already = self.closed
         self.closed = True
-        _remove(self._handles, self._graph_handles)
+        _remove(self._handles, self._graph_handles, self._starts)
         self._backwards = {}
         if _OPEN.get(id(self.model), lambda: None)() is self:
             del _OPEN[id(self.model)]
+        if not already and not self._steps:
+            warn_nothing_kept(self)  # it reads the model: before the watch lets it go
+        with self._lock:  # a backward's first hook reads these under the lock
+            self._closed_numels = self._numels()  # what reading the history needs of the parameters
+            self.model, self._parameters, self._owners, self._structure = None, [], [], []
+            self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
+        if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
+            self._optimizer_steps.optimizers = []
+        if self._ranks is not None:
+            self._ranks.close()
         if not already:
             self._tell_listeners(None, None)
+        self._listeners.clear()
 
     def add_step_listener(self, listener) -> RemovableHandle:
         """Call ``listener(step, row)`` each time a recorded step is kept, and ``listener(None,
@@ -215,6 +257,9 @@ class Watch:
         backward, at its end, before ``backward()`` returns: it must be quick (hand the work to
         another thread) and must not call backward. An exception in it is turned into a
         warning, so it never breaks the training step.
+
+        Args:
+            listener: a callable ``listener(step, row)`` (see above).
 
         Returns:
             a ``torch.utils.hooks.RemovableHandle``; ``handle.remove()`` unsubscribes.
@@ -245,111 +290,6 @@ class Watch:
         """Whether the current step (the next backward) will be recorded."""
         return not self.closed and self.step % (self.every * self._stride) == 0
 
-    def _begin(self) -> _Backward | None:
-        """Called by every hook during backward: this backward's state (None once closed)."""
-        task = torch._C._current_graph_task_id()
-        state = self._backwards.get(task)
-        if state is None and not self.closed:
-            with self._lock:  # hooks of one backward may run on several autograd threads
-                state = self._backwards.get(task) or self._new_backward(task)
-        return state
-
-    def _new_backward(self, task: int) -> _Backward:
-        """The first hook of backward ``task`` ran: note each parameter's ``.grad`` and queue the
-        end-of-backward callback."""
-        self._follow_replaced()
-        before = [] if self._ranks is not None else [_grad_and_version(p) for p in self._parameters]
-        state = _Backward(self.recording, before)
-        if len(self._backwards) >= _PENDING_BACKWARDS:  # the oldest is one that raised: never a step
-            del self._backwards[next(iter(self._backwards))]
-        self._backwards[task] = state
-        torch.autograd.Variable._execution_engine.queue_callback(partial(_finish, weakref.ref(self), task))
-        return state
-
-    def _check_structure(self) -> None:
-        """Called at each forward of the model: when a module gained or lost a parameter or a
-        submodule since the watch opened (or the last check), follow the columns' parameters to
-        their modules now and warn, naming what this watch cannot see."""
-        for module, parameters, children in self._structure:
-            if len(module._parameters) != parameters or tuple(module._modules.values()) != children:
-                break
-        else:
-            return
-        self._structure = _structure(self.model)
-        owners = dict(self.model.named_modules())
-        for column, name in enumerate(self.parameter_names):  # a replaced module's parameters
-            path, _, attribute = name.rpartition(".")
-            if path in owners and attribute in owners[path]._parameters:
-                self._owners[column] = (owners[path], attribute)
-        unseen: dict[str, str] = {}  # name -> "parameter" or "module"
-        if self.parameter_names:
-            watched = set(self.parameter_names)
-            for name, parameter in self.model.named_parameters():
-                if parameter.requires_grad and name not in watched:
-                    unseen[name] = "parameter"
-        if self.module_names:
-            hooked = set(map(id, self._hooked_modules))
-            unseen.update((name, "module") for name, m in owners.items() if id(m) not in hooked)
-        new = {name: kind for name, kind in unseen.items() if name not in self._warned}
-        if new:
-            self._warned.update(new)
-            listed = ", ".join(f"{kind} {name!r}" for name, kind in new.items())
-            one = len(new) == 1
-            warnings.warn(
-                f"hookviz.watch: {listed} of {type(self.model).__name__} {'was' if one else 'were'} "
-                f"added or replaced after the watch opened and {'is' if one else 'are'} not watched; "
-                "close this watch and open a new one (hookviz.watch(model)) to watch "
-                f"{'it' if one else 'them'}",
-                stacklevel=3,
-            )
-
-    def _follow_replaced(self) -> None:
-        """Point a column whose parameter was replaced on its module at the new one."""
-        for column, (owner, attribute) in enumerate(self._owners):
-            current = owner._parameters.get(attribute)
-            if current is not self._parameters[column] and current is not None:
-                self._parameters[column] = current
-
-    def _finish(self, task: int) -> None:
-        """End of backward ``task``: reduce what it left, store one row, count the step."""
-        state = self._backwards.pop(task, None)
-        if state is None or self.closed:
-            return
-        row = self._row_of(state) if state.recording else None
-        with self._lock:  # the step's number and its row are kept together
-            step = self.step
-            self.step += 1
-            if row is None:
-                return
-            kept = self._store(step, row)
-            if len(self._order) < len(self.names):  # once every column has a place, none moves
-                arrived = state.arrived + [
-                    c for c in reversed(range(len(self.parameter_names))) if not math.isnan(row[c, 0])
-                ]
-                for position, column in enumerate(arrived):
-                    self._order.setdefault(column, position)
-        if self._ranks is not None:
-            self._ranks.finish(step)
-        if kept and self._listeners:
-            self._tell_listeners(step, row)
-
-    def _row_of(self, state: _Backward) -> torch.Tensor:
-        """The ``[names, 4]`` row of one ended backward: every ``.grad`` it accumulated into and the
-        module-output gradients its hooks handed over, reduced together."""
-        columns, grads = [], []
-        for column, (parameter, (grad, version)) in enumerate(zip(self._parameters, state.before)):
-            now = parameter.grad
-            if now is not None and (now is not grad or now._version != version) and now.numel():
-                columns.append(column)
-                grads.append(now)
-        if grads:
-            state.reducer.add_all(columns, grads)
-        row = state.reducer.finish(len(self.names))
-        if state.local:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
-            for column, values in measure_rows(state.local).items():
-                row[column] = torch.tensor(values, dtype=torch.float64)
-        return row
-
     def _keep_graph_handle(self, handle) -> None:
         """Keep a hook handle on a forward's graph until that graph is freed (then its handle is
         dropped, so handles do not pile up over forwards that never see a backward)."""
@@ -358,21 +298,6 @@ class Watch:
         if len(handles) > 2 * self._graph_handles_kept:
             handles[:] = [h for h in handles if h.hooks_dict_ref() is not None]
             self._graph_handles_kept = max(64, len(handles))
-
-    def _store(self, step: int, row: torch.Tensor) -> bool:
-        """Keep ``row`` as step ``step`` (thinning the kept steps when full); False when thinning
-        left this step out."""
-        if len(self._steps) == self.capacity:
-            keep = [i for i, s in enumerate(self._steps) if s % (self.every * self._stride * 2) == 0]
-            self._rows[: len(keep)] = self._rows[keep].clone()
-            self._rows[len(keep) :] = math.nan
-            self._steps = [self._steps[i] for i in keep]
-            self._stride *= 2
-            if step % (self.every * self._stride):
-                return False
-        self._rows[len(self._steps)] = row
-        self._steps.append(step)
-        return True
 
     # ------------------------------------------------------------------ reading
 
@@ -393,12 +318,18 @@ class Watch:
         consistent copy also while another thread trains."""
         with self._lock:
             rows = self._rows[: len(self._steps)].clone()
-            steps = list(self._steps)
+            ratios = self._ratios[: len(self._steps)].clone()
+            steps, info = list(self._steps), list(self._info)
         return History(
             steps,
             list(self.names),
             list(self.kinds),
             *(rows[:, :, i] for i in range(len(STATISTICS))),
+            update_ratio=ratios,
+            optimizers=[i.optimizer for i in info],
+            skipped=[i.skipped for i in info],
+            learning_rates=[list(i.learning_rates) for i in info],
+            loss_scales=[i.loss_scale for i in info],
         )
 
     def _row(self, step: int | None) -> tuple[int, torch.Tensor]:
@@ -426,6 +357,10 @@ class Watch:
         root module; the norm of the gradient w.r.t. its output). ``kind="parameter"`` or
         ``"output"`` keeps one of the two. Names that got no gradient in that step are left out.
         This is what the widget colours the graph by.
+
+        Args:
+            step: a kept step number (see ``steps``); None for the last kept.
+            kind: ``"parameter"``, ``"output"`` or None for both.
         """
         if kind not in (None, "parameter", "output"):
             raise WatchError(f"kind={kind!r} must be None, 'parameter' or 'output'")
@@ -436,195 +371,174 @@ class Watch:
             if kind in (None, k) and (not math.isnan(norm) or nonfinite > 0)
         }
 
+    def update_ratios(self, step: int | None = None) -> dict[str, float]:
+        """``{parameter name: ‖w_after - w_before‖ / ‖w_after‖}`` of the update ``step`` (None = the
+        last kept) made, per parameter it updated: the learning-rate diagnostic (healthy near 1e-3).
+        Empty without ``optimizer=`` and for a skipped step.
+
+        Args:
+            step: a kept step number; None for the last kept.
+        """
+        step, _ = self._row(step)
+        with self._lock:
+            ratios = self._ratios[self._steps.index(step), : len(self.parameter_names)].tolist()
+        return {n: r for n, r in zip(self.parameter_names, ratios) if not math.isnan(r)}
+
+    def learning_rates(self, step: int | None = None) -> list[float]:
+        """Each param group's learning rate at ``step`` (None = the last kept), read before the
+        optimizer stepped; empty without ``optimizer=``.
+
+        Args:
+            step: a kept step number; None for the last kept.
+        """
+        return list(self._step_info(self._row(step)[0]).learning_rates)
+
+    def step_optimizer(self, step: int | None = None) -> str | None:
+        """The name of the optimizer whose ``step()`` kept step ``step`` is (its class, with its place
+        in ``optimizer=[...]`` when several share a class); None without ``optimizer=``.
+
+        Args:
+            step: a kept step number; None for the last kept.
+        """
+        return self._step_info(self._row(step)[0]).optimizer or None
+
+    @property
+    def skipped_steps(self) -> list[int]:
+        """The kept steps the ``GradScaler`` skipped (Inf/NaN found; ``optimizer.step()`` never ran)."""
+        with self._lock:
+            return [s for s, i in zip(self._steps, self._info) if i.skipped]
+
+    def loss_scale(self, step: int | None = None) -> float | None:
+        """The ``GradScaler``'s scale at ``step`` (None = the last kept); None without ``scaler=``.
+
+        Args:
+            step: a kept step number; None for the last kept.
+        """
+        scale = self._step_info(self._row(step)[0]).loss_scale
+        return None if math.isnan(scale) else scale
+
+    def _step_info(self, step: int) -> StepInfo:
+        with self._lock:
+            return self._info[self._steps.index(step)]
+
     def layer_norms(self, step: int | None = None) -> dict[str, float]:
-        """``{module name: 2-norm of its parameters' gradients}`` at ``step``, nearest the loss first."""
+        """``{module name: 2-norm of its parameters' gradients}`` at ``step``, nearest the loss first
+        (layers as a run's: :func:`hookviz.analysis.step_findings.step_layers`).
+
+        Args:
+            step: a kept step number; None for the last kept.
+        """
         _, row = self._row(step)
-        layers: dict[str, float] = {}
-        firsts: dict[str, int] = {}
-        for column, name in enumerate(self.parameter_names):
-            norm = row[column, 0].item()
-            if math.isnan(norm) and row[column, 2].item() == 0:
-                continue
-            module = name.rsplit(".", 1)[0] if "." in name else ""
-            layers[module] = layers.get(module, 0.0) + norm * norm
-            firsts[module] = min(firsts.get(module, math.inf), self._order.get(column, math.inf))
-        return {m: math.sqrt(layers[m]) for m in sorted(layers, key=lambda m: firsts[m])}
+        layers = step_layers(self.parameter_names, self._numels(), row.tolist(), self._order)
+        return {layer: norm for layer, (norm, _) in layers.items()}
 
     def diagnose(self, step: int | None = None, group: bool = True, **thresholds: float) -> list[Finding]:
         """Findings at ``step`` (None = the last kept step) from the recorded statistics.
 
-        ``group``: one finding per run of layers in a row with the same problem, with its range
-        (as :func:`hookviz.analysis.diagnose.diagnose`); False gives one per layer.
+        Vanishing, exploding and dead updates per layer by a run's rules and thresholds
+        (:func:`hookviz.analysis.step_findings.step_findings`: a layer's zero fraction weighted by
+        its parameters' sizes, an Embedding's zeros exempt), dead outputs (a module whose output
+        gradient is at least ``dead`` exactly zero) and NaN/Inf (the first name, in the order
+        gradients arrived in backward, whose gradient holds NaN/Inf). At a step that kept only
+        norms (``stats_every``), a parameter's zero fraction is that of the last kept step that
+        measured it. Saturation needs forward values, which a watch does not keep.
 
-        Vanishing, exploding and dead updates per layer (as :func:`hookviz.analysis.diagnose.diagnose`,
-        same thresholds), dead outputs (a module whose output gradient is at least ``dead``
-        exactly zero) and NaN/Inf (the first name, in the order gradients arrived in backward,
-        whose gradient holds NaN/Inf). Saturation needs forward values, which a watch does not keep.
+        Args:
+            step: a kept step number (see ``steps``); None for the last kept.
+            group: one finding per run of layers in a row with the same problem, with its range
+                (as :func:`hookviz.analysis.diagnose.diagnose`); False gives one per layer.
+            **thresholds: any of ``vanishing``, ``exploding``, ``exploding_norm``, ``dead`` (as
+                :func:`hookviz.analysis.diagnose.diagnose`).
         """
         limits = check_thresholds(thresholds)
         step, row = self._row(step)
-        found = []
-        bad = [c for c in range(len(self.names)) if row[c, 2].item() > 0]
-        if bad:
-            first = min(bad, key=lambda c: self._order.get(c, math.inf))
-            name, kind = self.names[first], self.kinds[first]
-            module = (
-                name.rsplit(".", 1)[0]
-                if kind == "parameter" and "." in name
-                else ("" if kind == "parameter" else name)
-            )
-            what = f"parameter {name!r}" if kind == "parameter" else f"the output of module {name!r}"
-            found.append(
-                Finding(
-                    "nan",
-                    module,
-                    name,
-                    (
-                        f"step {step}: the gradient of {what} is the first to hold NaN/Inf "
-                        f"({int(row[first, 2].item())} elements; {len(bad)} names have some); record one "
-                        "run of this step with hookviz.Session(...).run().diagnose() to find the op"
-                    ),
-                    row[first, 2].item(),
-                    step,
-                )
-            )
-        norms = self.layer_norms(step)
-        if norms:
-            zero = {}
-            for module in norms:
-                columns = [
-                    c
-                    for c, n in enumerate(self.parameter_names)
-                    if (n.rsplit(".", 1)[0] if "." in n else "") == module
-                ]
-                zero[module] = min(row[c, 3].item() for c in columns)
-            node_of = {
-                m: next(n for n in self.parameter_names if (n.rsplit(".", 1)[0] if "." in n else "") == m)
-                for m in norms
-            }
-            found += layer_findings(
-                norms, next(iter(norms)), limits, zero, node_of, self.module_types, step, group
-            )
-        for offset, name in enumerate(self.module_names):
-            column = len(self.parameter_names) + offset
-            zeros = row[column, 3].item()
-            if name and not math.isnan(zeros) and zeros >= limits["dead"] and not self._has_children(name):
-                found.append(
-                    Finding(
-                        "dead",
-                        name,
-                        name,
-                        (
-                            f"step {step}: {percent(zeros)} of the gradient w.r.t. the output of module "
-                            f"{name!r} ({self.module_types.get(name)}) is exactly zero: the units after it "
-                            "are dead"
-                        ),
-                        zeros,
-                        step,
-                    )
-                )
-        return found
+        scale = self._step_info(step).loss_scale
+        if self._optimizer_steps is None and scale > 0 and math.isfinite(scale):
+            # the gradients carry GradScaler's scale: a norm is an explosion only once divided by it
+            limits["exploding_norm"] *= scale
+        values = row.tolist()
+        unmeasured = [c for c, v in enumerate(values) if math.isnan(v[3]) and not math.isnan(v[0])]
+        if unmeasured:  # a step that kept only norms: the zeros of the last step that measured them
+            with self._lock:
+                kept = [i for i, s in enumerate(self._steps) if s <= step]
+                for column in unmeasured:
+                    earlier = self._rows[kept, column, 3]
+                    measured = earlier[~earlier.isnan()]
+                    if measured.numel():
+                        values[column][3] = measured[-1].item()
+        return step_findings(
+            self.names,
+            self.kinds,
+            self._numels(),
+            self.module_types,
+            values,
+            self._order,
+            limits,
+            step,
+            group,
+        )
 
-    def _has_children(self, name: str) -> bool:
-        return any(m.startswith(name + ".") for m in self.module_names)
+    def _numels(self) -> list[int]:
+        """Each watched parameter's element count (kept at close, when the parameters are let go)."""
+        if self.model is None:
+            return self._closed_numels
+        return [p.numel() for p in self._parameters]
 
     # ------------------------------------------------------------------ plots
 
     def heatmap(self, kind: str = "parameter", statistic: str = "norm"):
-        """A plotly heatmap, names x steps, of log10 of ``statistic`` (``"norm"`` or ``"max_abs"``;
-        ``"zero_fraction"`` and ``"nonfinite"`` as they are). ``kind``: ``"parameter"`` or ``"output"``."""
-        import plotly.graph_objects as go
+        """A plotly heatmap, names x steps, of ``statistic`` per name and step.
 
-        history = self._history_or_error()
-        if kind not in ("parameter", "output"):
-            raise WatchError(f"kind={kind!r} must be 'parameter' or 'output'")
-        if statistic not in STATISTICS:
-            raise WatchError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
-        columns = [i for i, k in enumerate(history.kinds) if k == kind]
-        values = getattr(history, statistic)[:, columns].T
-        logarithmic = statistic in ("norm", "max_abs")
-        if logarithmic:
-            values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
-        z = [[None if math.isnan(v) or math.isinf(v) else v for v in row] for row in values.tolist()]
-        names = [history.names[i] or "(root)" for i in columns]
-        figure = go.Figure(
-            go.Heatmap(
-                z=z,
-                x=history.steps,
-                y=names,
-                colorscale="Viridis",
-                colorbar={"title": f"log10 {statistic}" if logarithmic else statistic},
-                hovertemplate="step %{x}<br>%{y}<br>%{z:.3g}<extra></extra>",
-            )
-        )
-        figure.update_layout(
-            title=f"gradient {statistic} per {kind}",
-            xaxis_title="step",
-            yaxis={"autorange": "reversed", "type": "category"},
-        )
-        return figure
+        Args:
+            kind: ``"parameter"`` or ``"output"``.
+            statistic: ``"norm"`` or ``"max_abs"`` (drawn as log10), ``"zero_fraction"`` or
+                ``"nonfinite"`` (as they are).
+
+        Returns:
+            a ``plotly.graph_objects.Figure``.
+        """
+        return plots.heatmap(self._history_or_error(), kind, statistic)
 
     def lines(self, names: Sequence[str] | None = None, statistic: str = "norm"):
-        """A plotly line chart of ``statistic`` over steps for ``names`` (default: every layer's
-        first parameter), log y axis for norms."""
-        import plotly.graph_objects as go
+        """A plotly line chart of ``statistic`` over steps, log y axis for norms.
 
-        history = self._history_or_error()
-        if isinstance(names, str):
-            names = [names]
-        if names is None:
-            seen, names = set(), []
-            for name in self.parameter_names:
-                module = name.rsplit(".", 1)[0] if "." in name else ""
-                if module not in seen:
-                    seen.add(module)
-                    names.append(name)
-        figure = go.Figure()
-        for name in names:
-            values = [None if math.isnan(v) else v for v in history.column(name, statistic)]
-            figure.add_trace(go.Scatter(x=history.steps, y=values, mode="lines", name=name or "(root)"))
-        figure.update_layout(
-            title=f"gradient {statistic} over steps",
-            xaxis_title="step",
-            yaxis_title=statistic,
-            yaxis_type="log" if statistic in ("norm", "max_abs") else "linear",
-        )
-        return figure
+        Args:
+            names: parameter or module names; None for every layer's first parameter.
+            statistic: as for :meth:`heatmap`.
+        """
+        return plots.lines(self._history_or_error(), self.parameter_names, names, statistic)
 
     def diagnosis_over_time(self, **thresholds: float):
-        """A plotly scatter of the findings of every kept step: x = step, y = module, colour = kind."""
-        import plotly.graph_objects as go
+        """A plotly scatter of the findings of every kept step: x = step, y = module, colour = kind.
 
+        Args:
+            **thresholds: as for :meth:`diagnose`."""
         history = self._history_or_error()
         findings = [f for step in history.steps for f in self.diagnose(step, group=False, **thresholds)]
-        figure = go.Figure()
-        for kind in ("nan", "exploding", "vanishing", "dead"):
-            chosen = [f for f in findings if f.kind == kind]
-            if chosen:
-                figure.add_trace(
-                    go.Scatter(
-                        x=[f.step for f in chosen],
-                        y=[f.module or "(root)" for f in chosen],
-                        mode="markers",
-                        name=kind,
-                        text=[f.message for f in chosen],
-                        hovertemplate="%{text}<extra></extra>",
-                    )
-                )
-        figure.update_layout(
-            title="diagnosis over steps" + ("" if findings else ": no findings"),
-            xaxis_title="step",
-            yaxis={"type": "category"},
-        )
-        return figure
+        return plots.diagnosis_over_time(findings)
+
+    def onset(self, **thresholds: float) -> list[Finding]:
+        """Since when and where: the first kept step with NaN/Inf, and the first with a norm above
+        ``exploding_norm``, each naming the name backward reached first then
+        (:func:`~hookviz.analysis.onset.onsets`).
+
+        Args:
+            **thresholds: ``exploding_norm`` (default that of :func:`hookviz.analysis.diagnose.diagnose`).
+        """
+        return onsets(self._history_or_error(), self.arrival_order, **thresholds)
 
     def gather(self, dst: int = 0, group=None) -> watch_gather.RankHistory | None:
         """Bring every rank's history to rank ``dst``; a collective, call it on every rank.
 
-        Returns a :class:`~hookviz.watching.gather.RankHistory` on ``dst`` (also kept as
-        ``self.gathered``, which :meth:`save` writes), None elsewhere. Cost and findings: see
-        :mod:`hookviz.watching.gather`. Raises WatchError without a process group or when the ranks
-        watch different names.
+        Returns a :class:`~hookviz.watching.gather.RankHistory` on ``dst`` (also ``self.gathered``,
+        which :func:`hookviz.save` writes), None elsewhere; see :mod:`hookviz.watching.gather`.
+
+        Args:
+            dst: the rank that receives the history.
+            group: the ``torch.distributed`` process group; None for the default one.
+
+        Raises:
+            WatchError: no process group, or the ranks watch different names.
         """
         self.gathered = watch_gather.gather(self, dst, group)
         return self.gathered
@@ -634,9 +548,12 @@ class Watch:
         :meth:`gather`, on ``dst``) or else this process's, as a
         :class:`~hookviz.watching.gather.RankHistory`.
 
-        ``run``: a :class:`hookviz.Run` of the same model to keep with it, so that
-        ``hookviz.show(hookviz.load(path))`` draws the norms on its graph. Raises WatchError when
-        no step was recorded.
+        Args:
+            run: a :class:`hookviz.Run` of the same model to keep with it, so that
+                ``hookviz.show(hookviz.load(path))`` draws the norms on its graph.
+
+        Raises:
+            WatchError: no step was recorded.
         """
         self._row(None)
         history = self.gathered if self.gathered is not None else watch_gather.from_watch(self)
@@ -648,7 +565,7 @@ class Watch:
 
     def __repr__(self) -> str:
         return (
-            f"Watch({type(self.model).__name__}, every={self.every}, steps={self.step}, "
+            f"Watch({self.model_name}, every={self.every}, steps={self.step}, "
             f"kept={len(self._steps)}, names={len(self.names)}, "
             f"{'closed' if self.closed else 'open'})"
         )
@@ -661,6 +578,9 @@ def watch(
     parameters: bool = True,
     outputs: bool = False,
     capacity: int = 1024,
+    optimizer=None,
+    scaler=None,
+    stats_every: int = STATS_EVERY,
 ) -> Watch:
     """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.watching.watch`).
 
@@ -671,6 +591,17 @@ def watch(
         outputs: also record the gradient w.r.t. each module's output (a Python hook per module
             output per step: opt-in, it costs more than the parameters' statistics).
         capacity: steps kept before thinning (see the module docstring).
+        optimizer: None (a step is one backward), a ``torch.optim.Optimizer`` or a list of them
+            (a step is one ``optimizer.step()``, with the ``.grad`` it reads: accumulated, unscaled,
+            clipped; :mod:`hookviz.watching.optimizer_steps`). Wrappers (accelerate, Lightning)
+            are followed to the optimizer inside.
+        scaler: the ``torch.amp.GradScaler`` of the loop, or None. With ``optimizer=``: the steps it
+            skips are kept, marked skipped. Without: each step keeps the scale its gradients carry
+            (``loss_scale(step)``), and diagnosis divides it out.
+        stats_every: read every statistic of the parameters' gradients every ``stats_every`` steps,
+            and only their norms on the others, unless a norm is not finite, above the
+            ``exploding_norm`` threshold or exactly 0 (see the module docstring). 1: every
+            statistic every step.
 
     Returns:
         an open :class:`Watch`; use it as a context manager, or call ``close()``.
@@ -687,131 +618,33 @@ def watch(
                 optimizer.step()
         w.heatmap().show()
     """
-    return Watch(model, every, parameters=parameters, outputs=outputs, capacity=capacity)
+    return Watch(
+        model,
+        every,
+        parameters=parameters,
+        outputs=outputs,
+        capacity=capacity,
+        optimizer=optimizer,
+        scaler=scaler,
+        stats_every=stats_every,
+    )
 
 
-# ---------------------------------------------------------------------------- hooks
+# ---------------------------------------------------------------------------- helpers
 
 
-def _remove(handles: list, graph_handles: list) -> None:
+def _remove(handles: list, graph_handles: list, starts: list) -> None:
     for handle in handles:
         handle.remove()
     handles.clear()
     for handle in graph_handles:
         handle.remove()
     graph_handles.clear()
-
-
-def _owner(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
-    """The module that holds parameter ``name`` and its attribute name there."""
-    path, _, attribute = name.rpartition(".")
-    return model.get_submodule(path), attribute
-
-
-def _structure(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int, tuple]]:
-    """Each module with its parameter count and its submodules: what :meth:`Watch._check_structure`
-    compares."""
-    return [(m, len(m._parameters), tuple(m._modules.values())) for m in model.modules()]
+    for _, handle in starts:
+        handle.remove()
+    starts.clear()
 
 
 def _grad_and_version(parameter: torch.Tensor) -> tuple[object, int]:
     grad = parameter.grad
     return grad, (-1 if grad is None else grad._version)
-
-
-def _reduce_pairs(pairs: list[tuple[int, torch.Tensor]], width: int) -> torch.Tensor:
-    """A ``[width, 4]`` row of ``(column, gradient)`` pairs (DDP / FSDP2's reduced ``.grad``)."""
-    return StepReducer()(pairs, width)
-
-
-def measure_rows(local: list[tuple[int, Measured]]) -> dict[int, tuple]:
-    """``{column: (norm, max_abs, nonfinite, zero_fraction)}`` of statistics queued in hooks."""
-    return {column: summary_of(measured.rows()[0]) for column, measured in local}
-
-
-def _finish(reference: weakref.ref, task: int) -> None:
-    """The end-of-backward callback of backward ``task``."""
-    self = reference()
-    if self is not None:
-        self._finish(task)
-
-
-def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) -> None:
-    """DDP / FSDP2 only: ``register_post_accumulate_grad_hook``: queue the statistics of the local
-    ``.grad`` before the all-reduce writes over it; returns None."""
-    self = reference()
-    if self is None or watch_gather.is_shard(parameter):
-        return  # FSDP2 calls a shard's hooks with the reduced .grad, from its end-of-backward callback
-    state = self._begin()
-    if state is not None and state.recording and parameter.grad is not None:
-        state.arrived.append(column)
-        state.local.append((column, measure([parameter.grad], sums=False, counts=True)))
-
-
-def _parameter_hook(reference: weakref.ref, column: int):
-    """The parameter hook of one column (DDP / FSDP2's parameters, and FSDP2's unsharded ones)."""
-    return partial(_on_parameter, reference, column)
-
-
-def _on_output_grads(reference: weakref.ref, column: int, output_nr: int, grad_outputs: tuple) -> None:
-    """Node pre-hook on the Node that made a module output: hand the gradient w.r.t. that output to the
-    step's reduction; returns None (the gradients are unchanged)."""
-    grad = grad_outputs[output_nr]
-    if grad is None:
-        return
-    self = reference()
-    if self is None:
-        return
-    state = self._begin()
-    if state is not None and state.recording:
-        state.arrived.append(column)
-        state.reducer.add(column, grad)
-
-
-def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:
-    """``Tensor.register_hook`` on a module output that is a leaf (it has no Node): as above."""
-    _on_output_grads(reference, column, 0, (grad,))
-
-
-def _on_model_grads(reference: weakref.ref, grad_outputs) -> None:
-    """Node pre-hook (or tensor hook) on an output of the model: a backward reached the model."""
-    self = reference()
-    if self is not None:
-        self._begin()
-
-
-def _output_tensors(output) -> list[torch.Tensor]:
-    """The tensors of a module's output that require grad; one returned twice is listed once."""
-    if isinstance(output, torch.Tensor):
-        return [output] if output.requires_grad else []
-    found = {id(t): t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad}
-    return list(found.values())
-
-
-def _on_model_forward(reference: weakref.ref, module, args, output) -> None:
-    """Forward hook on the model: hook each output's Node, to learn when a backward reaches it."""
-    self = reference()
-    if self is None or self.closed:
-        return
-    self._check_structure()
-    if not self.parameter_names or not torch.is_grad_enabled():
-        return
-    hook = partial(_on_model_grads, reference)
-    for tensor in _output_tensors(output):
-        node = tensor.grad_fn
-        handle = tensor.register_hook(hook) if node is None else node.register_prehook(hook)
-        self._keep_graph_handle(handle)
-
-
-def _on_forward(reference: weakref.ref, column: int, module, args, output) -> None:
-    """Forward hook (``outputs=True``): put a gradient hook on each output tensor; returns None."""
-    self = reference()
-    if self is None or self.closed or not self.recording or not torch.is_grad_enabled():
-        return
-    for tensor in _output_tensors(output):
-        node = tensor.grad_fn
-        if node is None:
-            handle = tensor.register_hook(partial(_on_output_grad, reference, column))
-        else:
-            handle = node.register_prehook(partial(_on_output_grads, reference, column, tensor.output_nr))
-        self._keep_graph_handle(handle)

@@ -10,12 +10,16 @@ inspector saved here. Edits and re-run need Python, so the page disables them an
 from __future__ import annotations
 
 import base64
+import gzip
 import html
 import json
 from pathlib import Path
 
 from hookviz.errors import HookvizError
-from hookviz.widget import payload as widget_data
+from hookviz.files import paths
+from hookviz.widget.inspector import module_inspector_json, node_inspector_json
+from hookviz.widget.payload import json_float
+from hookviz.widget.tree import MODULE_PREFIX
 
 # What a saved page keeps of each tensor's values (``save_html(values=...)``): "opened", the
 # values of the tensors in the inspector on screen and in the pinned ones only (every other tensor
@@ -74,7 +78,7 @@ def _pooled_overview(overview: list) -> list:
     if rows > EXPORT_OVERVIEW_BLOCKS or columns > EXPORT_OVERVIEW_BLOCKS:
         size = (min(rows, EXPORT_OVERVIEW_BLOCKS), min(columns, EXPORT_OVERVIEW_BLOCKS))
         grid = F.adaptive_avg_pool2d((grid * grid)[None], size)[0].sqrt()
-    return [[widget_data.json_float(_rounded(v, OVERVIEW_DIGITS)) for v in row] for row in grid.tolist()]
+    return [[json_float(_rounded(v, OVERVIEW_DIGITS)) for v in row] for row in grid.tolist()]
 
 
 def _merged_histogram(histogram: dict) -> dict:
@@ -96,6 +100,8 @@ def _compact_tensor(record: dict, keep_values: bool) -> dict:
     for name, value in record.items():
         if name == "value" and not keep_values:
             continue
+        if name == "text" and not keep_values:  # a value's text goes with the value
+            value = {key: shown for key, shown in value.items() if key != "value"}
         if name in _STATISTICS:
             value = _rounded(value, STATISTIC_DIGITS)
         elif name == "histogram" and value:
@@ -129,12 +135,12 @@ def inspectors_json(widget, values: str = "opened", pinned=()) -> dict:
     kept = {widget.selected, *pinned}
     out = {}
     for node_id in run.nodes:
-        data = widget_data.node_inspector_json(run, node_id, baseline)
+        data = node_inspector_json(run, node_id, baseline)
         out[node_id] = _compact(data, values == "all" or node_id in kept)
     for call in run.calls:
-        key = widget_data.MODULE_PREFIX + call.module
+        key = MODULE_PREFIX + call.module
         if key not in out:
-            data = widget_data.module_inspector_json(run, call.module, widget._sites(call.module), baseline)
+            data = module_inspector_json(run, call.module, widget._sites(call.module), baseline)
             out[key] = _compact(data, values == "all" or key in kept or call.module in kept)
     return out
 
@@ -160,23 +166,33 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
     ``values="opened"`` (the default), for every tensor the run recorded with ``values="all"``
     (GPT-2 small, 12 layers x 128 tokens: about 7.6 MB by default, 14 MB with "all").
 
+    The file is written as :func:`hookviz.save` writes (:mod:`hookviz.files.paths`): to an exclusive
+    temporary beside it, then renamed, never through a symlink (one at ``path`` is replaced), whole
+    or not at all.
+
     Raises:
         HookvizError: ``values`` is not "opened" or "all".
+        PathError (a HookvizError and an OSError): ``path`` names no file: it is empty, ends with a
+            separator, is ``.``, ``..`` or a folder, or its folder does not exist.
+        OSError: the file cannot be written (the folder is not writable, the disk is full);
+            nothing is left behind.
     """
     if values not in VALUES:
         raise HookvizError(
             f"values={values!r} is not a choice: 'opened' keeps the values of the inspector on screen "
             "and of pinned nodes, 'all' those of every tensor the run recorded"
         )
+    target = paths.target(path, example="page.html")
     state = {name: getattr(widget, name) for name in widget.keys if not name.startswith("_")}
     state = {k: v for k, v in state.items() if k not in ("layout", "comm", "tabbable", "tooltip")}
     state["static_note"] = STATIC_NOTE
     state["__inspectors"] = inspectors_json(widget, values, [*pinned])
     text = _script_json(state)
-    static = Path(widget_data.__file__).parent / "static"
-    esm = base64.b64encode((static / "widget.js").read_bytes())
+    static = Path(__file__).parent / "static"
+    # gzip (mtime 0: the same page for the same run) keeps the bundle about a quarter of its size;
+    # the loader unpacks it with the browser's DecompressionStream
+    esm = base64.b64encode(gzip.compress((static / "widget.js").read_bytes(), mtime=0))
     loader = (static / "saved_page.js").read_text(encoding="utf-8")
     page = _PAGE.format(title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=loader)
-    target = Path(path)
-    target.write_text(page, encoding="utf-8")
+    paths.write_new(target, page.encode("utf-8"))
     return target

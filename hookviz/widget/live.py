@@ -38,8 +38,7 @@ _RUNNING: weakref.WeakSet = weakref.WeakSet()
 @atexit.register
 def _stop_all() -> None:
     for feed in list(_RUNNING):
-        feed.stop()
-        feed._thread.join(timeout=2.0)
+        feed.stop(wait=2.0)
 
 
 class LiveFeed:
@@ -147,12 +146,15 @@ class LiveFeed:
             except Exception:  # the widget is gone (its comm closed): stop quietly
                 self._closed = True
 
-    def stop(self) -> None:
-        """Unsubscribe and end the thread (the widget keeps what it shows)."""
+    def stop(self, wait: float = 0.0) -> None:
+        """Unsubscribe and end the thread (the widget keeps what it shows). ``wait``: at most this
+        many seconds for the thread to end (it sends the final state first)."""
         self._handle.remove()
         with self._condition:
             self._closed = True
             self._condition.notify()
+        if wait and threading.current_thread() is not self._thread:
+            self._thread.join(wait)
 
     def wait_shown(self, timeout: float = 10.0) -> bool:
         """Wait until the last kept step has been sent, and after the watch closed its final

@@ -8,17 +8,13 @@ what would need the model (editing and re-running).
 
 from __future__ import annotations
 
-from hookviz.errors import HookvizError
+from hookviz.errors import ReadOnlyError
 
 READ_ONLY_NOTE = (
     "read-only: this run was opened from a file, without its model, so it cannot run again. "
     "Inspect, replay and compare work; to edit and re-run, record it again with "
     "hookviz.show(model, args, loss_fn=...)"
 )
-
-
-class ReadOnlyError(HookvizError):
-    """An edit or a re-run was asked of a run opened from a file."""
 
 
 class RecordedSession:

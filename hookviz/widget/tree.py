@@ -13,6 +13,22 @@ from collections import Counter, defaultdict
 
 GROUP_PREFIX = "group:"
 MODULE_PREFIX = "module:"
+ROOT_MARK = "(root)"
+
+
+def module_label(module: str, root_type: str = "") -> str:
+    """The name the page shows for a module: its qualified name; the root module (``""``) by its
+    class, ``"Canonical (root)"`` (``"(root)"`` when the class is unknown). ``w.select`` and the
+    page's search take it."""
+    if module:
+        return module
+    return f"{root_type} {ROOT_MARK}" if root_type else ROOT_MARK
+
+
+def root_type(run) -> str:
+    """The class name of the run's root module (``"Canonical"``); "" when the model did not run
+    as a module."""
+    return next((call.type for call in run.calls if call.module == ""), "")
 
 
 def group_id(module: str) -> str:
@@ -21,7 +37,7 @@ def group_id(module: str) -> str:
 
 
 def parent_module(module: str) -> str | None:
-    """``"a.b.c"`` -> ``"a.b"``, ``"a"`` -> None (the root is not a group)."""
+    """``"a.b.c"`` -> ``"a.b"``, ``"a"`` -> None (the root's box is :mod:`hookviz.widget.graph`'s)."""
     if "." not in module:
         return None
     return module.rsplit(".", 1)[0]
@@ -65,6 +81,7 @@ def mark_signatures(groups: list[dict], nodes: list[dict], leaf_shapes: dict | N
     children: dict[str | None, list[dict]] = defaultdict(list)
     for group in groups:
         children[group["parent"]].append(group)
-    for group in sorted(groups, key=lambda g: -g["module"].count(".")):
+    # innermost first; the root box (module "") holds the top-level ones, so it comes last
+    for group in sorted(groups, key=lambda g: (g["module"] == "", -g["module"].count("."))):
         inner = [child["signature"] for child in children.get(group["id"], ())]
         group["signature"] = _signature(group, own.get(group["module"], Counter()), inner)

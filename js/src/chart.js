@@ -2,9 +2,9 @@
 // baseline) and the watch heatmap (names x training steps, drawn from the figure plotly.py made).
 //
 // Plotly is bundled as the text of an ES module (build.mjs) and evaluated on the first draw, from a
-// blob URL as elk.js starts its worker: evaluated when the widget loaded, it took 0.42-0.62 s of
-// the page's main thread before the graph could be drawn (headless Chromium, 2 cores), and the
-// chart is drawn after the graph anyway.
+// blob URL as elk.js starts its worker: evaluated when the widget loaded, it would hold the page's
+// main thread before the graph could be drawn (docs/perf.md), and the chart is drawn after the
+// graph anyway.
 import plotlySource from "plotly-esm-text";
 import { heatmapWithStep } from "./logic.js";
 
@@ -54,7 +54,7 @@ function followSize(el) {
 }
 
 /**
- * The gradient-flow chart: the figure Python made (`chart.figure`, hookviz.widget.payload.chart_spec,
+ * The gradient-flow chart: the figure Python made (`chart.figure`, hookviz.widget.chart.chart_spec,
  * the chart's one home), drawn with the theme's text, grid and error colours and CHART_HEIGHT.
  * A chart with no layers hides its box.
  */

@@ -5,12 +5,11 @@ import { elkLayout, warmUp } from "./elk.js";
 import { BOX_PADDING, edgeRouteStyle, elkGraph, fitZoom, positionsOf, routesOf, wraps } from "./layout.js";
 import {
   EDIT_COLOR,
+  groupId,
   HOOK_COLOR,
-  normColor,
   overlayColor,
   replayOnVisible,
   textColorOn,
-  beyondRange,
   moduleTree,
   visibleGraph,
 } from "./logic.js";
@@ -56,6 +55,7 @@ function boxLabel(group) {
 }
 
 function boxTitle(group) {
+  if (group.module === "") return group.label; // the root module's box: "Canonical (root)"
   const kind = group.type ? ` (${group.type})` : "";
   const same = group.repeat ? `, ${group.repeat.index} of ${group.repeat.count} identical blocks` : "";
   return `${group.module}${kind}${same}`;
@@ -111,8 +111,10 @@ function styleFor(t) {
         "border-color": "data(color)",
         "border-width": 2,
         color: t.text,
+        // The title starts at the box's left edge: the edges that enter a box come down to the
+        // ops inside it, mostly near its middle, where a centred title sat on them.
         "text-valign": "top",
-        "text-halign": "center",
+        "text-halign": "left-inside",
         "text-wrap": "none",
         "font-weight": "bold",
         padding: BOX_PADDING.side,
@@ -157,11 +159,14 @@ function styleFor(t) {
   ];
 }
 
-/** Node colour (the watch overlay's, else the norm's on the fixed range) and its text colour. */
-function painter(range, overlay) {
-  return (id, norm, nan) => {
-    const color = overlay ? overlayColor(id, overlay) : normColor(norm, range, nan);
-    return { color, textColor: textColorOn(color), beyond: !overlay && beyondRange(norm, range) };
+/**
+ * An element's colour (the watch overlay's, else its norm's: both sent by Python, which colours
+ * on the range fixed by the baseline) and the text colour that reads on it.
+ */
+function painter(overlay) {
+  return (item) => {
+    const color = overlay ? overlayColor(item.id, overlay) : item.color;
+    return { color, textColor: textColorOn(color), beyond: !overlay && !!item.beyond };
   };
 }
 
@@ -177,7 +182,7 @@ function boxData(paint, pending) {
       id: group.id,
       label,
       title: boxTitle(group),
-      ...paint(group.id, group.norm, group.nan),
+      ...paint(group),
       isGroup: true,
       collapsed,
       module: group.module,
@@ -191,10 +196,10 @@ function boxData(paint, pending) {
 }
 
 /** Cytoscape element definitions (with their sizes) of what a collapse state draws. */
-function elementsFor(graph, collapsed, range, overlay, editState) {
+function elementsFor(graph, collapsed, overlay, editState) {
   const els = [];
   const pending = pendingTargets(editState);
-  const paint = painter(range, overlay);
+  const paint = painter(overlay);
   const box = boxData(paint, pending);
   const vis = visibleGraph(graph, collapsed);
   for (const { group, collapsed: isCollapsed, parent } of vis.groups) {
@@ -208,7 +213,7 @@ function elementsFor(graph, collapsed, range, overlay, editState) {
         id: n.id,
         label,
         title: n.kind === "leaf" ? n.id : `${n.id} in ${n.module || "(root)"}`,
-        ...paint(n.id, n.norm, n.nan),
+        ...paint(n),
         kind: n.kind,
         edited: !!n.edited,
         pending: pending.has(n.id),
@@ -225,8 +230,8 @@ function elementsFor(graph, collapsed, range, overlay, editState) {
 }
 
 /** Cytoscape elements of the Module tree view: a box per drawn module, edges to its children. */
-function treeElementsFor(graph, collapsed, range, overlay, editState) {
-  const box = boxData(painter(range, overlay), pendingTargets(editState));
+function treeElementsFor(graph, collapsed, overlay, editState) {
+  const box = boxData(painter(overlay), pendingTargets(editState));
   const tree = moduleTree(graph, collapsed);
   const els = tree.groups.map(({ group, collapsed: closed, hasChildren }) => ({
     group: "nodes",
@@ -353,13 +358,7 @@ export class GraphView {
     const tree = view === "modules";
     const key = JSON.stringify([graph.structure, [...(collapsed || [])].sort(), tree]);
     const t0 = performance.now();
-    const { els, representative } = (tree ? treeElementsFor : elementsFor)(
-      graph,
-      collapsed,
-      graph.color_range,
-      overlay,
-      editState,
-    );
+    const { els, representative } = (tree ? treeElementsFor : elementsFor)(graph, collapsed, overlay, editState);
     if (key === this.layoutKey) {
       this.representative = representative;
       this.cy.batch(() => {
@@ -407,8 +406,8 @@ export class GraphView {
 
   /**
    * ELK positions of the drawn elements and routes of their edges: {positions, routes}. Top to
-   * bottom; when its labels would be too small to draw in this view and no box is open (a deep
-   * chain, see wraps), again wrapped into pieces side by side, and the larger of the two. The
+   * bottom; when its labels would be too small to draw in this view and no box but the root
+   * module's is open (a deep chain, see wraps), again wrapped into pieces side by side, and the larger of the two. The
    * Module tree view is a tree left to right, one column per depth.
    */
   layOut(els, nodes, tree = false) {
@@ -430,7 +429,9 @@ export class GraphView {
       const straight = drawing(result);
       const zoom = fitZoom(straight.positions, width, height);
       // A tree has one column per depth: wrapping would only tangle its edges.
-      if (tree || !wraps(zoom, FONT_SIZE, MIN_LABEL_PX, compound.size > 0)) return straight;
+      // The root module's box is always open; it wraps the chain inside itself (elkGraph).
+      const openBox = [...compound].some((id) => id !== groupId(""));
+      if (tree || !wraps(zoom, FONT_SIZE, MIN_LABEL_PX, openBox)) return straight;
       return elkLayout(elkGraph(items, edges, aspect, true, direction)).then((result) => {
         const wrapped = drawing(result);
         return fitZoom(wrapped.positions, width, height) > zoom ? wrapped : straight;

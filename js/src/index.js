@@ -11,11 +11,6 @@ import { renderBanner, renderEditor, renderEdits, renderLeaves, renderLog, Repla
 import { renderChart, renderHeatmap, destroyChart } from "./chart.js";
 import { onThemeChange } from "./theme.js";
 import {
-  formatNumber,
-  legendStops,
-  NAN_COLOR,
-  NO_GRAD_COLOR,
-  ZERO_GRAD_COLOR,
   EDIT_COLOR,
   HOOK_COLOR,
   replayState,
@@ -30,12 +25,13 @@ import {
 } from "./logic.js";
 import { savedModel } from "./saved.js";
 
-function legend(range, title = "log10 ‖grad‖") {
-  const stops = legendStops(range, 5);
+/** The legend Python sent ({title, stops: [{color, text}], keys: [{color, text}]}: hookviz.colors.legend). */
+function legend(spec) {
+  const stops = spec?.stops || [];
   const sw = (color, text, extra = "") =>
     h("span", { class: "hv-sw" }, h("i", { style: `background:${color};${extra}` }), text);
   return [
-    h("div", { class: "hv-legend-title" }, title),
+    h("div", { class: "hv-legend-title" }, spec?.title || ""),
     h("div", {
       class: "hv-legend-bar",
       style: `background:linear-gradient(to right, ${stops.map((s) => s.color).join(",")})`,
@@ -43,14 +39,12 @@ function legend(range, title = "log10 ‖grad‖") {
     h(
       "div",
       { class: "hv-legend-ticks" },
-      stops.map((s) => h("span", {}, formatNumber(Math.round(s.log10 * 10) / 10))),
+      stops.map((s) => h("span", {}, s.text)),
     ),
     h(
       "div",
       { class: "hv-legend-keys" },
-      sw(NAN_COLOR, "NaN/Inf"),
-      sw(ZERO_GRAD_COLOR, "zero"),
-      sw(NO_GRAD_COLOR, "no grad"),
+      (spec?.keys || []).map((k) => sw(k.color, k.text)),
       sw("#fff", "edited", `border:3px solid ${EDIT_COLOR}`),
       sw("#fff", "user hook", `border:3px dashed ${HOOK_COLOR}`),
       h(
@@ -251,7 +245,9 @@ function render({ model, el }) {
     const g = graphOf();
     if (model.get("collapsed") === null || model.get("collapsed") === undefined) {
       if (!g.groups) return false;
-      setState({ collapsed: firstCollapsed(g, model.get("view"), model.get("visible_budget") ?? VISIBLE_BUDGET) });
+      // A selection made before the page drew (w.select in the cell that made the widget) is drawn.
+      const budget = model.get("visible_budget") ?? VISIBLE_BUDGET;
+      setState({ collapsed: firstCollapsed(g, model.get("view"), budget, model.get("selected") || null) });
       return true;
     }
     return false;
@@ -262,6 +258,7 @@ function render({ model, el }) {
   // Select an element (a node id or "module:<name>") and open the boxes around it so it is drawn.
   let quietSelection = null; // the replay's selection: no boxes open for it
   const selectElement = (id, { reveal = true } = {}) => {
+    searchError.textContent = ""; // a failed search's error goes with the next selection
     const changes = {};
     if (reveal) {
       const opened = revealTarget(collapsedNow(), id, graphOf());
@@ -304,6 +301,7 @@ function render({ model, el }) {
       },
       onToggleGroup: (module) => {
         mark("toggle");
+        searchError.textContent = "";
         // Opened in the page, with no round trip: the kernel may be busy (recording a large run's
         // details, or another cell); it learns the new state when the change is synced.
         setState({ collapsed: toggleGroup(collapsedNow(), module, graphOf().groups) });
@@ -368,6 +366,7 @@ function render({ model, el }) {
     graphError.textContent = e.group || "";
     selectError.textContent = e.select || "";
     messageError.textContent = e.message || staticNote;
+    messageError.classList.toggle("hv-static-note", !e.message && !!staticNote);
     watchBar.set(model.get("watch_view"), e.watch, model.get("watch_ranks") || []);
   };
   const bottom = root.querySelector(".hv-bottom");
@@ -380,12 +379,7 @@ function render({ model, el }) {
     if (graphless) return Promise.resolve();
     const watchView = model.get("watch_view") || {};
     const overlay = watchView.steps ? watchView : null;
-    fill(
-      legendEl,
-      overlay
-        ? legend(overlay.color_range, `log10 ‖grad‖ at step ${overlay.step}`)
-        : legend(g.color_range, "log10 ‖grad‖ (scale fixed by the baseline run)"),
-    );
+    fill(legendEl, legend(overlay ? overlay.legend : g.legend));
     if (!graphView) return Promise.resolve();
     // A first view is made here and written to the model, which draws it (change:collapsed).
     if (ensureCollapsed()) return lastDraw;
@@ -416,10 +410,7 @@ function render({ model, el }) {
   };
   const drawSummary = () => {
     const s = model.get("summary") || {};
-    summary.textContent =
-      s.loss === undefined
-        ? ""
-        : `loss ${formatNumber(s.loss)} (baseline ${formatNumber(s.baseline_loss)}) · run ${s.run} on ${s.device}`;
+    summary.textContent = s.text || "";
     const view = model.get("view");
     viewOps.classList.toggle("hv-on", view !== "modules");
     viewModules.classList.toggle("hv-on", view === "modules");
@@ -434,6 +425,20 @@ function render({ model, el }) {
   };
   let focused = null;
   const typed = {}; // what the user typed in the edit box, kept when the panel is redrawn
+  // The edit box of the selection; drawn again when the edits change (it says which edit Apply replaces).
+  const drawEditor = (data) =>
+    renderEditor(
+      editorEl,
+      data,
+      errors().edit,
+      typed,
+      (msg) => {
+        mark("apply");
+        send(msg);
+      },
+      staticNote,
+      model.get("edits") || [],
+    );
   const drawInspector = () => {
     const id = model.get("selected") || "";
     const full = model.get("inspector") || {};
@@ -447,17 +452,7 @@ function render({ model, el }) {
       ? "tensor values of this element are not in this saved page"
       : "tensor statistics and values: asking the kernel…";
     renderInspector(inspectorEl, data, summary, note);
-    renderEditor(
-      editorEl,
-      data,
-      errors().edit,
-      typed,
-      (msg) => {
-        mark("apply");
-        send(msg);
-      },
-      staticNote,
-    );
+    drawEditor(data);
     mark("inspector");
     if (data.id) mark("values"); // the kernel's answer is drawn (read by the benchmark)
     graphView?.select(id || undefined);
@@ -486,6 +481,7 @@ function render({ model, el }) {
     // A saved page cannot re-run: it never asks for one (the button is disabled with the note).
     const stale = !!(model.get("edit_state") || {}).stale && !staticNote;
     rerun.classList.toggle("hv-pending", stale);
+    root.classList.toggle("hv-edits-pending", stale);
     rerun.textContent = stale ? "Re-run backward •" : "Re-run backward";
     staleNote.hidden = !stale;
     staleNote.textContent = stale ? "edits changed since this run: the graph shows the old run, press Re-run" : "";
@@ -522,12 +518,17 @@ function render({ model, el }) {
   };
   const drawWatch = () => {
     watchBar.set(model.get("watch_view"), errors().watch, model.get("watch_ranks") || []);
+    // The leaf table holds the run's gradients, not the watch's: hidden while a watch is shown.
+    leavesEl.hidden = !!(model.get("watch_view") || {}).steps;
     drawGraph();
     drawHeatmap();
   };
 
   const handlers = {
-    "change:graph": drawGraph,
+    "change:graph": () => {
+      searchError.textContent = ""; // a new run: an old search's error no longer applies
+      drawGraph();
+    },
     "change:collapsed": drawGraph,
     "change:view": () => {
       // Replay's fading belongs to the view it was turned on in: another view starts without it.
@@ -547,7 +548,12 @@ function render({ model, el }) {
       drawInspector();
       drawEdits();
     },
-    "change:edits": drawEdits,
+    "change:edits": () => {
+      drawEdits();
+      const id = model.get("selected") || "";
+      const full = model.get("inspector") || {};
+      drawEditor(id && full.id === id ? full : {});
+    },
     "change:edit_state": drawEditState,
     "change:code": drawEdits,
     "change:leaf_summary": drawLeaves,

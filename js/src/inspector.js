@@ -1,11 +1,14 @@
 // The inspector: what one node (or module) saw during the run, before -> after, and its hooks.
 import { add, h } from "./dom.js";
-import { formatNumber, formatPercent, formatValue, parseNumber } from "./logic.js";
+import { parseNumber } from "./logic.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
-/** A small bar chart of a histogram ({counts, edges}) of a tensor of `numel` elements. */
-export function histogram(hist, numel) {
+/**
+ * A small bar chart of a histogram ({counts, edges}) of a tensor of `numel` elements; `range`: the
+ * text of its first and last edge (the tensor's text.histogram).
+ */
+export function histogram(hist, numel, range = "") {
   if (!hist || !hist.counts || !hist.counts.length) return null;
   const counts = hist.counts;
   const w = 160;
@@ -25,44 +28,40 @@ export function histogram(hist, numel) {
     r.setAttribute("height", bh);
     svg.append(r);
   });
-  const edges = hist.edges || [];
   const counted = counts.reduce((a, b) => a + b, 0);
   const sampled = numel > counted ? ` · a fixed sample of ${counted} of ${numel} elements` : "";
-  return h(
-    "div",
-    { class: "hv-histwrap" },
-    svg,
-    h("div", { class: "hv-muted" }, `${formatNumber(edges[0])} … ${formatNumber(edges[edges.length - 1])}${sampled}`),
-  );
+  return h("div", { class: "hv-histwrap" }, svg, h("div", { class: "hv-muted" }, `${range}${sampled}`));
 }
 
-// A tensor with more elements than this shows as statistics + histogram, never as numbers.
-export const SHOWN_ELEMENTS = 16;
+/** "#rrggbb" -> [r, g, b]. */
+const rgb = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
 
 /**
- * A small heatmap of a 2-D value (rows x columns), one cell per element, diverging around 0;
- * `caption` replaces the default one (an overview's says what its cells are).
+ * A small heatmap of a 2-D value (rows x columns), one cell per element, shading from `colors.zero`
+ * at 0 to `colors.negative` / `colors.positive` at the largest |value| (NaN/Inf: `colors.nan`);
+ * `caption` replaces the default one (an overview's says what its cells are); `top`: the text of
+ * the largest |value| (the tensor's text.abs_max or text.overview_max).
  */
-export function heatmap(value, caption = null) {
-  if (!Array.isArray(value) || !Array.isArray(value[0])) return null;
+export function heatmap(value, caption = null, top = "", colors = null) {
+  // The colours come with the payload (hookviz.colors.HEATMAP_COLORS: no red but for NaN/Inf).
+  if (!colors || !Array.isArray(value) || !Array.isArray(value[0])) return null;
   const rows = value.length;
   const cols = value[0].length;
   const cell = Math.max(1, Math.min(8, Math.floor(200 / Math.max(rows, cols))));
   const canvas = h("canvas", { class: "hv-heat", width: cols * cell, height: rows * cell });
   const ctx = canvas.getContext?.("2d");
   if (!ctx) return null;
-  let top = 0;
-  for (const row of value) for (const v of row) top = Math.max(top, Math.abs(parseNumber(v) || 0));
+  const [zero, negative, positive] = [colors.zero, colors.negative, colors.positive].map(rgb);
+  let largest = 0;
+  for (const row of value) for (const v of row) largest = Math.max(largest, Math.abs(parseNumber(v) || 0));
   value.forEach((row, i) =>
     row.forEach((v, j) => {
       const n = parseNumber(v);
-      const t = top > 0 && Number.isFinite(n) ? n / top : 0;
-      // Blue below zero, red above, white at zero; NaN/Inf black.
+      const t = largest > 0 && Number.isFinite(n) ? n / largest : 0;
+      const end = t >= 0 ? positive : negative;
       ctx.fillStyle = Number.isFinite(n)
-        ? t >= 0
-          ? `rgb(255,${Math.round(255 * (1 - t))},${Math.round(255 * (1 - t))})`
-          : `rgb(${Math.round(255 * (1 + t))},${Math.round(255 * (1 + t))},255)`
-        : "#000";
+        ? `rgb(${zero.map((z, k) => Math.round(z + (end[k] - z) * Math.abs(t))).join(",")})`
+        : colors.nan;
       ctx.fillRect(j * cell, i * cell, cell, cell);
     }),
   );
@@ -73,53 +72,62 @@ export function heatmap(value, caption = null) {
     h(
       "div",
       { class: "hv-muted hv-small" },
-      caption ? `${caption}, max ${formatNumber(top)}` : `${rows}×${cols}: blue < 0 < red, |max| ${formatNumber(top)}`,
+      caption ? `${caption}, max ${top}` : `${rows}×${cols}: blue < 0 < brown, |max| ${top}`,
     ),
   );
 }
 
-/** The raw values behind a toggle, formatted only when opened. */
+/** The raw values behind a toggle, every digit as recorded, written out only when opened. */
 function rawValues(value) {
   const text = h("code", { class: "hv-value" });
   const details = h("details", { class: "hv-raw" }, h("summary", {}, "raw values"), text);
   details.addEventListener("toggle", () => {
-    if (details.open && !text.textContent) text.textContent = formatValue(value);
+    if (details.open && !text.textContent) text.textContent = JSON.stringify(value).replaceAll(",", ", ");
   });
   return details;
 }
 
 /**
- * One tensor summary: header line, then the value when it has at most SHOWN_ELEMENTS elements;
- * else statistics, a histogram, a heatmap for 2-D values, and the raw values behind a toggle; a
+ * One tensor summary: header line, then the value when Python sent its text (a tensor of at most
+ * hookviz.widget.payload.SHOWN_ELEMENTS elements); else statistics, a histogram, a heatmap for 2-D values, and the raw values behind a toggle; a
  * tensor too large to keep has no values, and a 2-D one a heatmap of its block overview.
  */
-export function tensorView(t) {
-  if (!t) return h("span", { class: "hv-muted" }, "None");
+export function tensorView(t, colors = null, none = "None") {
+  // `none`: why there is no tensor (the payload's none_text: "None: x does not require grad").
+  if (!t) return h("span", { class: "hv-muted hv-none" }, none || "None");
   const head = `${t.dtype}[${(t.shape || []).join(", ")}] ${t.device || ""}`;
   const bad = (t.nan_count || 0) + (t.inf_count || 0) > 0;
   const parts = [h("span", { class: "hv-shape" }, head)];
   const hasValue = t.value !== null && t.value !== undefined;
-  if (hasValue && (t.numel ?? 0) <= SHOWN_ELEMENTS) {
-    parts.push(h("code", { class: bad ? "hv-value hv-bad" : "hv-value" }, formatValue(t.value)));
+  const text = t.text || {};
+  if (text.value !== undefined) {
+    parts.push(h("code", { class: bad ? "hv-value hv-bad" : "hv-value" }, text.value));
   } else {
     parts.push(
       h(
         "div",
         { class: bad ? "hv-stats hv-bad" : "hv-stats" },
-        `norm ${formatNumber(t.norm)} · mean ${formatNumber(t.mean)} · min ${formatNumber(t.min)} · max ${formatNumber(t.max)}` +
-          ` · zeros ${formatPercent(t.zero_fraction)}` +
+        `norm ${text.norm} · mean ${text.mean} · min ${text.min} · max ${text.max}` +
+          ` · zeros ${text.zeros}` +
           (bad ? ` · NaN ${t.nan_count} · Inf ${t.inf_count}` : ""),
       ),
     );
-    parts.push(histogram(t.histogram, t.numel));
+    parts.push(histogram(t.histogram, t.numel, text.histogram));
     if (hasValue) {
-      parts.push(heatmap(t.value));
+      parts.push(heatmap(t.value, null, text.abs_max, colors));
       parts.push(rawValues(t.value));
     } else {
       if (t.overview && t.shape?.length === 2) {
         const [rows, cols] = t.shape;
         const blocks = `${t.overview.length}×${t.overview[0]?.length ?? 0}`;
-        parts.push(heatmap(t.overview, `${rows}×${cols} in ${blocks} blocks: root mean square of each`));
+        parts.push(
+          heatmap(
+            t.overview,
+            `${rows}×${cols} in ${blocks} blocks: root mean square of each`,
+            text.overview_max,
+            colors,
+          ),
+        );
       }
       parts.push(
         h(
@@ -134,30 +142,36 @@ export function tensorView(t) {
   return h("div", { class: "hv-tensor" }, parts);
 }
 
-/** A list of tensors with before -> after when a "before" list is given and differs. */
-/** Slot label: "[1]", or "[1] mat1" when the op's schema names the argument. */
-function slotLabel(i, names) {
-  return names && names[i] ? `[${i}] ${names[i]}` : `[${i}]`;
+/** Slot label: "[1]", or "[1] mat1" when the op's schema names the argument; `slot` before it
+ * ("grad_input[0] x") where a module's two hook views sit side by side. */
+function slotLabel(i, names, slot = "") {
+  return names && names[i] ? `${slot}[${i}] ${names[i]}` : `${slot}[${i}]`;
 }
 
-function tensorList(title, after, before, changed, names = null) {
+/**
+ * A list of tensors, before -> after where `changed` says so; `names`: the slots' names, `slot`
+ * the view's name before each, `none`: why each None is None (the payload's none_text), `colors`:
+ * the heatmaps' (heatmap_colors).
+ */
+function tensorList(title, after, before, changed, names = null, slot = "", none = null, colors = null) {
   if (!after) return null;
+  const view = (t, i) => tensorView(t, colors, none?.[i]);
   const rows = after.map((t, i) => {
     const b = before ? before[i] : undefined;
     const showBefore = b !== undefined && changed && changed[i];
     return h(
       "tr",
       {},
-      h("td", { class: "hv-slot" }, slotLabel(i, names)),
+      h("td", { class: "hv-slot" }, slotLabel(i, names, slot)),
       h(
         "td",
         {},
-        showBefore ? h("div", { class: "hv-before" }, h("span", { class: "hv-tag" }, "before"), tensorView(b)) : null,
+        showBefore ? h("div", { class: "hv-before" }, h("span", { class: "hv-tag" }, "before"), view(b, i)) : null,
         h(
           "div",
           { class: showBefore ? "hv-after" : "" },
           showBefore ? h("span", { class: "hv-tag" }, "after") : null,
-          tensorView(t),
+          view(t, i),
         ),
       ),
     );
@@ -170,29 +184,92 @@ function tensorList(title, after, before, changed, names = null) {
   );
 }
 
-// Why an op has no forward value: hookviz notes the result of each torch call made from Python (a
-// TorchFunctionMode, hookviz.record.hooks.ForwardRecorder), so a Node that autograd made inside one
-// call (the steps of scaled_dot_product_attention's math kernel, a C++ function) never reaches it.
-const NOT_SEEN_FROM_PYTHON =
-  "not seen from Python: autograd made this op inside a larger torch call (such as the steps of " +
-  "scaled_dot_product_attention, or a function written in C++), and hookviz sees the result of each " +
-  "call made from Python, not the steps inside it. Its gradients below are recorded all the same.";
-
+// Why a node has no forward value (a leaf, pending details, a step inside one torch call) is the
+// payload's output_note, written by hookviz.widget.inspector.
 function forwardValue(data) {
-  if (data.output) return tensorView(data.output);
-  const pending = (data.pending || []).includes("output");
-  const why = pending
-    ? "recorded with the run's details, in a moment"
-    : data.node_kind === "leaf"
-      ? "a leaf (a parameter or an input) is not computed by an op in this graph: no forward output"
-      : NOT_SEEN_FROM_PYTHON;
-  return h("div", { class: "hv-muted hv-not-seen" }, `None: ${why}`);
+  if (data.output) return tensorView(data.output, data.heatmap_colors);
+  return h("div", { class: "hv-muted hv-not-seen" }, data.output_note || "None");
+}
+
+/**
+ * What a module's two kinds of backward hook see, side by side: the full hook's grad_input (one
+ * per tensor input of forward, by name) and the legacy hook's (the grad_inputs of the module's
+ * last op, each named by the op's argument and the Node that made it), with their grad_output.
+ */
+function hookViews(data, before, changed, none = {}, colors = null) {
+  const legacyAt = data.output_node ? `the module's last op, ${data.output_node}` : "the module's last op";
+  const column = (cls, title, note, sections) =>
+    h(
+      "div",
+      { class: `hv-hook-view ${cls}` },
+      h("h4", {}, title),
+      h("div", { class: "hv-muted hv-small" }, note),
+      ...sections,
+    );
+  return h(
+    "div",
+    { class: "hv-hook-views" },
+    column(
+      "hv-hook-full",
+      "register_full_backward_hook",
+      `grad_input: one gradient per tensor input of forward (${(data.grad_input || []).length})`,
+      [
+        tensorList(
+          "grad_input",
+          data.grad_input,
+          before.grad_input,
+          changed.grad_input,
+          data.grad_input_names,
+          "grad_input",
+          none.grad_input,
+          colors,
+        ),
+        tensorList(
+          "grad_output",
+          data.grad_output,
+          before.grad_output,
+          changed.grad_output,
+          null,
+          "grad_output",
+          none.grad_output,
+          colors,
+        ),
+      ],
+    ),
+    column(
+      "hv-hook-legacy",
+      "register_backward_hook (legacy)",
+      `grad_input: the ${(data.legacy_grad_input || []).length} grad_inputs of ${legacyAt}`,
+      [
+        tensorList(
+          "grad_input",
+          data.legacy_grad_input,
+          null,
+          null,
+          data.legacy_grad_input_names,
+          "grad_input",
+          none.legacy_grad_input,
+          colors,
+        ),
+        tensorList(
+          "grad_output",
+          data.legacy_grad_output,
+          null,
+          null,
+          null,
+          "grad_output",
+          none.legacy_grad_output,
+          colors,
+        ),
+      ],
+    ),
+  );
 }
 
 /** A module's child modules and the gradient norms of the parameters inside it (graphSummary). */
 function structureSections(summary) {
   if (!summary || summary.kind !== "module") return [];
-  const norm = (x) => (x.nan ? "NaN/Inf" : formatNumber(x.norm));
+  const norm = (x) => x.norm_text;
   const children = summary.children.length
     ? h(
         "div",
@@ -212,7 +289,12 @@ function structureSections(summary) {
     ? h(
         "div",
         { class: "hv-section hv-parameters" },
-        h("h4", {}, `parameters' gradient norms (${summary.parameters.length})`),
+        h(
+          "h4",
+          {},
+          // the root module holds the model's inputs too (x, y, z of the canonical example)
+          `${summary.module === "" ? "leaves'" : "parameters'"} gradient norms (${summary.parameters.length})`,
+        ),
         h(
           "table",
           { class: "hv-tensors" },
@@ -238,26 +320,30 @@ export function renderInspector(el, data, summary = null, note = "") {
     return;
   }
   if (!data || !data.id) {
-    const module = summary.module === "" ? "(root)" : summary.module;
+    const module = summary.label || (summary.module === "" ? "(root)" : summary.module);
     const isModule = summary.kind === "module";
     const meta = isModule
       ? [
           ["id", summary.id],
           ["type", summary.type || "module"],
-          ["‖grad‖ at its boundary", summary.nan ? "NaN/Inf" : formatNumber(summary.norm)],
+          ["‖grad‖ at its boundary", summary.norm_text],
           ["elements inside", summary.size],
         ]
       : [
           ["id", summary.id],
           ["module", module],
           ["kind", summary.kind],
-          ["‖grad‖", summary.nan ? "NaN/Inf" : formatNumber(summary.norm)],
+          ["‖grad‖", summary.norm_text],
           ["inputs from", summary.inputs.join(", ") || "–"],
           ["outputs to", summary.outputs.join(", ") || "–"],
         ];
     add(
       el,
-      h("h3", { class: "hv-title" }, isModule ? `module ${module}` : summary.op || summary.id),
+      h(
+        "h3",
+        { class: "hv-title" },
+        isModule ? `module ${module}${summary.type ? ` · ${summary.type}` : ""}` : summary.op || summary.id,
+      ),
       h(
         "table",
         { class: "hv-meta" },
@@ -268,11 +354,17 @@ export function renderInspector(el, data, summary = null, note = "") {
     );
     return;
   }
-  const title = data.kind === "module" ? `module ${data.module === "" ? "(root)" : data.module}` : `${data.op}`;
+  const moduleName = data.label || (data.module === "" ? "(root)" : data.module);
+  // A module's title names its type (Linear, Block) unless its label does; a container's is its op.
+  const type = data.kind === "module" ? data.type || data.op : null;
+  const typed = type && !moduleName.includes(type) ? ` · ${type}` : "";
+  const title = data.kind === "module" ? `module ${moduleName}${typed}` : `${data.op}`;
   const meta = [
     ["id", data.id],
-    ["module", data.module === "" ? "(root)" : data.module],
+    ["module", data.kind === "module" || data.module !== "" ? moduleName : summary?.label || "(root)"],
+    ["type", data.kind === "module" ? data.op : null],
     ["kind", data.node_kind],
+    ["type", type],
     ["backward order", data.kind === "module" ? null : (data.order ?? "did not run")],
   ].filter(([, v]) => v !== undefined && v !== null);
   add(
@@ -296,6 +388,8 @@ export function renderInspector(el, data, summary = null, note = "") {
   );
   const before = data.before || {};
   const changed = data.changed || {};
+  const none = data.none_text || {};
+  const colors = data.heatmap_colors;
   if (data.kind === "module") {
     if (data.inputs) {
       add(
@@ -308,20 +402,34 @@ export function renderInspector(el, data, summary = null, note = "") {
             "table",
             { class: "hv-tensors" },
             Object.entries(data.inputs).map(([k, v]) =>
-              h("tr", {}, h("td", { class: "hv-slot" }, k), h("td", {}, typeof v === "string" ? v : tensorView(v))),
+              h(
+                "tr",
+                {},
+                h("td", { class: "hv-slot" }, k),
+                h("td", {}, typeof v === "string" ? v : tensorView(v, colors)),
+              ),
             ),
           ),
         ),
       );
     }
-    add(el, tensorList("forward output", data.output_list, null, null));
-    add(el, tensorList("grad_output (full backward hook)", data.grad_output, before.grad_output, changed.grad_output));
-    add(el, tensorList("grad_input (full backward hook)", data.grad_input, before.grad_input, changed.grad_input));
-    add(el, tensorList("legacy grad_input (register_backward_hook)", data.legacy_grad_input, null, null));
-    add(el, tensorList("legacy grad_output (register_backward_hook)", data.legacy_grad_output, null, null));
+    add(el, tensorList("forward output", data.output_list, null, null, null, "", null, colors));
+    add(el, hookViews(data, before, changed, none, colors));
   } else {
     add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), forwardValue(data)));
-    add(el, tensorList("grad_outputs (pre-hook sees)", data.grad_outputs, before.grad_outputs, changed.grad_outputs));
+    add(
+      el,
+      tensorList(
+        "grad_outputs (pre-hook sees)",
+        data.grad_outputs,
+        before.grad_outputs,
+        changed.grad_outputs,
+        null,
+        "",
+        none.grad_outputs,
+        colors,
+      ),
+    );
     add(
       el,
       tensorList(
@@ -330,10 +438,25 @@ export function renderInspector(el, data, summary = null, note = "") {
         before.grad_inputs,
         changed.grad_inputs,
         data.grad_input_names,
+        "",
+        none.grad_inputs,
+        colors,
       ),
     );
     if (data.grad_inputs_before_edit)
-      add(el, tensorList("grad_inputs before this run's edit", data.grad_inputs_before_edit, null, null));
+      add(
+        el,
+        tensorList(
+          "grad_inputs before this run's edit",
+          data.grad_inputs_before_edit,
+          null,
+          null,
+          null,
+          "",
+          null,
+          colors,
+        ),
+      );
     if (data.saved && data.saved.length) {
       add(
         el,
@@ -352,7 +475,7 @@ export function renderInspector(el, data, summary = null, note = "") {
                 h(
                   "td",
                   {},
-                  `${s.dtype}[${(s.shape || []).join(", ")}] · ${s.nbytes} bytes${s.of ? ` · from ${s.of}` : ""}`,
+                  `${s.dtype}[${(s.shape || []).join(", ")}] · ${s.size ?? `${s.nbytes} B`}${s.of ? ` · from ${s.of}` : ""}`,
                 ),
               ),
             ),

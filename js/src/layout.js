@@ -25,12 +25,6 @@ const SPACING = {
  * ratio (width / height).
  */
 export function layoutOptions(aspect, wrap = false, direction = "DOWN") {
-  const wrapping = wrap
-    ? {
-        "elk.layered.wrapping.strategy": "MULTI_EDGE",
-        "elk.aspectRatio": String(Math.max(0.5, Math.min(4, aspect || 1.6))),
-      }
-    : {};
   return {
     "elk.algorithm": "layered",
     "elk.direction": direction,
@@ -41,7 +35,16 @@ export function layoutOptions(aspect, wrap = false, direction = "DOWN") {
     "elk.spacing.componentComponent": "24",
     "elk.layered.considerModelOrder.strategy": "NODES_AND_EDGES",
     "elk.padding": "[top=10,left=10,bottom=10,right=10]",
-    ...wrapping,
+    ...wrapping(aspect, wrap),
+  };
+}
+
+// ELK's options that cut a chain into pieces side by side (see layoutOptions); none without wrap.
+function wrapping(aspect, wrap) {
+  if (!wrap) return {};
+  return {
+    "elk.layered.wrapping.strategy": "MULTI_EDGE",
+    "elk.aspectRatio": String(Math.max(0.5, Math.min(4, aspect || 1.6))),
   };
 }
 
@@ -49,7 +52,8 @@ export function layoutOptions(aspect, wrap = false, direction = "DOWN") {
  * The ELK JSON graph of drawn elements.
  * nodes: [{id, parent, width, height, compound}] (compound: an open box; its size comes from its
  * children); edges: [{id, source, target}] between drawn non-compound nodes; aspect, wrap,
- * direction: see layoutOptions.
+ * direction: see layoutOptions. ELK wraps each level of the hierarchy by that level's own options,
+ * so with `wrap` an open box (only the root module's box, see wraps) wraps the chain it holds too.
  */
 export function elkGraph(nodes, edges, aspect, wrap = false, direction = "DOWN") {
   const byId = new Map();
@@ -65,6 +69,7 @@ export function elkGraph(nodes, edges, aspect, wrap = false, direction = "DOWN")
       item.layoutOptions = {
         ...SPACING,
         "elk.padding": `[top=${BOX_PADDING.top},left=${BOX_PADDING.side},bottom=${BOX_PADDING.side},right=${BOX_PADDING.side}]`,
+        ...wrapping(aspect, wrap),
       };
     } else {
       item.width = n.width;
@@ -158,10 +163,12 @@ export function edgeRouteStyle(route, source, target) {
 
 /**
  * Whether a drawing is laid out again wrapped (cut into pieces side by side): only when it holds
- * no open box (a wrap would cut through boxes) and, laid out straight, it would fit this view only
- * with labels smaller than `minLabelPx` on screen (`straightZoom` x `fontSize`), which the page
- * hides. A straight drawing with readable labels is kept: wrapping cuts the data flow into pieces
- * whose joining edges run back across the view.
+ * no open box but the root module's box (a wrap would cut through boxes; the root module's box,
+ * always open, holds the whole chain and wraps it inside itself) and, laid out straight, it would
+ * fit this view only with labels smaller than `minLabelPx` on screen (`straightZoom` x
+ * `fontSize`), which the page hides. A straight drawing with readable labels is kept: wrapping
+ * cuts the data flow into pieces whose joining edges run back across the view.
+ * hasOpenBox: whether a box other than the root module's is open.
  */
 export function wraps(straightZoom, fontSize, minLabelPx, hasOpenBox = false) {
   return !hasOpenBox && straightZoom * fontSize < minLabelPx;

@@ -1,44 +1,11 @@
-// Pure logic of the widget: colour scale, grouping/collapse, replay state, number formatting.
-// No DOM and no cytoscape here, so vitest can import it directly.
+// Pure logic of the widget: grouping/collapse, replay state, what the page reads of the payload.
+// No DOM and no cytoscape here, so vitest can import it directly. Numbers and colours come as the
+// payload's text and colours (hookviz.text, hookviz.colors: their one home); the page draws them.
 
-export const NAN_COLOR = "#e53935";
-export const NO_GRAD_COLOR = "#bdbdbd";
-export const ZERO_GRAD_COLOR = "#263238";
 export const EDIT_COLOR = "#ff6d00";
 export const HOOK_COLOR = "#d500f9";
 
-// Viridis, sampled at 9 stops; no red in it, so red can mean NaN/Inf.
-const VIRIDIS = [
-  [68, 1, 84],
-  [72, 40, 120],
-  [62, 74, 137],
-  [49, 104, 142],
-  [38, 130, 142],
-  [31, 158, 137],
-  [53, 183, 121],
-  [109, 205, 89],
-  [180, 222, 44],
-  [253, 231, 37],
-];
-
-function toHex([r, g, b]) {
-  const h = (v) => Math.round(v).toString(16).padStart(2, "0");
-  return `#${h(r)}${h(g)}${h(b)}`;
-}
-
-/** Colour of a fraction t in [0, 1] on the viridis scale (clamped). */
-export function viridis(t) {
-  if (!Number.isFinite(t)) t = 0;
-  t = Math.min(1, Math.max(0, t));
-  const x = t * (VIRIDIS.length - 1);
-  const i = Math.min(VIRIDIS.length - 2, Math.floor(x));
-  const f = x - i;
-  const a = VIRIDIS[i];
-  const b = VIRIDIS[i + 1];
-  return toHex([0, 1, 2].map((k) => a[k] + (b[k] - a[k]) * f));
-}
-
-/** Parse a JSON-safe number from Python ("NaN", "Infinity", "-Infinity" or null are allowed). */
+/** A JSON-safe number from Python ("nan", "inf", "-inf" or null are allowed), to sort or draw by. */
 export function parseNumber(v) {
   if (v === null || v === undefined) return null;
   if (typeof v === "number") return v;
@@ -47,24 +14,6 @@ export function parseNumber(v) {
   if (v === "-Infinity" || v === "-inf") return -Infinity;
   const n = Number(v);
   return Number.isNaN(n) ? null : n;
-}
-
-/**
- * Colour of a node from its gradient norm.
- * range: {lo, hi} in log10 units. nan: the node's gradient holds NaN/Inf.
- */
-export function normColor(norm, range, nan = false) {
-  if (nan) return NAN_COLOR;
-  const n = parseNumber(norm);
-  if (n === null) return NO_GRAD_COLOR;
-  if (!Number.isFinite(n)) return NAN_COLOR;
-  if (n === 0) return ZERO_GRAD_COLOR;
-  // The range always comes with the payload (hookviz.widget.payload: a run without any norm has
-  // one too); the page invents none.
-  if (!range) return NO_GRAD_COLOR;
-  const { lo, hi } = range;
-  const span = hi - lo > 0 ? hi - lo : 1;
-  return viridis((Math.log10(Math.abs(n)) - lo) / span);
 }
 
 /** Black or white, whichever reads better on a background colour "#rrggbb" (WCAG luminance). */
@@ -77,67 +26,6 @@ export function textColorOn(background) {
   });
   const luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b;
   return luminance > 0.2 ? "#111111" : "#ffffff";
-}
-
-/**
- * Whether a norm lies outside the colour range (fixed by the baseline run): its colour saturates
- * at the end of the scale, and the page marks it.
- */
-export function beyondRange(norm, range) {
-  const n = parseNumber(norm);
-  if (n === null || !Number.isFinite(n) || n === 0 || !range) return false;
-  const log = Math.log10(Math.abs(n));
-  return log < range.lo || log > range.hi;
-}
-
-/** Legend stops: [{log10, color}] from lo to hi, `count` stops. */
-export function legendStops(range, count = 5) {
-  if (!range) return [];
-  const { lo, hi } = range;
-  const out = [];
-  for (let i = 0; i < count; i++) {
-    const v = count === 1 ? lo : lo + ((hi - lo) * i) / (count - 1);
-    out.push({ log10: v, color: viridis(count === 1 ? 0 : i / (count - 1)) });
-  }
-  return out;
-}
-
-/** Short human form of a number: 3 significant digits, exponent when large or small. */
-export function formatNumber(v) {
-  const n = parseNumber(v);
-  if (n === null) return "–";
-  if (Number.isNaN(n)) return "NaN";
-  if (n === Infinity) return "inf";
-  if (n === -Infinity) return "-inf";
-  if (n === 0) return "0";
-  if (Number.isInteger(n) && Math.abs(n) < 1e9) return String(n);
-  const a = Math.abs(n);
-  if (a >= 1e5 || a < 1e-3) return n.toExponential(2);
-  return String(Number(n.toPrecision(4)));
-}
-
-/** A nested list of numbers as text, e.g. [[1, 2], [3, 4]]. */
-export function formatValue(v) {
-  if (Array.isArray(v)) return `[${v.map(formatValue).join(", ")}]`;
-  return formatNumber(v);
-}
-
-/**
- * A fraction in [0, 1] as a percentage that never rounds a part to all or nothing (the rule of
- * hookviz.analysis.diagnose.percent): 0.37 -> "37%", 0.995 -> "99.5%", 0.99998 -> "> 99.99%",
- * 2e-5 -> "< 0.01%"; only exactly 0 and 1 give "0%" and "100%".
- */
-export function formatPercent(fraction) {
-  const f = parseNumber(fraction);
-  if (f === null) return "–";
-  if (Number.isNaN(f)) return "NaN%";
-  if (f <= 0) return "0%";
-  if (f >= 1) return "100%";
-  for (const digits of [0, 1, 2]) {
-    const shown = Number((100 * f).toFixed(digits));
-    if (shown > 0 && shown < 100) return `${shown.toFixed(digits)}%`;
-  }
-  return f < 0.5 ? "< 0.01%" : "> 99.99%";
 }
 
 export const groupId = (module) => `group:${module}`;
@@ -301,12 +189,6 @@ export function replayState(steps, k) {
   return { active: true, lit, current: steps[kk].node, hooks: steps[kk].hooks || [], step: kk };
 }
 
-/** The next step while playing; wraps to -1 (off) after the last one. */
-export function nextStep(k, count) {
-  if (count <= 0) return -1;
-  return k + 1 >= count ? -1 : k + 1;
-}
-
 /** Map replay state (in node ids) onto visible elements (a collapsed group lights when any member ran). */
 export function replayOnVisible(state, representative) {
   const lit = new Set();
@@ -335,18 +217,18 @@ export function findingsSummary(counts) {
 }
 
 /**
- * Colour of a drawn element in the watch view: by the watch's norm for that element id
- * (parameter leaf, "group:<module>", "module:<module>"); grey when the watch has no value for it.
- * overlay: {node_norms: {id: norm}, color_range: {lo, hi}}.
+ * Colour of a drawn element in the watch view: the colour of the watch's norm for that element id
+ * (parameter leaf, "group:<module>"), which Python sent; `missing_color` when the watch has no
+ * value for it. overlay: {node_colors: {id: "#rrggbb"}, missing_color}.
  */
 export function overlayColor(id, overlay) {
-  const norms = overlay?.node_norms || {};
-  if (!Object.prototype.hasOwnProperty.call(norms, id)) return NO_GRAD_COLOR;
-  return normColor(norms[id], overlay.color_range);
+  const colors = overlay?.node_colors || {};
+  return Object.prototype.hasOwnProperty.call(colors, id) ? colors[id] : overlay?.missing_color;
 }
 
 /**
- * The watch heatmap (plotly figure JSON) with the shown step marked by a vertical line.
+ * The watch heatmap (plotly figure JSON) with the shown step marked by a vertical line, drawn as
+ * the figure's `step_marker` says (hookviz.widget.watch_json.STEP_MARKER).
  * Returns a new {data, layout}; the figure passed in is not changed.
  */
 export function heatmapWithStep(figure, step) {
@@ -364,7 +246,7 @@ export function heatmapWithStep(figure, step) {
             x1: step,
             y0: 0,
             y1: 1,
-            line: { color: "#e53935", width: 2 },
+            line: figure?.step_marker?.line,
           },
         ];
   layout.shapes = [...(layout.shapes || []), ...marker];
@@ -377,6 +259,8 @@ export function heatmapWithStep(figure, step) {
 // the `collapsed` traitlet.
 
 export const MODULE_PREFIX = "module:";
+// What the root module's box is called besides its class (hookviz.widget.tree.ROOT_MARK).
+export const ROOT_MARK = "(root)";
 // About this many drawn elements (op nodes, leaves and boxes) keep a first view readable when it
 // is fitted into a notebook cell; the first view opens the module tree as deep as fits in it. The
 // widget's `visible_budget` traitlet overrides it.
@@ -389,9 +273,12 @@ export const ROW_BUDGET = 8;
 export const TREE_COLUMN_BUDGET = 16;
 // Siblings with one signature are marked "≡ identical blocks" from this many on (a pair is not a
 // pattern worth a mark; the first view still opens identical siblings together from two on).
+// Only blocks are marked: modules that hold modules (GPT-2's h.0 … h.11). The layers of an MLP
+// (Linear, Sigmoid, Linear, …) repeat too, but a mark on every box tells nothing apart.
 export const IDENTICAL_BLOCKS_MIN = 3;
 
-/** "a.b.c" -> "a.b", "a" -> null (the root module "" is not a box). */
+/** "a.b.c" -> "a.b", "a" -> null (the name's own parent; the root module's box, "", holds the
+ * top-level modules in the payload's `parent` links). */
 export function parentModule(module) {
   const i = module.lastIndexOf(".");
   return i < 0 ? null : module.slice(0, i);
@@ -402,21 +289,6 @@ export function ancestors(module) {
   const out = [];
   for (let m = module ? parentModule(module) : null; m; m = parentModule(m)) out.unshift(m);
   return out;
-}
-
-/** Sort key comparison that puts h.2 before h.10 (indices compare as numbers). */
-export function naturalCompare(a, b) {
-  const pa = a.split(".");
-  const pb = b.split(".");
-  for (let i = 0; i < Math.min(pa.length, pb.length); i++) {
-    if (pa[i] === pb[i]) continue;
-    const na = /^\d+$/.test(pa[i]);
-    const nb = /^\d+$/.test(pb[i]);
-    if (na && nb) return Number(pa[i]) - Number(pb[i]);
-    if (na !== nb) return na ? -1 : 1;
-    return pa[i] < pb[i] ? -1 : 1;
-  }
-  return pa.length - pb.length;
 }
 
 /**
@@ -435,21 +307,26 @@ export function shortName(module) {
 
 /**
  * Complete a graph payload in place, once per graph: each group gets its `label` (shortName) and,
- * when at least IDENTICAL_BLOCKS_MIN siblings share its `signature` (same type, same own ops,
- * parameters of the same shapes, children identical in pairs: hookviz sends it), `repeat =
- * {index, count}` (1-based among them, natural order); else repeat is null. Returns the graph.
+ * when it is a block (it holds child modules) and at least IDENTICAL_BLOCKS_MIN siblings share its
+ * `signature` (same type, same own ops, parameters of the same shapes, children identical in
+ * pairs: hookviz sends it), `repeat = {index, count}` (1-based among them, in the order the
+ * payload lists them: hookviz sorts siblings, natural order among equals); else repeat is null.
+ * Returns the graph.
  */
 export function prepareGraph(graph) {
   const groups = graph?.groups || [];
   const classes = new Map();
+  const parents = new Set(groups.map((g) => g.parent).filter(Boolean));
   for (const g of groups) {
-    g.label = shortName(g.module);
+    // the root module's box: named by its class, as hookviz sends it ("Canonical (root)")
+    g.label = g.module === "" ? g.label || ROOT_MARK : shortName(g.module);
+    g.repeat = null;
+    if (!parents.has(g.id)) continue; // a layer, not a block
     const key = `${g.parent}\u0000${g.signature}`;
     if (!classes.has(key)) classes.set(key, []);
     classes.get(key).push(g);
   }
   for (const members of classes.values()) {
-    members.sort((a, b) => naturalCompare(a.module, b.module));
     members.forEach((g, i) => {
       g.repeat = members.length >= IDENTICAL_BLOCKS_MIN ? { index: i + 1, count: members.length } : null;
     });
@@ -469,6 +346,14 @@ function childModules(groups) {
 }
 
 /**
+ * The first level of the module tree the views open: the modules under the root module's box
+ * (which is always open: it is the whole model) and the top-level boxes beside it ((loss)).
+ */
+function topModules(children) {
+  return (children.get(null) || []).flatMap((m) => (m === "" ? children.get("") || [] : [m]));
+}
+
+/**
  * Walk the module tree level by level from the top. At each level, identical siblings (same
  * parent, same signature: the six blocks of a GPT-2) form one class, and tryOpen(members, depth)
  * says whether that class opens; the children of opened modules make the next level.
@@ -476,7 +361,7 @@ function childModules(groups) {
 function openLevels(groups, children, tryOpen) {
   const signature = new Map((groups || []).map((g) => [g.module, g.signature]));
   const kids = (m) => children.get(m) || [];
-  let level = [...kids(null)].sort();
+  let level = [...topModules(children)].sort();
   let depth = 0;
   while (level.length) {
     const classes = new Map();
@@ -494,25 +379,66 @@ function openLevels(groups, children, tryOpen) {
 }
 
 /**
+ * Whether the children of the box `module` take turns with ops outside it: a residual stack's
+ * ModuleList, whose blocks each feed an `Add` of the enclosing module and take their input from
+ * the Add before. Closed, such a box is one node under a fan of edges in and out, and the skip
+ * connections are hidden; open, each `Add` sits beside its block. True when more than half of its
+ * (at least two) children both take an edge from outside the box and give one to outside it.
+ */
+export function interleaved(graph, module) {
+  const kids = (graph?.groups || []).filter((g) => g.parent === groupId(module)).map((g) => g.module);
+  if (kids.length < 2) return false;
+  // The child of the box that holds a node's module (itself or an enclosing one), null outside it.
+  const prefix = `${module}.`;
+  const childOf = new Map();
+  for (const n of graph.nodes || []) {
+    if (!n.module.startsWith(prefix)) continue;
+    const next = n.module.indexOf(".", prefix.length);
+    childOf.set(n.id, next < 0 ? n.module : n.module.slice(0, next));
+  }
+  const fromOutside = new Set();
+  const toOutside = new Set();
+  for (const [source, target] of graph.edges || []) {
+    const a = childOf.get(source);
+    const b = childOf.get(target);
+    if (a !== undefined && b === undefined) toOutside.add(a);
+    if (a === undefined && b !== undefined) fromOutside.add(b);
+  }
+  return kids.filter((k) => fromOutside.has(k) && toOutside.has(k)).length * 2 > kids.length;
+}
+
+/**
  * The modules collapsed in the first view of the graph (the "Overview"): the module tree opened as
  * deep as fits. Every top-level module starts as one box; boxes that hold other modules open level
  * by level while the drawn elements stay within `budget` and a box holds at most ROW_BUDGET child
- * modules; identical siblings open together or not at all. Modules that hold only ops open only
- * when the whole graph fits, so a small model shows its ops and a large one its blocks.
+ * modules, or its children take turns with ops outside it (interleaved: a residual stack
+ * opens, so each `Add` sits beside its block); identical siblings open together or not at all.
+ * Modules that hold only ops open only when the whole graph fits, so a small model shows its ops
+ * and a large one its blocks. `selected` (a node id or "module:<name>"): the boxes around it open
+ * too (revealTarget), so a selection made before the first view is drawn.
  */
-export function defaultCollapsed(graph, budget = VISIBLE_BUDGET) {
+export function defaultCollapsed(graph, budget = VISIBLE_BUDGET, selected = null) {
   const nodes = graph?.nodes || [];
   const groups = graph?.groups || [];
   if (!groups.length || nodes.length + groups.length <= budget) return [];
+  const collapsed = openedAround(graph, budget);
+  return selected ? revealTarget(collapsed, selected, graph) : collapsed;
+}
+
+// The first view's collapsed list before the selection is revealed (see defaultCollapsed).
+function openedAround(graph, budget) {
+  const nodes = graph?.nodes || [];
+  const groups = graph?.groups || [];
   const children = childModules(groups);
   const kids = (m) => children.get(m) || [];
   const direct = new Map();
   for (const n of nodes) direct.set(n.module, (direct.get(n.module) || 0) + 1);
-  const collapsed = new Set(kids(null));
-  let count = (direct.get("") || 0) + collapsed.size;
+  const collapsed = new Set(topModules(children));
+  let count = (direct.get("") || 0) + collapsed.size + (children.get(null).includes("") ? 1 : 0);
   openLevels(groups, children, (members) => {
     const added = members.reduce((sum, m) => sum + (direct.get(m) || 0) + kids(m).length, 0);
-    if (count + added > budget || members.some((m) => kids(m).length > ROW_BUDGET)) return false;
+    const wide = (m) => kids(m).length > ROW_BUDGET && !interleaved(graph, m);
+    if (count + added > budget || members.some(wide)) return false;
     count += added;
     for (const m of members) {
       collapsed.delete(m);
@@ -531,8 +457,8 @@ export function defaultCollapsed(graph, budget = VISIBLE_BUDGET) {
 export function treeCollapsed(groups, budget = TREE_COLUMN_BUDGET) {
   const children = childModules(groups);
   const kids = (m) => children.get(m) || [];
-  const collapsed = new Set((groups || []).map((g) => g.module).filter((m) => kids(m).length));
-  const column = new Map([[0, kids(null).length]]);
+  const collapsed = new Set((groups || []).map((g) => g.module).filter((m) => m !== "" && kids(m).length));
+  const column = new Map([[0, topModules(children).length]]);
   openLevels(groups, children, (members, depth) => {
     const added = members.reduce((sum, m) => sum + kids(m).length, 0);
     if ((column.get(depth + 1) || 0) + added > budget) return false;
@@ -543,17 +469,20 @@ export function treeCollapsed(groups, budget = TREE_COLUMN_BUDGET) {
   return [...collapsed].sort();
 }
 
-/** The collapsed list a view kind starts with: "modules" (treeCollapsed) or "ops" (defaultCollapsed). */
-export function firstCollapsed(graph, view, budget = VISIBLE_BUDGET) {
-  return view === "modules" ? treeCollapsed(graph?.groups) : defaultCollapsed(graph, budget);
+/**
+ * The collapsed list a view kind starts with: "modules" (treeCollapsed) or "ops"
+ * (defaultCollapsed); either way the boxes around `selected` (a node id or "module:<name>": a
+ * selection made before the page drew, such as w.select in the cell that made the widget) are open.
+ */
+export function firstCollapsed(graph, view, budget = VISIBLE_BUDGET, selected = null) {
+  if (view !== "modules") return defaultCollapsed(graph, budget, selected);
+  const collapsed = treeCollapsed(graph?.groups);
+  return selected ? revealTarget(collapsed, selected, graph) : collapsed;
 }
 
-/** "Collapse all": every top-level module as one closed box. */
+/** "Collapse all": every top-level module as one closed box (inside the root's open box). */
 export function collapseAll(groups) {
-  return (groups || [])
-    .filter((g) => !g.parent)
-    .map((g) => g.module)
-    .sort();
+  return topModules(childModules(groups)).sort();
 }
 
 /** `collapsed` with `module` open and its child modules drawn as closed boxes. */
@@ -569,7 +498,9 @@ export function openOneLevel(collapsed, module, groups) {
  * is drawn; `module` itself too when openItself (to show one of its ops).
  */
 export function reveal(collapsed, module, groups, openItself) {
-  const chain = [...ancestors(module), ...(openItself && module ? [module] : [])];
+  // the root module's box ("") holds every other module (a graph without one has no "" to open)
+  const around = module ? ["", ...ancestors(module)] : [];
+  const chain = [...around, ...(openItself ? [module] : [])];
   let state = [...(collapsed || [])].sort();
   for (const name of chain) if (state.includes(name)) state = openOneLevel(state, name, groups);
   return state;
@@ -597,7 +528,11 @@ export function find(query, graph) {
     const rank = [lowered !== needle, !(lowered === needle || lowered.endsWith(`.${needle}`)), name.length, kind, name];
     if (!best || lessThan(rank, best.rank)) best = { rank, id };
   };
-  for (const g of graph?.groups || []) consider(g.module, 0, MODULE_PREFIX + g.module);
+  for (const g of graph?.groups || []) {
+    // the root module's box by the names it shows: "Canonical (root)", "Canonical", "(root)"
+    const names = g.module === "" ? [g.label || ROOT_MARK, g.type, ROOT_MARK].filter(Boolean) : [g.module];
+    for (const name of names) consider(name, 0, MODULE_PREFIX + g.module);
+  }
   for (const n of graph?.nodes || []) consider(n.id, 1, n.id);
   return best && best.id;
 }
@@ -610,7 +545,8 @@ function lessThan(a, b) {
 /**
  * What the inspector can say about an element from the graph alone (no kernel): for a node its op,
  * module, gradient norm and neighbours; for a module box its type, its child modules and the
- * gradient norms of the parameters (leaves) it holds, each with its norm. `id` is a node id or
+ * gradient norms of the parameters (leaves) it holds, each with its norm and the norm's text
+ * (norm_text, as Python wrote it). `id` is a node id or
  * "module:<name>". Returns null for an id the graph does not have.
  */
 export function graphSummary(graph, id) {
@@ -622,8 +558,15 @@ export function graphSummary(graph, id) {
     if (!group) return null;
     const children = groups
       .filter((g) => g.parent === group.id)
-      .map((g) => ({ module: g.module, label: shortName(g.module), type: g.type, norm: g.norm, nan: g.nan }));
-    const inside = (m) => m === module || m.startsWith(`${module}.`);
+      .map((g) => ({
+        module: g.module,
+        label: shortName(g.module),
+        type: g.type,
+        norm: g.norm,
+        nan: g.nan,
+        norm_text: g.norm_text,
+      }));
+    const inside = module === "" ? (m) => m !== "(loss)" : (m) => m === module || m.startsWith(`${module}.`);
     const parameters = nodes
       .filter((n) => n.kind !== "op" && inside(n.module))
       .map((n) => ({
@@ -633,15 +576,18 @@ export function graphSummary(graph, id) {
         module: n.module,
         norm: n.norm,
         nan: n.nan,
+        norm_text: n.norm_text,
       }));
     const ops = nodes.filter((n) => n.kind === "op" && n.module === module).length;
     return {
       kind: "module",
       id,
       module,
+      label: group.label || (module === "" ? ROOT_MARK : module),
       type: group.type,
       norm: group.norm,
       nan: group.nan,
+      norm_text: group.norm_text,
       size: group.size,
       children,
       parameters,
@@ -663,6 +609,7 @@ export function graphSummary(graph, id) {
     module: node.module,
     norm: node.norm,
     nan: node.nan,
+    norm_text: node.norm_text,
     hint: node.hint,
     inputs,
     outputs,

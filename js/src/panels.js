@@ -1,11 +1,28 @@
 // Side and bottom panels: edit panel, active edits + copy as code, leaf summary, hook log, replay bar.
 import { add, errorLine, fill, h } from "./dom.js";
-import { FINDING_LABELS, findingsSummary, formatValue, formatNumber, parseNumber } from "./logic.js";
+import { FINDING_LABELS, findingsSummary, parseNumber } from "./logic.js";
 
-/** A hook site with its argument's name when PyTorch's schema gives one: "grad_inputs[1] (mat1)". */
+/**
+ * A hook site with what its gradient belongs to: "grad_inputs[1] (mat1)" (a Node's argument, from
+ * PyTorch's schema), "grad_input[0] (x)" (a module's forward input, by name).
+ */
 export function siteLabel(site, names) {
-  const m = /^grad_inputs\[(\d+)\]$/.exec(site);
+  const m = /^grad_inputs?\[(\d+)\]$/.exec(site);
   return m && names && names[Number(m[1])] ? `${site} (${names[Number(m[1])]})` : site;
+}
+
+/** What an edit's target is called on the page: its id or module, the root module by its box's name. */
+export function targetLabel(edit) {
+  return edit.label || edit.target || "(root)";
+}
+
+/**
+ * The line under Apply when the chosen site already holds an edit (one edit per site: applying
+ * replaces it, hookviz.Session.edit): "Apply replaces the edit grad + 1 at x · grad"; "" else.
+ */
+export function replaceNote(edits, target, site) {
+  const old = (edits || []).find((e) => e.target === target && e.slot === site);
+  return old ? `Apply replaces the edit ${old.source} at ${targetLabel(old)} · ${old.slot}` : "";
 }
 
 /**
@@ -13,7 +30,7 @@ export function siteLabel(site, names) {
  * site, expression}) keeps what the user typed across redraws, so a refused expression stays in
  * the box to be fixed.
  */
-export function renderEditor(el, inspector, error, typed, send, disabledNote = "") {
+export function renderEditor(el, inspector, error, typed, send, disabledNote = "", edits = []) {
   el.replaceChildren();
   if (!inspector || !inspector.id) return;
   const target = inspector.target ?? inspector.id;
@@ -37,7 +54,16 @@ export function renderEditor(el, inspector, error, typed, send, disabledNote = "
     "aria-label": "expression",
     spellcheck: "false",
   });
-  site.addEventListener("change", () => (typed.site = site.value));
+  const replacing = h("div", { class: "hv-muted hv-small hv-replaces" });
+  const showReplacing = () => {
+    replacing.textContent = replaceNote(edits, target, site.value);
+    replacing.hidden = !replacing.textContent;
+  };
+  showReplacing();
+  site.addEventListener("change", () => {
+    typed.site = site.value;
+    showReplacing();
+  });
   expr.addEventListener("input", () => (typed.expression = expr.value));
   const apply = () => send({ type: "apply_edit", target, slot: site.value, expression: expr.value });
   expr.addEventListener("keydown", (e) => {
@@ -51,7 +77,7 @@ export function renderEditor(el, inspector, error, typed, send, disabledNote = "
   expr.addEventListener("keyup", (e) => e.stopPropagation());
   add(
     el,
-    h("h4", {}, `Edit the gradient a hook returns at ${target}`),
+    h("h4", {}, `Edit the gradient a hook returns at ${inspector.label || target || "(root)"}`),
     h(
       "div",
       { class: "hv-row" },
@@ -64,6 +90,7 @@ export function renderEditor(el, inspector, error, typed, send, disabledNote = "
       ),
     ),
     disabledNote ? h("div", { class: "hv-muted hv-small" }, disabledNote) : null,
+    replacing,
     h("div", { class: "hv-muted hv-small" }, "Expression over grad, e.g. grad * 0, grad + 1, clamp(grad, -1, 1)"),
     errorLine(error),
   );
@@ -94,7 +121,7 @@ export function renderEdits(el, edits, code, error, send, state = {}, disabledNo
             h(
               "li",
               { "data-edit-id": e.id },
-              h("code", {}, `${e.target} · ${e.slot} ← ${e.source}`),
+              h("code", {}, `${targetLabel(e)} · ${e.slot} ← ${e.source}`),
               e.pending
                 ? h("span", { class: "hv-badge hv-badge-pending", title: "applied at the next re-run" }, "pending")
                 : null,
@@ -158,12 +185,12 @@ const LEAF_COLUMNS = [
 // Orders of the rows: the columns', and "most changed" (|log10 of × baseline|, largest first).
 const LEAF_SORTS = { ...Object.fromEntries(LEAF_COLUMNS.map((c) => [c.key, c.value])), change: (l) => leafChange(l) };
 
-/** ‖grad‖ in this run over ‖grad‖ in the baseline (null when either is missing or zero). */
+/**
+ * ‖grad‖ in this run over ‖grad‖ in the baseline, as Python sent it (null when either is missing
+ * or zero: hookviz.widget.leaf_table).
+ */
 export function leafRatio(leaf) {
-  const now = parseNumber(leaf.after?.norm);
-  const then = parseNumber(leaf.before?.norm);
-  if (now === null || then === null || then === 0) return null;
-  return now / then;
+  return parseNumber(leaf.ratio);
 }
 
 /**
@@ -263,16 +290,17 @@ export function renderLeaves(el, leaves, pending = false) {
     h(
       "table",
       { class: "hv-leaves-table" },
-      h("tr", {}, header, h("th", {}, "value (baseline → this run)")),
+      h("tr", {}, header, h("th", {}, "value in this run")),
       shown.map((l) =>
         h(
           "tr",
           { class: l.changed ? "hv-changed" : "", "data-leaf": l.name },
           h("td", { class: "hv-slot", title: l.name }, l.name),
-          h("td", { class: "hv-num" }, formatNumber(l.after?.norm)),
-          h("td", { class: "hv-num" }, formatNumber(l.after?.min)),
-          h("td", { class: "hv-num" }, formatNumber(l.after?.max)),
-          h("td", { class: "hv-num" }, leafRatio(l) === null ? "–" : `${formatNumber(leafRatio(l))}×`),
+          // Each column in one number format: Python wrote the cells (hookviz.widget.leaf_table).
+          h("td", { class: "hv-num", "data-column": "norm" }, l.text?.norm ?? "–"),
+          h("td", { class: "hv-num", "data-column": "min" }, l.text?.min ?? "–"),
+          h("td", { class: "hv-num", "data-column": "max" }, l.text?.max ?? "–"),
+          h("td", { class: "hv-num", "data-column": "ratio" }, l.text?.ratio ?? "–"),
           h("td", { class: "hv-leaf-after" }, leafCell(l.before, l.after, l.changed)),
         ),
       ),
@@ -280,29 +308,28 @@ export function renderLeaves(el, leaves, pending = false) {
   );
 }
 
+// The value once (this run's); a changed leaf's baseline value is its tooltip, the × baseline
+// column says by how much it changed.
 function leafCell(before, after, changed) {
   if (!after) return h("span", { class: "hv-muted" }, "None");
-  const small = (t) => t && t.value !== null && t.value !== undefined;
+  const small = (t) => t?.text?.value !== undefined;
   if (!small(after)) return h("span", { class: "hv-shape" }, `[${(after.shape || []).join("×")}]`);
-  return h(
-    "span",
-    {},
-    changed && small(before) ? h("code", { class: "hv-before" }, formatValue(before.value)) : null,
-    changed && small(before) ? " → " : null,
-    h("code", {}, formatValue(after.value)),
-  );
+  const title = changed && small(before) ? `baseline: ${before.text.value}` : undefined;
+  return h("code", { class: "hv-value", title }, after.text.value);
 }
 
-/** What the user's hooks printed during the run. */
+/**
+ * What the user's hooks printed, kept only in runs loaded from files of hookviz versions that
+ * copied it (hookviz.Run.log): hooks print where they print, in the cell's output, so a new run
+ * has nothing here and the panel is hidden.
+ */
 export function renderLog(el, log) {
   el.replaceChildren();
-  add(el, h("h4", {}, `Hook log (${(log || []).length})`));
-  if (!log || !log.length) {
-    add(el, h("div", { class: "hv-muted" }, "Nothing printed by hooks in this run."));
-    return;
-  }
+  el.hidden = !log || !log.length;
+  if (el.hidden) return;
   add(
     el,
+    h("h4", {}, `Printed by hooks when this run was recorded (${log.length})`),
     h(
       "pre",
       { class: "hv-log-text" },
@@ -479,9 +506,23 @@ export function renderBanner(el, diagnosis, onSelect) {
   // A large run is drawn first; its diagnosis comes with its details (hookviz.Widget.fill_details).
   // Meanwhile the toolbar says so (index.js): a banner here would push the graph down, then let it
   // jump back up when the run has nothing to report.
-  el.hidden = d.pending || (!findings.length && !d.error);
+  // A watch's onsets (when each trouble started, and where) hold over every step: kept at any step.
+  const onsets = d.onset || [];
+  el.hidden = d.pending || (!findings.length && !d.error && !onsets.length);
   if (el.hidden) return;
   const where = d.source === "watch" ? `Watch step ${d.step}` : "This run";
+  const started = onsets.length
+    ? h(
+        "div",
+        { class: "hv-onsets" },
+        h("div", { class: "hv-banner-head" }, "⚠ When it started, and where:"),
+        h(
+          "ul",
+          { class: "hv-findings" },
+          onsets.map((f) => findingLine(f, onSelect)),
+        ),
+      )
+    : null;
   const lines = groupFindings(findings, d.counts).map(([kind, list]) => {
     const [first, ...rest] = list;
     if (!rest.length) return findingLine(first, onSelect);
@@ -515,6 +556,7 @@ export function renderBanner(el, diagnosis, onSelect) {
   });
   add(
     el,
+    started,
     findings.length ? h("div", { class: "hv-banner-head" }, `⚠ ${where}: ${findingsSummary(d.counts)}`) : null,
     findings.length ? h("ul", { class: "hv-findings" }, lines) : null,
     d.error ? errorLine(d.error) : null,
@@ -545,7 +587,14 @@ export class WatchBar {
     this.rank = h("select", { class: "hv-watch-rank", "aria-label": "rank" });
     this.rank.addEventListener("change", () => onRank(this.rank.value === "reduced" ? null : Number(this.rank.value)));
     const close = h("button", { class: "hv-watch-close", onclick: onClose }, "Back to the run");
-    fill(el, h("div", { class: "hv-row" }, this.title, this.slider, this.label, this.rank, close), this.error);
+    // What each part of the page shows (rank, step, local or reduced), as Python words it.
+    this.parts = h("ul", { class: "hv-watch-parts hv-muted" });
+    fill(
+      el,
+      h("div", { class: "hv-row" }, this.title, this.slider, this.label, this.rank, close),
+      this.parts,
+      this.error,
+    );
   }
 
   /** Turn the controls that ask the kernel off, with `note` (why) as their tooltip: a saved page. */
@@ -577,5 +626,9 @@ export class WatchBar {
       ? `Live watch of ${view.model}, training: gradient norms at step`
       : `Watch of ${view.model}: gradient norms at training step`;
     this.label.textContent = `${view.step} (${view.index + 1}/${view.steps.length} kept)`;
+    fill(
+      this.parts,
+      (view.parts || []).map((text) => h("li", {}, text)),
+    );
   }
 }

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import ELK from "elkjs/lib/elk.bundled.js";
 import { edgeRouteStyle, elkGraph, fitZoom, positionsOf, routesOf, wraps } from "../src/layout.js";
 import { visibleGraph } from "../src/logic.js";
-// The canonical example's `graph` traitlet, as hookviz.widget_data.graph_json wrote it.
+// The canonical example's `graph` traitlet, as hookviz.widget.graph.graph_json wrote it.
 import canonical from "./fixtures/canonical.json";
 
 const overlaps = (a, b) =>
@@ -92,6 +92,41 @@ describe("ELK layout of the module tree", () => {
     expect(columns.size).toBeGreaterThan(1);
     const ids = Object.keys(pos);
     for (const a of ids) for (const b of ids) if (a < b) expect(overlaps(pos[a], pos[b])).toBe(false);
+  });
+
+  it("wraps a long chain inside the root module's box, the loss below it", async () => {
+    // A 40-layer nn.Sequential: the root module's box holds the chain, the loss box follows it.
+    const layers = Array.from({ length: 40 }, (_, i) => ({
+      id: `group:${i}`,
+      parent: "group:",
+      width: 50,
+      height: 30,
+    }));
+    const nodes = [{ id: "group:", compound: true }, ...layers, { id: "group:(loss)", width: 60, height: 30 }];
+    const edges = [...layers.slice(1), nodes[nodes.length - 1]].map((n, i) => ({
+      id: `e${i}`,
+      source: `group:${i}`,
+      target: n.id,
+    }));
+    const straight = await layOut(nodes, edges, 2);
+    const pos = await layOut(nodes, edges, 2, true);
+    expect(fitZoom(pos, 1000, 500)).toBeGreaterThan(2 * fitZoom(straight, 1000, 500));
+    expect(new Set(layers.map((n) => Math.round(pos[n.id].x))).size).toBeGreaterThan(1);
+    const box = pos["group:"];
+    for (const n of layers) {
+      expect(Math.abs(pos[n.id].x - box.x) + pos[n.id].width / 2).toBeLessThanOrEqual(box.width / 2);
+      expect(Math.abs(pos[n.id].y - box.y) + pos[n.id].height / 2).toBeLessThanOrEqual(box.height / 2);
+    }
+    expect(overlaps(box, pos["group:(loss)"])).toBe(false);
+    const ids = layers.map((n) => n.id);
+    let compared = 0;
+    for (const a of ids)
+      for (const b of ids)
+        if (a < b) {
+          expect(overlaps(pos[a], pos[b])).toBe(false);
+          compared += 1;
+        }
+    expect(compared).toBe((40 * 39) / 2);
   });
 
   it("wraps only a drawing with no open box whose labels would otherwise be too small to draw", () => {

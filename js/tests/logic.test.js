@@ -1,25 +1,15 @@
 import { describe, expect, it } from "vitest";
 import {
-  NAN_COLOR,
-  NO_GRAD_COLOR,
-  ZERO_GRAD_COLOR,
   FINDING_LABELS,
   findingsSummary,
   heatmapWithStep,
   overlayColor,
-  formatNumber,
-  formatValue,
-  legendStops,
-  nextStep,
-  normColor,
   parseNumber,
   replayOnVisible,
   replayState,
   textColorOn,
-  beyondRange,
   toggleGroup,
   moduleTree,
-  viridis,
   visibleCount,
   visibleGraph,
 } from "../src/logic.js";
@@ -28,56 +18,12 @@ import { payload } from "./fixtures.js";
 // The canonical example's `graph` traitlet, written by the Python tests from a real run.
 const canonical = payload("canonical");
 
-describe("colour scale", () => {
-  it("maps the ends of the range to the ends of viridis", () => {
-    expect(viridis(0)).toBe("#440154");
-    expect(viridis(1)).toBe("#fde725");
-    expect(viridis(-5)).toBe("#440154");
-    expect(viridis(7)).toBe("#fde725");
-  });
-
-  it("colours by log10 of the norm within the range", () => {
-    const range = { lo: -2, hi: 2 };
-    expect(normColor(0.01, range)).toBe(viridis(0));
-    expect(normColor(100, range)).toBe(viridis(1));
-    expect(normColor(1, range)).toBe(viridis(0.5));
-  });
-
-  it("marks NaN and Inf red, zero dark and missing grey", () => {
-    expect(normColor("NaN", {})).toBe(NAN_COLOR);
-    expect(normColor("Infinity", {})).toBe(NAN_COLOR);
-    expect(normColor(1, {}, true)).toBe(NAN_COLOR);
-    expect(normColor(0, {})).toBe(ZERO_GRAD_COLOR);
-    expect(normColor(null, {})).toBe(NO_GRAD_COLOR);
-  });
-
-  it("gives legend stops from lo to hi", () => {
-    const stops = legendStops({ lo: -4, hi: 4 }, 5);
-    expect(stops.map((s) => s.log10)).toEqual([-4, -2, 0, 2, 4]);
-    expect(stops[0].color).toBe(viridis(0));
-  });
-});
-
 describe("numbers", () => {
   it("parses the JSON-safe forms Python sends", () => {
     expect(parseNumber("NaN")).toBeNaN();
     expect(parseNumber("-Infinity")).toBe(-Infinity);
     expect(parseNumber(null)).toBeNull();
     expect(parseNumber(2.5)).toBe(2.5);
-  });
-
-  it("prints integers in full and other numbers short", () => {
-    expect(formatNumber(1777792)).toBe("1777792");
-    expect(formatNumber(0.5)).toBe("0.5");
-    expect(formatNumber(1e-7)).toBe("1.00e-7");
-    expect(formatNumber("NaN")).toBe("NaN");
-    expect(formatValue([1777792, 1777764])).toBe("[1777792, 1777764]");
-    expect(
-      formatValue([
-        [1, 2],
-        [3, -4],
-      ]),
-    ).toBe("[[1, 2], [3, -4]]");
   });
 });
 
@@ -212,10 +158,8 @@ describe("replay", () => {
     expect(s.hooks).toHaveLength(1);
   });
 
-  it("clamps past the end and wraps when playing", () => {
+  it("clamps past the end", () => {
     expect(replayState(steps, 10).current).toBe("x");
-    expect(nextStep(1, 3)).toBe(2);
-    expect(nextStep(2, 3)).toBe(-1);
   });
 
   it("maps onto collapsed groups", () => {
@@ -225,19 +169,10 @@ describe("replay", () => {
   });
 });
 
-describe("text and range marks", () => {
+describe("text on a colour", () => {
   it("writes dark text on light colours and light text on dark ones", () => {
-    expect(textColorOn(viridis(1))).toBe("#111111");
-    expect(textColorOn(viridis(0))).toBe("#ffffff");
-  });
-
-  it("marks norms outside the baseline's colour range", () => {
-    const range = { lo: -2, hi: 1 };
-    expect(beyondRange(1e3, range)).toBe(true);
-    expect(beyondRange(1e-5, range)).toBe(true);
-    expect(beyondRange(1, range)).toBe(false);
-    expect(beyondRange(0, range)).toBe(false);
-    expect(beyondRange(null, range)).toBe(false);
+    expect(textColorOn("#fde725")).toBe("#111111");
+    expect(textColorOn("#440154")).toBe("#ffffff");
   });
 });
 
@@ -258,21 +193,19 @@ describe("diagnosis banner", () => {
 
 describe("watch view", () => {
   const overlay = {
-    node_norms: { "0.weight": 0.01, "group:0": 1, "module:2": "nan", "2.bias": 0 },
-    color_range: { lo: -2, hi: 0 },
+    node_colors: { "0.weight": "#440154", "group:0": "#fde725" },
+    missing_color: "#bdbdbd",
   };
 
-  it("colours an element by the step's norm on the watch's range", () => {
-    expect(overlayColor("0.weight", overlay)).toBe(viridis(0));
-    expect(overlayColor("group:0", overlay)).toBe(viridis(1));
-    expect(overlayColor("module:2", overlay)).toBe(NAN_COLOR);
-    expect(overlayColor("2.bias", overlay)).toBe(ZERO_GRAD_COLOR);
+  it("colours an element as Python coloured the step's norm", () => {
+    expect(overlayColor("0.weight", overlay)).toBe("#440154");
+    expect(overlayColor("group:0", overlay)).toBe("#fde725");
   });
 
-  it("draws elements without a value grey", () => {
-    expect(overlayColor("AddmmBackward0_0", overlay)).toBe(NO_GRAD_COLOR);
-    expect(overlayColor("toString", overlay)).toBe(NO_GRAD_COLOR);
-    expect(overlayColor("x", null)).toBe(NO_GRAD_COLOR);
+  it("draws elements without a value in the missing colour", () => {
+    expect(overlayColor("AddmmBackward0_0", overlay)).toBe("#bdbdbd");
+    expect(overlayColor("toString", overlay)).toBe("#bdbdbd");
+    expect(overlayColor("x", null)).toBeUndefined();
   });
 
   it("marks the shown step on the heatmap without changing the figure", () => {
@@ -289,12 +222,14 @@ describe("watch view", () => {
         },
       ],
       layout: { title: { text: "t" }, template: { data: {} }, shapes: [{ type: "rect" }] },
+      step_marker: { line: { color: "#e53935", width: 2 } },
     };
     const { data, layout } = heatmapWithStep(figure, 1);
     expect(data).toBe(figure.data);
     expect(layout.template).toBeUndefined();
     expect(layout.shapes).toHaveLength(2);
     expect(layout.shapes[1]).toMatchObject({ type: "line", xref: "x", x0: 1, x1: 1, yref: "paper" });
+    expect(layout.shapes[1].line).toBe(figure.step_marker.line);
     expect(figure.layout.shapes).toHaveLength(1);
     expect(figure.layout.template).toBeDefined();
     expect(heatmapWithStep(figure, null).layout.shapes).toHaveLength(1);

@@ -1,5 +1,6 @@
 // The view's rules (logic.js, their one home) on graph payloads the Python tests wrote from real
-// runs: a 2-, 6-, 12- and 40-block residual stack (blocks.i.fc, head) and a 6-layer GPT-2.
+// runs: a 2-, 6-, 12- and 40-block residual stack (blocks.i.fc, head), a 6-layer GPT-2, an 8-layer
+// sigmoid MLP (mlp) and notebook 05's residual stack, its Adds outside the blocks' list (residual).
 import { describe, expect, it } from "vitest";
 import {
   collapseAll,
@@ -8,9 +9,8 @@ import {
   firstCollapsed,
   graphSummary,
   IDENTICAL_BLOCKS_MIN,
-  normColor,
-  legendStops,
-  NO_GRAD_COLOR,
+  interleaved,
+  moduleTree,
   prepareGraph,
   reveal,
   revealTarget,
@@ -18,9 +18,12 @@ import {
   shortName,
   toggleGroup,
   treeCollapsed,
+  visibleGraph,
   visibleCount,
+  visibleGraph,
   VISIBLE_BUDGET,
 } from "../src/logic.js";
+import { replaceNote, siteLabel } from "../src/panels.js";
 import { savedModel } from "../src/saved.js";
 import { payload } from "./fixtures.js";
 
@@ -69,6 +72,47 @@ describe("the first view", () => {
     expect(treeCollapsed(graph.groups, 11)).toEqual(["blocks", ...blocks(12)].sort());
     expect(firstCollapsed(graph, "modules")).toEqual(treeCollapsed(graph.groups));
     expect(firstCollapsed(graph, "ops")).toEqual(defaultCollapsed(graph));
+  });
+});
+
+describe("the first view of a residual stack and of a selection", () => {
+  it("opens a ModuleList whose blocks take turns with the Adds outside it: each Add beside its block", () => {
+    const graph = payload("residual");
+    expect(interleaved(graph, "blocks")).toBe(true);
+    expect(interleaved(payload("deep12"), "blocks")).toBe(false); // its Adds are inside each block
+    // Ten blocks are more than a row holds, and they open all the same.
+    expect(graph.groups.filter((g) => g.parent === "group:blocks").length).toBeGreaterThan(ROW_BUDGET);
+    const collapsed = defaultCollapsed(graph);
+    expect(collapsed).not.toContain("blocks");
+    const view = visibleGraph(graph, collapsed);
+    const adds = view.nodes.filter((n) => n.node.op === "AddBackward0");
+    expect(adds.length).toBe(10);
+    // Every block box is drawn, and each has an edge to and from an Add: the skip connections.
+    let wired = 0;
+    for (let i = 0; i < 10; i++) {
+      const box = `group:blocks.${i}`;
+      expect(view.groups.some((g) => g.group.id === box && g.collapsed)).toBe(true);
+      const into = view.edges.some((e) => e.target === box && e.source.startsWith("AddBackward0"));
+      const out = view.edges.some((e) => e.source === box && e.target.startsWith("AddBackward0"));
+      if (i === 0 ? out : into && out) wired += 1;
+    }
+    expect(wired).toBe(10);
+    expect(visibleCount(graph, collapsed)).toBeLessThanOrEqual(VISIBLE_BUDGET);
+  });
+
+  it("opens the boxes around what was selected before the first view (w.select)", () => {
+    const graph = payload("gpt2");
+    const node = graph.nodes.find((n) => n.kind === "op" && n.module === "transformer.h.3.mlp.c_fc");
+    expect(defaultCollapsed(graph)).toContain("transformer.h.3"); // closed without a selection
+    for (const view of ["ops", "modules"]) {
+      const collapsed = firstCollapsed(graph, view, VISIBLE_BUDGET, node.id);
+      for (const box of ["transformer.h", "transformer.h.3", "transformer.h.3.mlp", "transformer.h.3.mlp.c_fc"])
+        expect(collapsed).not.toContain(box);
+    }
+    const drawn = visibleGraph(graph, firstCollapsed(graph, "ops", VISIBLE_BUDGET, node.id));
+    expect(drawn.representative.get(node.id)).toBe(node.id);
+    const box = firstCollapsed(graph, "ops", VISIBLE_BUDGET, "module:transformer.h.3.attn");
+    expect(visibleGraph(graph, box).groups.some((g) => g.group.module === "transformer.h.3.attn")).toBe(true);
   });
 });
 
@@ -154,6 +198,17 @@ describe("names and identical blocks", () => {
     expect(IDENTICAL_BLOCKS_MIN).toBe(3);
     expect(pair.get("blocks.0").repeat).toBeNull();
   });
+
+  it("marks blocks, not the layers of an MLP: Linear, Sigmoid, Linear, … are no blocks", () => {
+    const mlp = prepareGraph(payload("mlp"));
+    const repeated = new Map();
+    for (const g of mlp.groups) repeated.set(g.signature, (repeated.get(g.signature) || 0) + 1);
+    expect(Math.max(...repeated.values())).toBeGreaterThanOrEqual(IDENTICAL_BLOCKS_MIN); // they repeat
+    expect(mlp.groups.length).toBeGreaterThan(10);
+    expect(mlp.groups.filter((g) => g.repeat).length).toBe(0);
+    const residual = prepareGraph(payload("residual"));
+    expect(residual.groups.filter((g) => g.repeat).map((g) => g.module)).toEqual(blocks(10));
+  });
 });
 
 describe("the inspector from the graph alone", () => {
@@ -180,11 +235,15 @@ describe("the inspector from the graph alone", () => {
 });
 
 describe("constants come with the payload", () => {
-  it("colours by the payload's range and invents none", () => {
+  it("draws the colours and the text Python sent: every node and box has them", () => {
     const graph = payload("canonical");
     expect(graph.color_range.hi).toBeGreaterThan(graph.color_range.lo);
-    expect(normColor(1, undefined)).toBe(NO_GRAD_COLOR);
-    expect(legendStops(undefined)).toEqual([]);
+    const elements = [...graph.nodes, ...graph.groups];
+    expect(elements.length).toBe(graph.nodes.length + graph.groups.length);
+    const colored = elements.filter((e) => /^#[0-9a-f]{6}$/.test(e.color) && typeof e.norm_text === "string");
+    expect(colored.length).toBe(elements.length);
+    expect(graph.legend.stops.length).toBe(5);
+    expect(graph.legend.keys.map((k) => k.text)).toEqual(["NaN/Inf", "zero", "no grad"]);
   });
 });
 
@@ -206,5 +265,44 @@ describe("the saved page's model", () => {
     model.send({ type: "rerun" });
     expect(model.get("errors").rerun).toBe("saved page");
     expect(model.get("__inspectors")).toBeUndefined();
+  });
+});
+
+describe("the root module's box", () => {
+  it("holds a model with no submodules, named by its class, in both views", () => {
+    const graph = prepareGraph(payload("canonical"));
+    const root = graph.groups.find((g) => g.module === "");
+    expect(root.label).toBe("Canonical (root)");
+    const drawn = visibleGraph(graph, defaultCollapsed(graph));
+    expect(drawn.groups.map((g) => g.group.id).sort()).toEqual(["group:", "group:(loss)"]);
+    // every op and leaf of the model sits in it, the loss beside it
+    const parents = new Map(drawn.nodes.map(({ node, parent }) => [node.id, parent]));
+    expect(parents.get("SubBackward0_0")).toBe("group:");
+    expect(parents.get("x")).toBe("group:");
+    expect(parents.get("MseLossBackward0_0")).toBe("group:(loss)");
+    const tree = moduleTree(graph, treeCollapsed(graph.groups));
+    expect(tree.groups.map((g) => g.group.label)).toEqual(["Canonical (root)", "(loss)"]);
+  });
+
+  it("is found under the names it shows, and is never closed by the first views", () => {
+    const graph = prepareGraph(payload("canonical"));
+    for (const name of ["(root)", "Canonical (root)", "Canonical", "canonical"])
+      expect(find(name, graph)).toBe("module:");
+    const deep = prepareGraph(payload("deep40"));
+    expect(defaultCollapsed(deep)).not.toContain("");
+    expect(treeCollapsed(deep.groups)).not.toContain("");
+    expect(collapseAll(deep.groups)).not.toContain("");
+    // its top-level modules hang under it; a closed root opens again to reveal one of them
+    expect(deep.groups.find((g) => g.module === "blocks").parent).toBe("group:");
+    expect(revealTarget(["", "blocks"], "module:blocks.3", deep)).not.toContain("");
+  });
+
+  it("names its hook sites, and says which edit Apply replaces", () => {
+    expect(siteLabel("grad_input[2]", ["x", "y", "z"])).toBe("grad_input[2] (z)");
+    const edits = [{ id: "e1", target: "", label: "Canonical (root)", slot: "grad_input[0]", source: "grad * 2" }];
+    expect(replaceNote(edits, "", "grad_input[0]")).toBe(
+      "Apply replaces the edit grad * 2 at Canonical (root) · grad_input[0]",
+    );
+    expect(replaceNote(edits, "", "grad_input[1]")).toBe("");
   });
 });

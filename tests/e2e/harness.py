@@ -175,6 +175,20 @@ def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "lab"):
 
 
 @contextmanager
+def jupyter_lab_every_cell(root: Path, settings: Path):
+    """``jupyter_lab(root)`` with every notebook cell in the page: JupyterLab 4 draws only the cells
+    near the viewport ("windowing"), so a widget far down a notebook would not be in the page until
+    scrolled to. Windowing is turned off in ``settings`` (an empty folder) for this server only."""
+    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True)
+    tracker.write_text(json.dumps({"windowingMode": "none"}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JUPYTERLAB_SETTINGS_DIR", str(settings))
+        with jupyter_lab(root) as base:
+            yield base
+
+
+@contextmanager
 def chromium_page(width: int = 1500, height: int = 1400):
     """A headless Debian Chromium page (Playwright sync API)."""
     from playwright.sync_api import sync_playwright

@@ -221,15 +221,15 @@ def test_diagnosis_banner_and_watch_view(lab):
             timeout=60_000,
         )
 
-        # The watch view: slider, heatmap, graph coloured by step 0's norms (ops and what loss_fn
-        # built, which is no module of the model, grey).
+        # The watch view: slider, heatmap, graph coloured by step 0's norms (what loss_fn built, which
+        # is no module of the model, in the "not watched" colour, not the "no grad" grey).
         harness.run_cell(page, 1)
         root.locator(".hv-watch").wait_for(state="visible", timeout=30_000)
         root.locator(".hv-heatmap .main-svg").first.wait_for(state="visible", timeout=30_000)
         assert "0 (1/3 kept)" in root.locator(".hv-watch-step").inner_text()
         assert "Watch step 0" in banner.inner_text()
         page.wait_for_function(
-            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:(loss)').data('color') === '#bdbdbd'",
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:(loss)').data('color') === '#eceff1'",
             timeout=10_000,
         )
         assert _color(page, "group:0") != "#bdbdbd"

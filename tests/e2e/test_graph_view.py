@@ -5,12 +5,11 @@ MLP (width 64). From cytoscape's rendered bounding boxes: the first view is fitt
 graph's box, every label drawn is at least 8 px on screen (none is hidden at the first view), and
 no two node bodies, labels or sibling boxes overlap; the same after a block is opened in place.
 Search, ``/``, Esc and ``w.select`` open the boxes around a match and bring it into view. Then
-JupyterLab's dark theme, and the page ``w.save_html`` writes, opened from ``file://``.
+the page ``w.save_html`` writes, opened from ``file://`` (the dark theme: test_panels.py).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -36,10 +35,10 @@ def lab(tmp_path_factory):
     harness.write_notebook(
         root / "mlp_large.ipynb",
         [
-            "import hookviz.widget.widget\nhookviz.widget.widget.CHEAP_DETAILS_NODES = 0\n" + harness.MLP,
+            "import hookviz.record.details\nhookviz.record.details.IN_FULL_NODES = 0\n" + harness.MLP,
             'print("pending", w.details_pending, w.run.details_pending, len(w.diagnosis["findings"]))',
-            'from hookviz.widget import payload as widget_data\nw.diagnosis = widget_data.diagnosis_json([], "run", pending=True)',
-            'w.diagnosis = widget_data.diagnosis_json([], "run")',
+            'from hookviz.widget.diagnosis import diagnosis_json\nw.diagnosis = diagnosis_json([], "run", pending=True)',
+            'w.diagnosis = diagnosis_json([], "run")',
         ],
     )
     with harness.jupyter_lab(root) as base:
@@ -512,66 +511,3 @@ def test_saved_page_opens_from_a_file_without_kernel(tmp_path):
         assert all(url.startswith(("file:", "blob:", "data:")) for url in requests), requests
         assert not [line for line in console if line.startswith("pageerror")]
         root.screenshot(path=str(ARTIFACTS / "saved_page.png"))
-
-
-@pytest.fixture(scope="module")
-def dark_lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("dark-lab")
-    harness.write_notebook(root / "canonical.ipynb", [harness.CANONICAL])
-    settings = tmp_path_factory.mktemp("dark-settings")
-    themes = settings / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings"
-    themes.parent.mkdir(parents=True)
-    themes.write_text(json.dumps({"theme": "JupyterLab Dark"}))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JUPYTERLAB_SETTINGS_DIR", str(settings))
-        with harness.jupyter_lab(root) as base:
-            yield base
-
-
-# WCAG contrast ratio of an element's text colour against the background it is drawn on.
-_CONTRAST = """(selector) => {
-    const parse = (c) => (c.match(/[\\d.]+/g) || []).slice(0, 4).map(Number);
-    const luminance = ([r, g, b]) => {
-        const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
-        return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
-    };
-    const background = (el) => {
-        for (; el; el = el.parentElement) {
-            const c = parse(getComputedStyle(el).backgroundColor);
-            if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) return c;
-        }
-        return [255, 255, 255];
-    };
-    return [...document.querySelectorAll(selector)].map((el) => {
-        const a = luminance(parse(getComputedStyle(el).color)), b = luminance(background(el));
-        return [el.className || el.tagName, (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)];
-    });
-}"""
-
-
-def test_dark_theme_is_readable(dark_lab):
-    ARTIFACTS.mkdir(exist_ok=True)
-    with harness.chromium_page() as page, harness.diagnostics(page, ARTIFACTS / "dark_failure.png"):
-        harness.open_notebook(page, dark_lab, "canonical.ipynb")
-        assert page.evaluate("() => document.body.dataset.jpThemeLight") == "false"
-        harness.run_cell(page, 0)
-        root = harness.widget_root(page)
-        harness.wait_painted(page, 1)
-        harness.click_node(page, "SubBackward0_0")
-        page.wait_for_selector(".hookviz-widget .hv-apply", timeout=30_000)
-        ratios = page.evaluate(
-            _CONTRAST,
-            ".hookviz-widget button, .hookviz-widget h4, .hookviz-widget .hv-leaves-table td,"
-            " .hookviz-widget .hv-summary, .hookviz-widget .hv-inspector td",
-        )
-        assert ratios
-        low = [(name, round(ratio, 2)) for name, ratio in ratios if ratio < 4.5]
-        assert not low, f"text below WCAG AA contrast in the dark theme: {low}"
-        # Box titles and edges on the canvas take the theme's text colour.
-        text = page.evaluate(
-            "() => getComputedStyle(document.querySelector('.hookviz-widget')).getPropertyValue('--jp-ui-font-color1').trim()"
-        )
-        assert text
-        page.wait_for_timeout(300)
-        root.screenshot(path=str(ARTIFACTS / "dark_theme.png"))

@@ -1,4 +1,4 @@
-"""The widget in Notebook 7 (``jupyter notebook``), as the README promises beside JupyterLab.
+"""The widget in Notebook 7 (``jupyter notebook``), as the docs promise beside JupyterLab (docs/guides/widget.md).
 
 Open the canonical example in the classic-looking Notebook 7 front end, run the cell, click
 SubBackward0 on the canvas, edit its ``grad_inputs[0]`` to ``grad + 888888``, re-run, and read x's

@@ -8,7 +8,6 @@ hook computes. Uses the browser harness of ``tests/e2e/harness.py``.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sys
@@ -31,16 +30,9 @@ def lab(tmp_path_factory):
     harness.require_browser()
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    # JupyterLab 4 draws only the cells near the viewport ("windowing"); a widget far down the
-    # notebook would not be in the page until scrolled to. Turn windowing off for this server only.
     settings = tmp_path_factory.mktemp("lab-settings")
-    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
-    tracker.parent.mkdir(parents=True)
-    tracker.write_text(json.dumps({"windowingMode": "none"}))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JUPYTERLAB_SETTINGS_DIR", str(settings))
-        with harness.jupyter_lab(root) as base:
-            yield base
+    with harness.jupyter_lab_every_cell(root, settings) as base:
+        yield base
 
 
 def _run_all_cells(page) -> None:

@@ -115,7 +115,9 @@ def _open_container(page, root, chain: list[str], container: str, children: list
     inspector = root.locator(".hv-inspector")
     inspector.locator(".hv-children").wait_for(state="visible", timeout=10_000)
     text = inspector.inner_text()
-    assert f"module {container}" in text
+    # the id row names the module in full (the title is the box's short label and type until the
+    # kernel's answer comes)
+    assert f"module:{container}" in text
     # Read the cells in one call: the inspector is drawn again when the kernel's answer comes, and
     # a row read across that redraw would be a detached one.
     tables = inspector.evaluate(
@@ -189,7 +191,9 @@ def test_gpt2_container_opens_and_the_page_answers_with_the_kernel_stopped(lab):
             )
             # The inspector says what the graph knows, and that the values wait for the kernel.
             inspector = root.locator(".hv-inspector").inner_text()
-            assert "module transformer.h.3.attn" in inspector and "child modules (3)" in inspector
+            # The title names the box as drawn and its type; the id row the module's full name.
+            assert "module h.3.attn · GPT2Attention" in inspector
+            assert "module:transformer.h.3.attn" in inspector and "child modules (3)" in inspector
             assert "asking the kernel" in inspector
             print(
                 f"open, close and search answered in {time.monotonic() - started:.1f} s with the kernel stopped"

@@ -143,7 +143,9 @@ def test_chart_keeps_its_height_on_first_show_resize_and_full_screen(lab):
             timeout=30_000,
         )
         note = root.locator(".hv-inspector .hv-not-seen").inner_text()
-        assert note.startswith("None: not seen from Python: autograd made this op inside a larger torch call")
+        assert note.startswith(
+            "None: SafeSoftmaxBackward0 is a step autograd made inside one torch call from Python"
+        )
         root.locator(".hv-side").screenshot(path=str(ARTIFACTS / "panels_inspector_inside_attention.png"))
 
 

@@ -1,0 +1,116 @@
+"""The hooks a watch registers, on the model, its modules and parameters and the graphs of forwards.
+
+How they work together: :mod:`hookviz.watching.watch`; the optimizer's step hooks:
+:mod:`hookviz.watching.optimizer_steps`. Each holds a weak reference to its
+:class:`~hookviz.watching.watch.Watch` (a hook never keeps the watch alive) and hands what it saw to
+the watch's per-backward state.
+"""
+
+from __future__ import annotations
+
+import weakref
+from functools import partial
+
+import torch
+from torch.utils import _pytree as pytree
+
+from hookviz.record.own_pass import in_own_pass
+from hookviz.stats.reduce import measure
+from hookviz.watching import gather as watch_gather
+from hookviz.watching.backward_steps import begin
+from hookviz.watching.structure import check_structure, follow_replaced
+
+
+def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) -> None:
+    """DDP / FSDP2 only: ``register_post_accumulate_grad_hook``: queue the statistics of the local
+    ``.grad`` before the all-reduce writes over it; returns None."""
+    self = reference()
+    if self is None or watch_gather.is_shard(parameter):
+        return  # FSDP2 calls a shard's hooks with the reduced .grad, from its end-of-backward callback
+    state = begin(self)
+    if state is not None and not state.own:
+        state.reached = True  # FSDP2: the sharded parameters' own tensor hooks never run
+    if state is not None and state.recording and not state.own and parameter.grad is not None:
+        state.arrived.append(column)
+        state.local.append((column, measure([parameter.grad], sums=False, counts=True)))
+
+
+def parameter_hook(reference: weakref.ref, column: int):
+    """The parameter hook of one column (DDP / FSDP2's parameters, and FSDP2's unsharded ones)."""
+    return partial(_on_parameter, reference, column)
+
+
+def _on_output_grads(reference: weakref.ref, column: int, output_nr: int, grad_outputs: tuple) -> None:
+    """Node pre-hook on the Node that made a module output: hand the gradient w.r.t. that output to the
+    step's reduction; returns None (the gradients are unchanged)."""
+    grad = grad_outputs[output_nr]
+    if grad is None:
+        return
+    self = reference()
+    if self is None:
+        return
+    state = begin(self)
+    if state is not None and state.recording and not state.own:
+        state.reached = True  # a backward that reaches module outputs only (autograd.grad) is a step too
+        state.arrived.append(column)
+        state.reducer.add(column, grad)
+
+
+def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:
+    """``Tensor.register_hook`` on a module output that is a leaf (it has no Node): as above."""
+    _on_output_grads(reference, column, 0, (grad,))
+
+
+def _on_parameter_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:
+    """``Tensor.register_hook`` on a watched parameter: runs in every backward that reaches it, before
+    ``AccumulateGrad`` adds ``grad`` to ``.grad``, so the first of a backward starts its step before
+    any parameter's ``.grad`` changed (a parameter the loss uses directly included). Notes the
+    ``.grad`` the parameter holds now; returns None (the gradient is unchanged)."""
+    self = reference()
+    if self is None:
+        return
+    state = begin(self)
+    if state is None or state.own:
+        return
+    state.reached = True
+    if state.recording and column >= 0:
+        held = self._parameters[column].grad
+        state.before.append((column, held, -1 if held is None else held._version))
+
+
+def step_start_hook(reference: weakref.ref, column: int):
+    """The tensor hook of one watched parameter (``column``; -1: a parameter that starts steps
+    but has no column, under ``parameters=False``)."""
+    return partial(_on_parameter_grad, reference, column)
+
+
+def _output_tensors(output) -> list[torch.Tensor]:
+    """The tensors of a module's output that require grad; one returned twice is listed once."""
+    if isinstance(output, torch.Tensor):
+        return [output] if output.requires_grad else []
+    found = {id(t): t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad}
+    return list(found.values())
+
+
+def on_model_forward(reference: weakref.ref, module, args, output) -> None:
+    """Forward hook on the model: notice parameters and modules replaced or added since the last
+    forward (steps start from the parameters' own hooks, whichever module's forward made the graph)."""
+    self = reference()
+    if self is None or self.closed or in_own_pass():
+        return
+    check_structure(self)
+    follow_replaced(self)
+
+
+def on_forward(reference: weakref.ref, column: int, module, args, output) -> None:
+    """Forward hook (``outputs=True``): put a gradient hook on each output tensor; returns None."""
+    self = reference()
+    if self is None or self.closed or not self.recording or not torch.is_grad_enabled() or in_own_pass():
+        return
+    for tensor in _output_tensors(output):
+        node = tensor.grad_fn
+        if node is None:
+            handle = tensor.register_hook(partial(_on_output_grad, reference, column))
+        else:
+            handle = node.register_prehook(partial(_on_output_grads, reference, column, tensor.output_nr))
+        self._keep_graph_handle(handle)

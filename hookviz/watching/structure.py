@@ -1,0 +1,80 @@
+"""The parameters a watch watches, followed: a parameter or module replaced mid-training is followed to
+its new tensor (its step-start hook moves with it); one added after the watch opened is named in a
+warning. Functions of a :class:`hookviz.watching.watch.Watch`, called from its hooks."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+
+def check_structure(watch) -> None:
+    """At each forward of the model: when a module gained or lost a parameter or a
+    submodule since the watch opened (or the last check), follow the columns' parameters to
+    their modules now and warn, naming what this watch cannot see."""
+    for module, parameters, children in watch._structure:
+        if len(module._parameters) != parameters or tuple(module._modules.values()) != children:
+            break
+    else:
+        return
+    watch._structure = structure_of(watch.model)
+    owners = dict(watch.model.named_modules())
+    for column, name in enumerate(watch.parameter_names):  # a replaced module's parameters
+        path, _, attribute = name.rpartition(".")
+        if path in owners and attribute in owners[path]._parameters:
+            watch._owners[column] = (owners[path], attribute)
+    unseen: dict[str, str] = {}  # name -> "parameter" or "module"
+    if watch.parameter_names:
+        watched = set(watch.parameter_names)
+        for name, parameter in watch.model.named_parameters():
+            if parameter.requires_grad and name not in watched:
+                unseen[name] = "parameter"
+    if watch.module_names:
+        hooked = set(map(id, watch._hooked_modules))
+        unseen.update((name, "module") for name, m in owners.items() if id(m) not in hooked)
+    new = {name: kind for name, kind in unseen.items() if name not in watch._warned}
+    if new:
+        watch._warned.update(new)
+        listed = ", ".join(f"{kind} {name!r}" for name, kind in new.items())
+        one = len(new) == 1
+        warnings.warn(
+            f"hookviz.watch: {listed} of {type(watch.model).__name__} {'was' if one else 'were'} "
+            f"added or replaced after the watch opened and {'is' if one else 'are'} not watched; "
+            "close this watch and open a new one (hookviz.watch(model)) to watch "
+            f"{'it' if one else 'them'}",
+            stacklevel=4,
+        )
+
+
+def follow_replaced(watch) -> None:
+    """Point a column whose parameter was replaced on its module at the new one, and move its
+    step-start hook there. FSDP2 swaps its sharded and unsharded parameters itself: left alone (its
+    unsharded parameters' hooks start the steps, :mod:`hookviz.watching.gather`)."""
+    if watch._ranks is not None and watch._ranks.strategy == "fsdp":
+        return
+    for column, (owner, attribute) in enumerate(watch._owners):
+        current = owner._parameters.get(attribute)
+        if current is not watch._parameters[column] and current is not None:
+            with watch._lock:
+                old = watch._parameters[column]
+                watch._parameters[column] = current
+                watch._column_of.pop(id(old), None)
+                watch._column_of[id(current)] = column
+                for _, handle in [s for s in watch._starts if s[0] is old]:
+                    handle.remove()
+                watch._starts[:] = [s for s in watch._starts if s[0] is not old]
+                if current.requires_grad:
+                    watch._hook_start(column, current)
+
+
+def owner_of(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
+    """The module that holds parameter ``name`` and its attribute name there."""
+    path, _, attribute = name.rpartition(".")
+    return model.get_submodule(path), attribute
+
+
+def structure_of(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int, tuple]]:
+    """Each module with its parameter count and its submodules: what :func:`check_structure`
+    compares."""
+    return [(m, len(m._parameters), tuple(m._modules.values())) for m in model.modules()]

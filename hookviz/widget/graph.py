@@ -1,0 +1,334 @@
+"""Run -> the graph payload: the op graph, its module groups and the colour range the page draws.
+
+Module groups: every op node belongs to the innermost module that created it (its ``module``
+attribute); a module ``"a.b"`` is drawn as a compound node inside ``"a"``, and every top-level
+module inside the root module's box (``""``, labelled by its class: ``"Canonical (root)"``), so a
+model with no submodules has a box, and hook sites, of its own. The ``(loss)`` box sits beside the
+root's: ``loss_fn`` is not the model. Which groups are open, the other labels and which siblings
+are identical blocks are the page's job (``js/src/logic.js``); where things sit on screen too (ELK).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import defaultdict
+
+from hookviz import text
+from hookviz.colors import beyond_range, legend, norm_color, range_of
+from hookviz.data.run import LOSS_MODULE, Run
+from hookviz.data.tensors import combined_norm
+from hookviz.widget.payload import json_float
+from hookviz.widget.tree import group_id, mark_signatures, module_label, natural_key, parent_module
+
+
+def structure_key(run: Run) -> str:
+    """A hash of the run's Node ids and edges: equal for re-runs of the same graph."""
+    digest = hashlib.blake2b(digest_size=12)
+    for node in run.nodes:
+        digest.update(node.encode())
+        digest.update(b"\0")
+    digest.update(b"\1")
+    for u, v, _ in run.edges:
+        digest.update(f"{u}\0{v}\0".encode())
+    return digest.hexdigest()
+
+
+def node_norms(run: Run) -> dict[str, float | None]:
+    """Each Node's colour norm: the combined 2-norm of the gradients that reached it (its
+    ``grad_outputs``; see ``Run.graph``'s ``grad_norm``), by node id."""
+    return {node_id: record.grad_norm for node_id, record in run.nodes.items()}
+
+
+def _edges_json(run: Run) -> list[list]:
+    """``[producer, consumer, slot]`` once per pair (the last slot, as ``Run.graph`` keeps it),
+    grouped by producer in Node order."""
+    succ: dict[str, dict[str, int]] = {}
+    for u, v, slot in run.edges:
+        succ.setdefault(u, {})[v] = slot
+    return [[u, v, slot] for u in run.nodes for v, slot in succ.get(u, {}).items()]
+
+
+def module_norms(run: Run) -> dict[str, float | None]:
+    """Norm of the gradient into each module's inputs (what a full backward hook's ``grad_input``
+    holds), over all its calls: ``sqrt(sum of squared norms)``; None when no input got a gradient."""
+    norms: dict[str, list[float]] = {}
+    for call in run.calls:
+        for record in call.grad_input:
+            if record is not None and record.norm is not None:
+                norms.setdefault(call.module, []).append(float(record.norm))
+    return {module: combined_norm(values) for module, values in norms.items()}
+
+
+def color_range(run: Run, baseline: Run | None = None) -> dict:
+    """The colour range ``{lo, hi}`` (log10, whole decades: :func:`hookviz.colors.range_of`) of
+    the norms of ``baseline`` (else ``run``): its nodes' and its modules' boundary norms. One range
+    for every run of a session, so one colour means one norm in each of them."""
+    scale = baseline if baseline is not None else run
+    return range_of([*node_norms(scale).values(), *module_norms(scale).values()])
+
+
+def graph_json(run: Run, baseline: Run | None = None, structure: str | None = None) -> dict:
+    """The op graph and its module groups, as the page draws them (the page lays them out).
+
+    Args:
+        run: the run to show.
+        baseline: the run whose norms fix the colour range, so that one colour means one norm in
+            every run of a session (values outside saturate; the page marks them).
+        structure: the :func:`structure_key` from an earlier call on the same graph, to skip
+            recomputing it on a re-run.
+
+    Returns:
+        ``{"structure", "nodes", "edges", "groups", "color_range", "legend"}``. Node: ``{id, op,
+        module, kind, order, norm, nan, edited, user_hooks, hint, color, beyond, norm_text}``
+        (color: its norm's on ``color_range``, :func:`hookviz.colors.norm_color`; beyond: the
+        norm lies outside the range; norm_text: the norm as the page shows it; legend:
+        :func:`hookviz.colors.legend`; module: the box it is drawn in, the
+        module that made it except for the loss ops of :func:`_box_the_loss_ops`; hint:
+        :func:`operand_hint`); edge:
+        ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, type,
+        size, norm, nan, edited, user_hooks, signature, color, beyond, norm_text}`` (signature: see
+        :func:`hookviz.widget.tree.mark_signatures`; the page adds labels and identical blocks),
+        the root module's (``module ""``, present when the model ran as a module) with its
+        ``label`` (:func:`hookviz.widget.tree.module_label`).
+    """
+    key = structure if structure is not None else structure_key(run)
+    edited_targets = {edit.target for edit in run.edits}
+    edited_nodes = run.edited_nodes
+    norms = node_norms(run)
+    nodes = []
+    by_module: dict[str, list[dict]] = defaultdict(list)
+    for node_id, record in run.nodes.items():
+        norm = norms[node_id]
+        kind = record.kind
+        item = {
+            "id": node_id,
+            "op": record.op,
+            "module": record.module,
+            "kind": kind,
+            "order": record.order,
+            "norm": json_float(norm),
+            "nan": record.has_nan or (norm is not None and not math.isfinite(norm)),
+            "edited": node_id in edited_nodes or node_id in edited_targets,
+            "user_hooks": len(record.user_hooks),
+            "hint": operand_hint(record) if kind == "op" else "",
+        }
+        nodes.append(item)
+    edges = _edges_json(run)
+    _box_the_loss_ops(nodes, edges)
+    for item in nodes:
+        by_module[item["module"]].append(item)
+
+    boundary = module_norms(run)
+    module_hooks = defaultdict(int)
+    types = {}
+    for call in run.calls:
+        module_hooks[call.module] += len(call.user_hooks)
+        types.setdefault(call.module, call.type)
+    groups = _groups(by_module, boundary, edited_targets, module_hooks, types)
+    mark_signatures(groups, nodes, _leaf_shapes(run))
+    if baseline is None or baseline is run:
+        scale = range_of([*norms.values(), *boundary.values()])
+    else:
+        scale = color_range(run, baseline)
+    for item in (*nodes, *groups):
+        paint(item, scale)
+    return {
+        "structure": key,
+        "nodes": nodes,
+        "edges": edges,
+        "groups": groups,
+        "color_range": scale,
+        "legend": legend(scale, "log10 ‖grad‖ (scale fixed by the baseline run)"),
+    }
+
+
+def paint(item: dict, scale: dict) -> None:
+    """Give a node's or a group's JSON (with its ``norm`` and ``nan``) the colour, the
+    beyond-the-range mark and the norm's text the page shows; changes ``item`` in place."""
+    item["color"] = norm_color(item["norm"], scale, item["nan"])
+    item["beyond"] = beyond_range(item["norm"], scale)
+    item["norm_text"] = text.norm(item["norm"], item["nan"])
+
+
+def _box_the_loss_ops(nodes: list[dict], edges: list[list]) -> None:
+    """Draw in the ``(loss)`` box, where ``loss_fn``'s ops go, the ops that the model's own forward
+    runs after its last submodule: the loss a Hugging Face model computes inside ``forward``
+    (GPT-2's ``View``, ``LogSoftmax``, ``NllLoss`` after ``lm_head``). Those are the root module's
+    ops that no submodule's op follows and some submodule's op precedes. Only when ``loss_fn`` made
+    no ops, and only the drawing: the run's records keep the module that made each Node (``""``).
+    Changes ``nodes[i]["module"]`` in place."""
+    if any(item["module"] == LOSS_MODULE for item in nodes):
+        return
+    inside = {item["id"] for item in nodes if item["module"] not in ("", LOSS_MODULE)}
+    root_ops = [item for item in nodes if item["module"] == "" and item["kind"] == "op"]
+    if not inside or not root_ops:
+        return  # a model of root ops alone (the canonical example): nothing to set apart
+    after, before = defaultdict(list), defaultdict(list)
+    for source, target, _ in edges:
+        after[source].append(target)
+        before[target].append(source)
+
+    def reaches_a_submodule(start: str, step, known: dict[str, bool]) -> bool:
+        # Walked from each root op, not from every submodule op: a root op next to a submodule's
+        # op stops at once. ``known`` keeps what earlier walks proved (in forward order, a chain
+        # of loss ops is walked once per direction).
+        seen, todo = {start}, [start]
+        while todo:
+            for other in step[todo.pop()]:
+                if other in inside or known.get(other):
+                    known[start] = True
+                    return True
+                if other not in seen and other not in known:
+                    seen.add(other)
+                    todo.append(other)
+        known.update(dict.fromkeys(seen, False))  # nothing they reach is a submodule's op
+        return False
+
+    backward_known: dict[str, bool] = {}
+    forward_known: dict[str, bool] = {}
+    for item in root_ops:
+        if reaches_a_submodule(item["id"], before, backward_known) and not reaches_a_submodule(
+            item["id"], after, forward_known
+        ):
+            item["module"] = LOSS_MODULE
+
+
+def operand_hint(record) -> str:
+    """A short hint that tells ops of one kind apart, read from what the Node saved for backward.
+
+    First its Python numbers (:attr:`~hookviz.data.run.NodeRecord.constants`): ``"×2"`` for the
+    ``MulBackward0`` of ``2 * x``, ``"÷3"`` for ``x / 3``, ``"^2"`` for ``x ** 2``, ``"α=2"`` for
+    ``torch.add(x, y, alpha=2)``, else up to two ``name=value`` pairs of numbers, leaving out
+    defaults such as ``alpha=1``, flags and sizes (``"negative_slope=0.2"``, ``"max=1, min=-1"``,
+    ``"dim=-1"``). Failing those, the leaves among its saved tensors
+    (:attr:`~hookviz.data.run.SavedTensor.of`): ``"x×y"`` for the ``MulBackward0`` of ``x * y``,
+    ``"x"`` for the ``AddmmBackward0`` of a ``Linear`` fed the input ``x``. The parameters of the
+    Node's own module are left out (its box names them); another module's parameter is named
+    by its last two parts (``"wte.weight"``).
+    Empty when the Node saved neither."""
+    if record is None:
+        return ""
+    return _number_hint(record) or _leaf_hint(record)
+
+
+def _number_hint(record) -> str:
+    if not record.constants:
+        return ""
+    constants = dict(record.constants)
+    op = _op_kind(record.op)
+    if op == "Mul" and "other" in constants:
+        return f"×{_number(constants['other'])}"
+    if op == "Div" and "other" in constants:
+        return f"÷{_number(constants['other'])}"
+    if op == "Pow" and "exponent" in constants:
+        return f"^{_number(constants['exponent'])}"
+    if "alpha" in constants and constants["alpha"] != 1 and op in ("Add", "Sub", "Rsub"):
+        return f"α={_number(constants['alpha'])}"
+    shown = [
+        (name, value)
+        for name, value in constants.items()
+        # sizes (``self_sym_numel``), flags and default values tell nothing about the operands
+        if "sym" not in name and not isinstance(value, bool) and (name, value) not in _DEFAULTS
+    ][:2]
+    return ", ".join(f"{name}={_number(value)}" for name, value in shown)
+
+
+def _leaf_hint(record) -> str:
+    own = record.module + "." if record.module else ""
+    names = {}
+    for saved in record.saved:
+        if saved.of and not (own and saved.of.startswith(own)):
+            names.setdefault(saved.name, ".".join(saved.of.split(".")[-2:]))
+    op = _op_kind(record.op)
+    sign = {"Mul": "×", "Div": "÷"}.get(op)
+    if sign and ("self" in names or "other" in names):
+        return f"{names.get('self', '')}{sign}{names.get('other', '')}"
+    return ", ".join(list(dict.fromkeys(names.values()))[:2])
+
+
+def _op_kind(op: str) -> str:
+    """``"MulBackward0"`` -> ``"Mul"``."""
+    return op.rstrip("0123456789").removesuffix("Backward")
+
+
+_DEFAULTS = {("alpha", 1), ("beta", 1), ("padding_idx", -1)}
+
+
+def _number(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _leaf_shapes(run: Run) -> dict[str, tuple]:
+    """Each leaf's shape, from the gradient its AccumulateGrad saw (leaves without one: left out)."""
+    out = {}
+    for name in run.leaf_names:
+        record = run.nodes.get(name)
+        grads = record.grad_outputs if record is not None else None
+        if grads and grads[0] is not None:
+            out[name] = tuple(grads[0].shape)
+    return out
+
+
+def _combine(norms) -> float | None:
+    norm = combined_norm(norms)
+    return math.inf if norm is not None and math.isnan(norm) else norm  # NaN is drawn red elsewhere
+
+
+def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[dict]:
+    """One group per module that created nodes, plus every enclosing module, plus the root
+    module's (``""``, when the model ran as a module: ``types`` has it) around every top-level one
+    but ``(loss)``; outer before inner, siblings in the order the forward first called them
+    (``types`` is in call order), so the Module tree lists GPT-2's ``wte, wpe, drop, h, ln_f`` as
+    the model runs them."""
+    root = "" in types
+
+    def enclosing(module: str) -> str | None:
+        if module == "" or module == LOSS_MODULE:
+            return None
+        parent = parent_module(module)
+        return "" if parent is None and root else parent
+
+    called: dict[str, int] = {}
+    for module in types:  # a container never called itself (a ModuleList) ranks as its first child
+        while module is not None and module not in called:
+            called[module] = len(called)
+            module = enclosing(module)
+    # Each module's own nodes summed once, then added to it and every enclosing module: a walk
+    # up per module, not per node (20,000 nodes three modules deep).
+    totals: dict[str, list] = {}  # module -> [size, op norms, nan, edited, user hooks]
+    for module, items in by_module.items():
+        norms = [text.as_number(i["norm"]) for i in items if i["kind"] == "op"]
+        nan, edited = any(i["nan"] for i in items), any(i["edited"] for i in items)
+        hooks = sum(i["user_hooks"] for i in items)
+        name = module if module or root else None
+        while name is not None:
+            total = totals.get(name)
+            if total is None:
+                totals[name] = [len(items), list(norms), nan, edited, hooks]
+            else:
+                total[0] += len(items)
+                total[1] += norms
+                total[2], total[3], total[4] = total[2] or nan, total[3] or edited, total[4] + hooks
+            name = enclosing(name)
+    groups = []
+    order = sorted(totals, key=lambda m: (m != "", m.count("."), called.get(m, len(called)), natural_key(m)))
+    for module in order:
+        size, norms, nan, edited, hooks = totals[module]
+        norm = boundary.get(module)
+        parent = enclosing(module)
+        group = {
+            "id": group_id(module),
+            "module": module,
+            "parent": None if parent is None else group_id(parent),
+            "type": types.get(module, ""),
+            "size": size,
+            "norm": json_float(norm if norm is not None else _combine(norms)),
+            "nan": nan,
+            "edited": module in edited_targets or edited,
+            "user_hooks": module_hooks.get(module, 0) + hooks,
+        }
+        if module == "":
+            group["label"] = module_label("", group["type"])
+        groups.append(group)
+    return groups
