@@ -237,7 +237,7 @@ class Watch:
             warn_nothing_kept(self)  # it reads the model: before the watch lets it go
         with self._lock:  # a backward's first hook reads these under the lock
             self._closed_numels = self._numels()  # what reading the history needs of the parameters
-            self.model, self._parameters, self._owners, self._structure = None, [], [], []
+            self.model, self._parameters, self._owners, self._structure = None, [], [], ([], [], [])
             self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
         if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
             self._optimizer_steps.optimizers = []
