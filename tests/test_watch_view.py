@@ -155,3 +155,74 @@ def test_a_parameter_without_gradient_is_no_grad_not_unwatched():
     assert colors["0.weight"] == colors["0.bias"] == NO_GRAD_COLOR
     assert not math.isnan(view.watch_view["norms"]["1.weight"])
     assert colors["1.weight"] not in (NO_GRAD_COLOR, NOT_WATCHED_COLOR)
+
+
+class _Branchy(nn.Module):
+    """A linear stack with an extra layer used only when asked: its parameters get no gradient on
+    the other steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        self.extra = nn.Linear(2, 2)
+
+    def forward(self, x, use_extra=False):
+        out = self.body(x)
+        return self.extra(out) if use_extra else out
+
+
+def test_the_leaf_table_follows_the_step_with_the_watchs_statistics():
+    torch.manual_seed(0)
+    model = _Branchy()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = []  # per step, from plain PyTorch's .grad: {name: (norm, max |grad|, NaN+Inf, zeros)}
+    with hookviz.watch(model, stats_every=2) as w:
+        for step in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            model(torch.randn(5, 4), use_extra=step == 0).pow(2).sum().backward()
+            expected.append(
+                {
+                    n: (
+                        p.grad.double().norm().item(),
+                        p.grad.abs().max().item(),
+                        int((~torch.isfinite(p.grad)).sum()),
+                        (p.grad == 0).double().mean().item(),
+                    )
+                    for n, p in model.named_parameters()
+                    if p.grad is not None
+                }
+            )
+            optimizer.step()
+    session = hookviz.Session(model, (torch.randn(5, 4),), loss_fn=lambda out: out.pow(2).sum())
+    view = hookviz.show_watch(w, session)
+    names = [n for n, _ in model.named_parameters()]
+    compared = 0
+    for step in (2, 0, 1):  # the picker moves; the table follows it
+        assert view.watch_step(step)
+        table = view.watch_view["leaves"]
+        assert table["title"] == f"Leaf gradients of the watch: gradient norms, step {step}"
+        assert f"Leaf table: gradient norms of each parameter at step {step}" in view.watch_view["parts"][2]
+        assert [row["name"] for row in table["rows"]] == names
+        for row in table["rows"]:
+            values, cells = row["values"], row["text"]
+            if row["name"] not in expected[step]:  # extra.* at steps 1 and 2
+                assert step != 0 and row["name"].startswith("extra.")
+                assert values == dict.fromkeys(values) and cells["norm"] == "no grad"
+                compared += 1
+                continue
+            norm, largest, nonfinite, zeros = expected[step][row["name"]]
+            assert values["norm"] == pytest.approx(norm, rel=1e-5)
+            assert values["nonfinite"] == nonfinite == 0
+            if step == 1:  # stats_every=2: a step that kept norms only; the note says why "–"
+                assert values["max_abs"] is None and cells["max_abs"] == "–"
+            else:
+                assert values["max_abs"] == pytest.approx(largest, rel=1e-5)
+                assert values["zero_fraction"] == pytest.approx(zeros)
+            compared += 1
+        assert bool(table["note"]) == (step == 1)
+        # the root module's box holds every parameter: coloured by all their gradients together
+        total = math.sqrt(sum(v[0] ** 2 for v in expected[step].values()))
+        assert view.watch_view["node_norms"]["group:"] == pytest.approx(total, rel=1e-5)
+    assert compared == 3 * len(names)
+    view.hide_watch()
+    assert "leaves" not in view.watch_view

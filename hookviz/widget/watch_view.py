@@ -16,6 +16,7 @@ from hookviz.widget.watch_json import (
     live_watch_figure,
     watch_chart_json,
     watch_color_range,
+    watch_leaf_table,
     watch_node_norms,
     watched_elements,
     with_onsets,
@@ -166,6 +167,8 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
         )
     # when each trouble started and where, over every kept step: the banner keeps it at any step
     diagnosis["onset"] = findings_json(getattr(widget, "_watch_onsets", []))
+    # whose findings: the banner names the rank (or reduced) as the picker does
+    diagnosis["of"] = picker_label(watch)
     colors = {element: NO_GRAD_COLOR for element in watched_elements(widget.graph, watch_names(watch))}
     colors.update({element: norm_color(norm, widget._watch_range) for element, norm in node_norms.items()})
     what = watch_label(watch)
@@ -195,13 +198,17 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
             f"Heatmap: {what}, every kept step; the dashed lines mark when a trouble started.",
             *(
                 [
-                    "Leaf table: hidden here (it holds the gradients of the run the graph was "
-                    "recorded from, not the watch's); Back to the run shows it."
+                    f"Leaf table: {what} of each parameter at step {step}; Back to the run shows "
+                    "the gradients of the run the graph was recorded from."
                 ]
                 if widget.graph.get("nodes")
                 else []
             ),
+            f"Findings (banner): read from {what} at step {step}"
+            + ("; the ranks compared at that step." if getattr(watch, "source", None) is not None else "."),
         ],
+        # the leaf table follows the picker: the watch's statistics of each parameter at this step
+        "leaves": watch_leaf_table(watch.history, step, what),
     }
     if widget.graph.get("nodes"):
         widget.chart = watch_chart_json(parameters, widget._watch_range, f"{what}, step {step}")
@@ -232,6 +239,15 @@ def watch_label(watch) -> str:
     if rank is not None:
         return f"rank {rank}'s local gradient norms (its own batch, before the all-reduce)"
     return "reduced gradient norms (.grad after the all-reduce, what the optimizer stepped on)"
+
+
+def picker_label(watch) -> str | None:
+    """The rank picker's words for the norms on screen ("rank 1 (local)", "all ranks
+    (reduced)"); None for a watch of one process (no picker)."""
+    if getattr(watch, "source", None) is None:
+        return None
+    rank = getattr(watch, "rank", None)
+    return "all ranks (reduced)" if rank is None else f"rank {rank} (local)"
 
 
 def check_watch(watch, step: int | None) -> int:

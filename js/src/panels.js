@@ -510,12 +510,13 @@ export function renderBanner(el, diagnosis, onSelect) {
   const onsets = d.onset || [];
   el.hidden = d.pending || (!findings.length && !d.error && !onsets.length);
   if (el.hidden) return;
-  const where = d.source === "watch" ? `Watch step ${d.step}` : "This run";
+  // A gathered history's findings are a rank's (or the reduced ones): named as the picker names them.
+  const where = d.source === "watch" ? `Watch step ${d.step}${d.of ? ` (${d.of})` : ""}` : "This run";
   const started = onsets.length
     ? h(
         "div",
         { class: "hv-onsets" },
-        h("div", { class: "hv-banner-head" }, "⚠ When it started, and where:"),
+        h("div", { class: "hv-banner-head" }, `⚠ When it started, and where${d.of ? ` (${d.of})` : ""}:`),
         h(
           "ul",
           { class: "hv-findings" },
