@@ -7,7 +7,7 @@
   (``scaler.step`` unscales before it calls ``optimizer.step``), clipped by ``clip_grad_norm_``.
   Given ``step(closure)`` (Lightning; LBFGS), the optimizer runs the closure's backward after
   this hook, so the hook wraps the closure and keeps the step when its first call returns.
-  On a step that reads every statistic (every ``stats_every``-th) it also copies the weights of
+  On every ``stats_every``-th step (as the other statistics) it also copies the weights of
   the optimizer's watched parameters (three passes over the weights: not on every step);
 - a step post-hook (``register_step_post_hook``): the update-to-weight ratio ``‖w_after -
   w_before‖ / ‖w_after‖`` per parameter where the weights were copied (else NaN: not measured),
