@@ -7,9 +7,11 @@
   (``scaler.step`` unscales before it calls ``optimizer.step``), clipped by ``clip_grad_norm_``.
   Given ``step(closure)`` (Lightning; LBFGS), the optimizer runs the closure's backward after
   this hook, so the hook wraps the closure and keeps the step when its first call returns.
-  On a recorded step it also copies the weights of the optimizer's watched parameters;
+  On every ``stats_every``-th step (as the other statistics) it also copies the weights of
+  the optimizer's watched parameters (three passes over the weights: not on every step);
 - a step post-hook (``register_step_post_hook``): the update-to-weight ratio ``‖w_after -
-  w_before‖ / ‖w_after‖`` per parameter, and each param group's learning rate (read before the step).
+  w_before‖ / ‖w_after‖`` per parameter where the weights were copied (else NaN: not measured),
+  and each param group's learning rate (read before the step).
 
 A ``GradScaler`` that finds Inf/NaN skips ``optimizer.step()``, so neither hook runs. Given the
 scaler (``scaler=``, or the one an accelerate ``AcceleratedOptimizer`` holds), the watch wraps that
@@ -33,7 +35,7 @@ import torch
 
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.errors import WatchError
-from hookviz.stats.reduce import queue_norms
+from hookviz.stats.reduce import norms_in_range, queue_norms
 from hookviz.text import number
 from hookviz.watching.history import StepInfo
 from hookviz.watching.kept_steps import keep, set_update_ratios
@@ -150,9 +152,10 @@ def _keep_before_step(steps: OptimizerSteps, watch, index: int) -> None:
     kept = keep_step(watch, index, skipped=False)
     if kept is not None:
         step, columns = kept
-        with torch.no_grad():
-            before = [watch._parameters[c].detach().clone() for c in columns]
-        steps._pending[index] = (step, columns, before)
+        if step % watch.stats_every == 0:  # the update ratios come with the other statistics
+            with torch.no_grad():
+                before = [watch._parameters[c].detach().clone() for c in columns]
+            steps._pending[index] = (step, columns, before)
 
 
 def _after_step(reference: weakref.ref, index: int, optimizer, args, kwargs) -> None:
@@ -165,8 +168,12 @@ def _after_step(reference: weakref.ref, index: int, optimizer, args, kwargs) -> 
     step, columns, before = pending
     with torch.no_grad():
         after = [watch._parameters[c].detach() for c in columns]
-        norms = queue_norms([a - b for a, b in zip(after, before)] + after)
-    values = [math.nan if n is None else float(n) for n, _, _ in norms]
+        torch._foreach_sub_(before, after)  # the update, negated: the same norm
+        found = norms_in_range(before + after, math.inf)  # one call, when every norm is plain
+        if found is not None:
+            values = found.tolist()
+        else:
+            values = [math.nan if n is None else float(n) for n, _, _ in queue_norms(before + after)]
     count = len(columns)
     ratios = [d / w if w > 0 else math.nan for d, w in zip(values[:count], values[count:])]
     set_update_ratios(watch, step, columns, ratios)
