@@ -423,7 +423,8 @@ def test_an_update_ratio_far_from_1e_3_is_a_finding_with_its_onset(lr, expected)
             }
         )
     )
-    with watch(model, optimizer=optimizer) as w:
+    # stats_every=1: the ratios are read at every step (by default every 16th, NaN between)
+    with watch(model, optimizer=optimizer, stats_every=1) as w:
         for [(x, y)] in data(5):
             optimizer.zero_grad()
             F.cross_entropy(model(x), y).backward()

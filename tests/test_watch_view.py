@@ -158,11 +158,11 @@ def test_a_parameter_without_gradient_is_no_grad_not_unwatched():
     assert colors["1.weight"] not in (NO_GRAD_COLOR, NOT_WATCHED_COLOR)
 
 
-def _digits_with_optimizer(steps: int = 6, skip: int | None = 3):
+def _digits_with_optimizer(steps: int = 6, skip: int | None = 3, stats_every: int = 1):
     """scikit-learn's digits, a 3-layer ReLU MLP under Adam (lr 1e-3), bf16 autocast and a
     GradScaler, watched with ``optimizer=`` and ``scaler=``; the loss made Inf at step ``skip`` (the
     scaler skips that step). Returns the model, the closed watch and plain PyTorch's update ratios
-    per step (``{}`` for the skipped one)."""
+    per step (``{}`` for the skipped one). ``stats_every=1``: a ratio at every step."""
     digits = pytest.importorskip("sklearn.datasets").load_digits()
     x = torch.tensor(digits.data, dtype=torch.float32)
     x, y = (x - x.mean(0)) / (x.std(0) + 1e-6), torch.tensor(digits.target)
@@ -184,7 +184,7 @@ def _digits_with_optimizer(steps: int = 6, skip: int | None = 3):
         )
     )
     generator = torch.Generator().manual_seed(0)
-    with hookviz.watch(model, optimizer=optimizer, scaler=scaler) as w:
+    with hookviz.watch(model, optimizer=optimizer, scaler=scaler, stats_every=stats_every) as w:
         for step in range(steps):
             index = torch.randint(0, len(x), (64,), generator=generator)
             optimizer.zero_grad()
@@ -250,6 +250,29 @@ def test_the_watch_view_draws_update_ratio_and_learning_rate_rows_and_marks_skip
     (FIXTURES / "watch_rows.json").write_text(
         json.dumps(view.watch_heatmap, allow_nan=False), encoding="utf-8"
     )
+
+
+def test_a_ratio_the_watch_did_not_read_says_so_and_is_not_coloured_as_a_value():
+    from hookviz.widget.watch_rows import NOT_READ_TEXT
+
+    model, w, plain = _digits_with_optimizer(steps=5, skip=None, stats_every=2)
+    assert w.history.full_steps == [0, 2, 4]  # no alarm on this healthy run
+    view = hookviz.show(model, (torch.randn(2, 64),), loss_fn=torch.sum)
+    view.show_watch(w)
+    ratio_rows = [r for r in view.watch_heatmap["step_rows"]["rows"] if r["kind"] == "update_ratio"]
+    compared = 0
+    for row in ratio_rows:
+        for step, (color, text) in enumerate(zip(row["colors"], row["text"])):
+            layer = row["label"].removeprefix("‖Δw‖/‖w‖ of ")
+            ratio = w.update_ratios(step).get(f"{layer}.weight")
+            if step % 2:
+                assert ratio is None or math.isnan(ratio)
+                assert NOT_READ_TEXT in text and color == NO_GRAD_COLOR
+            else:
+                assert ratio == pytest.approx(plain[step][f"{layer}.weight"], rel=1e-5)
+                assert NOT_READ_TEXT not in text and color != NO_GRAD_COLOR
+            compared += 1
+    assert compared == 3 * 5
 
 
 def test_a_watch_without_optimizer_has_no_step_rows():

@@ -151,8 +151,8 @@ def _before_step(reference: weakref.ref, index: int, optimizer, args, kwargs):
 def _keep_before_step(steps: OptimizerSteps, watch, index: int) -> None:
     kept = keep_step(watch, index, skipped=False)
     if kept is not None:
-        step, columns = kept
-        if step % watch.stats_every == 0:  # the update ratios come with the other statistics
+        step, columns, read_all = kept
+        if read_all:  # the update ratios come with the other statistics (an alarm's step too)
             with torch.no_grad():
                 before = [watch._parameters[c].detach().clone() for c in columns]
             steps._pending[index] = (step, columns, before)
@@ -261,9 +261,10 @@ def nothing_kept_reason(model: str, backwards: int, steps: OptimizerSteps | None
     return ""
 
 
-def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int]] | None:
+def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int], bool] | None:
     """Optimizer ``index`` steps (or its GradScaler skipped the step): keep the step with the
-    ``.grad`` of its watched parameters now. Returns ``(step, its columns)`` when it was kept."""
+    ``.grad`` of its watched parameters now. Returns ``(step, its columns, whether every statistic
+    was read)`` when it was kept."""
     steps = watch._optimizer_steps
     with watch._lock:
         step = watch.step
@@ -278,10 +279,11 @@ def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int]] | None:
     pairs = [(c, g) for c, g in pairs if g is not None and g.numel()]
     row = outputs if outputs is not None else torch.full_like(watch._rows[0], math.nan)
     row[: len(watch.parameter_names)] = math.nan  # the parameters: as the optimizer reads them
+    read_all = False
     if pairs:
         reducer = StepReducer()
         full = step % watch.stats_every == 0  # else norms only, unless one raises an alarm
-        reducer.add_all(
+        read_all = reducer.add_all(
             [c for c, _ in pairs], [g for _, g in pairs], full, DEFAULT_THRESHOLDS["exploding_norm"]
         )
         found = reducer.finish(len(watch.names))
@@ -294,7 +296,7 @@ def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int]] | None:
     info = StepInfo(steps.names[index], skipped, steps.learning_rates(index), float(scale))
     if not keep(watch, step, row, [], info):
         return None
-    return step, [c for c, _ in pairs]
+    return step, [c for c, _ in pairs], read_all
 
 
 def warn_nothing_kept(watch) -> None:

@@ -379,7 +379,7 @@ class Watch:
     def update_ratios(self, step: int | None = None) -> dict[str, float]:
         """``{parameter name: ‖w_after - w_before‖ / ‖w_after‖}`` of the update ``step`` (None = the
         last kept) made, per parameter it updated: the learning-rate diagnostic (healthy near 1e-3).
-        Empty without ``optimizer=`` and for a skipped step.
+        Empty without ``optimizer=``, for a skipped step and a norms-only step (``stats_every``).
 
         Args:
             step: a kept step number; None for the last kept.

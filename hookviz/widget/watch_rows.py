@@ -24,6 +24,11 @@ from hookviz.colors import (
 from hookviz.text import MISSING, number
 
 SKIPPED_TEXT = "skipped by the GradScaler (Inf/NaN found): optimizer.step() did not run"
+# Reading ‖Δw‖/‖w‖ copies every weight before the step: it comes with the other statistics only.
+NOT_READ_TEXT = (
+    "not read at this step (read with every statistic: every stats_every-th step and at an alarm; "
+    "hookviz.watch(..., stats_every=1) reads every step)"
+)
 
 
 def step_rows(history, picked: list[int] | None = None) -> dict:
@@ -90,6 +95,7 @@ def _ratio_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
     for position, column in enumerate(parameters):
         layers.setdefault(module_of(history.names[column]), []).append(position)
     steps = [history.steps[i] for i in indices]
+    read = set(history.full_steps)  # the ratios are read with every statistic of a step
     rows = []
     for layer, positions in layers.items():
         label = f"‖Δw‖/‖w‖ of {layer or '(root)'}"
@@ -100,6 +106,8 @@ def _ratio_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
             colors.append(NO_GRAD_COLOR if math.isnan(shown) else update_ratio_color(shown))
             if skip:
                 said = SKIPPED_TEXT
+            elif math.isnan(shown) and step not in read:
+                said = NOT_READ_TEXT
             elif math.isnan(shown):
                 said = "not updated"
             else:
