@@ -590,6 +590,9 @@ function render({ model, el }) {
   drawEditState();
   renderLog(logEl, model.get("log"));
   replay.setSteps(replayOf());
+  // A widget made in its watch view (hookviz.show(watch, run), a saved page of one) hides the
+  // run's leaf table from the start, as drawWatch does when the watch comes later.
+  leavesEl.hidden = !!(model.get("watch_view") || {}).steps;
   // Draw once the element is in the page, so cytoscape knows its size.
   let frame = 0;
   const whenAttached = () => {
