@@ -21,6 +21,7 @@ from hookviz.stats.reduce import Measured, summary_of
 from hookviz.watching.history import StepInfo
 from hookviz.watching.kept_steps import keep
 from hookviz.watching.reduce import StepReducer
+from hookviz.watching.scaler_search import notice_scaler
 from hookviz.watching.structure import follow_replaced
 
 # Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
@@ -41,6 +42,7 @@ class Backward:
         reducer: the module-output gradients (and, at the end, the parameters' ``.grad``).
         arrived: columns in the order their gradients arrived (module outputs).
         local: DDP / FSDP2: ``(column, statistics queued before the all-reduce)``.
+        read_all: every statistic of the parameters was read (a full step, or a norm raised the alarm).
     """
 
     recording: bool
@@ -50,6 +52,7 @@ class Backward:
     reducer: StepReducer = field(default_factory=StepReducer)
     arrived: list[int] = field(default_factory=list)
     local: list[tuple[int, Measured]] = field(default_factory=list)
+    read_all: bool = False
 
 
 def begin(watch) -> Backward | None:
@@ -98,6 +101,8 @@ def _finish(watch, task: int) -> None:
         watch.step += 1
     if row is None:
         return
+    if state.read_all and watch.scaler is None:  # a GradScaler's scale may look like an explosion
+        notice_scaler(watch, row, step)
     if watch.scaler is not None and watch.scaler.is_enabled():
         info = StepInfo(loss_scale=float(watch.scaler.get_scale()))
     else:
@@ -119,7 +124,7 @@ def _row_of(watch, state: Backward) -> torch.Tensor:
                 grads.append(now)
     if grads:
         full = watch.step % watch.stats_every == 0
-        state.reducer.add_all(columns, grads, full, DEFAULT_THRESHOLDS["exploding_norm"])
+        state.read_all = state.reducer.add_all(columns, grads, full, DEFAULT_THRESHOLDS["exploding_norm"])
     row = state.reducer.finish(len(watch.names))
     if state.local:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
         for column, values in measure_rows(state.local).items():

@@ -34,6 +34,7 @@ import torch
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import queue_norms
+from hookviz.text import number
 from hookviz.watching.history import StepInfo
 from hookviz.watching.kept_steps import keep, set_update_ratios
 from hookviz.watching.reduce import StepReducer
@@ -197,12 +198,22 @@ class _ScalerWrap:
             del self.scaler.__dict__["step"]
 
 
-def step_notes(steps: OptimizerSteps | None, scaler) -> list[str]:
-    """The notes a watch gives with its numbers: what one step is, and whether a loss scale is in them."""
+def step_notes(steps: OptimizerSteps | None, scaler, found: bool = False) -> list[str]:
+    """The notes a watch gives with its numbers: what one step is, and whether a loss scale is in
+    them; ``found``: the scaler was not given but found in use (:mod:`hookviz.watching.scaler_search`)."""
     scaled = scaler is not None and getattr(scaler, "is_enabled", lambda: False)()
     if steps is None:
         notes = ["a step is one backward that reached the model's parameters; .grad read when it ends"]
-        if scaled:
+        if scaled and found:
+            notes.append(
+                f"a GradScaler is in use (loss scale {number(float(scaler.get_scale()))} now), though "
+                "watch() was not given it: found when a norm first passed exploding_norm (the "
+                "scaler this loop updates between steps); the gradients carry its loss scale "
+                "(watch.loss_scale(step)) and diagnosis divides it out before calling a norm an "
+                "explosion. Pass scaler= to keep the scale from the first step, or optimizer= to "
+                "watch the unscaled gradients the optimizer steps on"
+            )
+        elif scaled:
             notes.append(
                 "the gradients carry GradScaler's loss scale (watch.loss_scale(step)); diagnosis divides "
                 "it out before calling a norm an explosion. Pass optimizer= to watch the unscaled "

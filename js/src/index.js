@@ -10,6 +10,7 @@ import { renderInspector } from "./inspector.js";
 import { renderBanner, renderEditor, renderEdits, renderLeaves, renderLog, ReplayBar, WatchBar } from "./panels.js";
 import { renderChart, renderHeatmap, destroyChart } from "./chart.js";
 import { onThemeChange } from "./theme.js";
+import { renderWatchLeaves } from "./watch_leaves.js";
 import {
   EDIT_COLOR,
   HOOK_COLOR,
@@ -505,7 +506,13 @@ function render({ model, el }) {
       staticNote,
     );
   const drawChart = () => renderChart(chartEl, model.get("chart"));
-  const drawLeaves = () => renderLeaves(leavesEl, leavesOf(), model.get("details_pending"));
+  const drawLeaves = () => {
+    // While a watch is shown, the watch's statistics at the rank and step picked (they follow the
+    // picker); the run's table comes back with it.
+    const watchLeaves = (model.get("watch_view") || {}).leaves;
+    if (watchLeaves) renderWatchLeaves(leavesEl, watchLeaves);
+    else renderLeaves(leavesEl, leavesOf(), model.get("details_pending"));
+  };
   const selectNode = (id) => {
     mark("tap");
     selectElement(id);
@@ -523,8 +530,7 @@ function render({ model, el }) {
   };
   const drawWatch = () => {
     watchBar.set(model.get("watch_view"), errors().watch, model.get("watch_ranks") || []);
-    // The leaf table holds the run's gradients, not the watch's: hidden while a watch is shown.
-    leavesEl.hidden = !!(model.get("watch_view") || {}).steps;
+    drawLeaves();
     drawGraph();
     drawHeatmap();
   };
@@ -590,9 +596,6 @@ function render({ model, el }) {
   drawEditState();
   renderLog(logEl, model.get("log"));
   replay.setSteps(replayOf());
-  // A widget made in its watch view (hookviz.show(watch, run), a saved page of one) hides the
-  // run's leaf table from the start, as drawWatch does when the watch comes later.
-  leavesEl.hidden = !!(model.get("watch_view") || {}).steps;
   // Draw once the element is in the page, so cytoscape knows its size.
   let frame = 0;
   const whenAttached = () => {

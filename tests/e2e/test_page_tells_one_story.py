@@ -117,7 +117,8 @@ def _region_payload(state: dict, region: str, selected: str):
         ".hv-inspector": [inspectors.get(selected, {}), state["graph"]],
         ".hv-editor": [inspectors.get(selected, {}), state.get("edits")],
         ".hv-banner": state.get("diagnosis"),
-        ".hv-leaves": state.get("leaf_summary"),
+        # the run's leaf table, or in the watch view the watch's (watch_view["leaves"])
+        ".hv-leaves": [state.get("leaf_summary"), (state.get("watch_view") or {}).get("leaves")],
         ".hv-watch": state.get("watch_view"),
         ".hv-chart": state.get("chart"),
         ".hv-heatmap": state.get("watch_heatmap"),
@@ -248,8 +249,6 @@ def test_the_page_shows_python_s_numbers_names_and_watch(tmp_path):
             note = page.locator(".hookviz-widget .hv-inspector .hv-watch-note").inner_text()
             assert color == NOT_WATCHED_COLOR, (relu, color)
             assert note.startswith("Not watched:") and "no grad" not in note and "None" not in note, note
-        # the run's leaf table is not the watch's: hidden in the watch view, from the start
-        assert page.locator(".hookviz-widget .hv-leaves").is_hidden()
         step = watch_state["watch_view"]["step"]
         _search(page, "head.fc")
         _selected_when(page, "group:head.fc")
