@@ -357,3 +357,53 @@ def test_the_leaf_table_follows_the_step_with_the_watchs_statistics():
     assert compared == 3 * len(names)
     view.hide_watch()
     assert "leaves" not in view.watch_view
+
+
+def test_the_inspector_says_not_watched_where_the_graph_does():
+    """show(watch, run): a Sigmoid box (no parameter the watch records) is "not watched" in the
+    inspector as in the graph's colour; a Linear box gets its norm at the step shown, as text of
+    the norm the graph colours it by; an op is "not watched"; the note follows the step slider and
+    leaves with the watch."""
+    from hookviz import text
+
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=3, width=8, inputs=4, classes=2)
+    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookviz.watch(model) as w:
+        for _ in range(3):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: F.cross_entropy(out, y)).run()
+    view = hookviz.show(w, run)
+    types = {g["module"]: g.get("type") for g in view.graph["groups"]}
+    sigmoids = [m for m, kind in types.items() if kind == "Sigmoid"]
+    linears = [m for m, kind in types.items() if kind == "Linear"]
+    assert len(sigmoids) == 2 and len(linears) == 3, types  # depth 3: three Linear, two Sigmoid between
+    colors = view.watch_view["node_colors"]
+    for module in sigmoids:
+        assert view.select(module)
+        note = view.inspector["watch"]
+        assert f"group:{module}" not in colors  # the graph draws it "not watched"
+        assert note["state"] == "not watched" and note["color"] == NOT_WATCHED_COLOR
+        assert note["text"].startswith("Not watched: the watch recorded no parameter of this module")
+        assert "no grad" not in note["text"] and "None" not in note["text"]
+    step = view.watch_view["step"]
+    for module in linears:
+        assert view.select(module)
+        note = view.inspector["watch"]
+        norm = view.watch_view["node_norms"][f"group:{module}"]
+        assert note == {
+            "state": "norm",
+            "color": colors[f"group:{module}"],
+            "text": f"Watch, step {step}: ‖grad‖ {text.norm(norm)}",
+        }
+    op = next(n["id"] for n in view.graph["nodes"] if n["kind"] == "op")
+    assert view.select(op)
+    assert view.inspector["watch"]["state"] == "not watched"
+    assert view.select(linears[0])
+    assert view.watch_step(w.steps[0])
+    assert view.inspector["watch"]["text"].startswith(f"Watch, step {w.steps[0]}: ")
+    view.hide_watch()
+    assert "watch" not in view.inspector and view.inspector["id"] == f"module:{linears[0]}"

@@ -11,6 +11,7 @@ from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR, SKIPPED_COLOR, lege
 from hookviz.errors import WatchError
 from hookviz.widget.diagnosis import diagnosis_json, findings_json
 from hookviz.widget.payload import json_float
+from hookviz.widget.selection import with_watch
 from hookviz.widget.watch_json import (
     figure_json,
     live_watch_figure,
@@ -150,6 +151,7 @@ def hide_watch(widget) -> None:
         if getattr(widget, "_run_chart", None) is not None:
             widget.chart = widget._run_chart
             widget._run_chart = None
+        widget.inspector = with_watch(widget, widget.inspector)
         widget._clear_errors("watch")
 
 
@@ -225,6 +227,8 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
     if widget.graph.get("nodes"):
         widget.chart = watch_chart_json(parameters, widget._watch_range, f"{what}, step {step}")
     widget.diagnosis = diagnosis
+    # the selection's inspector says what the watch recorded for it at this step
+    widget.inspector = with_watch(widget, widget.inspector)
 
 
 def watch_onsets(watch, history) -> list:

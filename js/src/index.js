@@ -160,7 +160,7 @@ function render({ model, el }) {
     "div",
     { class: "hv-toolbar" },
     h("span", { class: "hv-brand" }, "hookviz"),
-    h("span", { class: "hv-group" }, search, searchError),
+    h("span", { class: "hv-group hv-search-group" }, search, searchError),
     h("span", { class: "hv-group" }, viewOps, viewModules, viewError),
     h("span", { class: "hv-group" }, collapseAll, expandAll, fitBtn, fullscreen),
     h("span", { class: "hv-group" }, h("label", {}, "device ", device), rerun, staleNote, rerunError),
@@ -322,8 +322,13 @@ function render({ model, el }) {
     // The box can be resized (its corner) and go full screen: cytoscape must learn its new size.
     resizeObserver = new ResizeObserver(() => graphView?.resize());
     resizeObserver.observe(cyEl);
+    // A toolbar that grows or shrinks (a note that wraps it) moves the graph down or up the page
+    // without resizing it: cytoscape would keep mapping clicks to where the graph was.
+    toolbarObserver = new ResizeObserver(() => graphView?.cy.resize());
+    toolbarObserver.observe(toolbar);
   };
   let resizeObserver = null;
+  let toolbarObserver = null;
   // Cytoscape blurs the focused element when the pointer goes down on it, so the graph would never
   // hold the focus that keyboard shortcuts ("/") need: take it once the pointer is up.
   cyEl.addEventListener("pointerup", () => setTimeout(() => cyEl.focus({ preventScroll: true })));
@@ -622,6 +627,7 @@ function render({ model, el }) {
     replay.destroy();
     clearTimeout(replayTimer);
     resizeObserver?.disconnect();
+    toolbarObserver?.disconnect();
     graphView?.destroy();
     destroyChart(chartEl);
     destroyChart(heatmapEl);
