@@ -92,7 +92,8 @@ def header(options: argparse.Namespace, command: str) -> list[str]:
         + ", ".join(f"{name} {_version(name)}" for name in PEERS),
         "- ratio: median over interleaved (row, baseline) pairs of row time / baseline time, in one "
         "process; quartiles of the pair ratios beside it. Baseline *step*: `zero_grad`, forward, loss, "
-        "`backward()`; *backward*: `torch.autograd.grad` on a retained graph.",
+        "`backward()`; *optimizer*: the same on a copy, plus `opt.step()`; *backward*: `torch.autograd.grad` "
+        "on a retained graph.",
         "- what each row measures, and what earlier measurements taught: docs/perf.md",
     ]
 
@@ -153,6 +154,7 @@ def measure(case: Case, repeats: int, device: str, emit, only_rows: list[str] | 
     watched, close_watched = row_definitions.watched_step(case)
     baselines = {
         "step": case.plain_step,
+        "optimizer": row_definitions.optimizer_step(case),
         "backward": row_definitions.retained_backward(case),
         "watched": watched,
     }

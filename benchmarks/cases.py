@@ -1,7 +1,8 @@
 """The benchmark models, one definition each: what every row of ``python -m benchmarks`` runs on.
 
 Each case is built from seed 0 on the device asked for. A *plain step* of a case is what a user's
-training step costs without hookviz: ``zero_grad(set_to_none=True)``, forward, loss, ``backward()``.
+training step costs without hookviz: ``zero_grad(set_to_none=True)``, forward, loss, ``backward()``;
+a *plain optimizer step* adds ``opt.step()`` of the case's optimizer.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Case:
         args: its positional forward arguments, on ``device``.
         loss_fn: ``loss_fn(model(*args))`` is a 0-dim float tensor.
         repeats: how many interleaved pairs a row takes by default (fewer for a slow model).
+        optimizer: ``optimizer(model)`` makes the optimizer a training step with ``opt.step()``
+            uses (the rows with ``optimizer=``); ``optimizer_name`` says which, in the row's label.
     """
 
     key: str
@@ -34,6 +37,8 @@ class Case:
     args: tuple
     loss_fn: Callable[[object], torch.Tensor]
     repeats: int
+    optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer]
+    optimizer_name: str
 
     def plain_step(self) -> None:
         """One plain training step (no optimizer): ``zero_grad``, forward, loss, ``backward``."""
@@ -55,6 +60,9 @@ def mlp(device: str = "cpu") -> Case:
         (data,),
         lambda out: F.cross_entropy(out, labels),
         repeats=15,
+        # SGD with momentum: the cheapest usual step, so the watch's share is the largest
+        optimizer=lambda model: torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9),
+        optimizer_name="SGD(momentum=0.9)",
     )
 
 
@@ -74,7 +82,16 @@ def gpt2(device: str = "cpu") -> Case:
         logits = out.logits[:, :-1]
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
-    return Case("gpt", "Hugging Face GPT-2 6x384, 4x128 tokens", model, (tokens,), next_token, repeats=9)
+    return Case(
+        "gpt",
+        "Hugging Face GPT-2 6x384, 4x128 tokens",
+        model,
+        (tokens,),
+        next_token,
+        repeats=9,
+        optimizer=lambda model: torch.optim.AdamW(model.parameters(), lr=1e-4),  # a transformer's usual
+        optimizer_name="AdamW",
+    )
 
 
 CASES = {"mlp": mlp, "gpt": gpt2}

@@ -32,8 +32,9 @@ class Row:
     Attributes:
         label: what the table calls it.
         setup: ``setup(case) -> (step, close)``; ``step()`` is timed, ``close()`` runs after.
-        baseline: "step" (the case's plain step), "backward" (a plain backward on a retained graph)
-            or "watched" (a step of a twin under ``hookviz.watch``, defaults).
+        baseline: "step" (the case's plain step), "optimizer" (a plain step of a twin with its
+            ``opt.step()``), "backward" (a plain backward on a retained graph) or "watched" (a
+            step of a twin under ``hookviz.watch``, defaults).
         targets: the ratio an issue asks for, by case key ("mlp", "gpt").
         block_seconds: time blocks of as many steps as the baseline takes in about this long,
             not single steps: a row whose cost comes now and then (a live update a second) is
@@ -92,6 +93,32 @@ def _watch_row(**options):
         return step, watch.close
 
     return setup
+
+
+def _optimizer_twin(case: Case) -> tuple[torch.nn.Module, torch.optim.Optimizer, Callable[[], None]]:
+    """A copy of the case's model, its optimizer (``case.optimizer``) and its plain training step
+    with ``opt.step()``: the model the other rows time is never stepped."""
+    twin, step = _twin(case)
+    optimizer = case.optimizer(twin)
+
+    def training_step() -> None:
+        step()
+        optimizer.step()
+
+    return twin, optimizer, training_step
+
+
+def optimizer_step(case: Case) -> Callable[[], None]:
+    """A plain training step with ``opt.step()`` on a twin: the baseline of the ``optimizer=`` row."""
+    return _optimizer_twin(case)[2]
+
+
+def watch_with_optimizer(case: Case):
+    """A twin's training step with ``opt.step()`` under ``hookviz.watch(twin, optimizer=opt)``."""
+    if "optimizer" not in inspect.signature(hookviz.watch).parameters:
+        raise Skip("hookviz.watch has no optimizer= here")
+    twin, optimizer, step = _optimizer_twin(case)
+    return step, hookviz.watch(twin, optimizer=optimizer).close
 
 
 def watched_step(case: Case) -> tuple[Callable[[], None], Callable[[], None]]:
@@ -239,7 +266,16 @@ def floor_rerun_norm_per_gradient(case: Case):
 def rows() -> list[Row]:
     """Every row, in table order."""
     default_outputs = _watch_outputs_default()
-    watches = [Row("hookviz.watch(model), defaults", _watch_row(), targets={"mlp": 1.10, "gpt": 1.02})]
+    watches = [
+        Row("hookviz.watch(model), defaults", _watch_row(), targets={"mlp": 1.10, "gpt": 1.02}),
+        Row(
+            "hookviz.watch(model, optimizer=opt), over a step with opt.step() (MLP: SGD momentum; "
+            "GPT-2: AdamW)",
+            watch_with_optimizer,
+            baseline="optimizer",
+            targets={"mlp": 1.10, "gpt": 1.02},
+        ),
+    ]
     if "stats_every" in inspect.signature(hookviz.watch).parameters:
         watches.append(Row("hookviz.watch(model, stats_every=1)", _watch_row(stats_every=1)))
     if default_outputs is not None:

@@ -132,3 +132,42 @@ def legend(color_range: dict, title: str, stops: int = 5) -> dict:
             {"color": NO_GRAD_COLOR, "text": "no grad"},
         ],
     }
+
+
+# The watch view's step rows (hookviz.widget.watch_rows), each off the norms' scale (no viridis):
+# a step the GradScaler skipped, marked across the figure.
+SKIPPED_COLOR = "#3949ab"
+# An update-to-weight ratio: green near the healthy 1e-3, shading to blue as it falls to the
+# finding's lower threshold and to the warning orange as it rises to the upper one (both two
+# decades away: hookviz.analysis.step_findings.update_findings), those two beyond them.
+UPDATE_RATIO_COLORS = {"small": "#2166ac", "healthy": "#a5d6a7", "large": WARNING_COLOR}
+HEALTHY_UPDATE_RATIO = 1e-3
+# A learning rate: light to dark blue-grey from the smallest to the largest of its row.
+LEARNING_RATE_COLORS = ("#cfd8dc", "#455a64")
+
+
+def _blend(a: str, b: str, fraction: float) -> str:
+    """``"#rrggbb"`` at ``fraction`` (clamped to [0, 1]) of the way from colour ``a`` to ``b``."""
+    t = min(1.0, max(0.0, fraction))
+    pa = [int(a[i : i + 2], 16) for i in (1, 3, 5)]
+    pb = [int(b[i : i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(pa, pb))
+
+
+def update_ratio_color(ratio: float, decades: float = 2.0) -> str:
+    """The colour of an update-to-weight ratio ``‖Δw‖ / ‖w‖`` (a positive float):
+    :data:`UPDATE_RATIO_COLORS`, ``decades`` decades from :data:`HEALTHY_UPDATE_RATIO` reaching the
+    "small" or "large" end; NaN/Inf in :data:`NAN_COLOR`, 0 as "small"."""
+    if math.isnan(ratio) or math.isinf(ratio):
+        return NAN_COLOR
+    if ratio <= 0:
+        return UPDATE_RATIO_COLORS["small"]
+    t = math.log10(ratio / HEALTHY_UPDATE_RATIO) / decades
+    end = UPDATE_RATIO_COLORS["large" if t > 0 else "small"]
+    return _blend(UPDATE_RATIO_COLORS["healthy"], end, abs(t))
+
+
+def learning_rate_color(fraction: float) -> str:
+    """The colour of a learning rate at ``fraction`` (0: its row's smallest, 1: its largest, on a
+    log scale) between :data:`LEARNING_RATE_COLORS`."""
+    return _blend(*LEARNING_RATE_COLORS, fraction)

@@ -399,7 +399,17 @@ def test_cross_rank_diagnosis_names_the_rank_and_step(tmp_path):
     ]
     # every part says what it shows, and the chart follows the picker: rank 1's local norms at step 2
     assert "rank 1's local gradient norms" in widget.watch_view["parts"][0]
-    assert "step 2" in widget.watch_view["parts"][0] and "Leaf table: hidden" in widget.watch_view["parts"][2]
+    assert "step 2" in widget.watch_view["parts"][0]
+    assert "Leaf table: rank 1's local gradient norms" in widget.watch_view["parts"][2]
+    # the leaf table follows the picker too: rank 1's local statistics at step 2, every parameter
+    table = widget.watch_view["leaves"]
+    assert "rank 1's local" in table["title"] and table["title"].endswith("step 2")
+    rows = {row["name"]: row["values"] for row in table["rows"]}
+    parameters = [n for n, k in zip(history.names, history.kinds) if k == "parameter"]
+    assert list(rows) == parameters
+    got = history.norms(2, rank=1, kind="parameter")
+    assert {n for n, v in rows.items() if v["norm"] is not None} == set(got)
+    assert all(rows[n]["norm"] == pytest.approx(v) for n, v in got.items())
     assert "rank 1" in widget.chart["figure"]["layout"]["title"]["text"]
     local = history.norms(2, rank=1, kind="parameter")
     shown = dict(zip(widget.chart["modules"], widget.chart["current"]))

@@ -178,7 +178,7 @@ def test_a_kept_closed_watch_of_an_optimizer_lets_its_parameters_and_state_go():
     def closed_watch(model, data):
         optimizer = torch.optim.Adam(model.parameters())
         parameters.extend(weakref.ref(p) for p in model.parameters())
-        with hookviz.watch(model, optimizer=optimizer) as watch:
+        with hookviz.watch(model, optimizer=optimizer, stats_every=1) as watch:
             for _ in range(2):
                 _train(model, data, steps=1)
                 optimizer.step()

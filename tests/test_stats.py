@@ -13,7 +13,15 @@ import torch
 
 from hookviz.data.stats_batch import StatsBatch
 from hookviz.data.tensors import TensorRecord
-from hookviz.stats.reduce import combine, measure, norm_column, queue_norms, reduce, summary_of
+from hookviz.stats.reduce import (
+    combine,
+    measure,
+    norm_column,
+    norms_in_range,
+    queue_norms,
+    reduce,
+    summary_of,
+)
 
 
 def summarise(tensor: torch.Tensor) -> TensorRecord:
@@ -364,6 +372,74 @@ def test_each_way_to_a_norm_alone_is_reduce_norms_bit_for_bit(norms, no_norm):
             assert norm == expected or (both_nan and math.isnan(expected)), tensor.dtype
             compared += 1
     assert compared == 3 * len(tensors)
+
+
+def _mlp_gradients(dtype: torch.dtype) -> list[torch.Tensor]:
+    """The gradients of one real training step of a 6-layer sigmoid MLP in ``dtype``: norms from
+    about 1 down to 1e-5 (they vanish layer by layer)."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(32, 32) for _ in range(6)]
+    model = torch.nn.Sequential(*[m for layer in layers for m in (layer, torch.nn.Sigmoid())]).to(dtype)
+    x, y = torch.randn(16, 32, dtype=dtype), torch.randn(16, 32, dtype=dtype)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    return [p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_norms_in_range_are_norm_column_bit_for_bit_and_float64_accurate(dtype):
+    # A watch's usual norms-only step reads norms_in_range(): one _foreach_norm call for all.
+    grads = _mlp_gradients(dtype)
+    found = norms_in_range(grads, math.inf)
+    assert found is not None and found.dtype == torch.float64 and found.shape == (len(grads),)
+    assert list(map(_bits, found.tolist())) == list(map(_bits, norm_column(grads).tolist()))
+    compared = 0
+    for grad, norm in zip(grads, found.tolist()):
+        exact = torch.linalg.vector_norm(grad.double()).item()
+        rel = 1e-12 if dtype == torch.float64 else 1e-6  # summed in float64 / float32
+        assert norm == pytest.approx(exact, rel=rel, abs=0) and norm > 0
+        compared += 1
+    assert compared == 12
+
+
+def test_norms_in_range_leave_every_doubtful_norm_to_the_general_path():
+    # None, and nothing taken as read, wherever the one call cannot prove the engine's norm: the
+    # general path (norm_column, measure) then keeps NaN and Inf and sums tiny or huge values in
+    # float64 (no underflow, no overflow).
+    plain = torch.randn(64, 64)
+    floor32 = 2.0**-61 * math.sqrt(1000)
+    cases = {
+        "NaN": (torch.tensor([1.0, math.nan]), math.nan),
+        "Inf": (torch.tensor([1.0, math.inf]), math.inf),
+        "float32 squares overflow": (torch.full((4,), 3e30), 6e30),
+        "below the float32 floor": (torch.full((1000,), floor32 / 40), floor32 / 40 * math.sqrt(1000)),
+        "float32 squares underflow": (torch.full((1000,), 1e-25), 1e-25 * math.sqrt(1000)),
+        "tiny float64": (torch.full((10,), 1e-300, dtype=torch.float64), 1e-300 * math.sqrt(10)),
+        "huge float64": (torch.full((4,), 1e300, dtype=torch.float64), 2e300),
+        "all zero": (torch.zeros(9), 0.0),
+    }
+    compared = 0
+    for name, (tensor, norm) in cases.items():
+        assert norms_in_range([plain, tensor], math.inf) is None, name
+        general = norm_column([plain, tensor])[1].item()
+        assert general == pytest.approx(norm, rel=1e-6, abs=0, nan_ok=True), name
+        compared += 1
+    assert compared == len(cases)
+    # above the alarm, or read only after preparation: the general path too
+    assert norms_in_range([plain], torch.linalg.vector_norm(plain).item() / 2) is None
+    assert norms_in_range([plain], torch.linalg.vector_norm(plain).item()) is not None
+    others = {
+        "empty": torch.empty(0),
+        "other dtype": plain.double(),
+        "integer": torch.ones(3, dtype=torch.int64),
+        "complex": torch.randn(3, dtype=torch.complex64),
+        "sparse": plain.to_sparse(),
+        "ZeroTensor": torch._efficientzerotensor((3,)),
+        "negative view": plain._neg_view(),
+        "meta": torch.ones(3, device="meta"),
+    }
+    for name, tensor in others.items():
+        assert norms_in_range([plain, tensor], math.inf) is None, name
+    assert norms_in_range([], math.inf) is None
 
 
 def test_a_summary_is_the_rows_numbers_bit_for_bit():

@@ -314,6 +314,39 @@ def test_nonfinite_everywhere_is_counted_and_diagnosed():
     w.diagnosis_over_time()
 
 
+def test_norms_only_steps_keep_tiny_huge_nan_and_zero_gradients_exact():
+    # Steps 1-4 read only norms (stats_every=16): a plain step's norms come from one batched call;
+    # a tiny gradient (float32 squares underflow) or a huge one (they overflow) is summed in float64
+    # instead, and a huge, NaN or zero norm reads every statistic at once (an alarm).
+    torch.manual_seed(0)
+    model = nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    scales = [1.0, 1.0, 1e-30, 1e30, math.nan, 0.0]
+    grads = []
+    with watch(model, stats_every=16) as w:
+        for scale in scales:
+            model.zero_grad()
+            (model(x).sum() * scale).backward()
+            grads.append(model.weight.grad.clone())
+    history = w.history
+    column = history.names.index("weight")
+    assert history.full_steps == [0, 3, 4, 5]  # step 0, then the alarms: huge, NaN, zero
+    compared = 0
+    for step, grad in enumerate(grads):
+        norm = history.norm[step, column].item()
+        exact = torch.linalg.vector_norm(grad.double()).item()
+        assert norm == pytest.approx(exact, rel=1e-6, abs=0, nan_ok=True), step
+        max_abs = history.max_abs[step, column].item()
+        if step in (1, 2):  # norms only
+            assert math.isnan(max_abs)
+        else:  # NaN where the gradient holds NaN
+            assert max_abs == pytest.approx(grad.abs().max().item(), rel=0, abs=0, nan_ok=True)
+        compared += 1
+    assert compared == 6 and history.norm[2, column] > 0 and math.isfinite(history.norm[3, column])
+    assert history.nonfinite[4, column].item() == grads[4].isnan().sum().item() > 0
+    assert history.zero_fraction[5, column].item() == 1.0
+
+
 def test_vanishing_and_plots_over_steps():
     torch.manual_seed(0)
     model = sigmoid_mlp(depth=12, width=64, inputs=16, classes=4)

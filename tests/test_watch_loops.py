@@ -210,7 +210,7 @@ def test_accumulation_over_four_micro_batches_is_one_step_with_update_ratios_and
             }
         )
     )
-    with watch(model, optimizer=optimizer) as w:
+    with watch(model, optimizer=optimizer, stats_every=1) as w:  # update ratios every step
         for micro_batches in data(3, micro=4):
             for x, y in micro_batches:
                 (F.cross_entropy(model(x), y) / 4).backward()
@@ -343,6 +343,113 @@ def test_a_grad_scaler_without_optimizer_is_noted_and_not_called_an_explosion():
     assert "exploding" not in [f.kind for f in w.diagnose(0)]  # ... and diagnosis divides it out
 
 
+def scaled_loop(w_args: dict, loss_factor: float = 1.0, steps: int = 4):
+    """A bf16 autocast + ``GradScaler(init_scale=2**16)`` loop under ``watch(model, **w_args)``,
+    no ``scaler=`` given; returns the watch and the scaler."""
+    model = Tiny()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    with watch(model, **w_args) as w:
+        for [(x, y)] in data(steps):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x), y) * loss_factor
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    return w, scaler
+
+
+def test_a_grad_scaler_not_given_is_found_noted_and_not_called_an_explosion():
+    w, scaler = scaled_loop({})
+    assert w.scaler is scaler and w.scaler_origin == "found"
+    assert "GradScaler is in use (loss scale 65536 now)" in w.notes[1]
+    assert [w.loss_scale(s) for s in w.steps] == [2.0**16] * 4
+    assert min(w.norms(0).values()) > 1e3  # every norm carries the scale ...
+    kinds = [f.kind for s in w.steps for f in w.diagnose(s)] + [f.kind for f in w.onset()]
+    assert "exploding" not in kinds  # ... which diagnosis divides out
+
+
+def test_a_real_explosion_under_a_grad_scaler_not_given_is_still_found():
+    # the loss times 1e6: the unscaled gradients themselves pass exploding_norm (1e3)
+    w, _ = scaled_loop({}, loss_factor=1e6)
+    assert w.scaler_origin == "found"
+    assert max(w.norms(0).values()) / w.loss_scale(0) > 1e3
+    assert "exploding" in [f.kind for f in w.diagnose(0)]
+    assert [f.kind for f in w.onset()] == ["exploding"] and w.onset()[0].step == 0
+
+
+def test_a_stale_grad_scaler_the_loop_does_not_update_hides_no_explosion():
+    # a GradScaler of an earlier experiment, still alive (a notebook cell), that scaled a loss once
+    stale_model = Tiny()
+    stale = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    [(x, y)] = data(1)[0]
+    stale.scale(F.cross_entropy(stale_model(x), y)).backward()
+    model = Tiny()
+    with watch(model) as w:  # no AMP here: the loss times 1e6 truly explodes
+        for [(x, y)] in data(3):
+            model.zero_grad()
+            (F.cross_entropy(model(x), y) * 1e6).backward()
+    assert w.scaler is None and w.scaler_origin == "pending" and len(w.notes) == 1
+    assert all("exploding" in [f.kind for f in w.diagnose(s)] for s in w.steps)
+    assert stale.get_scale() == 2.0**16  # the watch left it as it was
+
+
+def test_no_grad_scaler_is_searched_for_while_norms_stay_below_the_alarm():
+    model = Tiny()
+    with watch(model) as w:
+        for [(x, y)] in data(3):
+            F.cross_entropy(model(x), y).backward()
+    assert w.scaler_origin is None and w.scaler is None and len(w.notes) == 1
+
+
+@pytest.mark.parametrize(
+    ("lr", "expected"),
+    [(1e-3, None), (1e-1, "update_too_large"), (1e-7, "update_too_small")],
+    ids=["sane", "100x-too-large", "10000x-too-small"],
+)
+def test_an_update_ratio_far_from_1e_3_is_a_finding_with_its_onset(lr, expected):
+    model = Tiny()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    before, plain = {}, []  # the reference: ‖Δw‖ / ‖w‖ per parameter and step, by plain PyTorch
+    optimizer.register_step_pre_hook(
+        lambda o, a, k: before.update({n: p.detach().clone() for n, p in model.named_parameters()})
+    )
+    optimizer.register_step_post_hook(
+        lambda o, a, k: plain.append(
+            {
+                n: (torch.linalg.vector_norm(p - before[n]) / torch.linalg.vector_norm(p)).item()
+                for n, p in model.named_parameters()
+            }
+        )
+    )
+    # stats_every=1: the ratios are read at every step (by default every 16th, NaN between)
+    with watch(model, optimizer=optimizer, stats_every=1) as w:
+        for [(x, y)] in data(5):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    found = [f for s in w.steps for f in w.diagnose(s, group=False) if f.kind.startswith("update")]
+    onsets = [f for f in w.onset() if f.kind.startswith("update")]
+    if expected is None:
+        assert not found and not onsets
+        assert all(1e-5 < r < 1e-1 for step in plain for r in step.values())
+        return
+    assert {f.kind for f in found} == {expected} and len(found) == 5 * 2  # both layers, every step
+    compared = 0
+    for finding in found:
+        ratios = plain[finding.step]
+        assert finding.value == pytest.approx(ratios[finding.node], rel=1e-5)
+        others = [r for n, r in ratios.items() if n.startswith(finding.module + ".")]
+        side = min if expected == "update_too_large" else max
+        assert finding.value == pytest.approx(side(others), rel=1e-5)  # every one beyond the threshold
+        compared += 1
+    assert compared == 10
+    [onset] = onsets
+    assert onset.kind == expected and onset.step == 0 and onset.module in ("fc1", "fc2")
+    assert onset.node.startswith(onset.module + ".")
+
+
 def test_two_optimizers_each_step_holds_its_own_parameters_and_names_its_optimizer():
     model = gan()
     g_optimizer = torch.optim.SGD(model["G"].parameters(), lr=0.01)
@@ -392,7 +499,11 @@ def test_optimizer_steps_are_saved_and_loaded(tmp_path):
             F.cross_entropy(model(x), y).backward()
             optimizer.step()
     loaded = hookviz.load(hookviz.save(w, tmp_path / "w"))
-    assert torch.equal(loaded.update_ratio, w.history.update_ratio)
+    ratios = w.history.update_ratio
+    # step 0 reads every statistic, its update ratios too; step 1 only norms: its ratios are NaN
+    assert not ratios[0].isnan().any() and ratios[1].isnan().all()
+    assert torch.equal(loaded.update_ratio.isnan(), ratios.isnan())
+    assert torch.equal(loaded.update_ratio.nan_to_num(), ratios.nan_to_num())
     assert loaded.optimizers == ["SGD", "SGD"] and loaded.skipped == [False, False]
     assert loaded.learning_rates == [[0.05], [0.05]] and loaded.notes == w.notes
 

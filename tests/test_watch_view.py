@@ -5,6 +5,7 @@ that carry it, per-layer lines told apart, ``show(watch, run)``, and "not watche
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -155,3 +156,254 @@ def test_a_parameter_without_gradient_is_no_grad_not_unwatched():
     assert colors["0.weight"] == colors["0.bias"] == NO_GRAD_COLOR
     assert not math.isnan(view.watch_view["norms"]["1.weight"])
     assert colors["1.weight"] not in (NO_GRAD_COLOR, NOT_WATCHED_COLOR)
+
+
+def _digits_with_optimizer(steps: int = 6, skip: int | None = 3, stats_every: int = 1):
+    """scikit-learn's digits, a 3-layer ReLU MLP under Adam (lr 1e-3), bf16 autocast and a
+    GradScaler, watched with ``optimizer=`` and ``scaler=``; the loss made Inf at step ``skip`` (the
+    scaler skips that step). Returns the model, the closed watch and plain PyTorch's update ratios
+    per step (``{}`` for the skipped one). ``stats_every=1``: a ratio at every step."""
+    digits = pytest.importorskip("sklearn.datasets").load_digits()
+    x = torch.tensor(digits.data, dtype=torch.float32)
+    x, y = (x - x.mean(0)) / (x.std(0) + 1e-6), torch.tensor(digits.target)
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=3, width=32, inputs=64, classes=10, activation=nn.ReLU)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    plain, before = [], {}
+    optimizer.register_step_pre_hook(
+        lambda o, a, k: before.update({n: p.detach().clone() for n, p in model.named_parameters()})
+    )
+    optimizer.register_step_post_hook(
+        lambda o, a, k: plain.__setitem__(
+            -1,
+            {
+                n: (torch.linalg.vector_norm(p - before[n]) / torch.linalg.vector_norm(p)).item()
+                for n, p in model.named_parameters()
+            },
+        )
+    )
+    generator = torch.Generator().manual_seed(0)
+    with hookviz.watch(model, optimizer=optimizer, scaler=scaler, stats_every=stats_every) as w:
+        for step in range(steps):
+            index = torch.randint(0, len(x), (64,), generator=generator)
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x[index]), y[index])
+            plain.append({})  # the post-hook fills it when the step runs
+            scaler.scale(loss * (math.inf if step == skip else 1.0)).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    return model, w, plain
+
+
+def test_the_watch_view_draws_update_ratio_and_learning_rate_rows_and_marks_skipped_steps():
+    from hookviz.colors import SKIPPED_COLOR, update_ratio_color
+    from hookviz.text import number
+    from hookviz.widget.watch_json import live_watch_figure
+    from hookviz.widget.watch_rows import SKIPPED_TEXT
+
+    model, w, plain = _digits_with_optimizer()
+    assert w.skipped_steps == [3] and plain[3] == {}
+    view = hookviz.show(model, (torch.randn(2, 64),), loss_fn=torch.sum)
+    view.show_watch(w, step=3)
+    rows = view.watch_heatmap["step_rows"]
+    assert rows["steps"] == w.steps == list(range(6))
+    layers = ["0", "2", "4"]  # sigmoid_mlp's Linear layers, as the heatmap lists their parameters
+    ratio_rows = [r for r in rows["rows"] if r["kind"] == "update_ratio"]
+    assert [r["label"] for r in ratio_rows] == [f"‖Δw‖/‖w‖ of {layer}" for layer in layers]
+    compared = 0
+    for row, layer in zip(ratio_rows, layers):
+        for step, (color, text) in enumerate(zip(row["colors"], row["text"])):
+            if step == 3:
+                assert color == NO_GRAD_COLOR and SKIPPED_TEXT in text
+                continue
+            weight, bias = plain[step][f"{layer}.weight"], plain[step][f"{layer}.bias"]
+            assert color == update_ratio_color(w.update_ratios(step)[f"{layer}.weight"])
+            assert w.update_ratios(step)[f"{layer}.weight"] == pytest.approx(weight, rel=1e-5)
+            assert text == (
+                f"step {step}<br>‖Δw‖/‖w‖ of {layer}: {layer}.weight "
+                f"{number(w.update_ratios(step)[f'{layer}.weight'])}, {layer}.bias "
+                f"{number(w.update_ratios(step)[f'{layer}.bias'])}"
+            )
+            assert w.update_ratios(step)[f"{layer}.bias"] == pytest.approx(bias, rel=1e-5)
+            compared += 1
+    assert compared == 3 * 5
+    [rate] = [r for r in rows["rows"] if r["kind"] == "learning_rate"]
+    assert rate["label"] == "lr Adam" and rate["text"][0] == "step 0<br>lr Adam: 0.001"
+    assert rate["text"][3].endswith("(skipped)")
+    assert rows["skipped"] == {"steps": [3], "color": SKIPPED_COLOR, "text": SKIPPED_TEXT}
+    assert [k["text"] for k in rows["legend"]][1] == "near 1e-3: healthy"
+    # the step on screen says it was skipped; the watch's notes are shown with it
+    assert view.watch_view["step_note"] == SKIPPED_TEXT and view.watch_view["notes"] == w.notes
+    assert any("update-to-weight ratio" in part for part in view.watch_view["parts"])
+    assert view.watch_step(2) and view.watch_view["step_note"] == ""
+    # a sane learning rate: no update finding at any step
+    assert not [f for s in w.steps for f in w.diagnose(s) if f.kind.startswith("update")]
+    # the live figure carries the same rows
+    live = live_watch_figure(w.history, "t")
+    assert live["step_rows"]["rows"] == rows["rows"]
+    # the JS tests read this payload (js/tests/logic.test.js), never a hand-kept copy
+    from test_widget import FIXTURES
+
+    FIXTURES.mkdir(exist_ok=True)
+    (FIXTURES / "watch_rows.json").write_text(
+        json.dumps(view.watch_heatmap, allow_nan=False), encoding="utf-8"
+    )
+
+
+def test_a_ratio_the_watch_did_not_read_says_so_and_is_not_coloured_as_a_value():
+    from hookviz.widget.watch_rows import NOT_READ_TEXT
+
+    model, w, plain = _digits_with_optimizer(steps=5, skip=None, stats_every=2)
+    assert w.history.full_steps == [0, 2, 4]  # no alarm on this healthy run
+    view = hookviz.show(model, (torch.randn(2, 64),), loss_fn=torch.sum)
+    view.show_watch(w)
+    ratio_rows = [r for r in view.watch_heatmap["step_rows"]["rows"] if r["kind"] == "update_ratio"]
+    compared = 0
+    for row in ratio_rows:
+        for step, (color, text) in enumerate(zip(row["colors"], row["text"])):
+            layer = row["label"].removeprefix("‖Δw‖/‖w‖ of ")
+            ratio = w.update_ratios(step).get(f"{layer}.weight")
+            if step % 2:
+                assert ratio is None or math.isnan(ratio)
+                assert NOT_READ_TEXT in text and color == NO_GRAD_COLOR
+            else:
+                assert ratio == pytest.approx(plain[step][f"{layer}.weight"], rel=1e-5)
+                assert NOT_READ_TEXT not in text and color != NO_GRAD_COLOR
+            compared += 1
+    assert compared == 3 * 5
+
+
+def test_a_watch_without_optimizer_has_no_step_rows():
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=3, width=8, inputs=4, classes=3, activation=nn.ReLU)
+    x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+    with hookviz.watch(model) as w:
+        for _ in range(2):
+            F.cross_entropy(model(x), y).backward()
+    view = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, y))
+    view.show_watch(w)
+    assert "step_rows" not in view.watch_heatmap
+    assert view.watch_view["notes"] == w.notes and len(w.notes) == 1
+
+
+class _Branchy(nn.Module):
+    """A linear stack with an extra layer used only when asked: its parameters get no gradient on
+    the other steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        self.extra = nn.Linear(2, 2)
+
+    def forward(self, x, use_extra=False):
+        out = self.body(x)
+        return self.extra(out) if use_extra else out
+
+
+def test_the_leaf_table_follows_the_step_with_the_watchs_statistics():
+    torch.manual_seed(0)
+    model = _Branchy()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = []  # per step, from plain PyTorch's .grad: {name: (norm, max |grad|, NaN+Inf, zeros)}
+    with hookviz.watch(model, stats_every=2) as w:
+        for step in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            model(torch.randn(5, 4), use_extra=step == 0).pow(2).sum().backward()
+            expected.append(
+                {
+                    n: (
+                        p.grad.double().norm().item(),
+                        p.grad.abs().max().item(),
+                        int((~torch.isfinite(p.grad)).sum()),
+                        (p.grad == 0).double().mean().item(),
+                    )
+                    for n, p in model.named_parameters()
+                    if p.grad is not None
+                }
+            )
+            optimizer.step()
+    session = hookviz.Session(model, (torch.randn(5, 4),), loss_fn=lambda out: out.pow(2).sum())
+    view = hookviz.show_watch(w, session)
+    names = [n for n, _ in model.named_parameters()]
+    compared = 0
+    for step in (2, 0, 1):  # the picker moves; the table follows it
+        assert view.watch_step(step)
+        table = view.watch_view["leaves"]
+        assert table["title"] == f"Leaf gradients of the watch: gradient norms, step {step}"
+        assert f"Leaf table: gradient norms of each parameter at step {step}" in view.watch_view["parts"][2]
+        assert [row["name"] for row in table["rows"]] == names
+        for row in table["rows"]:
+            values, cells = row["values"], row["text"]
+            if row["name"] not in expected[step]:  # extra.* at steps 1 and 2
+                assert step != 0 and row["name"].startswith("extra.")
+                assert values == dict.fromkeys(values) and cells["norm"] == "no grad"
+                compared += 1
+                continue
+            norm, largest, nonfinite, zeros = expected[step][row["name"]]
+            assert values["norm"] == pytest.approx(norm, rel=1e-5)
+            assert values["nonfinite"] == nonfinite == 0
+            if step == 1:  # stats_every=2: a step that kept norms only; the note says why "–"
+                assert values["max_abs"] is None and cells["max_abs"] == "–"
+            else:
+                assert values["max_abs"] == pytest.approx(largest, rel=1e-5)
+                assert values["zero_fraction"] == pytest.approx(zeros)
+            compared += 1
+        assert bool(table["note"]) == (step == 1)
+        # the root module's box holds every parameter: coloured by all their gradients together
+        total = math.sqrt(sum(v[0] ** 2 for v in expected[step].values()))
+        assert view.watch_view["node_norms"]["group:"] == pytest.approx(total, rel=1e-5)
+    assert compared == 3 * len(names)
+    view.hide_watch()
+    assert "leaves" not in view.watch_view
+
+
+def test_the_inspector_says_not_watched_where_the_graph_does():
+    """show(watch, run): a Sigmoid box (no parameter the watch records) is "not watched" in the
+    inspector as in the graph's colour; a Linear box gets its norm at the step shown, as text of
+    the norm the graph colours it by; an op is "not watched"; the note follows the step slider and
+    leaves with the watch."""
+    from hookviz import text
+
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=3, width=8, inputs=4, classes=2)
+    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookviz.watch(model) as w:
+        for _ in range(3):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    run = hookviz.Session(model, (x,), loss_fn=lambda out: F.cross_entropy(out, y)).run()
+    view = hookviz.show(w, run)
+    types = {g["module"]: g.get("type") for g in view.graph["groups"]}
+    sigmoids = [m for m, kind in types.items() if kind == "Sigmoid"]
+    linears = [m for m, kind in types.items() if kind == "Linear"]
+    assert len(sigmoids) == 2 and len(linears) == 3, types  # depth 3: three Linear, two Sigmoid between
+    colors = view.watch_view["node_colors"]
+    for module in sigmoids:
+        assert view.select(module)
+        note = view.inspector["watch"]
+        assert f"group:{module}" not in colors  # the graph draws it "not watched"
+        assert note["state"] == "not watched" and note["color"] == NOT_WATCHED_COLOR
+        assert note["text"].startswith("Not watched: the watch recorded no parameter of this module")
+        assert "no grad" not in note["text"] and "None" not in note["text"]
+    step = view.watch_view["step"]
+    for module in linears:
+        assert view.select(module)
+        note = view.inspector["watch"]
+        norm = view.watch_view["node_norms"][f"group:{module}"]
+        assert note == {
+            "state": "norm",
+            "color": colors[f"group:{module}"],
+            "text": f"Watch, step {step}: ‖grad‖ {text.norm(norm)}",
+        }
+    op = next(n["id"] for n in view.graph["nodes"] if n["kind"] == "op")
+    assert view.select(op)
+    assert view.inspector["watch"]["state"] == "not watched"
+    assert view.select(linears[0])
+    assert view.watch_step(w.steps[0])
+    assert view.inspector["watch"]["text"].startswith(f"Watch, step {w.steps[0]}: ")
+    view.hide_watch()
+    assert "watch" not in view.inspector and view.inspector["id"] == f"module:{linears[0]}"

@@ -301,6 +301,53 @@ def test_forward_error_keeps_the_last_good_run():
     assert "rerun" not in widget.errors
 
 
+def test_show_pauses_the_garbage_collector_for_its_own_call_only():
+    """show() records and builds with Python's cyclic collector paused (the model's forward sees it
+    off), enables it again after, on success and
+    when the first run fails, and moves nothing to the oldest generation (garbage made before the
+    call is freed by a young collection after it); a caller's own gc.disable() is kept."""
+    import weakref
+
+    seen = []
+
+    class Probe(nn.Module):
+        fail = False
+
+        def forward(self, x, y, z):
+            seen.append(gc.isenabled())
+            if self.fail:
+                raise ValueError("the forward broke")
+            return 2 * x + 3 * y - 5 * z
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+    model = Probe()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.collect()
+    garbage = weakref.ref(Cycle())  # only the collector can free it
+    show(model, canonical_inputs(), loss_fn=loss_fn)
+    assert seen == [False]
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.collect(0)
+    assert garbage() is None
+
+    model.fail = True
+    with pytest.raises(hookviz.ForwardError, match="the forward broke"):
+        show(model, canonical_inputs(), loss_fn=loss_fn)
+    assert seen == [False, False] and gc.isenabled()
+
+    model.fail = False
+    gc.disable()  # the caller's own choice
+    try:
+        show(model, canonical_inputs(), loss_fn=loss_fn)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert seen == [False, False, False]
+
+
 @pytest.mark.parametrize(
     "message",
     [
@@ -688,7 +735,7 @@ def test_a_large_run_is_drawn_from_its_norms_and_diagnosed_when_the_page_asks(mo
     reply = lazy.handle_message({"type": "details"})
     assert reply["ok"] and not lazy.details_pending and not lazy.run.details_pending
     assert lazy.leaf_summary == eager.leaf_summary and lazy.chart == eager.chart
-    # The table went out before the second recording; the cyclic collector is never paused.
+    # The table went out before the second recording; a fill leaves the cyclic collector running.
     assert when_sent == [(True, True)]
     assert lazy.diagnosis == eager.diagnosis and lazy.diagnosis["counts"]["vanishing"] > 0
     lazy.select("AddmmBackward0_0")
@@ -1028,7 +1075,8 @@ def test_the_default_watch_colours_module_groups_by_their_parameters_gradients()
     compared = 0
     for group in widget.graph["groups"]:
         module = group["module"]
-        grads = [g for n, g in plain_steps[1].items() if n.startswith(f"{module}.")]
+        # the root module ("") holds every parameter
+        grads = [g for n, g in plain_steps[1].items() if n.startswith(f"{module}." if module else "")]
         if not grads:  # what loss_fn built; a module without parameters
             assert group["id"] not in node_norms
             continue
@@ -1036,7 +1084,7 @@ def test_the_default_watch_colours_module_groups_by_their_parameters_gradients()
         assert node_norms[group["id"]] == pytest.approx(expected, rel=1e-6), module
         compared += 1
     assert compared == len(
-        [m for m, mod in model.named_modules() if m and next(mod.parameters(), None) is not None]
+        [m for m, mod in model.named_modules() if next(mod.parameters(), None) is not None]
     )
 
 

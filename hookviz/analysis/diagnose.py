@@ -17,6 +17,10 @@ Thresholds (keyword arguments of :func:`diagnose`, with their defaults):
   exactly zero (dead units, e.g. ReLUs that never fire).
 - ``saturated=0.9`` and ``saturation_margin=0.01``: a sigmoid (tanh) whose outputs are at least this
   fraction within ``saturation_margin`` of 0 or 1 (of -1 or 1), where its gradient is nearly zero.
+- ``update_ratio_high=1e-1`` and ``update_ratio_low=1e-5`` (a watch with ``optimizer=`` only): a
+  layer each of whose parameters an optimizer step changed by more than ``update_ratio_high`` (less
+  than ``update_ratio_low``) of its norm, ``‖Δw‖ / ‖w‖``; healthy is near 1e-3
+  (:func:`hookviz.analysis.step_findings.update_findings` says why these two).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ DEFAULT_THRESHOLDS = {
     "dead": 0.9,
     "saturated": 0.9,
     "saturation_margin": 0.01,
+    "update_ratio_high": 1e-1,
+    "update_ratio_low": 1e-5,
 }
 
 _SATURATING = {"SigmoidBackward0": (0.0, 1.0, "sigmoid"), "TanhBackward0": (-1.0, 1.0, "tanh")}

@@ -21,13 +21,15 @@ class Finding:
     """One problem found in a run (or in one step of a :class:`hookviz.Watch`).
 
     Attributes:
-        kind: ``"vanishing"``, ``"exploding"``, ``"dead"``, ``"saturated"`` or ``"nan"``.
+        kind: ``"vanishing"``, ``"exploding"``, ``"dead"``, ``"saturated"`` or ``"nan"``; a watch's
+            step also ``"update_too_large"`` or ``"update_too_small"`` (its update-to-weight ratio).
         module: qualified name of the module concerned ("" = the root module, ``"(loss)"`` = made
             by ``loss_fn``).
         node: the graph node id to look at (a parameter's name, or an op node id), or None.
         message: what is wrong, in plain words, with the numbers.
         value: the number behind the finding: a ratio (vanishing), a norm (exploding), a
-            fraction (dead, saturated) or a count of NaN/Inf elements (nan).
+            fraction (dead, saturated), a count of NaN/Inf elements (nan) or an update-to-weight
+            ratio (update_too_large, update_too_small).
         step: the training step, for findings of a watch; None for a run.
         rank: the distributed rank concerned, for cross-rank findings of a gathered watch
             (:meth:`hookviz.watching.gather.RankHistory.diagnose`); else None.
@@ -53,7 +55,7 @@ def places(findings: list[Finding]) -> set[tuple[str, str]]:
 
 
 # Which finding of a run is its worst: the smallest ratio, the largest norm or fraction.
-_WORST = {"vanishing": min}
+_WORST = {"vanishing": min, "update_too_small": min}
 
 
 def _runs(flags: list[Finding | None]) -> list[list[Finding]]:

@@ -1,4 +1,5 @@
-"""When a watch's trouble started, and where: the onset of NaN/Inf and of exploding norms.
+"""When a watch's trouble started, and where: the onset of NaN/Inf, of exploding norms and of updates
+too large or too small for the weights.
 
 A watch's findings at one step (:meth:`hookviz.Watch.diagnose`) say what is wrong then; once a
 gradient has held NaN it usually holds NaN at every later step, so the last step's finding names
@@ -16,29 +17,33 @@ import torch
 from hookviz.analysis.diagnose import check_thresholds
 from hookviz.analysis.findings import Finding
 from hookviz.analysis.gradient_stats import module_of
+from hookviz.analysis.step_findings import update_flags
 from hookviz.text import number
 
 
 def onsets(history, order: dict[int, int] | None = None, **thresholds: float) -> list[Finding]:
-    """The first kept step with NaN/Inf in a gradient, and the first with a gradient norm above
-    ``exploding_norm``, each as a :class:`Finding` whose ``step`` is that onset step.
+    """The first kept step with NaN/Inf in a gradient, the first with a gradient norm above
+    ``exploding_norm`` and, with update ratios (``optimizer=``), the first whose update of a layer
+    was too large or too small (:func:`hookviz.analysis.step_findings.update_flags`), each as a
+    :class:`Finding` whose ``step`` is that onset step.
 
     Args:
         history: a :class:`hookviz.watching.history.History` (``watch.history``; ``steps``,
             ``names``, ``kinds``, and float64 ``norm`` / ``nonfinite`` of shape ``[steps, names]``;
-            ``loss_scales`` and ``optimizers`` per step when known).
+            ``loss_scales``, ``optimizers`` and ``update_ratio`` when known).
         order: ``{column: position}`` where each name's gradient arrived in backward
             (:attr:`hookviz.Watch.arrival_order`): at the onset step the place named is the first
             bad name in that order; None (a loaded history): the first bad column.
-        **thresholds: ``exploding_norm`` (default that of :func:`hookviz.analysis.diagnose.diagnose`).
+        **thresholds: ``exploding_norm``, ``update_ratio_high``, ``update_ratio_low`` (defaults
+            those of :func:`hookviz.analysis.diagnose.diagnose`).
             A step of a watch without ``optimizer=`` whose gradients carry a ``GradScaler`` scale
             compares its norms with the threshold times that scale, as :meth:`hookviz.Watch.diagnose` does.
 
     Returns:
-        At most two findings, the earlier onset first (``"nan"`` on a tie): ``module`` the module
-        owning the name (a parameter's owner, or the module whose output it is), ``node`` the
-        name, ``value`` the count of NaN/Inf elements (nan) or the norm (exploding) at the onset,
-        ``step`` the onset step.
+        At most one finding per kind, the earlier onset first (``"nan"`` on a tie): ``module`` the
+        module owning the name (a parameter's owner, or the module whose output it is), ``node``
+        the name, ``value`` the count of NaN/Inf elements (nan), the norm (exploding) or the update
+        ratio (update_too_large, update_too_small) at the onset, ``step`` the onset step.
         Empty when no kept step has either.
 
     Raises:
@@ -64,6 +69,16 @@ def onsets(history, order: dict[int, int] | None = None, **thresholds: float) ->
     finding = _first(history, order, exploding, "exploding", history.norm, number(limits["exploding_norm"]))
     if finding is not None:
         found.append(finding)
+    ratios = getattr(history, "update_ratio", None)
+    if ratios is not None and ratios.shape[0] == len(steps):
+        parameters = [n for n, k in zip(history.names, history.kinds) if k == "parameter"]
+        for kind, flags in update_flags(parameters, ratios, limits).items():
+            wide = torch.zeros(ratios.shape, dtype=torch.bool)
+            wide[:, : len(parameters)] = flags
+            limit = limits["update_ratio_high" if kind == "update_too_large" else "update_ratio_low"]
+            finding = _first(history, order, wide, kind, ratios, number(limit))
+            if finding is not None:
+                found.append(finding)
     return sorted(found, key=lambda f: f.step)  # the story in order: what started first
 
 
@@ -98,9 +113,16 @@ def _first(
             f"NaN/Inf first at step {steps[first]}: the gradient of {place} held it first "
             f"({number(value)} elements; {len(columns)} names had some then)"
         )
-    else:
+    elif kind == "exploding":
         head = (
             f"the gradient norm first passed exploding_norm={limit} at step {steps[first]}: {place} "
             f"(norm {number(value)}; {len(columns)} names passed it then)"
+        )
+    else:
+        size, side = ("too large", "more") if kind == "update_too_large" else ("too small", "less")
+        head = (
+            f"updates {size} for the weights first at step {steps[first]}: every parameter of "
+            f"module {module!r} changed by {side} than {limit} of its norm (‖Δw‖/‖w‖ of {name!r}: "
+            f"{number(value)}; healthy near 1e-3)"
         )
     return Finding(kind, module, name, f"{head}; {since}", value, steps[first])

@@ -8,7 +8,9 @@ does (:func:`~hookviz.analysis.gradient_stats.module_of`,
 :func:`~hookviz.analysis.layer_findings.layer_diagnosis`, the run's rule for vanishing, exploding and
 dead updates (an Embedding's zeros exempt). What a watch cannot see is left out: saturation needs
 forward values; a NaN/Inf origin is the first name (in the order gradients arrived) whose gradient
-holds NaN/Inf, not the op (record one run of that step to find the op).
+holds NaN/Inf, not the op (record one run of that step to find the op). A watch given
+``optimizer=`` also keeps each parameter's update-to-weight ratio: :func:`update_findings` names the
+layers whose updates are far too large or too small for them.
 """
 
 from __future__ import annotations
@@ -16,9 +18,30 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from hookviz.analysis.findings import Finding, percent
+import torch
+
+from hookviz.analysis.findings import Finding, grouped, module_label, percent, run_span
 from hookviz.analysis.gradient_stats import combine_layer, module_of
 from hookviz.analysis.layer_findings import layer_diagnosis
+from hookviz.text import number
+
+# What each update-ratio finding says is wrong, and what likely causes it.
+_UPDATE_WORDS = {
+    "update_too_large": (
+        "too large",
+        "at least",
+        "above",
+        "update_ratio_high",
+        "the learning rate is likely too high",
+    ),
+    "update_too_small": (
+        "too small",
+        "at most",
+        "below",
+        "update_ratio_low",
+        "the weights barely move: the learning rate is too low, or the gradient vanished",
+    ),
+}
 
 
 def step_layers(
@@ -60,9 +83,10 @@ def step_findings(
     thresholds: dict,
     step: int,
     group: bool = True,
+    ratios: Sequence[float] | None = None,
 ) -> list[Finding]:
     """The findings of one kept step: NaN/Inf, then the layers' vanishing, exploding and dead
-    updates, then dead outputs.
+    updates, then dead outputs, then updates too large or too small (:func:`update_findings`).
 
     Args:
         names, kinds: the watch's columns (``"parameter"`` first, then ``"output"``).
@@ -73,6 +97,8 @@ def step_findings(
         thresholds: as returned by :func:`~hookviz.analysis.diagnose.check_thresholds`.
         step: the step's number (set on every finding).
         group: one finding per run of layers in a row with the same problem; False: one per layer.
+        ratios: the step's update-to-weight ratio per parameter column (NaN: not updated), or None
+            (a watch without ``optimizer=``).
     """
     found = []
     bad = [c for c in range(len(names)) if values[c][2] > 0]
@@ -119,4 +145,125 @@ def step_findings(
                     step,
                 )
             )
+    if ratios is not None:
+        found += update_findings(parameters, ratios, order, thresholds, step, module_types, group)
     return found
+
+
+def update_flags(
+    parameter_names: Sequence[str], ratios: torch.Tensor, thresholds: dict
+) -> dict[str, torch.Tensor]:
+    """Where updates are out of range: ``{kind: bool [steps, columns]}``, each ``True`` at the
+    parameters of the layers whose update at that step was ``"update_too_large"`` (every parameter
+    of the layer that the step updated has an update ratio above ``update_ratio_high``) or
+    ``"update_too_small"`` (every one below ``update_ratio_low``).
+
+    Every parameter of the layer, not one: a bias or a LayerNorm shift starts at zero, so its first
+    updates are all of it (``‖Δb‖ / ‖b‖`` = 1 at step 0, 1/2 at step 1 under Adam) while the weight
+    beside it moves by 1e-3 of its norm; such a layer is healthy. NaN ratios (a parameter the step
+    did not update) are left out; a layer with none left is not judged.
+
+    Args:
+        parameter_names: the watched parameters, one column each.
+        ratios: float64 ``[steps, len(parameter_names)]`` (more columns are ignored): per step and
+            parameter ``‖w_after - w_before‖ / ‖w_after‖`` (dimensionless), NaN where not updated.
+        thresholds: as returned by :func:`~hookviz.analysis.diagnose.check_thresholds`.
+    """
+    ratios = ratios[:, : len(parameter_names)]
+    known = ~ratios.isnan()
+    outside = {
+        "update_too_large": ratios > thresholds["update_ratio_high"],
+        "update_too_small": ratios < thresholds["update_ratio_low"],
+    }
+    layers: dict[str, list[int]] = {}
+    for column, name in enumerate(parameter_names):
+        layers.setdefault(module_of(name), []).append(column)
+    found = {kind: torch.zeros_like(known) for kind in outside}
+    for columns in layers.values():
+        judged = known[:, columns].any(1)
+        for kind, out in outside.items():
+            every = (out[:, columns] | ~known[:, columns]).all(1) & judged
+            found[kind][:, columns] = every[:, None] & known[:, columns]
+    return found
+
+
+def update_findings(
+    parameter_names: Sequence[str],
+    ratios: Sequence[float],
+    order: dict[int, int],
+    thresholds: dict,
+    step: int,
+    types: dict[str, str] | None = None,
+    group: bool = True,
+) -> list[Finding]:
+    """The layers whose optimizer step at ``step`` changed their weights far more or far less than
+    usual (:func:`update_flags`), nearest the loss first; a layer's finding points at its
+    parameter nearest the threshold (all of them are beyond it).
+
+    The usual diagnostic of a learning rate: the ratio of an update's norm to the weights' norm,
+    ``‖Δw‖ / ‖w‖``, is healthy near 1e-3; much larger, the learning rate is too high; much smaller,
+    too low (Stanford CS231n, "Neural Networks Part 3", "Ratio of weights:updates",
+    https://cs231n.github.io/neural-networks-3/#ratio). The thresholds sit two decades either side
+    of it: above ``update_ratio_high=1e-1`` a single step moves a layer by a tenth of its weights
+    (a learning rate about 100x the usual; such training oscillates or diverges), below
+    ``update_ratio_low=1e-5`` a layer needs 100,000 steps to change by its own size (a learning
+    rate about 100x too small, or a gradient that vanished). One decade either side would flag
+    healthy runs: Adam's first steps move a 32-wide layer by about 1e-2, and a fine-tuning run's
+    small learning rate gives 1e-4.
+
+    Args:
+        parameter_names: the watched parameters, one column each.
+        ratios: per column the step's update-to-weight ratio (NaN: not updated).
+        order: ``{column: position}`` where each gradient first arrived in backward (smaller =
+            nearer the loss): the layers are listed in that order.
+        thresholds: as returned by :func:`~hookviz.analysis.diagnose.check_thresholds`.
+        step: the step's number (set on every finding).
+        types: module name -> class name, for the messages.
+        group: one finding per run of layers in a row with the same problem; False: one per layer.
+    """
+    flags = update_flags(parameter_names, torch.tensor([list(ratios)], dtype=torch.float64), thresholds)
+    flagged = {}  # layer -> (kind, ratio, column): the smallest ratio above, the largest below
+    for kind, table in flags.items():
+        for column in table[0].nonzero().flatten().tolist():
+            layer, ratio = module_of(parameter_names[column]), ratios[column]
+            now = flagged.get(layer)
+            if now is None or (ratio < now[1] if kind == "update_too_large" else ratio > now[1]):
+                flagged[layer] = (kind, ratio, column)
+    if not flagged:
+        return []
+    first: dict[str, float] = {}
+    for column, name in enumerate(parameter_names):
+        layer = module_of(name)
+        first[layer] = min(first.get(layer, math.inf), order.get(column, math.inf))
+    layers = sorted(first, key=lambda layer: first[layer])  # stable: ties keep column order
+    findings: list[Finding | None] = []
+    for layer in layers:
+        if layer not in flagged:
+            findings.append(None)
+            continue
+        kind, ratio, column = flagged[layer]
+        size, bound, side, limit, why = _UPDATE_WORDS[kind]
+        findings.append(
+            Finding(
+                kind,
+                layer,
+                parameter_names[column],
+                (
+                    f"step {step}: the updates of {module_label(layer, types)} are {size}: every "
+                    f"parameter's update-to-weight ratio ‖Δw‖/‖w‖ is {bound} {number(ratio)} ({side} "
+                    f"{thresholds[limit]:g}; healthy near 1e-3): {why}"
+                ),
+                ratio,
+                step,
+            )
+        )
+
+    def describe(run: list[Finding]) -> str:
+        size, _, side, limit, why = _UPDATE_WORDS[run[0].kind]
+        return (
+            f"step {step}: the updates are {size} from {run_span(run, types)}: update-to-weight "
+            f"ratios ‖Δw‖/‖w‖ {number(run[0].value)} … {number(run[-1].value)} ({side} "
+            f"{thresholds[limit]:g}; healthy near 1e-3): {why}"
+        )
+
+    return grouped(findings, describe, group)

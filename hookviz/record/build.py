@@ -330,15 +330,17 @@ class _StaticParts:
                 "grad_inputs": (),
                 "grad_inputs_before_edit": None,
                 "grad_outputs_before_edit": None,
-                "saved": node.saved,  # each run's record gets its own copy of the containers
+                # Each run's record gets lists of its own; the template, kept as long as the
+                # forward, holds tuples, which the garbage collector stops tracking.
+                "saved": node.saved,
                 "constants": node.constants,
-                "user_hooks": [],
-                "sites": ["grad"] if node.id in graph.leaves else [],
+                "user_hooks": (),
+                "sites": ("grad",) if node.id in graph.leaves else (),
             }
             if node.kind == "op":
                 fields["sites"] = _op_sites(tuple(slot for slot, _, _ in node.inputs), output_counts[node.id])
             else:
-                fields["user_hooks"] = list(user_tensors.get(node.id, []))
+                fields["user_hooks"] = tuple(user_tensors.get(node.id, ()))
             self.node_fields[node.id] = fields
         self.pre_hooks_per_call = {
             name: sum(h.kind == "full backward pre-hook" for h in hooks)
@@ -350,7 +352,7 @@ class _StaticParts:
             if state.legacy is not None and state.legacy.grad_fn is not None:
                 fn, _ = resolve_hidden(state.legacy.grad_fn, state.legacy.output_nr)
                 output_node = walk.node_id(fn)
-            module_hooks = list(user_modules.get(state.module, []))
+            module_hooks = tuple(user_modules.get(state.module, ()))
             self.call_fields.append(
                 {
                     "module": state.module,
@@ -376,14 +378,13 @@ class _StaticParts:
                 }
             )
             if output_node in self.node_fields and state.call == 0:
-                self.node_fields[output_node]["user_hooks"].extend(
+                self.node_fields[output_node]["user_hooks"] += tuple(
                     h for h in module_hooks if h.kind == "legacy backward hook"
                 )
         for _, _, wrapper in graph.recorder.intermediate_hooks:
             if wrapper.node in self.node_fields:
-                self.node_fields[wrapper.node]["user_hooks"].append(
-                    HookInfo("tensor hook", wrapper.name, wrapper.where)
-                )
+                hook = HookInfo("tensor hook", wrapper.name, wrapper.where)
+                self.node_fields[wrapper.node]["user_hooks"] += (hook,)
         self.edges = [
             (producer, node.id, slot) for node in walk.nodes.values() for slot, producer, _ in node.inputs
         ]

@@ -62,7 +62,7 @@ class RetainedForward:
     state: RecordingState
     recorder: ForwardRecorder
     leaves: dict[str, torch.Tensor]  # leaf name -> tensor passed to autograd.grad
-    consumers: dict[tuple[str, int], list[tuple[str, int]]]
+    consumers: dict[tuple[str, int], tuple[tuple[str, int], ...]]
     hook_signature: tuple
     versions: list[tuple[torch.Tensor, int]]
     edit_sites: tuple[tuple[str, str], ...]
@@ -525,16 +525,17 @@ def _refuse_unsupported(walk: Walk) -> None:
             )
 
 
-def _consumers(walk: Walk) -> dict[tuple[str, int], list[tuple[str, int]]]:
-    """(producer id, output_nr) -> [(consumer id, slot)]: who sends gradient to each output."""
+def _consumers(walk: Walk) -> dict[tuple[str, int], tuple[tuple[str, int], ...]]:
+    """(producer id, output_nr) -> ((consumer id, slot), ...): who sends gradient to each output
+    (tuples, as the walk's: they live as long as the forward)."""
     found: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for node in walk.nodes.values():
         for slot, producer, output_nr in node.inputs:
             found.setdefault((producer, output_nr), []).append((node.id, slot))
-    return found
+    return {output: tuple(uses) for output, uses in found.items()}
 
 
-def _saved(fn, recorder: SavedTensorsRecorder, names: dict[int, str]) -> tuple[list[SavedTensor], dict]:
+def _saved(fn, recorder: SavedTensorsRecorder, names: dict[int, str]) -> tuple[tuple[SavedTensor, ...], dict]:
     """What a Node saved for backward: the tensors and the Python numbers (by name without
     ``_saved_``). ``grad_fn._saved_<name>`` names each, and hookviz's pack hook (which reading the
     attribute unpacks) gives a tensor's shape, dtype, bytes and where the user's own pack hook
@@ -554,7 +555,7 @@ def _saved(fn, recorder: SavedTensorsRecorder, names: dict[int, str]) -> tuple[l
             name = base + (f"[{i}]" if len(packs) > 1 else "")
             of = _leaf_behind(tensors[i], names) if tensors else ""
             entries.append(SavedTensor(name, shape, dtype_name(dtype), nbytes, stored, of))
-    return entries, constants
+    return tuple(entries), constants
 
 
 def _leaf_behind(tensor: torch.Tensor, names: dict[int, str]) -> str:

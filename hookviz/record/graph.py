@@ -39,6 +39,8 @@ class WalkedNode:
         tensor: the leaf tensor for leaves and named boundaries, else None.
         inputs: ``(slot, producer_id, output_nr)``: ``grad_inputs[slot]`` of this node flows to
             output ``output_nr`` of ``producer_id`` (the node that computed input ``slot``).
+            A tuple, as ``saved``: fixed once walked, and the garbage collector stops tracking a
+            tuple of numbers and strings (a retained forward holds one per Node).
         call: index of the module call that made it (filled after forward; None for leaves and
             for Nodes made outside every module, e.g. by ``loss_fn``).
         saved: what it saved for backward (:class:`hookviz.data.run.SavedTensor`, filled after forward).
@@ -52,9 +54,9 @@ class WalkedNode:
     kind: str
     sequence_nr: int
     tensor: torch.Tensor | None = None
-    inputs: list[tuple[int, str, int]] = field(default_factory=list)
+    inputs: tuple[tuple[int, str, int], ...] = ()
     call: int | None = None
-    saved: list = field(default_factory=list)
+    saved: tuple = ()
     constants: dict = field(default_factory=dict)
     output: object = None
 
@@ -169,7 +171,7 @@ def walk_graph(
         nodes[node_id] = WalkedNode(node_id, fn, op, kind, sequence_nr)
         id_of[id(fn)] = node_id
     for fn_id, node_edges in edges.items():
-        nodes[id_of[fn_id]].inputs = [(slot, id_of[child], nr) for slot, child, nr in node_edges]
+        nodes[id_of[fn_id]].inputs = tuple((slot, id_of[child], nr) for slot, child, nr in node_edges)
     return Walk(nodes=nodes, root=id_of[id(root_fn)], id_of=id_of, looked_through=looked_through)
 
 

@@ -25,7 +25,7 @@ tensor per argument, as PyTorch's hook wrapper would, and backpropagates the cal
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -35,12 +35,14 @@ from hookviz.record.model_state import KeptState
 Use = tuple[str, int]  # (consumer node id, slot in its grad_inputs)
 
 
+# A plan lives as long as the retained forward, one per module call: its sequences are tuples,
+# which the garbage collector stops tracking once they hold only numbers and strings.
 @dataclass
 class InputPlan:
     """Where one positional argument's full-hook gradient comes from."""
 
-    uses: list[Use]
-    passed_through: list[int]  # output positions that are this argument itself
+    uses: tuple[Use, ...]
+    passed_through: tuple[int, ...]  # output positions that are this argument itself
     shape: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device | None
@@ -51,7 +53,7 @@ class OutputPlan:
     """Where one top-level output's full-hook gradient comes from."""
 
     producer: tuple[str | None, int]
-    outside: list[Use]
+    outside: tuple[Use, ...]
     read_at_producer: bool  # the gradient arriving at the producer is the answer (no hook between)
     shape: tuple[int, ...]
     dtype: torch.dtype
@@ -63,8 +65,8 @@ class CallPlan:
     """How to rebuild one module call's full backward hook view after backward."""
 
     hookable: bool  # grad mode on and a tensor or tuple output
-    inputs: list[InputPlan | None] = field(default_factory=list)
-    outputs: list[OutputPlan | None] = field(default_factory=list)
+    inputs: tuple[InputPlan | None, ...] = ()
+    outputs: tuple[OutputPlan | None, ...] = ()
     shared_inputs: bool = False  # one tensor passed as several arguments
 
     def summed_uses(self) -> set[Use]:
@@ -94,7 +96,7 @@ def plan_call(
     Args:
         call: the module call (its input/output Edges and sequence-number bracket).
         producer_of: ``Edge -> (node id, output_nr)`` in the walked graph.
-        consumers: ``(node id, output_nr) -> [(consumer, slot)]``.
+        consumers: ``(node id, output_nr) -> ((consumer, slot), ...)``.
         sequence_nr: node id -> ``Node._sequence_nr()`` (made during the call when inside
             ``[call.sequence_start, call.sequence_end)``).
         hooks_between: full backward hooks' identity Nodes sit between some nodes; their hooks may
@@ -103,34 +105,37 @@ def plan_call(
     """
     plan = CallPlan(hookable=call.grad_enabled and call.full_hook_fires)
     inside = range(call.sequence_start, call.sequence_end)
-    output_producers = []
+    outputs, output_producers = [], []
     for edge in call.outputs:
         if edge is None or not edge.requires_grad or not plan.hookable:
-            plan.outputs.append(None)
+            outputs.append(None)
             output_producers.append(None)
             continue
         producer = producer_of(edge)
-        uses = consumers.get(producer, [])
-        outside = [u for u in uses if sequence_nr.get(u[0], -1) >= call.sequence_end]
+        uses = consumers.get(producer, ())
+        outside = tuple(u for u in uses if sequence_nr.get(u[0], -1) >= call.sequence_end)
         # With no use at all the output is the loss itself: what arrives there is the seed.
         plain = not uses or (len(outside) == len(uses) and not hooks_between)
-        plan.outputs.append(OutputPlan(producer, outside, plain, edge.shape, edge.dtype, edge.device))
+        outputs.append(OutputPlan(producer, outside, plain, edge.shape, edge.dtype, edge.device))
         output_producers.append(producer)
+    plan.outputs = tuple(outputs)
     seen: set = set()
     wrapped = call.grad_enabled and any(e is not None and e.requires_grad for e in call.inputs)
+    inputs = []
     for edge in call.inputs:
         if edge is None or not wrapped:
-            plan.inputs.append(None)
+            inputs.append(None)
             continue
         if not edge.requires_grad:
-            plan.inputs.append(InputPlan([], [], edge.shape, edge.dtype, edge.device))
+            inputs.append(InputPlan((), (), edge.shape, edge.dtype, edge.device))
             continue
         producer = producer_of(edge)
         plan.shared_inputs |= producer in seen
         seen.add(producer)
-        uses = [u for u in consumers.get(producer, []) if sequence_nr.get(u[0], -1) in inside]
-        passed = [j for j, p in enumerate(output_producers) if p is not None and p == producer]
-        plan.inputs.append(InputPlan(uses, passed, edge.shape, edge.dtype, edge.device))
+        uses = tuple(u for u in consumers.get(producer, ()) if sequence_nr.get(u[0], -1) in inside)
+        passed = tuple(j for j, p in enumerate(output_producers) if p is not None and p == producer)
+        inputs.append(InputPlan(uses, passed, edge.shape, edge.dtype, edge.device))
+    plan.inputs = tuple(inputs)
     return plan
 
 

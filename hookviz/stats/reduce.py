@@ -422,6 +422,58 @@ def queue_norms(tensors: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor | fl
     return found
 
 
+# What a norms-only read accepts without preparing each tensor: a dense real floating dtype and the
+# precision _norms sums its squares in on CPU.
+_PLAIN_ACCUMULATE = {
+    torch.float32: torch.float32,
+    torch.float16: torch.float32,
+    torch.bfloat16: torch.float32,
+    torch.float64: torch.float64,
+}
+
+
+def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Tensor | None:
+    """float64 CPU ``[k]``: the 2-norm :func:`norm_column` gives each tensor, bit for bit, when every
+    tensor is a dense, real, floating CPU tensor of one dtype (no ZeroTensor, no negative view) and
+    every norm is proven accurate (finite, at least the float32 or float64 floor times
+    ``sqrt(numel)``: module docstring) and in ``(0, highest]``. None otherwise (a NaN or Inf, a norm
+    of 0 or above ``highest``, a tensor needing preparation): nothing is read then, and the caller
+    takes the general path (:func:`norm_column`, :func:`measure`).
+
+    One ``torch._foreach_norm`` call and one host transfer, no per-tensor preparation: a watch's
+    steps that keep only norms (:class:`hookviz.watching.reduce.StepReducer`).
+
+    Args:
+        tensors: the tensors (a backward's ``.grad``), at least one.
+        highest: the largest norm accepted (a watch's ``exploding_norm`` alarm).
+    """
+    if not tensors:
+        return None
+    dtype = tensors[0].dtype
+    accumulate = _PLAIN_ACCUMULATE.get(dtype)
+    if accumulate is None:
+        return None
+    strided = torch.strided
+    for tensor in tensors:
+        if (
+            tensor.dtype is not dtype
+            or not tensor.is_cpu
+            or tensor.layout is not strided
+            or tensor.is_neg()
+            or tensor._is_zerotensor()
+        ):
+            return None
+    with torch.no_grad():  # the same call as _norms on CPU: the same bits
+        found = torch.stack(torch._foreach_norm(tensors, dtype=accumulate)).double()
+    floor = _FLOAT64_FLOOR if dtype == torch.float64 else _FLOAT32_FLOOR
+    sqrt, inf = math.sqrt, math.inf
+    for norm, tensor in zip(found.tolist(), tensors):
+        # NaN fails every comparison; a tensor with no elements has norm 0; an Inf may be an overflow
+        if not (0.0 < norm <= highest and floor * sqrt(tensor.numel()) <= norm < inf):
+            return None
+    return found
+
+
 def norm_column(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """float64 CPU ``[k]``: the 2-norm :func:`reduce` gives each tensor, bit for bit, NaN where its
     row has none (no elements, a meta tensor). One host transfer per device and dtype; no extremes

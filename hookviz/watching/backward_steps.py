@@ -21,6 +21,7 @@ from hookviz.stats.reduce import Measured, summary_of
 from hookviz.watching.history import StepInfo
 from hookviz.watching.kept_steps import keep
 from hookviz.watching.reduce import StepReducer
+from hookviz.watching.scaler_search import notice_scaler
 from hookviz.watching.structure import follow_replaced
 
 # Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
@@ -41,6 +42,7 @@ class Backward:
         reducer: the module-output gradients (and, at the end, the parameters' ``.grad``).
         arrived: columns in the order their gradients arrived (module outputs).
         local: DDP / FSDP2: ``(column, statistics queued before the all-reduce)``.
+        read_all: every statistic of the parameters was read (a full step, or a norm raised the alarm).
     """
 
     recording: bool
@@ -50,6 +52,7 @@ class Backward:
     reducer: StepReducer = field(default_factory=StepReducer)
     arrived: list[int] = field(default_factory=list)
     local: list[tuple[int, Measured]] = field(default_factory=list)
+    read_all: bool = False
 
 
 def begin(watch) -> Backward | None:
@@ -87,8 +90,11 @@ def _finish(watch, task: int) -> None:
     if state is None or watch.closed or state.own or not state.reached:
         return  # hookviz's own, or a backward that reached no watched parameter: not a step
     watch._backwards_seen += 1
-    row = _row_of(watch, state) if state.recording else None
-    if watch._optimizer_steps is not None:  # the optimizer's step is the step: keep for it
+    by_optimizer = watch._optimizer_steps is not None
+    # with optimizer=, the optimizer's step reads the parameters' .grad: a backward keeps outputs only
+    recorded = state.recording and (watch.module_names or not by_optimizer)
+    row = _row_of(watch, state, not by_optimizer) if recorded else None
+    if by_optimizer:  # the optimizer's step is the step: keep for it
         if row is not None:
             watch._outputs_row = row
         watch._local_rows.update(measure_rows(state.local))
@@ -98,6 +104,8 @@ def _finish(watch, task: int) -> None:
         watch.step += 1
     if row is None:
         return
+    if state.read_all and watch.scaler is None:  # a GradScaler's scale may look like an explosion
+        notice_scaler(watch, row, step)
     if watch.scaler is not None and watch.scaler.is_enabled():
         info = StepInfo(loss_scale=float(watch.scaler.get_scale()))
     else:
@@ -107,21 +115,23 @@ def _finish(watch, task: int) -> None:
         watch._ranks.finish(step)
 
 
-def _row_of(watch, state: Backward) -> torch.Tensor:
-    """The ``[names, 4]`` row of one ended backward: every ``.grad`` it accumulated into and the
-    module-output gradients its hooks handed over, reduced together."""
-    columns, grads = [], []
-    for column, grad, version in state.before if watch._ranks is None else ():
-        now = watch._parameters[column].grad
-        if now is not None and (now is not grad or now._version != version) and now.numel():
-            if column not in columns:
+def _row_of(watch, state: Backward, parameters: bool = True) -> torch.Tensor:
+    """The ``[names, 4]`` row of one ended backward: every ``.grad`` it accumulated into (unless
+    ``parameters`` is False) and the module-output gradients its hooks handed over, reduced together."""
+    columns, grads, seen = [], [], set()
+    tensors = watch._parameters
+    for column, grad, version in state.before if parameters and watch._ranks is None else ():
+        now = tensors[column].grad
+        if now is not None and (now is not grad or now._version != version) and column not in seen:
+            seen.add(column)
+            if now.numel():
                 columns.append(column)
                 grads.append(now)
     if grads:
         full = watch.step % watch.stats_every == 0
-        state.reducer.add_all(columns, grads, full, DEFAULT_THRESHOLDS["exploding_norm"])
+        state.read_all = state.reducer.add_all(columns, grads, full, DEFAULT_THRESHOLDS["exploding_norm"])
     row = state.reducer.finish(len(watch.names))
-    if state.local:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
+    if state.local and parameters:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
         for column, values in measure_rows(state.local).items():
             row[column] = torch.tensor(values, dtype=torch.float64)
     return row

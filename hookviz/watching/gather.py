@@ -291,7 +291,16 @@ class RankHistory:
         """
         table = self.reduced if rank is None else self.local[self._rank(rank)]
         return History(
-            list(self.steps), list(self.names), list(self.kinds), *(table[:, :, i].clone() for i in range(4))
+            list(self.steps),
+            list(self.names),
+            list(self.kinds),
+            *(table[:, :, i].clone() for i in range(4)),
+            # what each step was and did: the same on every rank (the weights are all-reduced)
+            update_ratio=None if self.update_ratio is None else self.update_ratio.clone(),
+            optimizers=list(self.optimizers),
+            skipped=list(self.skipped),
+            learning_rates=[list(rates) for rates in self.learning_rates],
+            loss_scales=list(self.loss_scales),
         )
 
     def total_norms(self) -> torch.Tensor:

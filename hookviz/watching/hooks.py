@@ -20,6 +20,8 @@ from hookviz.watching import gather as watch_gather
 from hookviz.watching.backward_steps import begin
 from hookviz.watching.structure import check_structure, follow_replaced
 
+_graph_task_id = torch._C._current_graph_task_id
+
 
 def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) -> None:
     """DDP / FSDP2 only: ``register_post_accumulate_grad_hook``: queue the statistics of the local
@@ -69,7 +71,8 @@ def _on_parameter_grad(reference: weakref.ref, column: int, grad: torch.Tensor) 
     self = reference()
     if self is None:
         return
-    state = begin(self)
+    # runs once per parameter per backward: begin()'s lookup inlined, begin() for the first only
+    state = self._backwards.get(_graph_task_id()) or begin(self)
     if state is None or state.own:
         return
     state.reached = True

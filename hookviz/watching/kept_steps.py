@@ -8,6 +8,7 @@ every other step is recorded (:mod:`hookviz.watching.watch`). Steps come from th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -54,3 +55,32 @@ def set_update_ratios(watch, step: int, columns: list[int], ratios: list[float])
     with watch._lock:
         if step in watch._steps:
             watch._ratios[watch._steps.index(step), columns] = torch.tensor(ratios, dtype=torch.float64)
+
+
+def set_loss_scale(watch, step: int, scale: float) -> None:
+    """The ``GradScaler`` scale that kept step ``step``'s gradients carry, learnt after it was kept
+    (:mod:`hookviz.watching.scaler_search`)."""
+    with watch._lock:
+        if step in watch._steps:
+            index = watch._steps.index(step)
+            watch._info[index] = dataclasses.replace(watch._info[index], loss_scale=scale)
+
+
+def step_values(watch, step: int, row: torch.Tensor) -> tuple[list[list[float]], list[float]]:
+    """Kept step ``step``'s numbers as diagnosis reads them: per column ``(norm, max_abs,
+    nonfinite, zero_fraction)`` from ``row``, where a step that kept only norms (``stats_every``)
+    takes each zero fraction from the last kept step that measured it; and per column its update
+    ratio (NaN: not updated; all NaN without ``optimizer=``)."""
+    values = row.tolist()
+    unmeasured = [c for c, v in enumerate(values) if math.isnan(v[3]) and not math.isnan(v[0])]
+    with watch._lock:
+        index = watch._steps.index(step)
+        ratios = watch._ratios[index].tolist()
+        if unmeasured:
+            kept = [i for i, s in enumerate(watch._steps) if s <= step]
+            for column in unmeasured:
+                earlier = watch._rows[kept, column, 3]
+                measured = earlier[~earlier.isnan()]
+                if measured.numel():
+                    values[column][3] = measured[-1].item()
+    return values, ratios

@@ -7,9 +7,11 @@
   (``scaler.step`` unscales before it calls ``optimizer.step``), clipped by ``clip_grad_norm_``.
   Given ``step(closure)`` (Lightning; LBFGS), the optimizer runs the closure's backward after
   this hook, so the hook wraps the closure and keeps the step when its first call returns.
-  On a recorded step it also copies the weights of the optimizer's watched parameters;
+  On every ``stats_every``-th step (as the other statistics) it also copies the weights of
+  the optimizer's watched parameters (three passes over the weights: not on every step);
 - a step post-hook (``register_step_post_hook``): the update-to-weight ratio ``‖w_after -
-  w_before‖ / ‖w_after‖`` per parameter, and each param group's learning rate (read before the step).
+  w_before‖ / ‖w_after‖`` per parameter where the weights were copied (else NaN: not measured),
+  and each param group's learning rate (read before the step).
 
 A ``GradScaler`` that finds Inf/NaN skips ``optimizer.step()``, so neither hook runs. Given the
 scaler (``scaler=``, or the one an accelerate ``AcceleratedOptimizer`` holds), the watch wraps that
@@ -33,7 +35,8 @@ import torch
 
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.errors import WatchError
-from hookviz.stats.reduce import queue_norms
+from hookviz.stats.reduce import norms_in_range, queue_norms
+from hookviz.text import number
 from hookviz.watching.history import StepInfo
 from hookviz.watching.kept_steps import keep, set_update_ratios
 from hookviz.watching.reduce import StepReducer
@@ -148,10 +151,11 @@ def _before_step(reference: weakref.ref, index: int, optimizer, args, kwargs):
 def _keep_before_step(steps: OptimizerSteps, watch, index: int) -> None:
     kept = keep_step(watch, index, skipped=False)
     if kept is not None:
-        step, columns = kept
-        with torch.no_grad():
-            before = [watch._parameters[c].detach().clone() for c in columns]
-        steps._pending[index] = (step, columns, before)
+        step, columns, read_all = kept
+        if read_all:  # the update ratios come with the other statistics (an alarm's step too)
+            with torch.no_grad():
+                before = [watch._parameters[c].detach().clone() for c in columns]
+            steps._pending[index] = (step, columns, before)
 
 
 def _after_step(reference: weakref.ref, index: int, optimizer, args, kwargs) -> None:
@@ -164,8 +168,12 @@ def _after_step(reference: weakref.ref, index: int, optimizer, args, kwargs) -> 
     step, columns, before = pending
     with torch.no_grad():
         after = [watch._parameters[c].detach() for c in columns]
-        norms = queue_norms([a - b for a, b in zip(after, before)] + after)
-    values = [math.nan if n is None else float(n) for n, _, _ in norms]
+        torch._foreach_sub_(before, after)  # the update, negated: the same norm
+        found = norms_in_range(before + after, math.inf)  # one call, when every norm is plain
+        if found is not None:
+            values = found.tolist()
+        else:
+            values = [math.nan if n is None else float(n) for n, _, _ in queue_norms(before + after)]
     count = len(columns)
     ratios = [d / w if w > 0 else math.nan for d, w in zip(values[:count], values[count:])]
     set_update_ratios(watch, step, columns, ratios)
@@ -197,12 +205,22 @@ class _ScalerWrap:
             del self.scaler.__dict__["step"]
 
 
-def step_notes(steps: OptimizerSteps | None, scaler) -> list[str]:
-    """The notes a watch gives with its numbers: what one step is, and whether a loss scale is in them."""
+def step_notes(steps: OptimizerSteps | None, scaler, found: bool = False) -> list[str]:
+    """The notes a watch gives with its numbers: what one step is, and whether a loss scale is in
+    them; ``found``: the scaler was not given but found in use (:mod:`hookviz.watching.scaler_search`)."""
     scaled = scaler is not None and getattr(scaler, "is_enabled", lambda: False)()
     if steps is None:
         notes = ["a step is one backward that reached the model's parameters; .grad read when it ends"]
-        if scaled:
+        if scaled and found:
+            notes.append(
+                f"a GradScaler is in use (loss scale {number(float(scaler.get_scale()))} now), though "
+                "watch() was not given it: found when a norm first passed exploding_norm (the "
+                "scaler this loop updates between steps); the gradients carry its loss scale "
+                "(watch.loss_scale(step)) and diagnosis divides it out before calling a norm an "
+                "explosion. Pass scaler= to keep the scale from the first step, or optimizer= to "
+                "watch the unscaled gradients the optimizer steps on"
+            )
+        elif scaled:
             notes.append(
                 "the gradients carry GradScaler's loss scale (watch.loss_scale(step)); diagnosis divides "
                 "it out before calling a norm an explosion. Pass optimizer= to watch the unscaled "
@@ -243,9 +261,10 @@ def nothing_kept_reason(model: str, backwards: int, steps: OptimizerSteps | None
     return ""
 
 
-def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int]] | None:
+def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int], bool] | None:
     """Optimizer ``index`` steps (or its GradScaler skipped the step): keep the step with the
-    ``.grad`` of its watched parameters now. Returns ``(step, its columns)`` when it was kept."""
+    ``.grad`` of its watched parameters now. Returns ``(step, its columns, whether every statistic
+    was read)`` when it was kept."""
     steps = watch._optimizer_steps
     with watch._lock:
         step = watch.step
@@ -260,10 +279,11 @@ def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int]] | None:
     pairs = [(c, g) for c, g in pairs if g is not None and g.numel()]
     row = outputs if outputs is not None else torch.full_like(watch._rows[0], math.nan)
     row[: len(watch.parameter_names)] = math.nan  # the parameters: as the optimizer reads them
+    read_all = False
     if pairs:
         reducer = StepReducer()
         full = step % watch.stats_every == 0  # else norms only, unless one raises an alarm
-        reducer.add_all(
+        read_all = reducer.add_all(
             [c for c, _ in pairs], [g for _, g in pairs], full, DEFAULT_THRESHOLDS["exploding_norm"]
         )
         found = reducer.finish(len(watch.names))
@@ -276,7 +296,7 @@ def keep_step(watch, index: int, skipped: bool) -> tuple[int, list[int]] | None:
     info = StepInfo(steps.names[index], skipped, steps.learning_rates(index), float(scale))
     if not keep(watch, step, row, [], info):
         return None
-    return step, [c for c, _ in pairs]
+    return step, [c for c, _ in pairs], read_all
 
 
 def warn_nothing_kept(watch) -> None:

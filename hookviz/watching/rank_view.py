@@ -79,6 +79,7 @@ class RankView:
             order,
             limits,
             step,
+            ratios=None if history.update_ratio is None else history.update_ratio[index].tolist(),
         )
         return found + [f for f in self.source.diagnose(diverge) if f.step == step]
 

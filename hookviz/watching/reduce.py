@@ -20,7 +20,15 @@ import math
 
 import torch
 
-from hookviz.stats.reduce import Measured, Statistics, combine, measure, norm_column, summary_of
+from hookviz.stats.reduce import (
+    Measured,
+    Statistics,
+    combine,
+    measure,
+    norm_column,
+    norms_in_range,
+    summary_of,
+)
 from hookviz.watching.history import STATISTICS
 
 FLUSH_BYTES = 1 << 24  # on CPU, gradients this large in all are reduced during the backward
@@ -36,6 +44,8 @@ class StepReducer:
         self._last: tuple[list[int], torch.Tensor] | None = None
         # reduced batches: (column lists, element counts, their [k, 4] summary on CPU, else Measured)
         self._done: list[tuple[list[list[int]], list[int], torch.Tensor | Measured]] = []
+        # the columns of add_all's lines in order, while only add_all gave lines; else None
+        self._distinct: list[int] | None = []
 
     def __call__(self, pairs: list[tuple[int, torch.Tensor]], width: int) -> torch.Tensor:
         for column, grad in pairs:
@@ -66,22 +76,33 @@ class StepReducer:
         """Take one gradient for each of ``columns`` (distinct columns, distinct non-empty
         gradients: a backward's parameter ``.grad`` tensors), reduced together at :meth:`finish`.
 
-        ``full=False`` reads only their norms (:func:`hookviz.stats.reduce.norm_column`): their rows
-        get ``max_abs`` and ``zero_fraction`` NaN (not measured) and ``nonfinite`` 0 (a finite norm
-        proves there is no NaN or Inf), unless a norm is not finite, above ``alarm`` or exactly 0
-        (NaN/Inf, an explosion, a dead gradient): then every statistic is read, now. Returns whether
-        every statistic was read."""
+        ``full=False`` reads only their norms (:func:`hookviz.stats.reduce.norms_in_range`, else
+        :func:`hookviz.stats.reduce.norm_column`): their rows get ``max_abs`` and ``zero_fraction``
+        NaN (not measured) and ``nonfinite`` 0 (a finite norm proves there is no NaN or Inf),
+        unless a norm is not finite, above ``alarm`` or exactly 0 (NaN/Inf, an explosion, a dead
+        gradient): then every statistic is read, now. Returns whether every statistic was read."""
         self._flush()
         numels = [g.numel() for g in grads]
         if not full:
-            norms = norm_column(grads)
-            if bool(((norms > 0) & (norms <= alarm)).all()):  # NaN compares false: an alarm too
+            # the usual step (plain CPU gradients, every norm in range) is read by one call
+            norms = norms_in_range(grads, alarm)
+            if norms is None:
+                norms = norm_column(grads)
+                if not bool(((norms > 0) & (norms <= alarm)).all()):  # NaN compares false: an alarm
+                    norms = None
+            if norms is not None:
                 summary = torch.full((len(grads), len(STATISTICS)), math.nan, dtype=torch.float64)
                 summary[:, 0], summary[:, 2] = norms, 0.0
                 self._done.append(([[c] for c in columns], numels, summary))
+                self._note_distinct(columns)
                 return False
         self._done.append(([[c] for c in columns], numels, measure(grads, sums=False)))
+        self._note_distinct(columns)
         return True
+
+    def _note_distinct(self, columns: list[int]) -> None:
+        if self._distinct is not None:
+            self._distinct.extend(columns)
 
     def _flush(self) -> None:
         if not self._pending:
@@ -92,6 +113,7 @@ class StepReducer:
         # On CPU the numbers exist already: read them now, so the gradients are not held.
         numels = [g.numel() for g in grads]
         self._done.append((columns, numels, measured.summary() if self._pending_cpu else measured))
+        self._distinct = None
         self._pending, self._pending_bytes, self._pending_cpu, self._last = [], 0, True, None
 
     def finish(self, width: int) -> torch.Tensor:
@@ -99,10 +121,17 @@ class StepReducer:
         self._flush()
         row = torch.full((width, len(STATISTICS)), math.nan, dtype=torch.float64)
         done, self._done = self._done, []
+        distinct, self._distinct = self._distinct, []
         if not done:
             return row
         summaries = [s if isinstance(s, torch.Tensor) else s.summary() for _, _, s in done]
         summary = summaries[0] if len(summaries) == 1 else torch.cat(summaries)
+        if distinct is not None:  # add_all's lines only: one per column, in this order
+            if distinct == list(range(len(distinct))):  # parameters 0 .. k-1, in order
+                row[: len(distinct)] = summary
+            else:
+                row[distinct] = summary
+            return row
         places: dict[int, list[int]] = {}  # column -> its lines of the summary
         numels: list[int] = []
         for column_lists, counts, _ in done:

@@ -4,6 +4,7 @@ warning. Functions of a :class:`hookviz.watching.watch.Watch`, called from its h
 
 from __future__ import annotations
 
+import operator
 import warnings
 
 import torch
@@ -13,10 +14,9 @@ def check_structure(watch) -> None:
     """At each forward of the model: when a module gained or lost a parameter or a
     submodule since the watch opened (or the last check), follow the columns' parameters to
     their modules now and warn, naming what this watch cannot see."""
-    for module, parameters, children in watch._structure:
-        if len(module._parameters) != parameters or tuple(module._modules.values()) != children:
-            break
-    else:
+    modules, counts, children = watch._structure
+    # every forward: two list comparisons, their elements compared in C (a dict by its items)
+    if [len(m._parameters) for m in modules] == counts and [m._modules for m in modules] == children:
         return
     watch._structure = structure_of(watch.model)
     owners = dict(watch.model.named_modules())
@@ -53,6 +53,9 @@ def follow_replaced(watch) -> None:
     unsharded parameters' hooks start the steps, :mod:`hookviz.watching.gather`)."""
     if watch._ranks is not None and watch._ranks.strategy == "fsdp":
         return
+    held = [owner._parameters.get(attribute) for owner, attribute in watch._owners]
+    if all(map(operator.is_, held, watch._parameters)):  # every backward: none replaced
+        return
     for column, (owner, attribute) in enumerate(watch._owners):
         current = owner._parameters.get(attribute)
         if current is not watch._parameters[column] and current is not None:
@@ -74,7 +77,8 @@ def owner_of(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
     return model.get_submodule(path), attribute
 
 
-def structure_of(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int, tuple]]:
-    """Each module with its parameter count and its submodules: what :func:`check_structure`
-    compares."""
-    return [(m, len(m._parameters), tuple(m._modules.values())) for m in model.modules()]
+def structure_of(model: torch.nn.Module) -> tuple[list[torch.nn.Module], list[int], list[dict]]:
+    """Each module, its parameter count and a copy of its submodules by name: what
+    :func:`check_structure` compares."""
+    modules = list(model.modules())
+    return modules, [len(m._parameters) for m in modules], [dict(m._modules) for m in modules]

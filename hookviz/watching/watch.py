@@ -62,11 +62,12 @@ from hookviz.watching import hooks as watch_hooks
 from hookviz.watching import plots
 from hookviz.watching.backward_steps import Backward, reduce_pairs
 from hookviz.watching.history import STATISTICS, History, StepInfo
+from hookviz.watching.kept_steps import step_values
 from hookviz.watching.optimizer_steps import OptimizerSteps, step_notes, warn_nothing_kept
 from hookviz.watching.structure import owner_of, structure_of
 
-# A watch's default stats_every: every statistic every this many steps, norms on the others (the
-# cost of a step that reads every statistic is measured by `python -m benchmarks`, docs/perf.md).
+# A watch's default stats_every: every statistic every this many steps, norms on the others; 16
+# by measurement: 64 costs no less, 4 about 3 % more on the 20-layer MLP (docs/perf.md).
 STATS_EVERY = 16
 # id(model) -> the open Watch on it (weakly): one watch per model at a time.
 _OPEN: dict[int, weakref.ref] = {}
@@ -160,6 +161,9 @@ class Watch:
         self._outputs_row: torch.Tensor | None = None  # optimizer=: the last backward's module outputs
         self._local_rows: dict[int, tuple] = {}  # optimizer= on DDP / FSDP2: local statistics
         self.scaler = scaler
+        # "given" (scaler=, a wrapper's); "pending" / "found" / "none found" (scaler_search), or None
+        self.scaler_origin: str | None = None if scaler is None else "given"
+        self.scaler_candidates: tuple | None = None
         self._optimizer_steps: OptimizerSteps | None = None
         self._structure = structure_of(model)  # to notice parameters and modules added or replaced
         self._backwards: dict[int, Backward] = {}  # graph task id -> its state
@@ -195,6 +199,7 @@ class Watch:
                     raise WatchError("optimizer=[] lists no optimizer; pass one, a list, or leave it out")
                 self._optimizer_steps = OptimizerSteps(self, optimizers, scaler, self._handles)
                 self.scaler = self._optimizer_steps.scaler
+            self.scaler_origin = None if self.scaler is None else "given"
             self._handles.append(
                 model.register_forward_hook(partial(watch_hooks.on_model_forward, weakref.ref(self)))
             )
@@ -214,7 +219,7 @@ class Watch:
     @property
     def notes(self) -> list[str]:
         """What a reader of this watch's numbers must know: what a step is, and the loss scale."""
-        return step_notes(self._optimizer_steps, self.scaler)
+        return step_notes(self._optimizer_steps, self.scaler, self.scaler_origin == "found")
 
     def _hook_start(self, column: int, parameter: torch.Tensor) -> None:
         hook = watch_hooks.step_start_hook(weakref.ref(self), column)
@@ -237,7 +242,7 @@ class Watch:
             warn_nothing_kept(self)  # it reads the model: before the watch lets it go
         with self._lock:  # a backward's first hook reads these under the lock
             self._closed_numels = self._numels()  # what reading the history needs of the parameters
-            self.model, self._parameters, self._owners, self._structure = None, [], [], []
+            self.model, self._parameters, self._owners, self._structure = None, [], [], ([], [], [])
             self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
         if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
             self._optimizer_steps.optimizers = []
@@ -374,7 +379,7 @@ class Watch:
     def update_ratios(self, step: int | None = None) -> dict[str, float]:
         """``{parameter name: ‖w_after - w_before‖ / ‖w_after‖}`` of the update ``step`` (None = the
         last kept) made, per parameter it updated: the learning-rate diagnostic (healthy near 1e-3).
-        Empty without ``optimizer=`` and for a skipped step.
+        Empty without ``optimizer=``, for a skipped step and a norms-only step (``stats_every``).
 
         Args:
             step: a kept step number; None for the last kept.
@@ -409,7 +414,8 @@ class Watch:
             return [s for s, i in zip(self._steps, self._info) if i.skipped]
 
     def loss_scale(self, step: int | None = None) -> float | None:
-        """The ``GradScaler``'s scale at ``step`` (None = the last kept); None without ``scaler=``.
+        """The ``GradScaler``'s scale at ``step`` (None = the last kept); None without one (given as
+        ``scaler=``, or found in use: :mod:`hookviz.watching.scaler_search`).
 
         Args:
             step: a kept step number; None for the last kept.
@@ -441,14 +447,16 @@ class Watch:
         gradient is at least ``dead`` exactly zero) and NaN/Inf (the first name, in the order
         gradients arrived in backward, whose gradient holds NaN/Inf). At a step that kept only
         norms (``stats_every``), a parameter's zero fraction is that of the last kept step that
-        measured it. Saturation needs forward values, which a watch does not keep.
+        measured it. With ``optimizer=``, layers updated far too much or too little for their
+        weights (:func:`hookviz.analysis.step_findings.update_findings`). Saturation needs forward
+        values, which a watch does not keep.
 
         Args:
             step: a kept step number (see ``steps``); None for the last kept.
             group: one finding per run of layers in a row with the same problem, with its range
                 (as :func:`hookviz.analysis.diagnose.diagnose`); False gives one per layer.
-            **thresholds: any of ``vanishing``, ``exploding``, ``exploding_norm``, ``dead`` (as
-                :func:`hookviz.analysis.diagnose.diagnose`).
+            **thresholds: any of ``vanishing``, ``exploding``, ``exploding_norm``, ``dead``,
+                ``update_ratio_high``, ``update_ratio_low`` (as :func:`hookviz.analysis.diagnose.diagnose`).
         """
         limits = check_thresholds(thresholds)
         step, row = self._row(step)
@@ -456,16 +464,7 @@ class Watch:
         if self._optimizer_steps is None and scale > 0 and math.isfinite(scale):
             # the gradients carry GradScaler's scale: a norm is an explosion only once divided by it
             limits["exploding_norm"] *= scale
-        values = row.tolist()
-        unmeasured = [c for c, v in enumerate(values) if math.isnan(v[3]) and not math.isnan(v[0])]
-        if unmeasured:  # a step that kept only norms: the zeros of the last step that measured them
-            with self._lock:
-                kept = [i for i, s in enumerate(self._steps) if s <= step]
-                for column in unmeasured:
-                    earlier = self._rows[kept, column, 3]
-                    measured = earlier[~earlier.isnan()]
-                    if measured.numel():
-                        values[column][3] = measured[-1].item()
+        values, ratios = step_values(self, step, row)
         return step_findings(
             self.names,
             self.kinds,
@@ -476,6 +475,7 @@ class Watch:
             limits,
             step,
             group,
+            ratios,
         )
 
     def _numels(self) -> list[int]:
@@ -600,8 +600,8 @@ def watch(
             (``loss_scale(step)``), and diagnosis divides it out.
         stats_every: read every statistic of the parameters' gradients every ``stats_every`` steps,
             and only their norms on the others, unless a norm is not finite, above the
-            ``exploding_norm`` threshold or exactly 0 (see the module docstring). 1: every
-            statistic every step.
+            ``exploding_norm`` threshold or exactly 0 (see the module docstring); with ``optimizer=``
+            the update ratios every ``stats_every`` steps. 1: every statistic every step.
 
     Returns:
         an open :class:`Watch`; use it as a context manager, or call ``close()``.

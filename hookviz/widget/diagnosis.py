@@ -6,7 +6,7 @@ from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.findings import places
 from hookviz.widget.payload import json_float
 
-FINDING_KINDS = ("nan", "exploding", "vanishing", "dead", "saturated")
+FINDING_KINDS = ("nan", "exploding", "vanishing", "dead", "saturated", "update_too_large", "update_too_small")
 
 
 def findings_json(findings, caused_by_edits: set | None = None) -> list[dict]:

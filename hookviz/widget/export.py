@@ -19,6 +19,7 @@ from hookviz.errors import HookvizError, WatchError
 from hookviz.files import paths
 from hookviz.widget.inspector import module_inspector_json, node_inspector_json
 from hookviz.widget.payload import json_float
+from hookviz.widget.selection import with_watch
 from hookviz.widget.tree import MODULE_PREFIX
 
 # What a saved page keeps of each tensor's values (``save_html(values=...)``): "opened", the
@@ -145,12 +146,14 @@ def inspectors_json(widget, values: str = "opened", pinned=()) -> dict:
     kept = {widget.selected, *pinned}
     out = {}
     for node_id in run.nodes:
-        data = node_inspector_json(run, node_id, baseline)
+        data = with_watch(widget, node_inspector_json(run, node_id, baseline))
         out[node_id] = _compact(data, values == "all" or node_id in kept)
     for call in run.calls:
         key = MODULE_PREFIX + call.module
         if key not in out:
-            data = module_inspector_json(run, call.module, widget._sites(call.module), baseline)
+            data = with_watch(
+                widget, module_inspector_json(run, call.module, widget._sites(call.module), baseline)
+            )
             out[key] = _compact(data, values == "all" or key in kept or call.module in kept)
     return out
 

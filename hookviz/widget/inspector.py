@@ -12,7 +12,7 @@ from hookviz.data.run import Run
 from hookviz.errors import TargetError
 from hookviz.widget.graph import operand_hint
 from hookviz.widget.payload import tensor_json, tensors_json
-from hookviz.widget.tree import MODULE_PREFIX, module_label
+from hookviz.widget.tree import GROUP_PREFIX, MODULE_PREFIX, module_label
 
 
 def _hooks_json(run: Run, node_id: str, record) -> list[dict]:
@@ -358,3 +358,40 @@ def _last_op_inputs(run: Run, node_id: str | None, count: int) -> list[str] | No
         hint = operand_hint(source) if source.kind == "op" else ""
         names.append(f"{argument} ← {' '.join(filter(None, (op, hint)))} ({source.id})")
     return names
+
+
+# ----- the watch on screen ------------------------------------------------------------------
+
+
+def watch_note(view: dict, target: str, kind: str) -> dict | None:
+    """What the watch on screen (the ``watch_view`` traitlet, :mod:`hookviz.widget.watch_view`)
+    recorded for the selection ``target`` (a node id or ``"module:<name>"``; ``kind``: "op",
+    "leaf" or "module"), as the graph colours it: its norm at the step shown, "no grad" where the
+    watch records it and it got none at that step, else "not watched" and why. None when no watch
+    is shown. Returns ``{"text", "color", "state"}`` (state: "norm", "no grad", "not watched")."""
+    if not view or not view.get("steps"):
+        return None
+    step = view.get("step")
+    module = target.startswith(MODULE_PREFIX)
+    element = GROUP_PREFIX + target.removeprefix(MODULE_PREFIX) if module else target
+    colors = view.get("node_colors") or {}
+    norms = view.get("node_norms") or {}
+    if element in norms:
+        shown = text.norm(norms[element])
+        return {"state": "norm", "color": colors.get(element), "text": f"Watch, step {step}: ‖grad‖ {shown}"}
+    if element in colors:
+        return {
+            "state": "no grad",
+            "color": colors[element],
+            "text": f"Watch, step {step}: no grad (the watch records it; none reached it at this step)",
+        }
+    if kind == "op":
+        why = "the watch records the gradients of parameters and module outputs, not the Nodes of the graph"
+    elif kind == "module":
+        why = (
+            "the watch recorded no parameter of this module and not its output "
+            "(hookviz.watch(model, outputs=True) records every module's output)"
+        )
+    else:
+        why = "the watch records the gradients of the model's parameters, and this leaf is none it recorded"
+    return {"state": "not watched", "color": view.get("missing_color"), "text": f"Not watched: {why}."}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hookviz.data.run import LOSS_MODULE
 from hookviz.errors import HookvizError
-from hookviz.widget.inspector import module_inspector_json, node_inspector_json
+from hookviz.widget.inspector import module_inspector_json, node_inspector_json, watch_note
 from hookviz.widget.tree import MODULE_PREFIX, ROOT_MARK, module_label, root_type
 
 
@@ -93,9 +93,24 @@ def inspect(widget, target: str, quiet: bool) -> bool:
             widget.inspector = {}
         return False
     with widget.hold_sync():
-        widget.inspector = data
+        widget.inspector = with_watch(widget, data)
         widget._clear_errors("select")
     return True
+
+
+def with_watch(widget, data: dict) -> dict:
+    """``data`` (an inspector) with what the watch on screen says of it (``watch``:
+    :func:`~hookviz.widget.inspector.watch_note`), or without it when no watch is shown; the
+    watch view calls it again at each step it shows."""
+    out = {k: v for k, v in data.items() if k != "watch"}
+    if not out.get("id"):
+        return out
+    kind = out.get("node_kind") if out.get("node_kind") == "leaf" else "op"
+    kind = "module" if out["id"].startswith(MODULE_PREFIX) else kind
+    note = watch_note(widget.watch_view, out["id"], kind)
+    if note is not None:
+        out["watch"] = note
+    return out
 
 
 def _container(widget, module: str) -> bool:

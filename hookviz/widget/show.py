@@ -4,6 +4,8 @@ watch) and ``hookviz.show_watch``, each returning the :class:`~hookviz.widget.wi
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from typing import Any
 
 from hookviz.errors import WatchError
@@ -40,14 +42,42 @@ def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_opt
     Returns:
         The :class:`Widget`; display it by leaving it last in a notebook cell.
     """
+    widget_options = {
+        k: session_options.pop(k) for k in ("visible_budget", "vanishing_threshold") if k in session_options
+    }
+    with _collector_paused():
+        return _show(model, args, kwargs, loss_fn, widget_options, session_options)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector paused for one ``show()``, enabled again after it, on
+    success or error, unless the caller had disabled it.
+
+    ``show()`` of a model records a run and builds its page's state: tens of objects per autograd
+    Node, all reachable until the widget is returned, so every collection meanwhile scans the
+    growing heap and frees nothing (a 20,000-Node graph has its heap triple and eight full
+    collections run, over half of ``show()``; docs/perf.md). Reference counting still frees what
+    is dropped at once; cyclic garbage made meanwhile, by hookviz or by the model's forward, waits
+    for the first collection after the call, which comes at the next allocation. ``Session.run()``,
+    re-runs, fills and the watch leave the collector alone (architecture decision 9)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _show(model, args, kwargs, loss_fn, widget_options: dict, session_options: dict) -> Widget:
+    """:func:`show` with the collector paused."""
     from hookviz.data.run import Run
     from hookviz.record.session import Session
     from hookviz.watching.gather import RankHistory
     from hookviz.watching.watch import Watch
 
-    widget_options = {
-        k: session_options.pop(k) for k in ("visible_budget", "vanishing_threshold") if k in session_options
-    }
     if isinstance(model, Watch):
         return _show_watch_on(model, args, kwargs, loss_fn, widget_options, session_options)
     if isinstance(model, Run):  # a recorded run, usually opened from a file: read-only

@@ -6,12 +6,21 @@ import math
 
 import torch
 
+from hookviz import text
 from hookviz.analysis.gradient_stats import module_of
-from hookviz.colors import EXPLODING_COLOR, NAN_COLOR, PLOTLY_COLORSCALE, STEP_COLOR, norm_color
+from hookviz.colors import (
+    EXPLODING_COLOR,
+    NAN_COLOR,
+    PLOTLY_COLORSCALE,
+    STEP_COLOR,
+    UPDATE_RATIO_COLORS,
+    norm_color,
+)
 from hookviz.data.tensors import combined_norm
 from hookviz.watching.plots import color_range, line_styles
 from hookviz.widget.chart import chart_spec
 from hookviz.widget.payload import json_float
+from hookviz.widget.watch_rows import with_step_rows
 
 
 def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict) -> dict:
@@ -33,8 +42,8 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
         module = group["module"]
         if module in output_norms:
             norm = output_norms[module]
-        else:
-            prefix = f"{module}."
+        else:  # the root module ("") holds every parameter
+            prefix = f"{module}." if module else ""
             norm = combined_norm(v for name, v in parameter_norms.items() if name.startswith(prefix))
         if norm is not None:
             out[group["id"]] = json_float(norm)
@@ -52,7 +61,7 @@ def watched_elements(graph_data: dict, names: list[str]) -> set[str]:
     }
     for group in graph_data.get("groups", []):
         module = group["module"]
-        if module in watched or any(name.startswith(f"{module}.") for name in watched):
+        if module in watched or any(name.startswith(f"{module}." if module else "") for name in watched):
             out.add(group["id"])
     return out
 
@@ -101,8 +110,18 @@ LIVE_FIGURE_LAYERS = 12
 # line, so that it is never taken for the onset of a NaN (drawn red, :func:`with_onsets`).
 STEP_MARKER = {"line": {"color": STEP_COLOR, "width": 2}}
 # The onset of each kind of trouble on a heatmap: a dashed line at its first step, named.
-ONSET_COLORS = {"nan": NAN_COLOR, "exploding": EXPLODING_COLOR}
-ONSET_LABELS = {"nan": "NaN/Inf from step {step}", "exploding": "exploding from step {step}"}
+ONSET_COLORS = {
+    "nan": NAN_COLOR,
+    "exploding": EXPLODING_COLOR,
+    "update_too_large": UPDATE_RATIO_COLORS["large"],
+    "update_too_small": UPDATE_RATIO_COLORS["small"],
+}
+ONSET_LABELS = {
+    "nan": "NaN/Inf from step {step}",
+    "exploding": "exploding from step {step}",
+    "update_too_large": "updates too large from step {step}",
+    "update_too_small": "updates too small from step {step}",
+}
 
 
 def with_step_marker(figure: dict) -> dict:
@@ -171,9 +190,10 @@ def live_watch_figure(history, title: str) -> dict:
         title: the figure's title.
 
     Returns:
-        ``{"data": [...], "layout": {...}, "step_marker": ...}``; NaN/Inf (a missing or
-        non-finite norm) are null. The heatmap colours on the scale and range the graph's watch
-        colours use (:func:`hookviz.watching.plots.color_range`).
+        ``{"data": [...], "layout": {...}, "step_marker": ..., "step_rows": ...}`` (``step_rows``:
+        :func:`hookviz.widget.watch_rows.step_rows`, with ``optimizer=`` or skipped steps);
+        NaN/Inf (a missing or non-finite norm) are null. The heatmap colours on the scale and range
+        the graph's watch colours use (:func:`hookviz.watching.plots.color_range`).
     """
     columns = [i for i, kind in enumerate(history.kinds) if kind == "parameter"]
     names = [history.names[i] for i in columns]
@@ -235,7 +255,7 @@ def live_watch_figure(history, title: str) -> dict:
         )
     heat_height = min(420, 60 + 14 * len(names))
     scale = color_range(history)
-    return {
+    figure = {
         "step_marker": STEP_MARKER,
         "data": [
             {
@@ -267,6 +287,7 @@ def live_watch_figure(history, title: str) -> dict:
             },
         },
     }
+    return with_step_rows(figure, history, picked)  # update ratios, learning rates, skipped steps
 
 
 def figure_json(figure) -> dict:
@@ -277,3 +298,68 @@ def figure_json(figure) -> dict:
     data = json.loads(figure.to_json())
     data.get("layout", {}).pop("template", None)
     return data
+
+
+# The watch view's leaf table: the statistic each column shows and its header.
+WATCH_LEAF_COLUMNS = (
+    ("norm", "‖grad‖"),
+    ("max_abs", "max |grad|"),
+    ("nonfinite", "NaN/Inf"),
+    ("zero_fraction", "zeros"),
+)
+
+
+def watch_leaf_table(history, step: int, what: str) -> dict:
+    """The leaf table of the watch view at ``step``: every parameter's gradient statistics as the
+    watch on screen recorded them (a rank's local ones, the reduced ones, or a watch's), so that
+    the table follows the rank and step picked, as the graph and chart do.
+
+    Args:
+        history: the watch's :class:`hookviz.watching.history.History` (``watch.history``; a
+            rank's or the reduced one for a gathered history).
+        step: a kept step of ``history``.
+        what: what the statistics are, in words (:func:`hookviz.widget.watch_view.watch_label`).
+
+    Returns:
+        ``{"title", "columns": [[key, header]], "rows": [{"name", "values", "text"}], "note"}``: one row
+        per parameter in the watch's order; ``values``: norm, max |grad|, NaN/Inf count, fraction
+        of exact zeros, as JSON floats (None where not measured: max |grad| and zeros at a step
+        that kept norms only, ``hookviz.watch(..., stats_every=N)``); ``text``: the cells, one
+        number format per column; a parameter that got no gradient at this step reads "no grad"
+        with no values (all None); ``note``: what an empty cell means, "" when none is.
+    """
+    index = history.steps.index(step)
+    rows = []
+    for column, (name, kind) in enumerate(zip(history.names, history.kinds)):
+        if kind != "parameter":
+            continue
+        value = {key: getattr(history, key)[index, column].item() for key, _ in WATCH_LEAF_COLUMNS}
+        if math.isnan(value["norm"]) and not value["nonfinite"] > 0:  # no gradient at this step
+            value = dict.fromkeys(value)
+        elif not value["nonfinite"] > 0:  # NaN here: a step that kept norms only (stats_every)
+            value = {key: None if math.isnan(v) else v for key, v in value.items()}
+        rows.append({"name": name, "values": {key: json_float(v) for key, v in value.items()}})
+    cells = {
+        "norm": text.column([row["values"]["norm"] for row in rows]),
+        "max_abs": text.column([row["values"]["max_abs"] for row in rows]),
+        "nonfinite": [text.number(row["values"]["nonfinite"]) for row in rows],
+        "zero_fraction": [text.percent(row["values"]["zero_fraction"]) for row in rows],
+    }
+    for i, row in enumerate(rows):
+        got = row["values"]["norm"] is not None
+        row["text"] = {key: cells[key][i] if got else text.MISSING for key, _ in WATCH_LEAF_COLUMNS}
+        if not got:
+            row["text"]["norm"] = "no grad"
+    unmeasured = any(r["values"]["norm"] is not None and r["values"]["max_abs"] is None for r in rows)
+    return {
+        "title": f"Leaf gradients of the watch: {what}, step {step}",
+        "columns": [list(column) for column in WATCH_LEAF_COLUMNS],
+        "rows": rows,
+        # why a cell is empty where the gradient was there
+        "note": (
+            f"{text.MISSING}: not measured at this step (the watch reads max |grad| and zeros every "
+            "stats_every steps and at a step whose norm is not finite, too large or 0; norms at every step)"
+            if unmeasured
+            else ""
+        ),
+    }

@@ -5,20 +5,23 @@ a step slider and its findings; live while the watch trains (:mod:`hookviz.widge
 from __future__ import annotations
 
 from hookviz.analysis.onset import onsets
-from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR, legend, norm_color
+from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR, SKIPPED_COLOR, legend, norm_color
 from hookviz.errors import WatchError
 from hookviz.widget.diagnosis import diagnosis_json, findings_json
 from hookviz.widget.payload import json_float
+from hookviz.widget.selection import with_watch
 from hookviz.widget.watch_json import (
     figure_json,
     live_watch_figure,
     watch_chart_json,
     watch_color_range,
+    watch_leaf_table,
     watch_node_norms,
     watched_elements,
     with_onsets,
     with_step_marker,
 )
+from hookviz.widget.watch_rows import SKIPPED_TEXT, with_step_rows
 
 
 def show_watch(widget, watch, step: int | None = None) -> None:
@@ -28,6 +31,7 @@ def show_watch(widget, watch, step: int | None = None) -> None:
     found = watch_onsets(watch, history)
     try:
         heatmap = with_onsets(with_step_marker(figure_json(watch.heatmap())), found)
+        with_step_rows(heatmap, history)
     except Exception as error:  # the heatmap is a picture: without it the view still works
         heatmap = {"error": f"heatmap failed: {type(error).__name__}: {error}"}
     if widget.watch is None:  # the run's chart comes back with hide_watch
@@ -140,6 +144,7 @@ def hide_watch(widget) -> None:
         if getattr(widget, "_run_chart", None) is not None:
             widget.chart = widget._run_chart
             widget._run_chart = None
+        widget.inspector = with_watch(widget, widget.inspector)
         widget._clear_errors("watch")
 
 
@@ -159,6 +164,8 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
         )
     # when each trouble started and where, over every kept step: the banner keeps it at any step
     diagnosis["onset"] = findings_json(getattr(widget, "_watch_onsets", []))
+    # whose findings: the banner names the rank (or reduced) as the picker does
+    diagnosis["of"] = picker_label(watch)
     colors = {element: NO_GRAD_COLOR for element in watched_elements(widget.graph, watch_names(watch))}
     colors.update({element: norm_color(norm, widget._watch_range) for element, norm in node_norms.items()})
     what = watch_label(watch)
@@ -182,23 +189,39 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
         "reduced": bool(getattr(getattr(watch, "source", None), "strategy", "")),
         # a watch still training (show_live): the page says so, and updates follow
         "live": live,
+        # what a reader of the numbers must know (what a step is, a loss scale in them), and what
+        # this step was beside its gradients (skipped by the GradScaler)
+        "notes": watch_notes(watch),
+        "step_note": SKIPPED_TEXT if step in watch_skipped(watch) else "",
+        "step_note_color": SKIPPED_COLOR,
         # what each part of the page shows, in words (the distributed view has three quantities)
         "parts": [
             *([f"Graph colours and chart: {what} at step {step}."] if widget.graph.get("nodes") else []),
-            f"Heatmap: {what}, every kept step; the dashed lines mark when a trouble started.",
+            f"Heatmap: {what}, every kept step; the dashed lines mark when a trouble started"
+            + (
+                "; under it, each layer's update-to-weight ratio and each learning rate per step."
+                if (widget.watch_heatmap or {}).get("step_rows", {}).get("rows")
+                else "."
+            ),
             *(
                 [
-                    "Leaf table: hidden here (it holds the gradients of the run the graph was "
-                    "recorded from, not the watch's); Back to the run shows it."
+                    f"Leaf table: {what} of each parameter at step {step}; Back to the run shows "
+                    "the gradients of the run the graph was recorded from."
                 ]
                 if widget.graph.get("nodes")
                 else []
             ),
+            f"Findings (banner): read from {what} at step {step}"
+            + ("; the ranks compared at that step." if getattr(watch, "source", None) is not None else "."),
         ],
+        # the leaf table follows the picker: the watch's statistics of each parameter at this step
+        "leaves": watch_leaf_table(watch.history, step, what),
     }
     if widget.graph.get("nodes"):
         widget.chart = watch_chart_json(parameters, widget._watch_range, f"{what}, step {step}")
     widget.diagnosis = diagnosis
+    # the selection's inspector says what the watch recorded for it at this step
+    widget.inspector = with_watch(widget, widget.inspector)
 
 
 def watch_onsets(watch, history) -> list:
@@ -209,6 +232,20 @@ def watch_onsets(watch, history) -> list:
         return onsets(history, getattr(watch, "arrival_order", None))
     except Exception:  # the onset is a headline: without it the view still works
         return []
+
+
+def watch_notes(watch) -> list[str]:
+    """The notes of the watch on screen (:attr:`hookviz.Watch.notes`, or a gathered history's)."""
+    notes = getattr(watch, "notes", None)
+    return list(notes if notes is not None else getattr(watch.source, "notes", []))
+
+
+def watch_skipped(watch) -> set[int]:
+    """The steps of the watch on screen that the ``GradScaler`` skipped."""
+    history = getattr(watch, "source", None)
+    if history is None:
+        return set(watch.skipped_steps)
+    return {s for s, skipped in zip(history.steps, history.skipped) if skipped}
 
 
 def watch_names(watch) -> list[str]:
@@ -225,6 +262,15 @@ def watch_label(watch) -> str:
     if rank is not None:
         return f"rank {rank}'s local gradient norms (its own batch, before the all-reduce)"
     return "reduced gradient norms (.grad after the all-reduce, what the optimizer stepped on)"
+
+
+def picker_label(watch) -> str | None:
+    """The rank picker's words for the norms on screen ("rank 1 (local)", "all ranks
+    (reduced)"); None for a watch of one process (no picker)."""
+    if getattr(watch, "source", None) is None:
+        return None
+    rank = getattr(watch, "rank", None)
+    return "all ranks (reduced)" if rank is None else f"rank {rank} (local)"
 
 
 def check_watch(watch, step: int | None) -> int:

@@ -115,13 +115,11 @@ export function renderHeatmap(el, figure, step, onStep) {
     return;
   }
   const { data, layout } = heatmapWithStep(figure, step);
-  const rows = (data[0]?.y || []).length;
   const steps = (data[0]?.x || []).length;
   const sized = {
     ...layout,
     // A few steps: one tick per step (plotly would put ticks at 0.5).
     xaxis: { ...(layout.xaxis || {}), ...(steps <= 20 ? { dtick: 1 } : {}) },
-    height: layout.height || Math.min(600, 140 + 16 * rows), // a live figure sets its own
     margin: { l: 110, r: 20, t: 40, b: 40 },
   };
   el.hvOnStep = onStep;

@@ -2,7 +2,17 @@
 // a web worker, fitted to the box, labels drawn only where they are readable.
 import cytoscape from "cytoscape";
 import { elkLayout, warmUp } from "./elk.js";
-import { BOX_PADDING, edgeRouteStyle, elkGraph, fitZoom, positionsOf, routesOf, wraps } from "./layout.js";
+import {
+  BOX_PADDING,
+  edgeRouteStyle,
+  elkGraph,
+  fitZoom,
+  positionsOf,
+  routesOf,
+  titlePlacement,
+  widerBox,
+  wraps,
+} from "./layout.js";
 import {
   EDIT_COLOR,
   groupId,
@@ -17,7 +27,10 @@ import {
 warmUp();
 
 const FONT_SIZE = 12;
-const FONT = `${FONT_SIZE}px -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif`;
+// Labels are measured (node widths, box titles) in the font they are drawn in.
+const FONT_FAMILY = `-apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif`;
+const FONT = `${FONT_SIZE}px ${FONT_FAMILY}`;
+const TITLE_FONT = `bold ${FONT}`;
 // A label drawn smaller than this many pixels on screen is hidden (shown on hover or zoom).
 export const MIN_LABEL_PX = 8;
 // A fit never zooms in further than this: a small graph is drawn at its natural size.
@@ -82,6 +95,7 @@ function styleFor(t) {
         "background-color": "data(color)",
         label: "data(label)",
         "font-size": FONT_SIZE,
+        "font-family": FONT_FAMILY,
         "min-zoomed-font-size": MIN_LABEL_PX,
         color: "data(textColor)",
         "text-valign": "center",
@@ -111,10 +125,10 @@ function styleFor(t) {
         "border-color": "data(color)",
         "border-width": 2,
         color: t.text,
-        // The title starts at the box's left edge: the edges that enter a box come down to the
-        // ops inside it, mostly near its middle, where a centred title sat on them.
+        // The title sits in the band the box's top padding makes, centred at the middle of what
+        // the box holds and moved (text-margin-x, set in place()) to where no edge crosses it.
         "text-valign": "top",
-        "text-halign": "left-inside",
+        "text-halign": "center",
         "text-wrap": "none",
         "font-weight": "bold",
         padding: BOX_PADDING.side,
@@ -274,6 +288,30 @@ function unionBox(rects) {
   return { x1, y1, w: x2 - x1, h: y2 - y1 };
 }
 
+/**
+ * A drawing ({positions, routes, wrap}) with its box titles placed (layout.titlePlacement). A box whose title band had no
+ * room between the edges entering it is laid out again wider (layout.widerBox), at most twice.
+ */
+function titled(items, edges, laid, titleWidth, aspect, direction, tries = 2) {
+  const titles = titlePlacement(items, edges, laid, titleWidth);
+  const narrow = new Set(Object.keys(titles).filter((id) => !titles[id].clear));
+  if (!narrow.size || !tries) return Promise.resolve({ ...laid, titles, passes: 2 - tries });
+  const wider = items.map((n) =>
+    narrow.has(n.id) ? { ...n, minWidth: widerBox(laid.positions[n.id].width, titleWidth(n.id)) } : n,
+  );
+  return elkLayout(elkGraph(wider, edges, aspect, laid.wrap, direction)).then((result) =>
+    titled(
+      wider,
+      edges,
+      { ...laid, positions: positionsOf(result), routes: routesOf(result) },
+      titleWidth,
+      aspect,
+      direction,
+      tries - 1,
+    ),
+  );
+}
+
 export class GraphView {
   constructor(container, { onSelect, onToggleGroup, onPaint, onPlaced, onError, tooltip }) {
     this.container = container;
@@ -412,12 +450,16 @@ export class GraphView {
    */
   layOut(els, nodes, tree = false) {
     const compound = new Set(nodes.map((e) => e.data.parent).filter(Boolean));
+    const labels = new Map(nodes.map((e) => [e.data.id, e.data.label]));
+    const titleWidth = (id) => Math.ceil(textWidth(labels.get(id) || "", TITLE_FONT)) + 2;
     const items = nodes.map((e) => ({
       id: e.data.id,
       parent: e.data.parent,
       width: e.data.width,
       height: e.data.height,
       compound: compound.has(e.data.id),
+      // an open box is at least as wide as its title: most titles then find room in one layout
+      minWidth: compound.has(e.data.id) ? titleWidth(e.data.id) + 2 * BOX_PADDING.side : undefined,
     }));
     const edges = els.filter((e) => e.group === "edges").map((e) => e.data);
     const width = this.cy.width();
@@ -425,18 +467,22 @@ export class GraphView {
     const aspect = width / Math.max(1, height);
     const direction = tree ? "RIGHT" : "DOWN";
     const drawing = (result) => ({ positions: positionsOf(result), routes: tree ? {} : routesOf(result) });
-    return elkLayout(elkGraph(items, edges, aspect, false, direction)).then((result) => {
+    const chosen = elkLayout(elkGraph(items, edges, aspect, false, direction)).then((result) => {
       const straight = drawing(result);
       const zoom = fitZoom(straight.positions, width, height);
       // A tree has one column per depth: wrapping would only tangle its edges.
       // The root module's box is always open; it wraps the chain inside itself (elkGraph).
       const openBox = [...compound].some((id) => id !== groupId(""));
-      if (tree || !wraps(zoom, FONT_SIZE, MIN_LABEL_PX, openBox)) return straight;
+      if (tree || !wraps(zoom, FONT_SIZE, MIN_LABEL_PX, openBox)) return { ...straight, wrap: false };
       return elkLayout(elkGraph(items, edges, aspect, true, direction)).then((result) => {
         const wrapped = drawing(result);
-        return fitZoom(wrapped.positions, width, height) > zoom ? wrapped : straight;
+        return fitZoom(wrapped.positions, width, height) > zoom
+          ? { ...wrapped, wrap: true }
+          : { ...straight, wrap: false };
       });
     });
+    if (tree) return chosen; // the Module tree's boxes are filled, titled inside
+    return chosen.then((laid) => titled(items, edges, laid, titleWidth, aspect, direction));
   }
 
   /**
@@ -444,7 +490,7 @@ export class GraphView {
    * edge is drawn along the route ELK computed for it (edgeRouteStyle), so it passes around the
    * nodes between its ends, as ELK placed them.
    */
-  place(els, { positions: pos, routes }, before, representative) {
+  place(els, { positions: pos, routes, titles, passes = 0 }, before, representative) {
     const prior = this.representative;
     this.cy.batch(() => {
       this.cy.elements().remove();
@@ -462,7 +508,12 @@ export class GraphView {
         const style = edgeRouteStyle(routes[d.id], pos[d.source], pos[d.target]);
         if (style) edge.style(style);
       }
+      // Each open box's title where no edge crosses it (layout.titlePlacement).
+      for (const [id, { dx }] of Object.entries(titles || {}))
+        this.cy.getElementById(id).style("text-margin-x", Math.round(dx * 10) / 10);
     });
+    this.titles = titles; // read by the browser tests
+    this.titlePasses = passes; // layouts made for this drawing's titles beyond the first (benchmarks)
     const leaves = this.cy.nodes().filter((n) => !n.isParent());
     const moving = leaves.filter((n) => {
       const p = pos[n.id()];

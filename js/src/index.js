@@ -10,6 +10,7 @@ import { renderInspector } from "./inspector.js";
 import { renderBanner, renderEditor, renderEdits, renderLeaves, renderLog, ReplayBar, WatchBar } from "./panels.js";
 import { renderChart, renderHeatmap, destroyChart } from "./chart.js";
 import { onThemeChange } from "./theme.js";
+import { renderWatchLeaves } from "./watch_leaves.js";
 import {
   EDIT_COLOR,
   HOOK_COLOR,
@@ -159,7 +160,7 @@ function render({ model, el }) {
     "div",
     { class: "hv-toolbar" },
     h("span", { class: "hv-brand" }, "hookviz"),
-    h("span", { class: "hv-group" }, search, searchError),
+    h("span", { class: "hv-group hv-search-group" }, search, searchError),
     h("span", { class: "hv-group" }, viewOps, viewModules, viewError),
     h("span", { class: "hv-group" }, collapseAll, expandAll, fitBtn, fullscreen),
     h("span", { class: "hv-group" }, h("label", {}, "device ", device), rerun, staleNote, rerunError),
@@ -321,8 +322,13 @@ function render({ model, el }) {
     // The box can be resized (its corner) and go full screen: cytoscape must learn its new size.
     resizeObserver = new ResizeObserver(() => graphView?.resize());
     resizeObserver.observe(cyEl);
+    // A toolbar that grows or shrinks (a note that wraps it) moves the graph down or up the page
+    // without resizing it: cytoscape would keep mapping clicks to where the graph was.
+    toolbarObserver = new ResizeObserver(() => graphView?.cy.resize());
+    toolbarObserver.observe(toolbar);
   };
   let resizeObserver = null;
+  let toolbarObserver = null;
   // Cytoscape blurs the focused element when the pointer goes down on it, so the graph would never
   // hold the focus that keyboard shortcuts ("/") need: take it once the pointer is up.
   cyEl.addEventListener("pointerup", () => setTimeout(() => cyEl.focus({ preventScroll: true })));
@@ -500,7 +506,13 @@ function render({ model, el }) {
       staticNote,
     );
   const drawChart = () => renderChart(chartEl, model.get("chart"));
-  const drawLeaves = () => renderLeaves(leavesEl, leavesOf(), model.get("details_pending"));
+  const drawLeaves = () => {
+    // While a watch is shown, the watch's statistics at the rank and step picked (they follow the
+    // picker); the run's table comes back with it.
+    const watchLeaves = (model.get("watch_view") || {}).leaves;
+    if (watchLeaves) renderWatchLeaves(leavesEl, watchLeaves);
+    else renderLeaves(leavesEl, leavesOf(), model.get("details_pending"));
+  };
   const selectNode = (id) => {
     mark("tap");
     selectElement(id);
@@ -518,8 +530,7 @@ function render({ model, el }) {
   };
   const drawWatch = () => {
     watchBar.set(model.get("watch_view"), errors().watch, model.get("watch_ranks") || []);
-    // The leaf table holds the run's gradients, not the watch's: hidden while a watch is shown.
-    leavesEl.hidden = !!(model.get("watch_view") || {}).steps;
+    drawLeaves();
     drawGraph();
     drawHeatmap();
   };
@@ -616,6 +627,7 @@ function render({ model, el }) {
     replay.destroy();
     clearTimeout(replayTimer);
     resizeObserver?.disconnect();
+    toolbarObserver?.disconnect();
     graphView?.destroy();
     destroyChart(chartEl);
     destroyChart(heatmapEl);

@@ -1,6 +1,6 @@
 // The inspector: what one node (or module) saw during the run, before -> after, and its hooks.
 import { add, h } from "./dom.js";
-import { parseNumber } from "./logic.js";
+import { parseNumber, shortName } from "./logic.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -308,6 +308,42 @@ function structureSections(summary) {
 }
 
 /**
+ * What the watch on screen recorded for the selection, as the graph colours it (the payload's
+ * `watch`: its norm at the step shown, "no grad", or "not watched" and why); null without a watch.
+ */
+function watchNote(note) {
+  if (!note?.text) return null;
+  return h(
+    "div",
+    { class: `hv-watch-note hv-watch-${note.state.replace(/ /g, "-")}` },
+    note.color ? h("i", { class: "hv-watch-swatch", style: `background:${note.color}` }) : null,
+    note.text,
+  );
+}
+
+/**
+ * A module's title, the same before and after the kernel answers: the label its box shows on the
+ * graph (`label`: "h.3.attn", "Canonical (root)") with its type, and below it the module's full
+ * qualified name (`module`) where the label is shorter. w.select and the search take either.
+ */
+function moduleTitle(label, module, type, badges = []) {
+  const typed = type && !label.includes(type) ? ` · ${type}` : "";
+  return h(
+    "h3",
+    { class: "hv-title" },
+    `module ${label}${typed}`,
+    ...badges,
+    module && module !== label
+      ? h(
+          "span",
+          { class: "hv-fullname", title: "the module's full name: w.select takes it, or the label" },
+          `full name ${module}`,
+        )
+      : null,
+  );
+}
+
+/**
  * Fill the inspector element. `summary` is what the graph already on the page says about the
  * selection (logic.graphSummary: no kernel needed); `data` the kernel's full inspector (tensor
  * statistics and values, the `inspector` traitlet) when it has come for this selection, else null;
@@ -339,11 +375,9 @@ export function renderInspector(el, data, summary = null, note = "") {
         ];
     add(
       el,
-      h(
-        "h3",
-        { class: "hv-title" },
-        isModule ? `module ${module}${summary.type ? ` · ${summary.type}` : ""}` : summary.op || summary.id,
-      ),
+      isModule
+        ? moduleTitle(module, summary.module, summary.type)
+        : h("h3", { class: "hv-title" }, summary.op || summary.id),
       h(
         "table",
         { class: "hv-meta" },
@@ -355,29 +389,30 @@ export function renderInspector(el, data, summary = null, note = "") {
     return;
   }
   const moduleName = data.label || (data.module === "" ? "(root)" : data.module);
-  // A module's title names its type (Linear, Block) unless its label does; a container's is its op.
+  // A container's type is its op.
   const type = data.kind === "module" ? data.type || data.op : null;
-  const typed = type && !moduleName.includes(type) ? ` · ${type}` : "";
-  const title = data.kind === "module" ? `module ${moduleName}${typed}` : `${data.op}`;
+  const badges = [
+    data.edited ? h("span", { class: "hv-badge hv-badge-edit" }, "edited") : null,
+    data.asked_grad
+      ? h("span", { class: "hv-badge", title: "the model does not ask for this gradient" }, "input_grads=True")
+      : null,
+  ];
+  // A module is titled as its box is labelled on the graph (what the page drew, else its short name).
+  const boxLabel =
+    summary?.kind === "module" ? summary.label : data.module === "" ? moduleName : shortName(data.module);
   const meta = [
     ["id", data.id],
-    ["module", data.kind === "module" || data.module !== "" ? moduleName : summary?.label || "(root)"],
-    ["type", data.kind === "module" ? data.op : null],
+    ["module", data.kind === "module" ? null : data.module !== "" ? moduleName : summary?.label || "(root)"],
     ["kind", data.node_kind],
     ["type", type],
     ["backward order", data.kind === "module" ? null : (data.order ?? "did not run")],
   ].filter(([, v]) => v !== undefined && v !== null);
   add(
     el,
-    h(
-      "h3",
-      { class: "hv-title" },
-      title,
-      data.edited ? h("span", { class: "hv-badge hv-badge-edit" }, "edited") : null,
-      data.asked_grad
-        ? h("span", { class: "hv-badge", title: "the model does not ask for this gradient" }, "input_grads=True")
-        : null,
-    ),
+    data.kind === "module"
+      ? moduleTitle(boxLabel, data.module, type, badges)
+      : h("h3", { class: "hv-title" }, `${data.op}`, ...badges),
+    watchNote(data.watch),
     h(
       "table",
       { class: "hv-meta" },

@@ -1,8 +1,12 @@
 // The ELK graph of what is drawn, and the positions ELK returns. Pure: no DOM, no cytoscape, so
 // vitest runs it with elkjs on the main thread while the page runs it in the worker (elk.js).
 
-// Inside an open module box: room for its title above the content, a margin elsewhere.
-export const BOX_PADDING = { top: 24, side: 10 };
+// Inside an open module box: room for its title above the content, a margin elsewhere. The
+// title (a 12 px bold line, about 16 px high) sits above the box's drawn border, which cytoscape
+// draws `side` above the content: top - side leaves it that room.
+export const BOX_PADDING = { top: 28, side: 10 };
+// Room kept between a box's title and an edge that passes through the title's band.
+const TITLE_CLEARANCE = 4;
 
 // Spacing of every level (ELK reads spacing per nested graph, also with INCLUDE_CHILDREN). Tight
 // between layers: a 24-layer attention block opened in a 560 px view stays readable.
@@ -50,8 +54,8 @@ function wrapping(aspect, wrap) {
 
 /**
  * The ELK JSON graph of drawn elements.
- * nodes: [{id, parent, width, height, compound}] (compound: an open box; its size comes from its
- * children); edges: [{id, source, target}] between drawn non-compound nodes; aspect, wrap,
+ * nodes: [{id, parent, width, height, compound, minWidth}] (compound: an open box; its size comes
+ * from its children, at least minWidth wide when given); edges: [{id, source, target}] between drawn non-compound nodes; aspect, wrap,
  * direction: see layoutOptions. ELK wraps each level of the hierarchy by that level's own options,
  * so with `wrap` an open box (only the root module's box, see wraps) wraps the chain it holds too.
  */
@@ -70,6 +74,14 @@ export function elkGraph(nodes, edges, aspect, wrap = false, direction = "DOWN")
         ...SPACING,
         "elk.padding": `[top=${BOX_PADDING.top},left=${BOX_PADDING.side},bottom=${BOX_PADDING.side},right=${BOX_PADDING.side}]`,
         ...wrapping(aspect, wrap),
+        // ELK layered reads a box's minimum size in its own layered coordinates, where DOWN is
+        // RIGHT turned: (height, width) for DOWN (tests/layout.test.js checks the width it gets).
+        ...(n.minWidth
+          ? {
+              "elk.nodeSize.constraints": "[MINIMUM_SIZE]",
+              "elk.nodeSize.minimum": direction === "DOWN" ? `(0, ${n.minWidth})` : `(${n.minWidth}, 0)`,
+            }
+          : {}),
       };
     } else {
       item.width = n.width;
@@ -172,6 +184,92 @@ export function edgeRouteStyle(route, source, target) {
  */
 export function wraps(straightZoom, fontSize, minLabelPx, hasOpenBox = false) {
   return !hasOpenBox && straightZoom * fontSize < minLabelPx;
+}
+
+/**
+ * Where each open box's title goes so that no edge runs through it: the edges that enter a box
+ * cross the band its top padding makes (BOX_PADDING.top, above the content), so the title takes
+ * the leftmost stretch of that band no edge crosses. items: the elkGraph nodes ({id, parent,
+ * compound}); edges: [{id, source, target}]; drawing: {positions, routes} (positionsOf,
+ * routesOf); titleWidth(id): a box title's width in model units. Cytoscape centres a compound
+ * node's title on what the box holds (its children as placed), so the shift is taken from there.
+ * Returns {boxId: {dx, clear}}: dx the shift (cytoscape's text-margin-x), clear whether the band
+ * had room (else the title stays at the band's left; see layOut's widening).
+ */
+export function titlePlacement(items, edges, { positions, routes }, titleWidth) {
+  const held = new Map();
+  for (const n of items) if (n.parent) held.set(n.parent, [...(held.get(n.parent) || []), n.id]);
+  const lines = edges.map((e) =>
+    // as cytoscape draws it: its route, else a line between the centres of its ends
+    edgeRouteStyle(routes[e.id], positions[e.source], positions[e.target])
+      ? routes[e.id]
+      : [positions[e.source], positions[e.target]].filter(Boolean),
+  );
+  const out = {};
+  for (const n of items) {
+    const p = positions[n.id];
+    const inside = (held.get(n.id) || []).map((id) => positions[id]).filter(Boolean);
+    if (!n.compound || !p || !inside.length) continue;
+    const x1 = Math.min(...inside.map((c) => c.x - c.width / 2));
+    const x2 = Math.max(...inside.map((c) => c.x + c.width / 2));
+    const width = titleWidth(n.id);
+    const left = p.x - p.width / 2 + BOX_PADDING.side;
+    const right = p.x + p.width / 2 - BOX_PADDING.side;
+    const top = p.y - p.height / 2;
+    const blocked = [];
+    for (const line of lines) {
+      for (let i = 0; i + 1 < line.length; i++) {
+        const span = spanInBand(line[i], line[i + 1], left, right, top, top + BOX_PADDING.top);
+        if (span) blocked.push([span[0] - TITLE_CLEARANCE, span[1] + TITLE_CLEARANCE]);
+      }
+    }
+    blocked.sort((a, b) => a[0] - b[0]);
+    let x = left;
+    for (const [from, to] of blocked) {
+      if (from >= x + width) break;
+      x = Math.max(x, to);
+    }
+    const clear = x + width <= right;
+    out[n.id] = { dx: (clear ? x : left) + width / 2 - (x1 + x2) / 2, clear };
+  }
+  return out;
+}
+
+/**
+ * The width an open box needs for its title beside the edges that enter it: its width now plus
+ * the title's and a clearance on each side (layOut lays a box out again this wide when its band
+ * had no room, titlePlacement's clear false). ELK keeps the box's content at its left, so the
+ * room is on the right, where no edge enters.
+ */
+export function widerBox(width, titleWidth) {
+  return Math.ceil(width + titleWidth + 2 * TITLE_CLEARANCE);
+}
+
+// The x range of the piece of segment a-b inside the rectangle [left, right] x [top, bottom];
+// null when it does not enter it (Liang-Barsky clipping).
+function spanInBand(a, b, left, right, top, bottom) {
+  let t0 = 0;
+  let t1 = 1;
+  const dx = b.x - a.x;
+  const dy = b.y - a.y;
+  for (const [p, q] of [
+    [-dx, a.x - left],
+    [dx, right - a.x],
+    [-dy, a.y - top],
+    [dy, bottom - a.y],
+  ]) {
+    if (p === 0) {
+      if (q < 0) return null;
+    } else {
+      const r = q / p;
+      if (p < 0) t0 = Math.max(t0, r);
+      else t1 = Math.min(t1, r);
+    }
+  }
+  if (t0 > t1) return null;
+  const x0 = a.x + dx * t0;
+  const x1 = a.x + dx * t1;
+  return [Math.min(x0, x1), Math.max(x0, x1)];
 }
 
 /** The zoom at which a laid-out drawing (from positionsOf) fits a view of width x height. */

@@ -510,12 +510,13 @@ export function renderBanner(el, diagnosis, onSelect) {
   const onsets = d.onset || [];
   el.hidden = d.pending || (!findings.length && !d.error && !onsets.length);
   if (el.hidden) return;
-  const where = d.source === "watch" ? `Watch step ${d.step}` : "This run";
+  // A gathered history's findings are a rank's (or the reduced ones): named as the picker names them.
+  const where = d.source === "watch" ? `Watch step ${d.step}${d.of ? ` (${d.of})` : ""}` : "This run";
   const started = onsets.length
     ? h(
         "div",
         { class: "hv-onsets" },
-        h("div", { class: "hv-banner-head" }, "⚠ When it started, and where:"),
+        h("div", { class: "hv-banner-head" }, `⚠ When it started, and where${d.of ? ` (${d.of})` : ""}:`),
         h(
           "ul",
           { class: "hv-findings" },
@@ -589,9 +590,12 @@ export class WatchBar {
     const close = h("button", { class: "hv-watch-close", onclick: onClose }, "Back to the run");
     // What each part of the page shows (rank, step, local or reduced), as Python words it.
     this.parts = h("ul", { class: "hv-watch-parts hv-muted" });
+    // What a reader of the numbers must know (what a step is, a loss scale in them), as Python words it.
+    this.notes = h("ul", { class: "hv-watch-notes" });
     fill(
       el,
       h("div", { class: "hv-row" }, this.title, this.slider, this.label, this.rank, close),
+      this.notes,
       this.parts,
       this.error,
     );
@@ -626,6 +630,15 @@ export class WatchBar {
       ? `Live watch of ${view.model}, training: gradient norms at step`
       : `Watch of ${view.model}: gradient norms at training step`;
     this.label.textContent = `${view.step} (${view.index + 1}/${view.steps.length} kept)`;
+    // a step the GradScaler skipped says so where the step is named
+    this.label.dataset.skipped = view.step_note ? "true" : "false";
+    this.label.title = view.step_note || "";
+    this.label.style.color = view.step_note ? view.step_note_color : "";
+    if (view.step_note) this.label.textContent += `: ${view.step_note}`;
+    fill(
+      this.notes,
+      (view.notes || []).map((text) => h("li", {}, text)),
+    );
     fill(
       this.parts,
       (view.parts || []).map((text) => h("li", {}, text)),

@@ -4,13 +4,15 @@
 import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
-/** The graph payload `name` (canonical, gpt2, deep2, deep6, deep12, deep40), parsed afresh. */
+/** The payload `name` (graphs: canonical, gpt2, deep2, deep6, deep12, deep40; watch_rows: a watch
+ * heatmap with its step rows, from tests/test_watch_view.py), parsed afresh. */
 export function payload(name) {
   const path = fileURLToPath(new URL(`./fixtures/${name}.json`, import.meta.url));
   if (!existsSync(path))
     throw new Error(
       `${path} is missing: the Python tests write it from a real run; run ` +
-        "`python -m pytest tests/test_widget.py -k js_tests` first (CI runs pytest before vitest)",
+        "`python -m pytest tests/test_widget.py -k js_tests` (watch_rows: tests/test_watch_view.py -k rows) " +
+        "first (CI runs pytest before vitest)",
     );
   return JSON.parse(readFileSync(path, "utf8"));
 }

@@ -1,6 +1,16 @@
 import { describe, expect, it } from "vitest";
 import ELK from "elkjs/lib/elk.bundled.js";
-import { edgeRouteStyle, elkGraph, fitZoom, positionsOf, routesOf, wraps } from "../src/layout.js";
+import {
+  BOX_PADDING,
+  edgeRouteStyle,
+  elkGraph,
+  fitZoom,
+  positionsOf,
+  routesOf,
+  titlePlacement,
+  widerBox,
+  wraps,
+} from "../src/layout.js";
 import { visibleGraph } from "../src/logic.js";
 // The canonical example's `graph` traitlet, as hookviz.widget.graph.graph_json wrote it.
 import canonical from "./fixtures/canonical.json";
@@ -200,5 +210,77 @@ describe("ELK layout of the module tree", () => {
     const nodes = vis.nodes.map(({ node }) => ({ id: node.id, width: 60, height: 24 }));
     const pos = await layOut(nodes, vis.edges);
     expect(Object.keys(pos).sort()).toEqual(nodes.map((n) => n.id).sort());
+  });
+});
+
+describe("box titles clear of edges", () => {
+  const width = () => 40;
+  // a box holding b1 -> b2, entered from above by an edge from a
+  const nodes = [
+    { id: "a", width: 40, height: 20 },
+    { id: "B", compound: true },
+    { id: "b1", parent: "B", width: 40, height: 20 },
+    { id: "b2", parent: "B", width: 40, height: 20 },
+  ];
+  const edges = [
+    { id: "e1", source: "a", target: "b1" },
+    { id: "e2", source: "b1", target: "b2" },
+  ];
+  const crossesTitle = (laid, titles) => {
+    const p = laid.pos.B;
+    const inner = [laid.pos.b1, laid.pos.b2];
+    const centre =
+      (Math.min(...inner.map((c) => c.x - c.width / 2)) + Math.max(...inner.map((c) => c.x + c.width / 2))) / 2;
+    const x = centre + titles.B.dx;
+    const title = { x, y: p.y - p.height / 2 + BOX_PADDING.top / 2, width: 40, height: BOX_PADDING.top };
+    return Object.values(laid.routes).some((points) => crosses(points, title));
+  };
+
+  it("a title with no room beside the entering edge has none, and a box widened for it has", async () => {
+    const laid = await drawing(nodes, edges);
+    const titles = titlePlacement(nodes, edges, { positions: laid.pos, routes: laid.routes }, width);
+    // the box is as wide as its content: the edge enters where the title would sit
+    expect(titles.B.clear).toBe(false);
+    const wider = nodes.map((n) => (n.id === "B" ? { ...n, minWidth: widerBox(laid.pos.B.width, 40) } : n));
+    const again = await drawing(wider, edges);
+    expect(again.pos.B.width).toBeGreaterThanOrEqual(widerBox(laid.pos.B.width, 40));
+    const placed = titlePlacement(wider, edges, { positions: again.pos, routes: again.routes }, width);
+    expect(placed.B.clear).toBe(true);
+    expect(crossesTitle(again, placed)).toBe(false);
+  });
+
+  it("a title goes to the leftmost stretch of its band that no edge crosses", () => {
+    const positions = {
+      B: { x: 100, y: 100, width: 200, height: 100 },
+      b1: { x: 60, y: 120, width: 40, height: 20 },
+      b2: { x: 140, y: 120, width: 40, height: 20 },
+      x: { x: 30, y: 10, width: 20, height: 20 },
+      y: { x: 90, y: 10, width: 20, height: 20 },
+    };
+    // a vertical edge through the band at x = 30, one at x = 90
+    const routes = {
+      e1: [
+        { x: 30, y: 20 },
+        { x: 30, y: 110 },
+      ],
+      e2: [
+        { x: 90, y: 20 },
+        { x: 90, y: 110 },
+      ],
+    };
+    const items = [
+      { id: "B", compound: true },
+      { id: "b1", parent: "B" },
+      { id: "b2", parent: "B" },
+    ];
+    const lines = [
+      { id: "e1", source: "x", target: "b1" },
+      { id: "e2", source: "y", target: "b2" },
+    ];
+    const placed = titlePlacement(items, lines, { positions, routes }, () => 40);
+    // left of the band: 10; blocked 26..34 and 86..94: 34..74 is the first stretch of 40
+    expect(placed.B).toEqual({ dx: 34 + 20 - 100, clear: true });
+    const narrow = titlePlacement(items, lines, { positions, routes }, () => 60);
+    expect(narrow.B.dx).toBe(94 + 30 - 100);
   });
 });

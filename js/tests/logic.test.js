@@ -187,7 +187,15 @@ describe("diagnosis banner", () => {
     expect(findingsSummary(undefined)).toBe("");
     expect(findingsSummary({ vanishing: 0 })).toBe("");
     expect(findingsSummary({ odd: 2 })).toBe("2 odd");
-    expect(Object.keys(FINDING_LABELS)).toEqual(["nan", "exploding", "vanishing", "dead", "saturated"]);
+    expect(Object.keys(FINDING_LABELS)).toEqual([
+      "nan",
+      "exploding",
+      "vanishing",
+      "dead",
+      "saturated",
+      "update_too_large",
+      "update_too_small",
+    ]);
   });
 });
 
@@ -233,5 +241,38 @@ describe("watch view", () => {
     expect(figure.layout.shapes).toHaveLength(1);
     expect(figure.layout.template).toBeDefined();
     expect(heatmapWithStep(figure, null).layout.shapes).toHaveLength(1);
+  });
+
+  it("draws a watch's step rows under its heatmap and marks the skipped steps", () => {
+    // A watch with optimizer= and a GradScaler that skipped step 3, written by
+    // tests/test_watch_view.py::test_the_watch_view_draws_update_ratio_and_learning_rate_rows...
+    const figure = payload("watch_rows");
+    const rows = figure.step_rows.rows;
+    expect(rows.map((r) => r.kind)).toEqual(["update_ratio", "update_ratio", "update_ratio", "learning_rate"]);
+    const plain = heatmapWithStep({ ...figure, step_rows: undefined }, 2);
+    const { data, layout } = heatmapWithStep(figure, 2);
+    // one trace per row after the figure's own, on the rows' axis, cells as Python coloured them
+    expect(data.slice(0, figure.data.length)).toEqual(figure.data);
+    const added = data.slice(figure.data.length);
+    expect(added.map((t) => t.name)).toEqual(rows.map((r) => r.label));
+    let compared = 0;
+    for (const [trace, row] of added.map((t, i) => [t, rows[i]])) {
+      expect(trace.yaxis).toBe("y9");
+      expect(trace.x).toEqual(figure.step_rows.steps);
+      expect(trace.marker.color).toBe(row.colors);
+      expect(trace.text).toBe(row.text);
+      compared += 1;
+    }
+    expect(compared).toBe(4);
+    // the figure's own plot moves up; the rows take the bottom and add their height
+    expect(layout.height).toBeGreaterThan(plain.layout.height);
+    expect(layout.yaxis.domain[0]).toBeGreaterThan(layout.yaxis9.domain[1]);
+    // the skipped step: a dotted line in Python's colour across the figure, before the step marker
+    const dotted = layout.shapes.filter((s) => s.line?.dash === "dot");
+    expect(dotted.map((s) => s.x0)).toEqual([3]);
+    expect(dotted[0].line.color).toBe(figure.step_rows.skipped.color);
+    expect(layout.shapes.at(-1).x0).toBe(2);
+    expect(layout.annotations.map((a) => a.text).filter((t) => t.includes("healthy"))).toHaveLength(1);
+    expect(figure.layout.yaxis9).toBeUndefined();
   });
 });

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -223,6 +224,13 @@ def open_notebook(page, base: str, name: str) -> None:
     page.add_style_tag(content=".Toastify { display: none !important; }")
     # A cell run before the kernel is connected is dropped: wait for "Idle" in the status bar.
     page.get_by_text("| Idle").first.wait_for(state="visible", timeout=90_000)
+
+
+def run_all_cells(page) -> None:
+    """Run > Run All Cells from JupyterLab's menu, as a person runs a notebook top to bottom."""
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
 
 
 def run_cell(page, index: int) -> None:

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.e2e
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
-# A deep sigmoid MLP: its gradients vanish (the banner says so), trained 3 steps under a watch.
+# A deep sigmoid MLP: its gradients vanish (the banner says so), trained 3 steps under a watch given
+# the optimizer (so its view draws each layer's update ratio and the learning rate as rows).
 VANISHING = """\
 import torch, torch.nn.functional as F, hookviz
 from hookviz.examples import sigmoid_mlp
@@ -27,7 +28,7 @@ torch.manual_seed(0)
 model = sigmoid_mlp(depth=20, width=32, inputs=8, classes=3)
 x, labels = torch.randn(16, 8), torch.randint(0, 3, (16,))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-with hookviz.watch(model) as watch:
+with hookviz.watch(model, optimizer=optimizer) as watch:
     for _ in range(3):
         optimizer.zero_grad(); F.cross_entropy(model(x), labels).backward(); optimizer.step()
 w = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
@@ -225,6 +226,17 @@ def test_diagnosis_banner_and_watch_view(lab):
         )
         assert _color(page, "group:0") != "#bdbdbd"
         assert _color(page, "30.weight") != "#bdbdbd"  # opened by the finding's click
+        # optimizer=: under the heatmap, a row of each layer's update ratio and one of the learning
+        # rate, drawn by plotly with the colours Python sent; the notes say what a step is
+        rows = page.evaluate(
+            "() => document.querySelector('.hookviz-widget .hv-heatmap').data"
+            ".filter((t) => t.yaxis === 'y9').map((t) => [t.name, t.marker.color.length])"
+        )
+        ratio_rows = [name for name, _ in rows if name.startswith("‖Δw‖/‖w‖ of ")]
+        assert len(ratio_rows) == 20 and rows[-1] == ["lr SGD", 3] and len(rows) == 21
+        assert all(cells == 3 for _, cells in rows)
+        assert root.locator(".hv-heatmap .scatterlayer .point").count() == 21 * 3
+        assert "optimizer.step() of SGD" in root.locator(".hv-watch-notes").inner_text()
         root.locator(".hv-watch-slider").fill("2")
         page.wait_for_function(
             "() => document.querySelector('.hookviz-widget .hv-watch-step').textContent.startsWith('2 (3/3')",

@@ -168,7 +168,7 @@ def test_an_embedded_example_paints_and_answers_a_click(served, page_path):
         if target["id"].startswith("group:"):
             frame.wait_for_function(
                 "(t) => document.querySelector('.hookviz-widget .hv-inspector .hv-title')?.textContent.includes(t)",
-                arg=f"module {target['module']}",
+                arg=target["module"],  # its box label, or its full name below it
                 timeout=10_000,
             )
         else:

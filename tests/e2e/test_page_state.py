@@ -161,7 +161,8 @@ def test_gpt2_container_opens_and_the_page_answers_with_the_kernel_stopped(lab):
             timeout=60_000,
         )
         assert _drawn(page, "group:transformer.h.2.mlp")
-        assert "module transformer.h.2.mlp" in root.locator(".hv-inspector").inner_text()
+        # titled by its box label, with its full name below
+        assert "full name transformer.h.2.mlp" in root.locator(".hv-inspector .hv-title").inner_text()
         assert _error_texts(root) == []
 
         # The kernel stops (SIGSTOP: not one of its threads runs). Open, close and search answer.

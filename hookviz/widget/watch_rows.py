@@ -1,0 +1,151 @@
+"""The watch view's step rows: update-to-weight ratios and learning rates under the heatmap, skipped steps.
+
+A watch given ``optimizer=`` keeps, per step, each parameter's update-to-weight ratio
+``‖Δw‖ / ‖w‖`` and each param group's learning rate (:mod:`hookviz.watching.optimizer_steps`), and
+marks the steps a ``GradScaler`` skipped. The heatmap's figure carries them as ``step_rows``
+(:func:`with_step_rows`): one row per layer (its ratio) and one per optimizer's param group (its
+learning rate), each cell's text and colour made here; the page draws the rows under the heatmap
+on the same step axis and marks the skipped steps across the figure (``js/src/logic.js``,
+``heatmapWithStep``). It formats and colours nothing itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
+from hookviz.analysis.gradient_stats import module_of
+from hookviz.colors import (
+    NO_GRAD_COLOR,
+    SKIPPED_COLOR,
+    learning_rate_color,
+    update_ratio_color,
+)
+from hookviz.text import MISSING, number
+
+SKIPPED_TEXT = "skipped by the GradScaler (Inf/NaN found): optimizer.step() did not run"
+# Reading ‖Δw‖/‖w‖ copies every weight before the step: it comes with the other statistics only.
+NOT_READ_TEXT = (
+    "not read at this step (read with every statistic: every stats_every-th step and at an alarm; "
+    "hookviz.watch(..., stats_every=1) reads every step)"
+)
+
+
+def step_rows(history, picked: list[int] | None = None) -> dict:
+    """What the page draws under a watch's heatmap: ``{steps, rows, skipped, legend}``.
+
+    Args:
+        history: a :class:`hookviz.watching.history.History` (``update_ratio``, ``optimizers``,
+            ``skipped``, ``learning_rates`` per step; empty or None for a watch without
+            ``optimizer=``, which then has no rows).
+        picked: the indices of the kept steps the figure shows (a live figure draws at most a few
+            hundred); None for every kept step.
+
+    Returns:
+        ``steps``: the step numbers of the cells (the figure's x). ``rows``: ``[{label, kind,
+        colors, text}]``, ``kind`` ``"update_ratio"`` (one per layer, nearest the input first, as
+        the heatmap lists parameters: its first parameter's ratio, the others on hover) or
+        ``"learning_rate"`` (one per optimizer and param group); ``colors`` and ``text``: one per
+        step (:func:`hookviz.colors.update_ratio_color`, :func:`hookviz.colors.learning_rate_color`,
+        :func:`hookviz.text.number`). ``skipped``: ``{steps, color, text}``, the steps the
+        ``GradScaler`` skipped. ``legend``: ``[{color, text}]`` of the ratio colours.
+    """
+    indices = list(range(len(history.steps))) if picked is None else picked
+    steps = [history.steps[i] for i in indices]
+    skipped_flags = list(getattr(history, "skipped", []) or [])
+    skipped = [i < len(skipped_flags) and bool(skipped_flags[i]) for i in indices]
+    rows = _ratio_rows(history, indices, skipped) + _rate_rows(history, indices, skipped)
+    low, high = DEFAULT_THRESHOLDS["update_ratio_low"], DEFAULT_THRESHOLDS["update_ratio_high"]
+    return {
+        "steps": steps,
+        "rows": rows,
+        "skipped": {
+            "steps": [s for s, skip in zip(steps, skipped) if skip],
+            "color": SKIPPED_COLOR,
+            "text": SKIPPED_TEXT,
+        },
+        "legend": [
+            {"color": update_ratio_color(low / 10), "text": f"update ratio below {number(low)}: too small"},
+            {"color": update_ratio_color(1e-3), "text": "near 1e-3: healthy"},
+            {"color": update_ratio_color(high * 10), "text": f"above {number(high)}: too large"},
+        ]
+        if any(row["kind"] == "update_ratio" for row in rows)
+        else [],
+    }
+
+
+def with_step_rows(figure: dict, history, picked: list[int] | None = None) -> dict:
+    """``figure`` (a watch's heatmap figure dict) with its :func:`step_rows` as ``step_rows`` when
+    the watch has rows or skipped steps to show; changed in place and returned."""
+    rows = step_rows(history, picked)
+    if rows["rows"] or rows["skipped"]["steps"]:
+        figure["step_rows"] = rows
+    return figure
+
+
+def _ratio_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
+    ratios = getattr(history, "update_ratio", None)
+    if ratios is None or not ratios.numel() or ratios.shape[0] != len(history.steps):
+        return []
+    parameters = [c for c, kind in enumerate(history.kinds) if kind == "parameter"]
+    table = ratios[indices][:, parameters].tolist() if indices else []
+    if not any(math.isfinite(v) for row in table for v in row):
+        return []
+    layers: dict[str, list[int]] = {}
+    for position, column in enumerate(parameters):
+        layers.setdefault(module_of(history.names[column]), []).append(position)
+    steps = [history.steps[i] for i in indices]
+    read = set(history.full_steps)  # the ratios are read with every statistic of a step
+    rows = []
+    for layer, positions in layers.items():
+        label = f"‖Δw‖/‖w‖ of {layer or '(root)'}"
+        colors, text = [], []
+        for step, row, skip in zip(steps, table, skipped):
+            values = [(history.names[parameters[p]], row[p]) for p in positions]
+            shown = next((v for _, v in values if math.isfinite(v)), math.nan)
+            colors.append(NO_GRAD_COLOR if math.isnan(shown) else update_ratio_color(shown))
+            if skip:
+                said = SKIPPED_TEXT
+            elif math.isnan(shown) and step not in read:
+                said = NOT_READ_TEXT
+            elif math.isnan(shown):
+                said = "not updated"
+            else:
+                said = ", ".join(f"{name} {number(v) if math.isfinite(v) else MISSING}" for name, v in values)
+            text.append(f"step {step}<br>{label}: {said}")
+        rows.append({"label": label, "kind": "update_ratio", "colors": colors, "text": text})
+    return rows
+
+
+def _rate_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
+    rates = list(getattr(history, "learning_rates", []) or [])
+    optimizers = list(getattr(history, "optimizers", []) or [])
+    if not any(rates):
+        return []
+    groups: dict[tuple[str, int], dict[int, float]] = {}  # (optimizer, group) -> {cell: lr}
+    for cell, i in enumerate(indices):
+        name = optimizers[i] if i < len(optimizers) else ""
+        for group, rate in enumerate(rates[i] if i < len(rates) else []):
+            groups.setdefault((name, group), {})[cell] = rate
+    rows = []
+    for (name, group), cells in groups.items():
+        positive = [math.log10(r) for r in cells.values() if math.isfinite(r) and r > 0]
+        lo, hi = (min(positive), max(positive)) if positive else (0.0, 0.0)
+        label = f"lr {name or 'optimizer'}" + (f" group {group}" if len(_groups_of(groups, name)) > 1 else "")
+        colors, text = [], []
+        for cell, i in enumerate(indices):
+            rate = cells.get(cell)
+            fraction = (
+                0.5 if hi <= lo or rate is None or not rate > 0 else (math.log10(rate) - lo) / (hi - lo)
+            )
+            colors.append(NO_GRAD_COLOR if rate is None else learning_rate_color(fraction))
+            said = "another optimizer's step" if rate is None else number(rate)
+            text.append(
+                f"step {history.steps[i]}<br>{label}: {said}" + (" (skipped)" if skipped[cell] else "")
+            )
+        rows.append({"label": label, "kind": "learning_rate", "colors": colors, "text": text})
+    return rows
+
+
+def _groups_of(groups: dict, name: str) -> list[int]:
+    return [group for optimizer, group in groups if optimizer == name]
