@@ -570,6 +570,95 @@ def test_hooks_a_forward_registers_fire_in_the_run_and_are_removed_after_it():
     assert_same_state(before, model_state(model))
 
 
+class RegistersGlobalHooksInForward(nn.Module):
+    """Registers, on each call, a process-wide module hook of every kind and tensor hooks on its
+    inputs (a leaf and one autograd made): each must fire in the run that made it and be gone
+    after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.fired: list[str] = []
+        self.handles: list = []  # the test removes those of its plain run
+
+    def forward(self, x, y):
+        note = self.fired.append
+        module = torch.nn.modules.module
+        self.handles += [
+            module.register_module_forward_pre_hook(lambda m, args: note("pre")),
+            module.register_module_forward_hook(lambda m, args, output: note("forward")),
+            module.register_module_forward_hook(
+                lambda m, args, kwargs, output: note("forward, kwargs"), with_kwargs=True, always_call=True
+            ),
+            module.register_module_full_backward_pre_hook(lambda m, grad_out: note("backward pre")),
+            module.register_module_full_backward_hook(lambda m, grad_in, grad_out: note("full")),
+            module.register_module_buffer_registration_hook(lambda m, name, buffer: None),
+            module.register_module_module_registration_hook(lambda m, name, sub: None),
+            module.register_module_parameter_registration_hook(lambda m, name, parameter: None),
+            x.register_hook(lambda grad: grad * 2),
+            x.register_post_accumulate_grad_hook(lambda tensor: note("accumulated")),
+            y.register_hook(lambda grad: grad * 3),
+        ]
+        return torch.tanh(self.lin(x * y))
+
+
+GLOBAL_HOOK_DICTS = [
+    name
+    for name, value in vars(torch.nn.modules.module).items()
+    if name.startswith("_global_") and isinstance(value, dict)
+]
+
+
+def _global_hooks() -> dict:
+    module = torch.nn.modules.module
+    return {name: dict(getattr(module, name)) for name in GLOBAL_HOOK_DICTS} | {
+        "full": module._global_is_full_backward_hook
+    }
+
+
+def _set_global_hooks(state: dict) -> None:
+    # Removing the handles is not enough: PyTorch's leave the with_kwargs mark and the full flag.
+    module = torch.nn.modules.module
+    for name in GLOBAL_HOOK_DICTS:
+        getattr(module, name).clear()
+        getattr(module, name).update(state[name])
+    module._global_is_full_backward_hook = state["full"]
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
+def test_process_wide_hooks_and_input_hooks_a_forward_registers_are_removed_after_the_run():
+    torch.manual_seed(0)
+    model, x, base = RegistersGlobalHooksInForward(), torch.randn(4, 3, requires_grad=True), torch.randn(4, 3)
+    base.requires_grad_()
+    y = base * 1.5  # an input autograd made: its hooks are the user's graph's
+    before = _global_hooks()
+    assert len(GLOBAL_HOOK_DICTS) >= 8 and before["full"] is None
+    try:
+        plain_model = copy.deepcopy(model)
+        loss = _sum(plain_model(x, y))
+        plain_x, plain_base = torch.autograd.grad(loss, [x, base], retain_graph=True)
+        for handle in plain_model.handles:
+            handle.remove()
+        _set_global_hooks(before)
+        plain_fired = list(plain_model.fired)
+        assert not x._backward_hooks and not x._post_accumulate_grad_hooks and not y._backward_hooks
+        session = hookviz.Session(model, (x, y), loss_fn=_sum)
+        runs = [session.run(), session.run(), session.run(forward=True)]
+        assert [run.forward_reused for run in runs] == [False, True, False]
+        for run in runs:
+            assert torch.equal(run.loss, loss.detach())
+            assert torch.equal(run.leaf_grad("x"), plain_x)  # x's hook doubled it, as in plain PyTorch
+        assert {"pre", "forward", "forward, kwargs", "backward pre", "full"} <= set(plain_fired)
+        assert set(model.fired) == set(plain_fired) | {"accumulated"}  # hookviz runs the leaf's too
+        assert model.fired.count("full") == 3 * plain_fired.count("full")  # in each of the 3 backwards
+        assert _global_hooks() == before  # every process-wide hook the forwards registered is gone
+        assert not x._backward_hooks and not x._post_accumulate_grad_hooks and not y._backward_hooks
+    finally:
+        for handle in model.handles:
+            handle.remove()
+        _set_global_hooks(before)
+
+
 class AddsAndSwaps(nn.Module):
     """Adds a buffer, a parameter, a submodule and an attribute, and swaps a submodule, in forward."""
 

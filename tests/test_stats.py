@@ -337,8 +337,20 @@ def test_the_float32_bound_keeps_norms_accurate_where_squares_underflow():
     assert row.norm == pytest.approx(torch.linalg.vector_norm(tiny.double()).item(), rel=1e-12, abs=0)
 
 
-def test_norm_column_is_reduce_norms_bit_for_bit():
-    # A watch's norms-only steps read norm_column(); its full steps and runs read reduce().
+def _queued_norms(tensors: list[torch.Tensor]) -> list[float | None]:
+    return [None if queued is None else float(queued) for queued, _, _ in queue_norms(tensors)]
+
+
+@pytest.mark.parametrize(
+    ("norms", "no_norm"),
+    [(lambda tensors: norm_column(tensors).tolist(), math.nan), (_queued_norms, None)],
+    ids=["norm_column", "queue_norms"],
+)
+def test_each_way_to_a_norm_alone_is_reduce_norms_bit_for_bit(norms, no_norm):
+    # A watch's norms-only steps read norm_column(); its full steps and runs read reduce(). A lazy
+    # run queues norms without reading a tensor's extremes where its own norm proves it in the
+    # float32-safe range; tiny, huge, NaN and zero tensors beside it have theirs read. Each norm
+    # must be the number reduce() gives that tensor, alone or in any company.
     torch.manual_seed(0)
     tensors = [
         torch.randn(64, 256),
@@ -349,13 +361,15 @@ def test_norm_column_is_reduce_norms_bit_for_bit():
         torch.zeros(7),
         torch.empty(0),
         torch.randn(5000).half(),
+        torch.randn(17).double(),
     ]
     compared = 0
     for company in (tensors, tensors[::-1], *[[t] for t in tensors]):
-        for tensor, norm in zip(company, norm_column(company).tolist()):
+        for tensor, norm in zip(company, norms(company)):
             (row,) = reduce([tensor])
-            expected = math.nan if row.norm is None else row.norm
-            assert norm == expected or (math.isnan(norm) and math.isnan(expected)), tensor.dtype
+            expected = no_norm if row.norm is None else row.norm  # None: an empty tensor has none
+            both_nan = isinstance(norm, float) and isinstance(expected, float) and math.isnan(norm)
+            assert norm == expected or (both_nan and math.isnan(expected)), tensor.dtype
             compared += 1
     assert compared == 3 * len(tensors)
 
@@ -426,30 +440,6 @@ def test_norms_in_range_leave_every_doubtful_norm_to_the_general_path():
     for name, tensor in others.items():
         assert norms_in_range([plain, tensor], math.inf) is None, name
     assert norms_in_range([], math.inf) is None
-
-
-def test_queued_norms_are_reduce_norms_bit_for_bit_whether_or_not_extremes_are_read():
-    # A lazy run queues norms without reading a tensor's extremes where its own norm proves it in
-    # the float32-safe range; tiny, huge, NaN and zero tensors beside it have theirs read. Each
-    # queued norm must be the number reduce() gives that tensor, alone or in any company.
-    torch.manual_seed(0)
-    tensors = [
-        torch.randn(64, 256),
-        torch.full((50,), 1e-23),
-        torch.randn(300).double() * 1e200,
-        torch.tensor([1.0, float("nan")]),
-        torch.zeros(7),
-        torch.randn(5000).half(),
-        torch.randn(17).double(),
-    ]
-    compared = 0
-    for company in (tensors, tensors[::-1], *[[t] for t in tensors]):
-        for tensor, (queued, _, _) in zip(company, queue_norms(company)):
-            (row,) = reduce([tensor])
-            queued = float(queued)
-            assert queued == row.norm or (math.isnan(queued) and math.isnan(row.norm)), tensor.dtype
-            compared += 1
-    assert compared == 3 * len(tensors)
 
 
 def test_a_summary_is_the_rows_numbers_bit_for_bit():

@@ -1326,12 +1326,15 @@ def test_the_ops_a_model_runs_after_its_last_submodule_are_drawn_in_the_loss_box
     assert boxes["MulBackward0_0"] == ""  # x * scale runs before fc: not the loss
     assert {n for n in in_loss if not n.startswith(("View", "LogSoftmax", "NllLoss"))} == set()
     assert all(widget.run.nodes[node].module == "" for node in in_loss)  # the records are unchanged
+    assert widget.run.loss_ops == in_loss  # the run decides, the page draws what it decided
     assert "(loss)" in {g["module"] for g in widget.graph["groups"]}
     # With a loss_fn, its ops alone are the (loss) box; a model of root ops alone has none.
     with_fn = hookviz.show(nn.Linear(4, 3), (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
     assert {n["module"] for n in with_fn.graph["nodes"] if n["kind"] == "op"} == {"", "(loss)"}
+    assert with_fn.run.loss_ops == {n for n, record in with_fn.run.nodes.items() if record.module == "(loss)"}
     root_only = hookviz.show(Scaled(), (x,))
     assert {n["module"] for n in root_only.graph["nodes"]} == {""}
+    assert root_only.run.loss_ops == frozenset()
 
 
 class Scaled(nn.Module):
@@ -1439,6 +1442,13 @@ def test_saved_page_keeps_values_only_of_the_opened_and_pinned_inspectors(widget
         for r in _tensor_records(data)
     ]
     assert elsewhere and not [r for r in elsewhere if "value" in r]
+    # the reason the page shows for a value it left out is the true one: not opened, not pinned
+    from hookviz.widget.export import NOT_SAVED_NOTE
+
+    left_out = [r for r in elsewhere if r["numel"] <= 16]  # small enough for the run to keep
+    assert left_out and all(r["note"] == NOT_SAVED_NOTE for r in left_out)
+    assert "full_tensor_limit" not in NOT_SAVED_NOTE and "pinned" in NOT_SAVED_NOTE
+    assert "note" not in opened
     # every tensor keeps its statistics: the norm of the opened gradient
     assert opened["norm"] == pytest.approx(math.hypot(8, 6), rel=1e-4)
     everything = _saved_state(widget.save_html(tmp_path / "all.html", values="all"))["__inspectors"]
@@ -1514,7 +1524,9 @@ def test_show_of_an_open_watch_follows_training_and_keeps_the_final_state(tmp_pa
         view = hookviz.show(watch, every_steps=1, every_seconds=None)
         assert view.watch_view == {} and view.graph == {}  # nothing kept yet, and no graph
         _train(model, 5)
-        assert view.live.wait_shown()
+        deadline = time.monotonic() + 10  # every_steps=1: the feed sends step 4 by itself
+        while view.watch_view.get("step") != 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert view.watch_view["step"] == watch.steps[-1] == 4 and view.watch_view["live"]
         assert view.watch_view["norms"] == pytest.approx(watch.norms())
         heatmap = view.watch_heatmap["data"][0]
@@ -1555,6 +1567,24 @@ def test_a_nan_step_is_shown_at_once_whatever_the_throttle():
         # the throttle allows one update in ten minutes: the NaN came through it
         assert view.live.updates == 2 and view.diagnosis["counts"]["nan"] == 1
         assert view.watch_view["step"] >= 3
+
+
+def test_save_html_of_a_live_watch_writes_the_watch_as_it_stands(tmp_path):
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=4, width=16, inputs=8, classes=3)
+    with hookviz.watch(model) as watch:
+        view = hookviz.show(watch, every_seconds=600)  # one update in ten minutes: the first step's
+        with pytest.raises(hookviz.WatchError, match="kept no step yet"):
+            view.save_html(tmp_path / "empty.html")
+        assert not (tmp_path / "empty.html").exists()
+        _train(model, 4)
+        open_page = _saved_state(view.save_html(tmp_path / "training.html"))
+    closed_page = _saved_state(view.save_html(tmp_path / "closed.html"))
+    assert watch.steps == [0, 1, 2, 3]
+    for page, live in ((open_page, True), (closed_page, False)):
+        assert page["watch_view"]["step"] == 3 and page["watch_view"]["live"] is live
+        assert page["watch_view"]["norms"] == pytest.approx(watch.norms())
+        assert page["watch_heatmap"]["data"][0]["x"] == watch.steps
 
 
 def test_show_live_refuses_bad_rates():

@@ -143,41 +143,32 @@ def gradient_stats(
 
     ranked = sorted(layers, key=lambda m: first_order(layers[m]))
     nearest_norm = _combine([r for _, r, _ in layers[ranked[0]]], counts=False)[0]
-    stats = []
-    for name, record, order in parameters:
-        norm, zeros, nonfinite = _combine([record], counts)
-        parameter_norm = values.get(name)
-        stats.append(
-            GradientStats(
-                name,
-                "parameter",
-                module_of(name),
-                norm,
-                parameter_norm,
-                ratio_of(norm, parameter_norm),
-                ratio_of(norm, nearest_norm),
-                zeros,
-                nonfinite,
-                order,
-            )
+
+    def row(name: str, kind: str, module: str, records, parameter_norm, order) -> GradientStats:
+        norm, zeros, nonfinite = _combine(records, counts)
+        return GradientStats(
+            name,
+            kind,
+            module,
+            norm,
+            parameter_norm,
+            ratio_of(norm, parameter_norm),
+            ratio_of(norm, nearest_norm),
+            zeros,
+            nonfinite,
+            order,
         )
+
+    stats = [
+        row(name, "parameter", module_of(name), [record], values.get(name), order)
+        for name, record, order in parameters
+    ]
     for module in ranked:
         members = layers[module]
-        norm, zeros, nonfinite = _combine([r for _, r, _ in members], counts)
         parameter_norm = combined_norm(values[n] for n, _, _ in members) if model is not None else None
         order = first_order(members)
+        records = [r for _, r, _ in members]
         stats.append(
-            GradientStats(
-                module,
-                "layer",
-                module,
-                norm,
-                parameter_norm,
-                ratio_of(norm, parameter_norm),
-                ratio_of(norm, nearest_norm),
-                zeros,
-                nonfinite,
-                None if order == math.inf else int(order),
-            )
+            row(module, "layer", module, records, parameter_norm, None if order == math.inf else int(order))
         )
     return stats

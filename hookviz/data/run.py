@@ -9,6 +9,7 @@ post-hook sees). For a module, ``grad_output`` / ``grad_input`` are what a full 
 from __future__ import annotations
 
 import copy
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -399,6 +400,17 @@ class Run(ComparedByValue, Deferrable):
         """The user's model this run recorded (held weakly: None once the model is gone)."""
         return None if self.model_ref is None else self.model_ref()
 
+    @cached_property
+    def loss_ops(self) -> frozenset[str]:
+        """Ids of the op Nodes that compute the loss, drawn in the ``(loss)`` box: the ops
+        ``loss_fn`` made (``module`` :data:`LOSS_MODULE`), or, when it made none, the ops the
+        model's own forward runs after its last submodule: the loss a Hugging Face model computes
+        inside ``forward`` (GPT-2's ``View``, ``LogSoftmax``, ``NllLoss`` after ``lm_head``).
+        Those are the root module's ops that no submodule's op follows and some submodule's op
+        precedes; their records keep the module that made them (``""``). Empty for a model of
+        root ops alone: nothing sets a loss apart there."""
+        return _loss_ops(self.nodes, self.edges)
+
     @property
     def edited_nodes(self) -> set[str]:
         """Ids of the Nodes where one of hookviz's edits ran in this run."""
@@ -570,3 +582,42 @@ class Run(ComparedByValue, Deferrable):
             f"forward_reused={self.forward_reused}"
             f"{', details pending: run.fill_details() records them' if self.details_pending else ''})"
         )
+
+
+def _loss_ops(nodes: dict[str, NodeRecord], edges: list[tuple[str, str, int]]) -> frozenset[str]:
+    made_by_loss_fn = frozenset(node_id for node_id, record in nodes.items() if record.module == LOSS_MODULE)
+    if made_by_loss_fn:
+        return made_by_loss_fn
+    inside = {node_id for node_id, record in nodes.items() if record.module != ""}
+    root_ops = [node_id for node_id, record in nodes.items() if record.module == "" and record.kind == "op"]
+    if not inside or not root_ops:
+        return frozenset()
+    after, before = defaultdict(list), defaultdict(list)
+    for source, target, _ in edges:
+        after[source].append(target)
+        before[target].append(source)
+
+    def reaches_a_submodule(start: str, step, known: dict[str, bool]) -> bool:
+        # Walked from each root op, not from every submodule op: a root op next to a submodule's
+        # op stops at once. ``known`` keeps what earlier walks proved (in forward order, a chain
+        # of loss ops is walked once per direction).
+        seen, todo = {start}, [start]
+        while todo:
+            for other in step[todo.pop()]:
+                if other in inside or known.get(other):
+                    known[start] = True
+                    return True
+                if other not in seen and other not in known:
+                    seen.add(other)
+                    todo.append(other)
+        known.update(dict.fromkeys(seen, False))  # nothing they reach is a submodule's op
+        return False
+
+    backward_known: dict[str, bool] = {}
+    forward_known: dict[str, bool] = {}
+    return frozenset(
+        node_id
+        for node_id in root_ops
+        if reaches_a_submodule(node_id, before, backward_known)
+        and not reaches_a_submodule(node_id, after, forward_known)
+    )

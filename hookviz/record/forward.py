@@ -142,7 +142,7 @@ class RetainedForward:
         # state that forward left (its Nodes may have saved those tensors), then puts back the user's.
         kept = self.kept
         if kept is None or kept.changed is not None:
-            kept = KeptState(self.model, [t for t in self.leaves.values() if t.grad_fn is None])
+            kept = KeptState(self.model, list(self.leaves.values()))
             if self.kept is not None:
                 kept.reapply(self.kept)
         self.state.active = recorder
@@ -205,7 +205,7 @@ def record_forward(
         model's state is put back after the first backward on the graph (see
         :mod:`hookviz.record.model_state`).
     """
-    kept = KeptState(model, [t for t in inputs.values() if t.requires_grad and t.grad_fn is None])
+    kept = KeptState(model, [t for t in inputs.values() if t.requires_grad])
     try:
         return _record_forward(
             model, args, kwargs, inputs, loss_fn, recorder, kept, device=device, user_model=user_model,

@@ -1,14 +1,17 @@
 """The model's state before a recorded run, and putting it back after the backward that needs it.
 
 hookviz observes, it does not train: after a run the model is as it was before it. Put back are, per
-module, every entry of its ``__dict__`` (plain attributes, ``training``, ``_is_full_backward_hook``),
-of ``_parameters``, ``_buffers`` and ``_modules`` (names the forward added are removed, names it
-swapped get their object back) and of every hook dict (``_forward_hooks``, ``_backward_hooks``,
-``_forward_pre_hooks``, ``_forward_hooks_with_kwargs``, ...: a hook the forward registered is
-removed); per parameter, buffer and input leaf: its value, its place (storage, shape, strides: a
-``p.set_(t)`` or ``p.data = t`` is undone), ``requires_grad``, ``.grad`` (which tensor, and its
-values), its version counter and its tensor hook dicts (``register_hook``,
-``register_post_accumulate_grad_hook``). Contents of a mutable attribute (a list the forward appends
+module, every entry of its ``__dict__`` (plain attributes, ``training``,
+``_is_full_backward_hook``), of ``_parameters``, ``_buffers`` and ``_modules`` (names the forward
+added are removed, names it swapped get their object back) and of every hook dict
+(``_forward_hooks``, ``_backward_hooks``, ``_forward_pre_hooks``, ``_forward_hooks_with_kwargs``,
+...: a hook the forward registered is removed), and so are the process-wide module hooks
+(``torch.nn.modules.module``'s ``_global_*`` dicts, filled by ``register_module_forward_hook`` and
+its siblings, and its ``_global_is_full_backward_hook``); per parameter, buffer and input leaf: its
+value, its place (storage, shape, strides: a ``p.set_(t)`` or ``p.data = t`` is undone),
+``requires_grad``, ``.grad`` (which tensor, and its values), its version counter and its tensor hook
+dicts (``register_hook``, ``register_post_accumulate_grad_hook``); per input that autograd made (not
+a leaf), its tensor hook dicts alone. Contents of a mutable attribute (a list the forward appends
 to) are the user's: only which object each name holds is put back. A forward may change all of
 these: BatchNorm updates its running statistics, a step counter does ``self.n += 1``, a buffer is
 reassigned, a parameter is changed in place under ``torch.no_grad()``, a hook is registered on each
@@ -53,6 +56,16 @@ _MODULE_DICTS = tuple(
     for name, value in vars(torch.nn.Module()).items()
     if isinstance(value, dict) and (name in ("_parameters", "_buffers", "_modules") or "_hooks" in name)
 )
+# The process-wide module hooks (``torch.nn.modules.module.register_module_forward_hook`` and its
+# siblings keep them in these dicts of that module) and the flag that says whether its backward
+# hooks are full ones.
+_NN_MODULE = torch.nn.modules.module
+_GLOBAL_HOOK_DICTS = tuple(
+    name
+    for name, value in vars(_NN_MODULE).items()
+    if name.startswith("_global_") and isinstance(value, dict)
+)
+_GLOBAL_FULL_BACKWARD_FLAG = "_global_is_full_backward_hook"
 
 
 def _version(tensor: torch.Tensor) -> int | None:
@@ -90,10 +103,16 @@ class KeptState:
         self.model = model
         modules = module_tree.modules(model)
         self.dicts = [entry for module in modules for entry in _kept_dicts(module)]
+        for name in _GLOBAL_HOOK_DICTS:
+            hooks = getattr(_NN_MODULE, name)
+            self.dicts.append((hooks, dict(hooks) if hooks else None, True))
+        self.full_backward_flag = getattr(_NN_MODULE, _GLOBAL_FULL_BACKWARD_FLAG, None)
         self.sets = [(m, set(m._non_persistent_buffers_set)) for m in modules]
         self.tensors = [_TensorState(p) for p in module_tree.parameters(model)]
         known = {id(state.tensor) for state in self.tensors}
-        self.tensors += [_TensorState(t) for t in tensors if id(t) not in known]
+        self.tensors += [_TensorState(t) for t in tensors if id(t) not in known and t.grad_fn is None]
+        # An input made by autograd (not a leaf) keeps only its hooks: its value is the user's graph's.
+        self.hooked = [(t, _hook_dicts(t)) for t in tensors if t.grad_fn is not None]
         self.buffers = [_TensorState(b, copy=True) for _, b in module_tree.named_buffers(model)]
         # id(tensor) -> (tensor, copy of its value before the run's first write to it)
         self.written: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -170,6 +189,12 @@ class KeptState:
                 module._non_persistent_buffers_set = set(names)
         if after.dicts or after.sets:
             module_tree.relist(self.model)
+        flag = getattr(_NN_MODULE, _GLOBAL_FULL_BACKWARD_FLAG, None)
+        if flag is not self.full_backward_flag:
+            after.full_backward_flag = flag
+            setattr(_NN_MODULE, _GLOBAL_FULL_BACKWARD_FLAG, self.full_backward_flag)
+        for tensor, hooks in self.hooked:
+            _put_back_hooks(tensor, hooks, after)
         restored: set[int] = set()
         with torch.inference_mode(False), torch.no_grad(), torch._C.DisableTorchFunction():
             for state in self.tensors + self.buffers:
@@ -206,7 +231,8 @@ class KeptState:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        self.changed = bool(after.dicts or after.sets or after.tensors or after.hooks or tensors)
+        flag = after.full_backward_flag is not _MISSING
+        self.changed = bool(after.dicts or after.sets or after.tensors or after.hooks or tensors or flag)
         return self.changed
 
     def reapply(self, forward: KeptState) -> None:
@@ -221,6 +247,8 @@ class KeptState:
             module._non_persistent_buffers_set = set(names)
         if after.dicts or after.sets:
             module_tree.relist(self.model)
+        if after.full_backward_flag is not _MISSING:
+            setattr(_NN_MODULE, _GLOBAL_FULL_BACKWARD_FLAG, after.full_backward_flag)
         for tensor, attribute, contents in after.hooks:
             hooks = getattr(tensor, attribute, None)
             if hooks is None:
@@ -258,10 +286,7 @@ class _TensorState:
                 self.value = tensor.detach().clone()
         self.place = _place(tensor)
         self.requires_grad, self.grad, self.version = tensor.requires_grad, tensor.grad, _version(tensor)
-        self.hooks = []
-        for attribute in TENSOR_HOOK_ATTRIBUTES:
-            hooks = getattr(tensor, attribute, None)
-            self.hooks.append((attribute, hooks, None if hooks is None else dict(hooks)))
+        self.hooks = _hook_dicts(tensor)
         self.moved = False
 
     def put_back_value(self, written: torch.Tensor | None, after: _After) -> None:
@@ -286,36 +311,52 @@ class _TensorState:
 
     def put_back_hooks(self, after: _After) -> None:
         """Give each tensor hook dict its contents back (a hook registered during the run goes)."""
-        tensor = self.tensor
-        for attribute, hooks, contents in self.hooks:
-            now = getattr(tensor, attribute, None)
-            if now is hooks and (hooks is None or _unchanged(now, contents)):
-                continue
-            if now is None or (hooks is None and not now):
-                if hooks is not None:
-                    setattr(tensor, attribute, hooks)
-                continue
-            after.hooks.append((tensor, attribute, dict(now)))
-            if hooks is None:
-                now.clear()  # emptied, not unset: setting None would clear the tensor's C++ hooks
-            else:
-                if now is not hooks:
-                    setattr(tensor, attribute, hooks)
-                _put(hooks, contents, True)
+        _put_back_hooks(self.tensor, self.hooks, after)
+
+
+def _hook_dicts(tensor: torch.Tensor) -> list[tuple[str, dict | None, dict | None]]:
+    """Each tensor hook dict of ``tensor``: (attribute, the dict or None, a copy of its contents)."""
+    found = []
+    for attribute in TENSOR_HOOK_ATTRIBUTES:
+        hooks = getattr(tensor, attribute, None)
+        found.append((attribute, hooks, None if hooks is None else dict(hooks)))
+    return found
+
+
+def _put_back_hooks(tensor: torch.Tensor, kept: list, after: _After) -> None:
+    """Give each of ``tensor``'s hook dicts the contents ``kept`` (from :func:`_hook_dicts`) back;
+    what the run left goes into ``after.hooks``."""
+    for attribute, hooks, contents in kept:
+        now = getattr(tensor, attribute, None)
+        if now is hooks and (hooks is None or _unchanged(now, contents)):
+            continue
+        if now is None or (hooks is None and not now):
+            if hooks is not None:
+                setattr(tensor, attribute, hooks)
+            continue
+        after.hooks.append((tensor, attribute, dict(now)))
+        if hooks is None:
+            now.clear()  # emptied, not unset: setting None would clear the tensor's C++ hooks
+        else:
+            if now is not hooks:
+                setattr(tensor, attribute, hooks)
+            _put(hooks, contents, True)
 
 
 class _After:
     """What a run left in the model, taken by :meth:`KeptState.put_back` as it restores the state
     before: ``dicts`` (live dict, its contents, ordered), ``sets`` (module, its non-persistent
     buffer names), ``tensors`` (tensor, alias of its storage when that moved or None, copy of its
-    value when that changed in place or None, version) and ``hooks`` (tensor, hook dict attribute,
-    contents)."""
+    value when that changed in place or None, version), ``hooks`` (tensor, hook dict attribute,
+    contents) and ``full_backward_flag`` (``torch.nn.modules.module._global_is_full_backward_hook``
+    when the run changed it, else ``_MISSING``)."""
 
     def __init__(self):
         self.dicts: list = []
         self.sets: list = []
         self.tensors: list = []
         self.hooks: list = []
+        self.full_backward_flag = _MISSING
 
 
 class _CopyGradFirst:

@@ -6,26 +6,41 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import torch
 
 from hookviz.analysis.findings import Finding
 from hookviz.analysis.gradient_stats import module_of
 
-if TYPE_CHECKING:
-    from hookviz.watching.gather import RankHistory
+
+class RankStatistics(Protocol):
+    """What these findings read of a :class:`hookviz.watching.gather.RankHistory` (which imports
+    this module, so this one names the fields it needs instead of importing it back); the fields
+    are documented there."""
+
+    ranks: list[int]
+    steps: list[int]
+    names: list[str]
+    kinds: list[str]
+    local: torch.Tensor
+    order: torch.Tensor
+    strategy: str
+
+    def total_norms(self) -> torch.Tensor: ...
 
 
-def _name_label(history: RankHistory, column: int) -> str:
+def _name_label(history: RankStatistics, column: int) -> str:
     name, kind = history.names[column], history.kinds[column]
     return f"parameter {name!r}" if kind == "parameter" else f"the output of module {name!r}"
 
 
-def _module(history: RankHistory, column: int) -> str:
+def _module(history: RankStatistics, column: int) -> str:
     name = history.names[column]
     return name if history.kinds[column] == "output" else module_of(name)
 
 
-def nan_findings(history: RankHistory) -> list[Finding]:
+def nan_findings(history: RankStatistics) -> list[Finding]:
     """``"nan"``: the first step at which some rank's local gradient held NaN/Inf (at most one)."""
     bad = history.local[:, :, :, 2] > 0  # [ranks, steps, names]
     if not bad.any():
@@ -58,7 +73,7 @@ def nan_findings(history: RankHistory) -> list[Finding]:
     ]
 
 
-def diverging_findings(history: RankHistory, diverge: float) -> list[Finding]:
+def diverging_findings(history: RankStatistics, diverge: float) -> list[Finding]:
     """``"diverging"``: each rank whose local norm is ``diverge`` times away from the others' median."""
     if len(history.ranks) < 2:
         return []
@@ -110,7 +125,7 @@ def diverging_findings(history: RankHistory, diverge: float) -> list[Finding]:
     return found
 
 
-def unused_findings(history: RankHistory) -> list[Finding]:
+def unused_findings(history: RankStatistics) -> list[Finding]:
     """``"unused"``: each parameter that got a gradient on some ranks and none on others at a step."""
     if len(history.ranks) < 2:
         return []

@@ -3,14 +3,13 @@
 Runs are recorded lazily (norms first, see :mod:`hookviz.record.details`); one rule,
 :func:`hookviz.record.details.recorded_in_full`, says which are small enough to get their details
 at once (``Session.run()`` fills those already). A large run's leaf table and chart wait with its
-details, and are sent first when the page (or :meth:`Widget.fill_details`) asks for them.
+details, and are sent first when the page (or :meth:`hookviz.Widget.fill_details`) asks for them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
 
 from hookviz.errors import DetailsRefused
 from hookviz.widget.chart import chart_json
@@ -18,16 +17,13 @@ from hookviz.widget.diagnosis import diagnose_run, diagnosis_json
 from hookviz.widget.leaf_table import leaf_summaries, leaf_summary_json
 from hookviz.widget.selection import inspect
 
-if TYPE_CHECKING:
-    from hookviz.widget.widget import Widget
-
 # In a kernel, how long after the cell that showed a large run its details wait for the page to
 # ask for them (it asks once it has drawn the graph). Recorded at once, they would take the
 # machine's cores while the page draws, and delay its first paint (docs/perf.md).
 DETAILS_WAIT_FOR_THE_PAGE_S = 2.0
 
 
-def fill_before_the_next_cell(widget: Widget) -> None:
+def fill_before_the_next_cell(widget) -> None:
     """In IPython, record ``widget``'s pending details after the cell that showed it has ended
     and in any case before another cell runs: a training step in the next cell would change the
     parameters, and the details could no longer be recorded. In a kernel (an event loop runs)
@@ -66,7 +62,7 @@ def fill_before_the_next_cell(widget: Widget) -> None:
 
 
 def fill_details(widget) -> bool:
-    """:meth:`Widget.fill_details`: record the pending details of the run on screen."""
+    """:meth:`hookviz.Widget.fill_details`: record the pending details of the run on screen."""
     run = widget.run
     show_pending_tables(widget)
     if not widget.details_pending or run is None:

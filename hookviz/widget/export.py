@@ -15,7 +15,7 @@ import html
 import json
 from pathlib import Path
 
-from hookviz.errors import HookvizError
+from hookviz.errors import HookvizError, WatchError
 from hookviz.files import paths
 from hookviz.widget.inspector import module_inspector_json, node_inspector_json
 from hookviz.widget.payload import json_float
@@ -39,6 +39,13 @@ EXPORT_OVERVIEW_BLOCKS = 12
 # zero_fraction is not rounded: 4 digits would turn 64 non-zeros of 3.2 M (0.99998) into 1.0, and
 # the page would say "zeros 100%" (the page's percentages never round a part to all or nothing).
 _STATISTICS = ("norm", "mean", "min", "max")
+
+# Why a tensor in a saved page has no values when the run kept them: the page was saved with
+# values="opened" and this tensor was neither on screen nor pinned (the page shows the note).
+NOT_SAVED_NOTE = (
+    "values not saved in this page: it keeps those of the inspector that was open and of pinned "
+    "nodes (save_html(..., pinned=[...]) or values='all' keeps more)"
+)
 
 STATIC_NOTE = (
     "Saved page: no Python kernel behind it, so edits and re-run are off. "
@@ -95,9 +102,12 @@ def _merged_histogram(histogram: dict) -> dict:
 def _compact_tensor(record: dict, keep_values: bool) -> dict:
     """A tensor's JSON (``TensorRecord.to_dict``) as a saved page keeps it: its statistics to
     STATISTIC_DIGITS, histogram edges to EDGE_DIGITS, a coarser overview, and its values only when
-    ``keep_values``; fields that say nothing (None, "", no pending fields) are left out (the page
+    ``keep_values`` (else a value it had leaves :data:`NOT_SAVED_NOTE` in its ``note``, the reason
+    the page shows); fields that say nothing (None, "", no pending fields) are left out (the page
     reads a missing field as absent)."""
     out = {}
+    if not keep_values and record.get("value") is not None:
+        record = {**record, "note": "; ".join(filter(None, (record.get("note"), NOT_SAVED_NOTE)))}
     for name, value in record.items():
         if name == "value" and not keep_values:
             continue
@@ -162,6 +172,10 @@ def _script_json(state: dict) -> str:
 def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinned=()) -> Path:
     """Write ``widget``'s current view to one HTML file; returns its path.
 
+    A widget that follows a watch live (``hookviz.show(watch)`` on an open watch) is first brought
+    up to the watch's latest kept step (:meth:`hookviz.widget.live.LiveFeed.wait_shown`), so the
+    page shows the watch as it stands, not the last update its throttle let through.
+
     The file needs no kernel and no network: the bundle and the state are inside it. Graph,
     inspector, replay, chart and search work; edits and re-run are disabled with a note.
     Every tensor keeps its statistics, histogram and overview; its values (the numbers) are kept
@@ -179,6 +193,8 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
             separator, is ``.``, ``..`` or a folder, or its folder does not exist.
         OSError: the file cannot be written (the folder is not writable, the disk is full);
             nothing is left behind.
+        WatchError: the widget follows a watch live and it has kept no step yet (the page would
+            be empty), or the live view did not catch up with the watch's latest step in 10 s.
     """
     if values not in VALUES:
         raise HookvizError(
@@ -186,6 +202,7 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
             "and of pinned nodes, 'all' those of every tensor the run recorded"
         )
     target = paths.target(path, example="page.html")
+    _show_the_watch_as_it_stands(widget)
     state = {name: getattr(widget, name) for name in widget.keys if not name.startswith("_")}
     state = {k: v for k, v in state.items() if k not in ("layout", "comm", "tabbable", "tooltip")}
     state["static_note"] = STATIC_NOTE
@@ -199,3 +216,18 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
     page = _PAGE.format(title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=loader)
     paths.write_new(target, page.encode("utf-8"))
     return target
+
+
+def _show_the_watch_as_it_stands(widget) -> None:
+    """Bring a live watch view up to its watch's latest kept step; refuse a page with nothing on it."""
+    if widget.live is not None and not widget.live.wait_shown():
+        raise WatchError(
+            "the live view did not catch up with its watch's latest step within 10 s (the thread "
+            "that updates it is busy, or a step's figures failed: see errors['watch']); call "
+            "save_html again, or save the watch itself with hookviz.save(watch, path)"
+        )
+    if widget.run is None and not widget.watch_view:
+        raise WatchError(
+            "this widget shows a watch that has kept no step yet, so the page would be empty: save "
+            "it after at least one training step (a backward that reaches the model)"
+        )

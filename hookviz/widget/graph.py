@@ -84,7 +84,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         (color: its norm's on ``color_range``, :func:`hookviz.colors.norm_color`; beyond: the
         norm lies outside the range; norm_text: the norm as the page shows it; legend:
         :func:`hookviz.colors.legend`; module: the box it is drawn in, the
-        module that made it except for the loss ops of :func:`_box_the_loss_ops`; hint:
+        module that made it except for :attr:`~hookviz.data.run.Run.loss_ops`; hint:
         :func:`operand_hint`); edge:
         ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, type,
         size, norm, nan, edited, user_hooks, signature, color, beyond, norm_text}`` (signature: see
@@ -96,6 +96,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
     edited_targets = {edit.target for edit in run.edits}
     edited_nodes = run.edited_nodes
     norms = node_norms(run)
+    loss_ops = run.loss_ops
     nodes = []
     by_module: dict[str, list[dict]] = defaultdict(list)
     for node_id, record in run.nodes.items():
@@ -104,7 +105,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         item = {
             "id": node_id,
             "op": record.op,
-            "module": record.module,
+            "module": LOSS_MODULE if node_id in loss_ops else record.module,
             "kind": kind,
             "order": record.order,
             "norm": json_float(norm),
@@ -115,7 +116,6 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         }
         nodes.append(item)
     edges = _edges_json(run)
-    _box_the_loss_ops(nodes, edges)
     for item in nodes:
         by_module[item["module"]].append(item)
 
@@ -149,49 +149,6 @@ def paint(item: dict, scale: dict) -> None:
     item["color"] = norm_color(item["norm"], scale, item["nan"])
     item["beyond"] = beyond_range(item["norm"], scale)
     item["norm_text"] = text.norm(item["norm"], item["nan"])
-
-
-def _box_the_loss_ops(nodes: list[dict], edges: list[list]) -> None:
-    """Draw in the ``(loss)`` box, where ``loss_fn``'s ops go, the ops that the model's own forward
-    runs after its last submodule: the loss a Hugging Face model computes inside ``forward``
-    (GPT-2's ``View``, ``LogSoftmax``, ``NllLoss`` after ``lm_head``). Those are the root module's
-    ops that no submodule's op follows and some submodule's op precedes. Only when ``loss_fn`` made
-    no ops, and only the drawing: the run's records keep the module that made each Node (``""``).
-    Changes ``nodes[i]["module"]`` in place."""
-    if any(item["module"] == LOSS_MODULE for item in nodes):
-        return
-    inside = {item["id"] for item in nodes if item["module"] not in ("", LOSS_MODULE)}
-    root_ops = [item for item in nodes if item["module"] == "" and item["kind"] == "op"]
-    if not inside or not root_ops:
-        return  # a model of root ops alone (the canonical example): nothing to set apart
-    after, before = defaultdict(list), defaultdict(list)
-    for source, target, _ in edges:
-        after[source].append(target)
-        before[target].append(source)
-
-    def reaches_a_submodule(start: str, step, known: dict[str, bool]) -> bool:
-        # Walked from each root op, not from every submodule op: a root op next to a submodule's
-        # op stops at once. ``known`` keeps what earlier walks proved (in forward order, a chain
-        # of loss ops is walked once per direction).
-        seen, todo = {start}, [start]
-        while todo:
-            for other in step[todo.pop()]:
-                if other in inside or known.get(other):
-                    known[start] = True
-                    return True
-                if other not in seen and other not in known:
-                    seen.add(other)
-                    todo.append(other)
-        known.update(dict.fromkeys(seen, False))  # nothing they reach is a submodule's op
-        return False
-
-    backward_known: dict[str, bool] = {}
-    forward_known: dict[str, bool] = {}
-    for item in root_ops:
-        if reaches_a_submodule(item["id"], before, backward_known) and not reaches_a_submodule(
-            item["id"], after, forward_known
-        ):
-            item["module"] = LOSS_MODULE
 
 
 def operand_hint(record) -> str:

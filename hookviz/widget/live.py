@@ -157,9 +157,31 @@ class LiveFeed:
             self._thread.join(wait)
 
     def wait_shown(self, timeout: float = 10.0) -> bool:
-        """Wait until the last kept step has been sent, and after the watch closed its final
-        state (tests, notebooks); False on timeout."""
+        """Wait until the widget shows the watch's latest kept step: that step is sent now,
+        whatever ``every_steps`` and ``every_seconds`` allow; after the watch closed, wait for its
+        final state (the thread's last update). Call it before reading the widget's watch
+        traitlets in code (``view.watch_view``, ``view.diagnosis``); ``save_html`` calls it, so a
+        page saved mid-training shows the watch as it stands. Example::
+
+            with hookviz.watch(model) as w:
+                view = hookviz.show(w)
+                display(view)
+                train(model)
+            assert view.live.wait_shown()
+            assert view.watch_view["step"] == w.steps[-1]
+
+        Args:
+            timeout: at most this many seconds to wait.
+
+        Returns:
+            True once the widget shows the latest kept step (at once when nothing is new);
+            False on timeout.
+        """
         deadline = time.monotonic() + timeout
+        with self._condition:
+            if self._latest != self._shown:
+                self._urgent = True
+                self._condition.notify()
         while time.monotonic() < deadline:
             if self._closed:  # the final state goes last, then the thread ends
                 self._thread.join(max(0.0, deadline - time.monotonic()))

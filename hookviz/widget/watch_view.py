@@ -4,8 +4,6 @@ a step slider and its findings; live while the watch trains (:mod:`hookviz.widge
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hookviz.analysis.onset import onsets
 from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR, SKIPPED_COLOR, legend, norm_color
 from hookviz.errors import WatchError
@@ -25,12 +23,9 @@ from hookviz.widget.watch_json import (
 )
 from hookviz.widget.watch_rows import SKIPPED_TEXT, with_step_rows
 
-if TYPE_CHECKING:
-    from hookviz.widget.widget import Widget
 
-
-def show_watch(widget, watch, step: int | None = None) -> Widget:
-    """:meth:`Widget.show_watch`: colour the graph by ``watch``'s norms at ``step``."""
+def show_watch(widget, watch, step: int | None = None) -> None:
+    """:meth:`hookviz.Widget.show_watch`: colour the graph by ``watch``'s norms at ``step``."""
     step = check_watch(watch, step)
     history = watch.history
     found = watch_onsets(watch, history)
@@ -48,11 +43,10 @@ def show_watch(widget, watch, step: int | None = None) -> Widget:
         widget.watch_heatmap = heatmap
         show_watch_step(widget, step)
         widget._clear_errors("watch")
-    return widget
 
 
-def show_live(widget, watch, every_steps: int | None = None, every_seconds: float | None = 1.0) -> Widget:
-    """:meth:`Widget.show_live`: follow ``watch`` while it trains."""
+def show_live(widget, watch, every_steps: int | None = None, every_seconds: float | None = 1.0) -> None:
+    """:meth:`hookviz.Widget.show_live`: follow ``watch`` while it trains."""
     from hookviz.watching.watch import Watch
     from hookviz.widget.live import LiveFeed
 
@@ -74,7 +68,6 @@ def show_live(widget, watch, every_steps: int | None = None, every_seconds: floa
         widget.live.stop()
     widget.watch = watch
     widget.live = LiveFeed(widget, watch, every_steps, every_seconds)
-    return widget
 
 
 def show_live_state(widget, watch, closed: bool) -> None:
@@ -98,7 +91,7 @@ def show_live_state(widget, watch, closed: bool) -> None:
 
 
 def watch_step(widget, step: int) -> bool:
-    """:meth:`Widget.watch_step`: show step ``step`` of the watch on screen."""
+    """:meth:`hookviz.Widget.watch_step`: show step ``step`` of the watch on screen."""
     if widget.watch is None:
         widget._set_error("watch", "no watch is shown; call show_watch(watch) first")
         return False
@@ -114,18 +107,18 @@ def watch_step(widget, step: int) -> bool:
     return True
 
 
-def show_watch_history(widget, history, rank: int | None = None, step: int | None = None) -> Widget:
-    """:meth:`Widget.show_watch_history`: show a gathered history, ``rank``'s or reduced."""
+def show_watch_history(widget, history, rank: int | None = None, step: int | None = None) -> None:
+    """:meth:`hookviz.Widget.show_watch_history`: show a gathered history, ``rank``'s or reduced."""
     from hookviz.watching.rank_view import RankView
 
     if rank is None and not history.strategy:
         rank = history.ranks[0]
     widget.watch_ranks = list(history.ranks)
-    return widget.show_watch(RankView(history, rank), step)
+    show_watch(widget, RankView(history, rank), step)
 
 
 def watch_rank(widget, rank: int | None) -> bool:
-    """:meth:`Widget.watch_rank`: switch the gathered history on screen to ``rank``."""
+    """:meth:`hookviz.Widget.watch_rank`: switch the gathered history on screen to ``rank``."""
     from hookviz.watching.rank_view import RankView
 
     if not isinstance(widget.watch, RankView):
@@ -142,7 +135,7 @@ def watch_rank(widget, rank: int | None) -> bool:
 
 
 def hide_watch(widget) -> None:
-    """:meth:`Widget.hide_watch`: leave the watch view."""
+    """:meth:`hookviz.Widget.hide_watch`: leave the watch view."""
     widget.watch = None
     with widget.hold_sync():
         widget.watch_view = {}

@@ -336,7 +336,8 @@ class Widget(anywidget.AnyWidget):
     def save_html(self, path, title: str = "hookviz", values: str = "opened", pinned=()):
         """Write this view to one self-contained HTML file that opens in a browser with no kernel
         and no network (graph, inspector, replay, chart and search work; edits and re-run are
-        disabled there). Embed it in a blog post or course page with an ``<iframe>``.
+        disabled there). Embed it in a blog post or course page with an ``<iframe>``. A live
+        watch view (``hookviz.show(watch)``) is saved as the watch stands, mid-training too.
 
         Args:
             path: the file to write.
@@ -351,6 +352,8 @@ class Widget(anywidget.AnyWidget):
 
         Raises:
             HookvizError: ``values`` is not "opened" or "all".
+            WatchError: a live watch view whose watch has kept no step yet (the page would be
+                empty).
         """
         from hookviz.widget.export import save_html
 
@@ -387,7 +390,8 @@ class Widget(anywidget.AnyWidget):
         Raises:
             WatchError: ``watch`` is not a Watch, has no recorded step, or ``step`` was not kept.
         """
-        return watch_view.show_watch(self, watch, step)
+        watch_view.show_watch(self, watch, step)
+        return self
 
     def show_live(self, watch, every_steps: int | None = None, every_seconds: float | None = 1.0) -> Widget:
         """Follow ``watch`` while it trains: heatmap, per-layer lines and findings of its latest
@@ -410,7 +414,8 @@ class Widget(anywidget.AnyWidget):
             WatchError: ``watch`` is not a Watch, or neither ``every_steps`` nor ``every_seconds``
                 is a positive number.
         """
-        return watch_view.show_live(self, watch, every_steps, every_seconds)
+        watch_view.show_live(self, watch, every_steps, every_seconds)
+        return self
 
     def _show_live_state(self, watch, closed: bool) -> None:
         """The live view of ``watch``'s latest kept step (called from the LiveFeed's thread)."""
@@ -437,7 +442,8 @@ class Widget(anywidget.AnyWidget):
             rank: a rank of ``history.ranks``; None for the reduced norms.
             step: the step shown first; None for the last kept.
         """
-        return watch_view.show_watch_history(self, history, rank, step)
+        watch_view.show_watch_history(self, history, rank, step)
+        return self
 
     def watch_rank(self, rank: int | None) -> bool:
         """Switch the gathered history on screen to ``rank`` (None = reduced). Returns False and

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -190,6 +191,16 @@ def jupyter_lab_every_cell(root: Path, settings: Path):
 
 
 @contextmanager
+def jupyter_lab_with(notebook: Path, tmp_path_factory):
+    """``jupyter_lab_every_cell`` serving a copy of ``notebook`` alone (skips without a browser)."""
+    require_browser()
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copy(notebook, root / notebook.name)
+    with jupyter_lab_every_cell(root, tmp_path_factory.mktemp("lab-settings")) as base:
+        yield base
+
+
+@contextmanager
 def chromium_page(width: int = 1500, height: int = 1400):
     """A headless Debian Chromium page (Playwright sync API)."""
     from playwright.sync_api import sync_playwright
@@ -247,6 +258,18 @@ def widget_root(page, index: int = 0):
     locator = page.locator(".hookviz-widget").nth(index)
     locator.wait_for(state="visible", timeout=120_000)
     return locator
+
+
+def apply_edit(root, page, slot: str, expression: str, edits: int) -> None:
+    """Apply ``expression`` at ``slot`` of the node in the inspector by clicking, and wait until
+    the edits list holds ``edits`` entries."""
+    root.locator(".hv-site").select_option(slot)
+    root.locator(".hv-expr").fill(expression)
+    root.locator(".hv-apply").click()
+    page.wait_for_function(
+        f"() => document.querySelectorAll('.hookviz-widget .hv-edits-list li').length === {edits}",
+        timeout=30_000,
+    )
 
 
 def click_node(page, node_id: str, index: int = 0) -> None:

@@ -75,17 +75,8 @@ def test_edit_and_rerun_in_jupyterlab(lab):
             timeout=30_000,
         )
         assert root.locator(".hv-expr").input_value() == "grad +* 2"
-        for slot, expression, count in (
-            ("grad_inputs[0]", "grad + 888888", 1),
-            ("grad_inputs[1]", "grad - 777777", 2),
-        ):
-            root.locator(".hv-site").select_option(slot)
-            root.locator(".hv-expr").fill(expression)
-            root.locator(".hv-apply").click()
-            page.wait_for_function(
-                f"() => document.querySelectorAll('.hookviz-widget .hv-edits-list li').length === {count}",
-                timeout=30_000,
-            )
+        harness.apply_edit(root, page, "grad_inputs[0]", "grad + 888888", 1)
+        harness.apply_edit(root, page, "grad_inputs[1]", "grad - 777777", 2)
         # Applied, not yet run: the edits, the edited node and the Re-run button say so.
         assert root.locator(".hv-rerun.hv-pending").count() == 1
         assert root.locator(".hv-edits-list .hv-badge-pending").count() == 2

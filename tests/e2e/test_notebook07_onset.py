@@ -9,7 +9,6 @@ heatmap must mark it. Issue 41, points 3 and 5.
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -26,12 +25,8 @@ NOTEBOOK = harness.REPO / "notebooks" / "07_live_training.ipynb"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    harness.require_browser()
     pytest.importorskip("sklearn")
-    root = tmp_path_factory.mktemp("lab07")
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    settings = tmp_path_factory.mktemp("lab07-settings")
-    with harness.jupyter_lab_every_cell(root, settings) as base:
+    with harness.jupyter_lab_with(NOTEBOOK, tmp_path_factory) as base:
         yield base
 
 

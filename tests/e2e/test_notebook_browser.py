@@ -9,7 +9,6 @@ hook computes. Uses the browser harness of ``tests/e2e/harness.py``.
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -27,11 +26,7 @@ LEAF_AFTER = '.hookviz-widget tr[data-leaf="{}"] .hv-leaf-after'
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("lab")
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    settings = tmp_path_factory.mktemp("lab-settings")
-    with harness.jupyter_lab_every_cell(root, settings) as base:
+    with harness.jupyter_lab_with(NOTEBOOK, tmp_path_factory) as base:
         yield base
 
 

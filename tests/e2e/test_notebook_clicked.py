@@ -10,7 +10,6 @@ edits stacked.
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -29,11 +28,7 @@ LEAF_AFTER = '.hookviz-widget tr[data-leaf="{}"] .hv-leaf-after'
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("lab")
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    settings = tmp_path_factory.mktemp("lab-settings")
-    with harness.jupyter_lab_every_cell(root, settings) as base:
+    with harness.jupyter_lab_with(NOTEBOOK, tmp_path_factory) as base:
         yield base
 
 
@@ -85,17 +80,8 @@ def test_notebook_01_clicked_first_then_run(lab):
             "() => document.querySelector('.hookviz-widget .hv-inspector .hv-title')?.textContent.includes('SubBackward0')",
             timeout=30_000,
         )
-        for slot, expression, count in (
-            ("grad_inputs[0]", "grad + 888888", 1),
-            ("grad_inputs[1]", "grad - 777777", 2),
-        ):
-            root.locator(".hv-site").select_option(slot)
-            root.locator(".hv-expr").fill(expression)
-            root.locator(".hv-apply").click()
-            page.wait_for_function(
-                f"() => document.querySelectorAll('.hookviz-widget .hv-edits-list li').length === {count}",
-                timeout=30_000,
-            )
+        harness.apply_edit(root, page, "grad_inputs[0]", "grad + 888888", 1)
+        harness.apply_edit(root, page, "grad_inputs[1]", "grad - 777777", 2)
         root.locator(".hv-rerun").click()
         _leaf_shows(page, "x", "[1777792, 1777764]")
 

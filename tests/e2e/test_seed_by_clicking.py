@@ -102,16 +102,6 @@ def _leaf_text(page, name: str) -> str:
     return page.locator(f'.hookviz-widget tr[data-leaf="{name}"] .hv-leaf-after').inner_text()
 
 
-def _apply(root, page, slot: str, expression: str, edits: int) -> None:
-    root.locator(".hv-site").select_option(slot)
-    root.locator(".hv-expr").fill(expression)
-    root.locator(".hv-apply").click()
-    page.wait_for_function(
-        f"() => document.querySelectorAll('.hookviz-widget .hv-edits-list li').length === {edits}",
-        timeout=30_000,
-    )
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     harness.require_browser()
@@ -174,7 +164,7 @@ def test_the_seed_experiment_by_clicking_only(lab):
 
         # Edit the module's grad_input[2] (z's), by clicking: the header names the module.
         assert "Canonical (root)" in root.locator(".hv-editor h4").inner_text()
-        _apply(root, page, "grad_input[2]", "grad * 2", 1)
+        harness.apply_edit(root, page, "grad_input[2]", "grad * 2", 1)
         assert (
             root.locator(".hv-edits-list li")
             .first.inner_text()
@@ -184,11 +174,11 @@ def test_the_seed_experiment_by_clicking_only(lab):
         # ... and SubBackward0's grad_inputs[0]; a second Apply at that site replaces, and says so.
         harness.click_node(page, "SubBackward0_0")
         _wait_title(page, "SubBackward0")
-        _apply(root, page, "grad_inputs[0]", "grad + 1", 2)
+        harness.apply_edit(root, page, "grad_inputs[0]", "grad + 1", 2)
         root.locator(".hv-site").select_option("grad_inputs[0]")
         replaces = root.locator(".hv-replaces")
         assert replaces.inner_text() == "Apply replaces the edit grad + 1 at SubBackward0_0 · grad_inputs[0]"
-        _apply(root, page, "grad_inputs[0]", "grad + 888888", 2)
+        harness.apply_edit(root, page, "grad_inputs[0]", "grad + 888888", 2)
         listed = root.locator(".hv-edits-list li").all_inner_texts()
         assert [line.split(" ←")[0] for line in listed] == [
             "Canonical (root) · grad_input[2]",
