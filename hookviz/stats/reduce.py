@@ -465,9 +465,20 @@ def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Ten
             return None
     with torch.no_grad():  # the same call as _norms on CPU: the same bits
         found = torch.stack(torch._foreach_norm(tensors, dtype=accumulate)).double()
+    norms = found.tolist()
     floor = _FLOAT64_FLOOR if dtype == torch.float64 else _FLOAT32_FLOOR
+    # The usual step in three C loops: a NaN makes the sum NaN and an Inf makes it Inf (norms are
+    # never negative), and the smallest norm above the largest tensor's floor is above every floor.
+    low = min(norms)
+    if (
+        sum(norms) < math.inf
+        and max(norms) <= highest
+        and 0.0 < low
+        and floor * math.sqrt(max(map(torch.Tensor.numel, tensors))) <= low
+    ):
+        return found
     sqrt, inf = math.sqrt, math.inf
-    for norm, tensor in zip(found.tolist(), tensors):
+    for norm, tensor in zip(norms, tensors):
         # NaN fails every comparison; a tensor with no elements has norm 0; an Inf may be an overflow
         if not (0.0 < norm <= highest and floor * sqrt(tensor.numel()) <= norm < inf):
             return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 
 import torch
 
@@ -27,6 +28,7 @@ from hookviz.watching.structure import follow_replaced
 # Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
 # this many newer ones have begun.
 PENDING_BACKWARDS = 32
+_first = itemgetter(0)
 
 
 @dataclass
@@ -120,7 +122,10 @@ def _row_of(watch, state: Backward, parameters: bool = True) -> torch.Tensor:
     ``parameters`` is False) and the module-output gradients its hooks handed over, reduced together."""
     columns, grads, seen = [], [], set()
     tensors = watch._parameters
-    for column, grad, version in state.before if parameters and watch._ranks is None else ():
+    # in column order (a stable sort: a column's first note first), so that the usual step's norms
+    # are the row's first lines as they are (StepReducer.finish), not scattered into it
+    before = sorted(state.before, key=_first) if parameters and watch._ranks is None else ()
+    for column, grad, version in before:
         now = tensors[column].grad
         if now is not None and (now is not grad or now._version != version) and column not in seen:
             seen.add(column)
