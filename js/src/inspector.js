@@ -266,10 +266,15 @@ function hookViews(data, before, changed, none = {}, colors = null) {
   );
 }
 
-/** A module's child modules and the gradient norms of the parameters inside it (graphSummary). */
-function structureSections(summary) {
+/**
+ * A module's child modules and the gradient norms of the parameters inside it (graphSummary).
+ * `runLabel`: the words (payload's watch note) that mark these norms as the recorded run's while
+ * a watch shows its own beside them; "" without a watch.
+ */
+function structureSections(summary, runLabel = "") {
   if (!summary || summary.kind !== "module") return [];
   const norm = (x) => x.norm_text;
+  const of = runLabel ? ` (${runLabel})` : "";
   const children = summary.children.length
     ? h(
         "div",
@@ -278,7 +283,7 @@ function structureSections(summary) {
         h(
           "table",
           { class: "hv-tensors" },
-          h("tr", {}, h("th", {}, "module"), h("th", {}, "type"), h("th", {}, "‖grad‖")),
+          h("tr", {}, h("th", {}, "module"), h("th", {}, "type"), h("th", {}, `‖grad‖${of}`)),
           summary.children.map((c) =>
             h("tr", {}, h("td", { class: "hv-slot" }, c.label), h("td", {}, c.type || ""), h("td", {}, norm(c))),
           ),
@@ -293,7 +298,7 @@ function structureSections(summary) {
           "h4",
           {},
           // the root module holds the model's inputs too (x, y, z of the canonical example)
-          `${summary.module === "" ? "leaves'" : "parameters'"} gradient norms (${summary.parameters.length})`,
+          `${summary.module === "" ? "leaves'" : "parameters'"} gradient norms (${summary.parameters.length})${of}`,
         ),
         h(
           "table",
@@ -419,7 +424,7 @@ export function renderInspector(el, data, summary = null, note = "") {
       meta.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, String(v)))),
     ),
     data.explanation ? h("div", { class: "hv-explanation" }, data.explanation) : null,
-    ...structureSections(summary),
+    ...structureSections(summary, data.watch?.run_label || ""),
   );
   const before = data.before || {};
   const changed = data.changed || {};
