@@ -349,6 +349,23 @@ function moduleTitle(label, module, type, badges = []) {
 }
 
 /**
+ * An op's title, the same before and after the kernel answers: the label its node shows on the
+ * graph (`label`: "Mul ×5") and below it the Node's full name (`op`: "MulBackward0") where they
+ * differ, as a module's title names its full name.
+ */
+function opTitle(label, op, badges = []) {
+  return h(
+    "h3",
+    { class: "hv-title" },
+    label || op,
+    ...badges,
+    label && op && label !== op
+      ? h("span", { class: "hv-fullname", title: "the autograd Node's class name" }, `Node ${op}`)
+      : null,
+  );
+}
+
+/**
  * Fill the inspector element. `summary` is what the graph already on the page says about the
  * selection (logic.graphSummary: no kernel needed); `data` the kernel's full inspector (tensor
  * statistics and values, the `inspector` traitlet) when it has come for this selection, else null;
@@ -382,7 +399,9 @@ export function renderInspector(el, data, summary = null, note = "") {
       el,
       isModule
         ? moduleTitle(module, summary.module, summary.type)
-        : h("h3", { class: "hv-title" }, summary.op || summary.id),
+        : summary.kind === "op"
+          ? opTitle(summary.label, summary.op)
+          : h("h3", { class: "hv-title" }, summary.op || summary.id),
       h(
         "table",
         { class: "hv-meta" },
@@ -416,7 +435,9 @@ export function renderInspector(el, data, summary = null, note = "") {
     el,
     data.kind === "module"
       ? moduleTitle(boxLabel, data.module, type, badges)
-      : h("h3", { class: "hv-title" }, `${data.op}`, ...badges),
+      : data.node_kind === "op" && summary?.kind === "op"
+        ? opTitle(summary.label, data.op, badges)
+        : h("h3", { class: "hv-title" }, `${data.op}`, ...badges),
     watchNote(data.watch),
     h(
       "table",
