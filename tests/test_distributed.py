@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import hookviz
+from hookviz import text
 from hookviz.record import torch_compat
 from hookviz.widget.payload import json_float
 
@@ -376,12 +377,19 @@ def _run_of_last_batch(rank, device, directory):
         hookviz.save(run, os.path.join(directory, "run"))
 
 
-def test_cross_rank_diagnosis_names_the_rank_and_step(tmp_path):
-    spawn(_findings, str(tmp_path))
-    spawn(_run_of_last_batch, str(tmp_path))
+@pytest.fixture(scope="module")
+def gathered(tmp_path_factory):
+    """A gathered history of 2 gloo ranks and rank 0's run, saved by the ranks and opened here (one
+    process, no process group): ``(history, run, directory)``."""
+    directory = tmp_path_factory.mktemp("gathered")
+    spawn(_findings, str(directory))
+    spawn(_run_of_last_batch, str(directory))
+    return hookviz.load(directory / "findings.hookviz"), hookviz.load(directory / "run.hookviz"), directory
+
+
+def test_cross_rank_diagnosis_names_the_rank_and_step(gathered):
     # the saved history, opened here (one process, no process group), over the saved run's graph
-    history = hookviz.load(tmp_path / "findings.hookviz")
-    run = hookviz.load(tmp_path / "run.hookviz")
+    history, run, tmp_path = gathered
     assert [f.kind for f in history.diagnose()][:2] == ["nan", "diverging"]
     widget = hookviz.show(history, run)
     assert widget.read_only.startswith("read-only") and widget.watch_ranks == [0, 1]
@@ -462,3 +470,26 @@ def test_fsdp2_on_nccl():
 @two_gpus
 def test_watch_gather_on_nccl(tmp_path):
     spawn(_watch_gather, str(tmp_path), False, backend="nccl")
+
+
+def test_the_inspector_says_whose_values_it_shows_and_follows_the_rank_picker(gathered):
+    history, run, _ = gathered
+    widget = hookviz.show(history, run)
+    weight = next(n for n in run.leaf_names if n.endswith("body.4.weight"))
+    assert widget.select(weight)
+    assert widget.watch_rank(1) and widget.watch_step(2)
+    note = widget.inspector["watch"]
+    # the watch's own number for the picked rank and step, as plain torch gathered it
+    local = history.norms(2, rank=1, kind="parameter")[weight]
+    assert note["state"] == "norm" and note["text"].startswith("Watch step 2, rank 1 (local): ‖grad‖ ")
+    assert note["text"].split("‖grad‖ ")[1].split(" ")[0] == text.norm(local)
+    # the tensors below it are the recorded run's: the inspector says so, and labels the run's norms
+    assert "The values below are the recorded run's, not the watch's norms of rank 1 (local)." in note["text"]
+    assert note["run_label"] == "run"
+    assert widget.watch_rank(0)
+    other = widget.inspector["watch"]["text"]
+    assert other.startswith("Watch step 2, rank 0 (local): ") and "norms of rank 0 (local)" in other
+    assert history.norms(2, rank=0, kind="parameter")[weight] != local
+    assert text.norm(history.norms(2, rank=0, kind="parameter")[weight]) in other
+    assert widget.watch_rank(None)
+    assert widget.inspector["watch"]["text"].startswith("Watch step 2, all ranks (reduced): ")

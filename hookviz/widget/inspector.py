@@ -368,30 +368,44 @@ def watch_note(view: dict, target: str, kind: str) -> dict | None:
     recorded for the selection ``target`` (a node id or ``"module:<name>"``; ``kind``: "op",
     "leaf" or "module"), as the graph colours it: its norm at the step shown, "no grad" where the
     watch records it and it got none at that step, else "not watched" and why. None when no watch
-    is shown. Returns ``{"text", "color", "state"}`` (state: "norm", "no grad", "not watched")."""
+    is shown. Returns ``{"text", "color", "state", "run_label"}`` (state: "norm", "no grad", "not
+    watched"; ``run_label``: the words that mark the recorded run's numbers the inspector shows
+    beside the watch's, so the two are told apart). A gathered history's view (``view["of"]``:
+    the rank picker's words) names the rank, and says the values below are the recorded run's
+    (one process's forward+backward), not the picked rank's."""
     if not view or not view.get("steps"):
         return None
     step = view.get("step")
+    of = view.get("of")
+    watch = f"Watch step {step}, {of}" if of else f"Watch, step {step}"
+    # the inspector's tensors and norm tables come from the run the graph was recorded from
+    values = f" The values below are the recorded run's, not the watch's norms of {of}." if of else ""
     module = target.startswith(MODULE_PREFIX)
     element = GROUP_PREFIX + target.removeprefix(MODULE_PREFIX) if module else target
     colors = view.get("node_colors") or {}
     norms = view.get("node_norms") or {}
     if element in norms:
         shown = text.norm(norms[element])
-        return {"state": "norm", "color": colors.get(element), "text": f"Watch, step {step}: ‖grad‖ {shown}"}
-    if element in colors:
-        return {
+        note = {"state": "norm", "color": colors.get(element), "text": f"{watch}: ‖grad‖ {shown}"}
+    elif element in colors:
+        note = {
             "state": "no grad",
             "color": colors[element],
-            "text": f"Watch, step {step}: no grad (the watch records it; none reached it at this step)",
+            "text": f"{watch}: no grad (the watch records it; none reached it at this step)",
         }
+    else:
+        why = _not_watched_why(kind)
+        note = {"state": "not watched", "color": view.get("missing_color"), "text": f"Not watched: {why}."}
+    return {**note, "text": note["text"] + values, "run_label": "run"}
+
+
+def _not_watched_why(kind: str) -> str:
+    """Why the watch recorded nothing for a selection of ``kind`` ("op", "module" or "leaf")."""
     if kind == "op":
-        why = "the watch records the gradients of parameters and module outputs, not the Nodes of the graph"
-    elif kind == "module":
-        why = (
+        return "the watch records the gradients of parameters and module outputs, not the Nodes of the graph"
+    if kind == "module":
+        return (
             "the watch recorded no parameter of this module and not its output "
             "(hookviz.watch(model, outputs=True) records every module's output)"
         )
-    else:
-        why = "the watch records the gradients of the model's parameters, and this leaf is none it recorded"
-    return {"state": "not watched", "color": view.get("missing_color"), "text": f"Not watched: {why}."}
+    return "the watch records the gradients of the model's parameters, and this leaf is none it recorded"

@@ -187,6 +187,8 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
         # a gathered history: the rank shown (None = reduced over ranks), for the rank selector
         "rank": getattr(watch, "rank", None),
         "reduced": bool(getattr(getattr(watch, "source", None), "strategy", "")),
+        # the rank picker's words ("rank 1 (local)"); None for a watch of one process
+        "of": diagnosis["of"],
         # a watch still training (show_live): the page says so, and updates follow
         "live": live,
         # what a reader of the numbers must know (what a step is, a loss scale in them), and what

@@ -21,6 +21,7 @@ import {
   replayOnVisible,
   textColorOn,
   moduleTree,
+  opLabel,
   visibleGraph,
 } from "./logic.js";
 
@@ -50,13 +51,6 @@ function textWidth(text, font = FONT) {
   measureContext ??= document.createElement("canvas").getContext("2d");
   measureContext.font = font;
   return measureContext.measureText(text).width;
-}
-
-/** The label of an op node: its op without autograd's "Backward0" suffix (the id is the tooltip). */
-function opLabel(n) {
-  if (n.kind === "leaf") return n.id.includes(".") ? n.id.slice(n.id.lastIndexOf(".") + 1) : n.id;
-  const op = (n.op || n.id).replace(/Backward\d*$/, "") || n.op;
-  return n.hint ? `${op} ${n.hint}` : op;
 }
 
 /**

@@ -266,10 +266,15 @@ function hookViews(data, before, changed, none = {}, colors = null) {
   );
 }
 
-/** A module's child modules and the gradient norms of the parameters inside it (graphSummary). */
-function structureSections(summary) {
+/**
+ * A module's child modules and the gradient norms of the parameters inside it (graphSummary).
+ * `runLabel`: the words (payload's watch note) that mark these norms as the recorded run's while
+ * a watch shows its own beside them; "" without a watch.
+ */
+function structureSections(summary, runLabel = "") {
   if (!summary || summary.kind !== "module") return [];
   const norm = (x) => x.norm_text;
+  const of = runLabel ? ` (${runLabel})` : "";
   const children = summary.children.length
     ? h(
         "div",
@@ -278,7 +283,7 @@ function structureSections(summary) {
         h(
           "table",
           { class: "hv-tensors" },
-          h("tr", {}, h("th", {}, "module"), h("th", {}, "type"), h("th", {}, "‖grad‖")),
+          h("tr", {}, h("th", {}, "module"), h("th", {}, "type"), h("th", {}, `‖grad‖${of}`)),
           summary.children.map((c) =>
             h("tr", {}, h("td", { class: "hv-slot" }, c.label), h("td", {}, c.type || ""), h("td", {}, norm(c))),
           ),
@@ -293,7 +298,7 @@ function structureSections(summary) {
           "h4",
           {},
           // the root module holds the model's inputs too (x, y, z of the canonical example)
-          `${summary.module === "" ? "leaves'" : "parameters'"} gradient norms (${summary.parameters.length})`,
+          `${summary.module === "" ? "leaves'" : "parameters'"} gradient norms (${summary.parameters.length})${of}`,
         ),
         h(
           "table",
@@ -344,6 +349,23 @@ function moduleTitle(label, module, type, badges = []) {
 }
 
 /**
+ * An op's title, the same before and after the kernel answers: the label its node shows on the
+ * graph (`label`: "Mul ×5") and below it the Node's full name (`op`: "MulBackward0") where they
+ * differ, as a module's title names its full name.
+ */
+function opTitle(label, op, badges = []) {
+  return h(
+    "h3",
+    { class: "hv-title" },
+    label || op,
+    ...badges,
+    label && op && label !== op
+      ? h("span", { class: "hv-fullname", title: "the autograd Node's class name" }, `Node ${op}`)
+      : null,
+  );
+}
+
+/**
  * Fill the inspector element. `summary` is what the graph already on the page says about the
  * selection (logic.graphSummary: no kernel needed); `data` the kernel's full inspector (tensor
  * statistics and values, the `inspector` traitlet) when it has come for this selection, else null;
@@ -377,7 +399,9 @@ export function renderInspector(el, data, summary = null, note = "") {
       el,
       isModule
         ? moduleTitle(module, summary.module, summary.type)
-        : h("h3", { class: "hv-title" }, summary.op || summary.id),
+        : summary.kind === "op"
+          ? opTitle(summary.label, summary.op)
+          : h("h3", { class: "hv-title" }, summary.op || summary.id),
       h(
         "table",
         { class: "hv-meta" },
@@ -411,7 +435,9 @@ export function renderInspector(el, data, summary = null, note = "") {
     el,
     data.kind === "module"
       ? moduleTitle(boxLabel, data.module, type, badges)
-      : h("h3", { class: "hv-title" }, `${data.op}`, ...badges),
+      : data.node_kind === "op" && summary?.kind === "op"
+        ? opTitle(summary.label, data.op, badges)
+        : h("h3", { class: "hv-title" }, `${data.op}`, ...badges),
     watchNote(data.watch),
     h(
       "table",
@@ -419,7 +445,7 @@ export function renderInspector(el, data, summary = null, note = "") {
       meta.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, String(v)))),
     ),
     data.explanation ? h("div", { class: "hv-explanation" }, data.explanation) : null,
-    ...structureSections(summary),
+    ...structureSections(summary, data.watch?.run_label || ""),
   );
   const before = data.before || {};
   const changed = data.changed || {};

@@ -370,6 +370,17 @@ export function ancestors(module) {
  * sits in a list item: transformer.h.3 -> h.3, transformer.h.3.attn -> h.3.attn,
  * transformer.h.3.attn.c_attn -> c_attn, 0 -> 0.
  */
+/**
+ * The label the graph draws on a node: a leaf's last name part; an op without autograd's
+ * "Backward0" suffix, with its operand hint ("Mul ×5" for MulBackward0 of `5 * z`). The inspector
+ * titles a node the same way (the Node's full name below it).
+ */
+export function opLabel(n) {
+  if (n.kind === "leaf") return n.id.includes(".") ? n.id.slice(n.id.lastIndexOf(".") + 1) : n.id;
+  const op = (n.op || n.id).replace(/Backward\d*$/, "") || n.op;
+  return n.hint ? `${op} ${n.hint}` : op;
+}
+
 export function shortName(module) {
   const parts = module.split(".");
   if (parts.length === 1) return module;
@@ -679,6 +690,7 @@ export function graphSummary(graph, id) {
   return {
     kind: node.kind,
     id,
+    label: opLabel(node),
     op: node.op,
     module: node.module,
     norm: node.norm,

@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import {
   FINDING_LABELS,
   findingsSummary,
+  graphSummary,
   heatmapWithStep,
   overlayColor,
   parseNumber,
@@ -10,6 +11,7 @@ import {
   textColorOn,
   toggleGroup,
   moduleTree,
+  opLabel,
   visibleCount,
   visibleGraph,
 } from "../src/logic.js";
@@ -24,6 +26,19 @@ describe("numbers", () => {
     expect(parseNumber("-Infinity")).toBe(-Infinity);
     expect(parseNumber(null)).toBeNull();
     expect(parseNumber(2.5)).toBe(2.5);
+  });
+});
+
+describe("node labels", () => {
+  it("titles an op in the inspector as the graph labels it, its Node's class kept for below", () => {
+    const mul = graphSummary(canonical, "MulBackward0_2");
+    expect(mul.label).toBe("Mul ×5");
+    expect(mul.op).toBe("MulBackward0");
+    const labels = canonical.nodes.map((n) => [n.id, graphSummary(canonical, n.id).label]);
+    expect(labels).toHaveLength(9);
+    expect(labels.map(([, label]) => label)).toEqual(canonical.nodes.map(opLabel));
+    expect(Object.fromEntries(labels).SubBackward0_0).toBe("Sub");
+    expect(Object.fromEntries(labels).x).toBe("x");
   });
 });
 
