@@ -172,7 +172,7 @@ def test_the_checker_sees_relative_imports_and_imports_by_name(tmp_path):
 # data is plain records, the recorder builds data, analysis and files read it, the widget draws it.
 # docs/architecture.md draws the same picture.
 LAYERS = [
-    {"hookviz.errors", "hookviz.examples", "hookviz.text", "hookviz.colors"},
+    {"hookviz.errors", "hookviz.examples", "hookviz.text", "hookviz.colors", "hookviz.advice"},
     {"hookviz.stats"},
     {"hookviz.data"},
     {"hookviz.edits"},

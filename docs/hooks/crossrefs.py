@@ -7,8 +7,14 @@ resolves each reference where the docstring stands (its module's and class's nam
 path from the package) and:
 
 - resolved: writes an optional autorefs link, a link when the reference pages render the target,
-  plain code when they do not (a private helper's docs are the source, not the site);
+  plain code when they do not (a private helper's docs are the source, not the site); a module
+  (``:mod:``), which a docstring names to send the reader there, gets a required link: autorefs
+  warns when no page of the site renders it;
 - unresolved: logs a warning on the ``mkdocs`` logger, so ``mkdocs build --strict`` fails.
+
+A docstring's pointer to its own module's notes ("see the module docstring", "(module docstring)")
+becomes a required link to that module too: on the site there is no "module docstring" to scroll
+to, only the module's section on a reference page.
 
 ``~`` shows only the last part of the name, as in Sphinx. Loaded by mkdocstrings (mkdocs.yml).
 """
@@ -24,6 +30,7 @@ import griffe
 
 logger = logging.getLogger("mkdocs.plugins.hookviz.crossrefs")
 PACKAGE = "hookviz"
+MODULE_NOTES = re.compile(r"(?P<see>see )?(?P<the>the )?module docstring")
 ROLE = re.compile(r":(?:class|func|meth|mod|attr|exc|data|obj):`(?P<tilde>~?)(?P<name>[\w.]+)(?:\(\))?`")
 
 
@@ -71,9 +78,18 @@ def _rewrite(obj: griffe.Object, collection: griffe.ModulesCollection) -> None:
             )
             return f"`{shown}`"
         code = f"<code>{html.escape(shown)}</code>"
-        return f'<autoref identifier="{html.escape(target)}" optional>{code}</autoref>'
+        required = match.group(0).startswith(":mod:")
+        return f'<autoref identifier="{html.escape(target)}"{"" if required else " optional"}>{code}</autoref>'
 
-    obj.docstring.value = ROLE.sub(link, obj.docstring.value)
+    module = obj
+    while not module.is_module:
+        module = module.parent
+    def notes(match: re.Match) -> str:
+        pointer = "see" if match.group("see") or not match.group("the") else "the notes of"
+        return f"{pointer} :mod:`{module.path}`"
+
+    text = MODULE_NOTES.sub(notes, obj.docstring.value)
+    obj.docstring.value = ROLE.sub(link, text)
 
 
 class SphinxReferences(griffe.Extension):

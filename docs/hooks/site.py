@@ -1,10 +1,12 @@
 """MkDocs hooks for hookviz's site (mkdocs.yml `hooks:`): notebooks, includes and name checks.
 
-- **Notebooks**: the pages under ``notebooks/`` are the copies ``tests/test_notebooks.py`` executed
-  and wrote to ``build/executed/notebooks/``, outputs included, so the site shows what CI ran (no
-  second execution that could drift). A missing or stale copy is a warning (the committed notebook,
-  without outputs, stands in), so ``mkdocs build --strict`` fails until pytest has run. Outputs a
-  static page cannot show as stored (the widget, plotly's JSON) are converted for the page.
+- **Notebooks**: the pages under ``notebooks/`` are the rendered copies ``docs/render_notebooks.py``
+  ran and committed (``docs/rendered/``), outputs included, so a build from a clone runs nothing. A
+  rendered copy whose recorded hash is not its notebook's (the notebook changed since) or that is
+  missing is a warning (``--strict`` fails) and the page shows the committed notebook without
+  outputs. Outputs a static page cannot show as stored are converted for the page: each hookviz
+  widget becomes its saved page (made here from the kept state and this checkout's bundle) in an
+  ``<iframe>``, plotly's JSON becomes the figure over the site's one copy of plotly.js.
 - **Includes**: a line ``<!-- include PATH -->`` (``PATH`` from the repository root, optionally
   followed by ``shift=N`` to demote its headings by N levels) is replaced by that file, read at build
   time. ``benchmarks/results/latest`` is the newest table ``python -m benchmarks`` wrote (by the time
@@ -17,6 +19,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import logging
 import re
@@ -30,13 +33,11 @@ logger = logging.getLogger("mkdocs.hooks.hookviz")
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
-# The executed copies keep the notebooks/ folder: a page's source is its folder / the page's path.
-EXECUTED = ROOT / "build" / "executed" / "notebooks"
 SITE_NOTEBOOKS = ROOT / "build" / "site-notebooks"
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-WIDGET_NOTE = (
-    '<div class="admonition note"><p>The hookviz widget is drawn here when the notebook runs in '
-    "Jupyter: it needs a kernel. Open the notebook in JupyterLab to click and edit.</p></div>"
+PAGES = "notebooks/pages"  # the saved pages of the notebooks' widgets, in the site
+IFRAME = (
+    '<iframe class="hookviz-example" src="{src}" title="{title}" loading="lazy" '
+    'style="width: 100%; height: 900px; border: 1px solid #8884; border-radius: 4px"></iframe>'
 )
 PLOTLY = "application/vnd.plotly.v1+json"
 PLOTLY_JS = "assets/plotly.min.js"
@@ -56,64 +57,76 @@ _documented: set[str] = set()
 # ---------------------------------------------------------------------------------------- notebooks
 
 
-def _cells(notebook) -> list[tuple[str, str]]:
-    return [(cell.cell_type, cell.source) for cell in notebook.cells]
+def _renderer():
+    """``docs/render_notebooks.py``, the one home of the rendered copies' folder, format and hash."""
+    spec = importlib.util.spec_from_file_location("render_notebooks", ROOT / "docs" / "render_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _for_the_site(notebook, to_root: str) -> bool:
-    """Make the outputs a static page can show; True when a plotly figure needs plotly.js.
+def _for_the_site(notebook, stem: str, to_root: str, renderer, config) -> tuple[bool, list[File]]:
+    """Make the outputs a static page can show: (whether a plotly figure needs plotly.js, the saved
+    pages of the widgets to add to the site).
 
-    The widget needs a kernel, and its saved state (the 3.6 MB bundle per widget) is no use on a
-    page without one: each widget output becomes a note. A plotly figure is stored as plotly's JSON
-    mimetype, which nbconvert does not draw: it becomes the figure's HTML over the site's one copy
-    of plotly.js. Every other output is left as the kernel wrote it.
+    A hookviz widget's output refers to its saved page's state (``docs/rendered/<stem>-<k>.json.gz``):
+    the page is made of it with this checkout's bundle (``hookviz.widget.export.page_html``) and
+    shown in an ``<iframe>``, clickable as on the guides' examples. A plotly figure is stored as
+    plotly's JSON mimetype, which nbconvert does not draw: it becomes the figure's HTML over the
+    site's one copy of plotly.js. Every other output is left as the kernel wrote it.
     """
     import plotly.io
 
-    notebook.metadata.pop("widgets", None)
-    plotted = False
+    plotted, pages = False, []
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
             data = output.get("data", {})
-            if WIDGET_VIEW in data:
-                output["data"] = {"text/html": WIDGET_NOTE}
+            if renderer.SAVED_PAGE in data:
+                from hookviz.widget.export import page_html
+
+                saved = data[renderer.SAVED_PAGE]["page"]
+                state = renderer.page_state(saved)
+                uri = f"{PAGES}/{saved.split('.')[0]}.html"
+                pages.append(File.generated(config, uri, content=page_html(state, f"hookviz: {stem}")))
+                title = "the widget this cell drew, as a saved page: click a node or a box (edits need the notebook)"
+                output["data"] = {"text/html": IFRAME.format(src=to_root + uri, title=title)}
             elif PLOTLY in data:
                 figure = plotly.io.from_json(json.dumps(data[PLOTLY]))
                 html = plotly.io.to_html(figure, include_plotlyjs=f"{to_root}{PLOTLY_JS}", full_html=False)
                 output["data"] = {"text/html": html}
                 plotted = True
-    return plotted
+    return plotted, pages
 
 
 @event_priority(100)  # before mkdocs-jupyter's on_files turns .ipynb files into pages
 def on_files(files, config):
+    renderer = _renderer()
     plotted = False
     for source in sorted(NOTEBOOKS.glob("*.ipynb")):
-        executed = EXECUTED / source.name
+        rendered = renderer.rendered_path(source)
         page = File(
             f"notebooks/{source.name}",
-            src_dir=str(ROOT),  # the committed notebook, without outputs, unless the executed copy is usable
+            src_dir=str(ROOT),  # the committed notebook, without outputs, unless the rendered copy is usable
             dest_dir=config.site_dir,
             use_directory_urls=config.use_directory_urls,
         )
-        if not executed.exists():
+        notebook = nbformat.read(rendered, as_version=4) if rendered.exists() else None
+        recorded = notebook.metadata.get(renderer.METADATA, {}).get("sha256") if notebook else None
+        if recorded != renderer.source_hash(nbformat.read(source, as_version=4)):
             logger.warning(
-                "%s has no executed copy in %s: run `python -m pytest tests/test_notebooks.py` first "
+                "%s %s: run `python docs/render_notebooks.py %s` and commit docs/rendered/ "
                 "(the page shows the notebook without outputs)",
-                source.relative_to(ROOT),
-                EXECUTED.relative_to(ROOT),
-            )
-        elif _cells(nbformat.read(executed, as_version=4)) != _cells(nbformat.read(source, as_version=4)):
-            logger.warning(
-                "%s is older than %s: run `python -m pytest tests/test_notebooks.py` again "
-                "(the page shows the notebook without outputs)",
-                executed.relative_to(ROOT),
-                source.relative_to(ROOT),
+                rendered.relative_to(ROOT),
+                "is missing" if notebook is None else f"was rendered from an older {source.relative_to(ROOT)}",
+                source.stem,
             )
         else:
-            notebook = nbformat.read(executed, as_version=4)
             # mkdocs-jupyter writes the page to notebooks/<stem>/index.html (notebooks/<stem>.html)
-            plotted |= _for_the_site(notebook, "../../" if config.use_directory_urls else "../")
+            to_root = "../../" if config.use_directory_urls else "../"
+            figures, pages = _for_the_site(notebook, source.stem, to_root, renderer, config)
+            plotted |= figures
+            for saved in pages:
+                files.append(saved)
             (SITE_NOTEBOOKS / "notebooks").mkdir(parents=True, exist_ok=True)
             nbformat.write(notebook, SITE_NOTEBOOKS / "notebooks" / source.name)
             page = File(
@@ -131,7 +144,7 @@ def on_files(files, config):
 
 
 def on_serve(server, config, builder):
-    for path in (NOTEBOOKS, EXECUTED, RESULTS, ROOT / "CHANGELOG.md"):
+    for path in (NOTEBOOKS, ROOT / "docs" / "rendered", RESULTS, ROOT / "CHANGELOG.md"):
         if path.exists():
             server.watch(str(path))
     return server

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from hookviz.advice import advice
 from hookviz.errors import TargetError
 
 
@@ -157,7 +158,7 @@ def _hooks_added_later(run, name: str) -> str:
     return (
         f" The backward hook(s) {', '.join(later)} were registered after this run's forward: PyTorch "
         "wires module backward hooks in when the module is called, so they fire from the next "
-        "forward on (s.run(forward=True))."
+        f"forward on ({advice('new_forward')})."
     )
 
 

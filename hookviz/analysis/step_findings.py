@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
+from hookviz.advice import advice
 from hookviz.analysis.findings import Finding, grouped, module_label, percent, run_span
 from hookviz.analysis.gradient_stats import combine_layer, module_of
 from hookviz.analysis.layer_findings import layer_diagnosis
@@ -114,7 +115,7 @@ def step_findings(
                 (
                     f"step {step}: the gradient of {what} is the first to hold NaN/Inf "
                     f"({int(values[first][2])} elements; {len(bad)} names have some); record one "
-                    "run of this step with hookviz.Session(...).run().diagnose() to find the op"
+                    f"run of this step's batch and diagnose it, {advice('diagnose_a_step')}, to find the op"
                 ),
                 values[first][2],
                 step,

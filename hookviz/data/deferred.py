@@ -19,12 +19,13 @@ Two kinds of waiting, and neither ever runs the user's model:
 
 from __future__ import annotations
 
+from hookviz.advice import advice
 from hookviz.errors import DetailsPending
 
 _PENDING_MESSAGE = (
-    'this value is not recorded yet: the run was recorded lazily (Session(details="lazy"), or a '
-    "run too large to record in full at once) and its values wait for run.fill_details(); call "
-    'run.fill_details() first, or record with Session(..., details="eager")'
+    'this value is not recorded yet: the run was recorded lazily (details="lazy", or a '
+    f"run too large to record in full at once) and its values wait for {advice('fill_details')}; call "
+    f"{advice('fill_details')} first, or record with {advice('eager_session')}"
 )
 
 
@@ -38,7 +39,7 @@ class Pending:
     __slots__ = ()
 
     def __repr__(self) -> str:
-        return "<pending: call run.fill_details()>"
+        return f"<pending: call {advice('fill_details')}>"
 
     def __bool__(self) -> bool:
         return False

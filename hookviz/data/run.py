@@ -17,6 +17,7 @@ from functools import cached_property
 import networkx as nx
 import torch
 
+from hookviz.advice import advice
 from hookviz.data.deferred import PENDING, Deferrable, Fillable, deferrable
 from hookviz.data.tensors import ComparedByValue, TensorRecord, combined_norm
 from hookviz.errors import DetailsUnavailable, TargetError, unknown_name
@@ -458,8 +459,8 @@ class Run(ComparedByValue, Deferrable):
             raise DetailsUnavailable(
                 "this run's details were never recorded (it was saved or pickled while they were "
                 "pending) and a run read from a file or unpickled cannot record them: call "
-                "run.fill_details() before hookviz.save(run, path) or pickle.dumps(run), or record "
-                'with Session(..., details="eager")'
+                f"{advice('fill_details')} before {advice('save_run')} or pickle.dumps(run), or record "
+                f"with {advice('eager_session')}"
             )
         return self
 
@@ -576,11 +577,12 @@ class Run(ComparedByValue, Deferrable):
                 print(f"[{entry.hook} @ {entry.where or '<root>'}] {line}")
 
     def __repr__(self) -> str:
+        pending = f", details pending: {advice('fill_details')} records them" if self.details_pending else ""
         return (
             f"Run(loss={self.loss.item():.6g}, device={self.device!r}, nodes={len(self.nodes)}, "
             f"leaves={len(self.leaf_grads)}, edits={len(self.edits)}, "
             f"forward_reused={self.forward_reused}"
-            f"{', details pending: run.fill_details() records them' if self.details_pending else ''})"
+            f"{pending})"
         )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hookviz.advice import advice
 from hookviz.data.deferred import Fillable
 from hookviz.stats.reduce import combined_norm as combined_norm  # where its callers import it
 
@@ -173,7 +174,7 @@ class TensorRecord(ComparedByValue, Fillable):
             shown = "" if self.norm is None else f", norm={self.norm:.4g}"
             return (
                 f"TensorRecord(shape={list(self.shape)}, dtype={self.dtype}{shown}, "
-                f"pending={list(self.pending)}: run.fill_details() records them)"
+                f"pending={list(self.pending)}: {advice('fill_details')} records them)"
             )
         if self.value is not None:
             return f"TensorRecord({self.value.tolist()}, dtype={self.dtype}, device={self.device})"
@@ -237,4 +238,4 @@ _JSON_FIELD = {
     "pending": lambda r: list(r.pending),
 }
 # What the page shows in place of a pending record's values.
-_PENDING_NOTE = "details not recorded yet: run.fill_details() records them"
+_PENDING_NOTE = f"details not recorded yet: {advice('fill_details')} records them"

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from hookviz.advice import advice
 from hookviz.data.deferred import PENDING
 from hookviz.errors import FileFormatError, HookvizError
 from hookviz.files import fields, paths, schema
@@ -64,7 +65,7 @@ def _loaded_transform(source: str):
     def transform(grad):
         raise HookvizError(
             f"the edit {source!r} was loaded from a file: it is a record of what ran, not code; "
-            "to run it again, add it to a Session with session.edit(target, slot, transform)"
+            f"to run it again, add it to a Session with {advice('add_edit')}"
         )
 
     transform.recorded_source = source
@@ -174,7 +175,7 @@ def save(obj, path: str | Path, *, run=None) -> Path:
         if not isinstance(obj, RankHistory):
             raise HookvizError(
                 f"save(..., run=...) keeps a run with a watch or a watch history, not with a "
-                f"{type(obj).__name__}: save the run on its own, hookviz.save(run, path)"
+                f"{type(obj).__name__}: save the run on its own, {advice('save_run')}"
             )
         obj = dataclasses.replace(obj, run=run)
     types = fields.compiled(str(VERSION))
@@ -262,7 +263,7 @@ def _read(path: Path) -> tuple[dict, bytes]:
                 (
                     "it is a pickle (torch.save / pickle.dump) file, not a hookviz file. hookviz never "
                     "unpickles, because unpickling a file can run any code in it; save runs and watch "
-                    "histories with hookviz.save(run_or_watch, path) and open those"
+                    f"histories with {advice('save_run')} or {advice('save_watch')} and open those"
                 ),
             )
         if len(start) < 8:

@@ -34,12 +34,13 @@ from collections.abc import Callable
 
 import torch
 
+from hookviz.advice import advice
 from hookviz.data.tensors import same_values
 from hookviz.errors import DetailsChanged, DetailsNotReproduced, DetailsUnavailable
 from hookviz.record import module_tree
 
 _NEW_RUN = (
-    'record a new run (session.run(forward=True)) to see its details, or use Session(..., details="eager") '
+    f"record a new run ({advice('new_forward')}) to see its details, or use {advice('eager_session')} "
     "to keep every detail of every run"
 )
 

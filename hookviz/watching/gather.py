@@ -41,6 +41,7 @@ from functools import partial
 
 import torch
 
+from hookviz.advice import advice
 from hookviz.analysis.findings import Finding
 from hookviz.colors import PLOTLY_COLORSCALE
 from hookviz.errors import WatchError
@@ -458,7 +459,7 @@ def gather(watch, dst: int = 0, group=None) -> RankHistory | None:
     if not (dist.is_available() and dist.is_initialized()):
         raise WatchError(
             "gather() needs torch.distributed initialised (torch.distributed.init_process_group, "
-            "as torchrun scripts do); in one process use watch.history or hookviz.save(watch, path)"
+            f"as torchrun scripts do); in one process use watch.history or {advice('save_watch')}"
         )
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
     if dst not in ranks:

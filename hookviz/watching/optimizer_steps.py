@@ -33,6 +33,7 @@ from functools import partial
 
 import torch
 
+from hookviz.advice import advice
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import norms_in_range, queue_norms
@@ -216,13 +217,13 @@ def step_notes(steps: OptimizerSteps | None, scaler, found: bool = False) -> lis
                 f"a GradScaler is in use (loss scale {number(float(scaler.get_scale()))} now), though "
                 "watch() was not given it: found when a norm first passed exploding_norm (the "
                 "scaler this loop updates between steps); the gradients carry its loss scale "
-                "(watch.loss_scale(step)) and diagnosis divides it out before calling a norm an "
+                f"({advice('loss_scale')}) and diagnosis divides it out before calling a norm an "
                 "explosion. Pass scaler= to keep the scale from the first step, or optimizer= to "
                 "watch the unscaled gradients the optimizer steps on"
             )
         elif scaled:
             notes.append(
-                "the gradients carry GradScaler's loss scale (watch.loss_scale(step)); diagnosis divides "
+                f"the gradients carry GradScaler's loss scale ({advice('loss_scale')}); diagnosis divides "
                 "it out before calling a norm an explosion. Pass optimizer= to watch the unscaled "
                 "gradients the optimizer steps on"
             )

@@ -10,6 +10,7 @@ from typing import Protocol
 
 import torch
 
+from hookviz.advice import advice
 from hookviz.analysis.findings import Finding
 from hookviz.analysis.gradient_stats import module_of
 
@@ -63,8 +64,8 @@ def nan_findings(history: RankStatistics) -> list[Finding]:
         f"rank {ranks[0]} is the first to produce NaN/Inf: at step {step} its local gradient of "
         f"{_name_label(history, first)} held {count} NaN/Inf elements (the first of its gradients "
         f"to, in backward order; "
-        f"ranks with NaN/Inf at step {step}: {ranks}){spread}. Record that rank's batch with "
-        "hookviz.Session(...).run().diagnose() to find the op"
+        f"ranks with NaN/Inf at step {step}: {ranks}){spread}. Record that rank's batch and "
+        f"diagnose it, {advice('diagnose_a_step')}, to find the op"
     )
     return [
         Finding(

@@ -9,6 +9,8 @@ import warnings
 
 import torch
 
+from hookviz.advice import advice
+
 
 def check_structure(watch) -> None:
     """At each forward of the model: when a module gained or lost a parameter or a
@@ -41,7 +43,7 @@ def check_structure(watch) -> None:
         warnings.warn(
             f"hookviz.watch: {listed} of {type(watch.model).__name__} {'was' if one else 'were'} "
             f"added or replaced after the watch opened and {'is' if one else 'are'} not watched; "
-            "close this watch and open a new one (hookviz.watch(model)) to watch "
+            f"close this watch and open a new one ({advice('watch')}) to watch "
             f"{'it' if one else 'them'}",
             stacklevel=4,
         )

@@ -52,6 +52,7 @@ from functools import partial
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from hookviz.advice import advice
 from hookviz.analysis.diagnose import check_thresholds
 from hookviz.analysis.findings import Finding
 from hookviz.analysis.onset import onsets
@@ -128,7 +129,8 @@ class Watch:
         if previous is not None and previous() is not None and not previous().closed:
             raise WatchError(
                 f"{type(model).__name__} is already watched by an open watch; close it first "
-                "(watch.close(), or open watches with `with hookviz.watch(model) as w:` so they close)"
+                f"({advice('close_watch')}, or open watches with `with {advice('watch')} as watch:` so "
+                "they close)"
             )
         self.model = model  # None once closed (see close)
         self.model_name = type(model).__name__
@@ -609,14 +611,16 @@ def watch(
     Raises:
         WatchError: no parameter requires grad; the model already has an open watch; bad arguments.
 
-    Example::
+    For example:
 
-        with hookviz.watch(model) as w:
-            for x, y in data:
-                optimizer.zero_grad()
-                loss_fn(model(x), y).backward()
-                optimizer.step()
-        w.heatmap().show()
+    ```python
+    with hookviz.watch(model) as w:
+        for x, y in data:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+    w.heatmap().show()
+    ```
     """
     return Watch(
         model,

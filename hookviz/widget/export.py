@@ -15,6 +15,7 @@ import html
 import json
 from pathlib import Path
 
+from hookviz.advice import advice
 from hookviz.errors import HookvizError, WatchError
 from hookviz.files import paths
 from hookviz.widget.inspector import module_inspector_json, node_inspector_json
@@ -196,26 +197,47 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
         WatchError: the widget follows a watch live and it has kept no step yet (the page would
             be empty), or the live view did not catch up with the watch's latest step in 10 s.
     """
-    if values not in VALUES:
-        raise HookvizError(
-            f"values={values!r} is not a choice: 'opened' keeps the values of the inspector on screen "
-            "and of pinned nodes, 'all' those of every tensor the run recorded"
-        )
+    _check_values(values)
     target = paths.target(path, example="page.html")
+    state = page_state(widget, values, pinned)
+    paths.write_new(target, page_html(state, title).encode("utf-8"))
+    return target
+
+
+def page_state(widget, values: str = "opened", pinned=()) -> dict:
+    """What a saved page of ``widget`` holds besides the bundle: its traitlets, the static note and
+    every inspector (:func:`inspectors_json`); a dict of JSON values. :func:`page_html` makes the
+    page of it (the docs render a notebook's widgets so: the state kept, the page made at build).
+
+    Raises:
+        HookvizError, WatchError: as :func:`save_html`.
+    """
+    _check_values(values)
     _show_the_watch_as_it_stands(widget)
     state = {name: getattr(widget, name) for name in widget.keys if not name.startswith("_")}
     state = {k: v for k, v in state.items() if k not in ("layout", "comm", "tabbable", "tooltip")}
     state["static_note"] = STATIC_NOTE
     state["__inspectors"] = inspectors_json(widget, values, [*pinned])
+    return state
+
+
+def _check_values(values: str) -> None:
+    if values not in VALUES:
+        raise HookvizError(
+            f"values={values!r} is not a choice: 'opened' keeps the values of the inspector on screen "
+            "and of pinned nodes, 'all' those of every tensor the run recorded"
+        )
+
+
+def page_html(state: dict, title: str = "hookviz") -> str:
+    """The self-contained HTML page of a :func:`page_state`: the state, this package's bundle and its loader."""
     text = _script_json(state)
     static = Path(__file__).parent / "static"
     # gzip (mtime 0: the same page for the same run) keeps the bundle about a quarter of its size;
     # the loader unpacks it with the browser's DecompressionStream
     esm = base64.b64encode(gzip.compress((static / "widget.js").read_bytes(), mtime=0))
     loader = (static / "saved_page.js").read_text(encoding="utf-8")
-    page = _PAGE.format(title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=loader)
-    paths.write_new(target, page.encode("utf-8"))
-    return target
+    return _PAGE.format(title=html.escape(title), state=text, esm=esm.decode("ascii"), shim=loader)
 
 
 def _show_the_watch_as_it_stands(widget) -> None:
@@ -224,7 +246,7 @@ def _show_the_watch_as_it_stands(widget) -> None:
         raise WatchError(
             "the live view did not catch up with its watch's latest step within 10 s (the thread "
             "that updates it is busy, or a step's figures failed: see errors['watch']); call "
-            "save_html again, or save the watch itself with hookviz.save(watch, path)"
+            f"save_html again, or save the watch itself with {advice('save_watch')}"
         )
     if widget.run is None and not widget.watch_view:
         raise WatchError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from hookviz import text
+from hookviz.advice import advice
 from hookviz.analysis.explain import explain
 from hookviz.colors import HEATMAP_COLORS
 from hookviz.data.diff import records_equal
@@ -406,6 +407,6 @@ def _not_watched_why(kind: str) -> str:
     if kind == "module":
         return (
             "the watch recorded no parameter of this module and not its output "
-            "(hookviz.watch(model, outputs=True) records every module's output)"
+            f"({advice('watch_outputs')} records every module's output)"
         )
     return "the watch records the gradients of the model's parameters, and this leaf is none it recorded"

@@ -161,14 +161,16 @@ class LiveFeed:
         whatever ``every_steps`` and ``every_seconds`` allow; after the watch closed, wait for its
         final state (the thread's last update). Call it before reading the widget's watch
         traitlets in code (``view.watch_view``, ``view.diagnosis``); ``save_html`` calls it, so a
-        page saved mid-training shows the watch as it stands. Example::
+        page saved mid-training shows the watch as it stands. For example:
 
-            with hookviz.watch(model) as w:
-                view = hookviz.show(w)
-                display(view)
-                train(model)
-            assert view.live.wait_shown()
-            assert view.watch_view["step"] == w.steps[-1]
+        ```python
+        with hookviz.watch(model) as w:
+            view = hookviz.show(w)
+            display(view)
+            train(model)
+        assert view.live.wait_shown()
+        assert view.watch_view["step"] == w.steps[-1]
+        ```
 
         Args:
             timeout: at most this many seconds to wait.

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hookviz.advice import advice
+
 _MAX_TEXT = 4096
 
 
@@ -51,7 +53,7 @@ def _dispatch(widget, content: Any) -> tuple[bool, str | None]:
         return False, (
             f"{kind!r} needs a recorded run, and this widget shows a watch alone: to see the graph, "
             "show a run of the model too, e.g. "
-            "hookviz.show_watch(w, hookviz.Session(model, args, loss_fn=...))"
+            f"{advice('show_watch_on_graph')}"
         )
     required, handler = handlers[kind]
     for field in (

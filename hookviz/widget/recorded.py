@@ -8,12 +8,13 @@ what would need the model (editing and re-running).
 
 from __future__ import annotations
 
+from hookviz.advice import advice
 from hookviz.errors import ReadOnlyError
 
 READ_ONLY_NOTE = (
     "read-only: this run was opened from a file, without its model, so it cannot run again. "
     "Inspect, replay and compare work; to edit and re-run, record it again with "
-    "hookviz.show(model, args, loss_fn=...)"
+    f"{advice('show_model')}"
 )
 
 

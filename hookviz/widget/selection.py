@@ -7,6 +7,7 @@ kernel has).
 
 from __future__ import annotations
 
+from hookviz.advice import advice
 from hookviz.data.run import LOSS_MODULE
 from hookviz.errors import HookvizError
 from hookviz.widget.inspector import module_inspector_json, node_inspector_json, watch_note
@@ -22,7 +23,7 @@ def select(widget, target: str) -> bool:
             f"nothing is named {target!r}: select takes a node id (AddmmBackward0_3), a leaf "
             "(transformer.h.0.mlp.c_fc.weight), a module (transformer.h.0) or the root module "
             "by the name its box shows ('GPT2LMHeadModel (root)', or '(root)'); "
-            "w.search(text) finds part of a name",
+            f"{advice('search')} finds part of a name",
         )
         return False
     with widget.hold_sync():

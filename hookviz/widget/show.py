@@ -8,6 +8,7 @@ import contextlib
 import gc
 from typing import Any
 
+from hookviz.advice import advice
 from hookviz.errors import WatchError
 from hookviz.record import module_tree
 from hookviz.widget.recorded import RecordedSession
@@ -89,8 +90,8 @@ def _show(model, args, kwargs, loss_fn, widget_options: dict, session_options: d
         if run is None:
             raise WatchError(
                 "this watch history holds gradient norms, not a graph: pass a run of the same model "
-                "to draw them on, e.g. hookviz.show(history, hookviz.load('run.hookviz')), or save "
-                "one with it: hookviz.save(watch, path, run=session.run())"
+                f"to draw them on, e.g. {advice('show_saved_history')}, or save "
+                f"one with it: {advice('save_watch_with_run')}"
             )
         widget = Widget(RecordedSession(run), **widget_options)
         return widget.show_watch_history(model)
@@ -122,7 +123,7 @@ def show_watch(watch, session, step: int | None = None, **widget_options: Any) -
     if session is None:
         raise WatchError(
             "show_watch() needs a Session of the watched model to draw its graph, e.g. "
-            "hookviz.show_watch(w, hookviz.Session(model, (x,), loss_fn=loss_fn))"
+            f"{advice('show_watch_on_graph')}"
         )
     widget = session if isinstance(session, Widget) else Widget(session, **widget_options)
     return widget.show_watch(watch, step)
@@ -138,7 +139,7 @@ def _show_watch_on(watch, graph, kwargs, loss_fn, widget_options: dict, live_opt
     if kwargs is not None or loss_fn is not None:
         raise WatchError(
             "show(watch) takes no kwargs or loss_fn: the watch does not run the model; to draw it on "
-            "a graph pass a recorded run, hookviz.show(w, hookviz.Session(model, (x,), loss_fn=...).run())"
+            f"a graph pass a recorded run, {advice('show_watch_on_run')}"
         )
     if isinstance(graph, tuple) and not graph:
         return Widget(None, **widget_options).show_live(watch, **live_options)
@@ -146,7 +147,7 @@ def _show_watch_on(watch, graph, kwargs, loss_fn, widget_options: dict, live_opt
         raise WatchError(
             f"show(watch, {type(graph).__name__}): the second argument draws the watch on a graph and "
             "must be a hookviz.Run or hookviz.Session of the watched model, e.g. "
-            "hookviz.show(w, hookviz.Session(model, (x,), loss_fn=loss_fn).run())"
+            f"{advice('show_watch_on_run')}"
         )
     widget = Widget(RecordedSession(graph) if isinstance(graph, Run) else graph, **widget_options)
     leaves = {item["id"] for item in widget.graph.get("nodes", []) if item["kind"] == "leaf"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from hookviz.advice import advice
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.analysis.gradient_stats import module_of
 from hookviz.colors import (
@@ -27,7 +28,7 @@ SKIPPED_TEXT = "skipped by the GradScaler (Inf/NaN found): optimizer.step() did 
 # Reading ‖Δw‖/‖w‖ copies every weight before the step: it comes with the other statistics only.
 NOT_READ_TEXT = (
     "not read at this step (read with every statistic: every stats_every-th step and at an alarm; "
-    "hookviz.watch(..., stats_every=1) reads every step)"
+    f"{advice('watch_every_step')} reads every step)"
 )
 
 

@@ -4,6 +4,7 @@ a step slider and its findings; live while the watch trains (:mod:`hookviz.widge
 
 from __future__ import annotations
 
+from hookviz.advice import advice
 from hookviz.analysis.onset import onsets
 from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR, SKIPPED_COLOR, legend, norm_color
 from hookviz.errors import WatchError
@@ -52,7 +53,7 @@ def show_live(widget, watch, every_steps: int | None = None, every_seconds: floa
 
     if not isinstance(watch, Watch):
         raise WatchError(
-            f"show_live() needs a hookviz.Watch (from hookviz.watch(model)), got {type(watch).__name__}"
+            f"show_live() needs a hookviz.Watch (from {advice('watch')}), got {type(watch).__name__}"
         )
     if every_steps is not None and (
         isinstance(every_steps, bool) or not isinstance(every_steps, int) or every_steps < 1
@@ -122,7 +123,9 @@ def watch_rank(widget, rank: int | None) -> bool:
     from hookviz.watching.rank_view import RankView
 
     if not isinstance(widget.watch, RankView):
-        widget._set_error("watch", "no gathered watch history is shown; call hookviz.show(history, run)")
+        widget._set_error(
+            "watch", f"no gathered watch history is shown; call {advice('show_history_on_run')}"
+        )
         return False
     try:
         view = RankView(widget.watch.source, rank)
@@ -282,13 +285,13 @@ def check_watch(watch, step: int | None) -> int:
 
     if not isinstance(watch, (Watch, RankView)):
         raise WatchError(
-            f"show_watch() needs a hookviz.Watch (from hookviz.watch(model)), got {type(watch).__name__}"
+            f"show_watch() needs a hookviz.Watch (from {advice('watch')}), got {type(watch).__name__}"
         )
     steps = watch.steps
     if not steps:
         raise WatchError(
-            "the watch has no recorded step yet: train under `with hookviz.watch(model) as w:` "
-            "(every backward that reaches the model is a step), then call show_watch(w)"
+            f"the watch has no recorded step yet: train under `with {advice('watch')} as watch:` "
+            "(every backward that reaches the model is a step), then call show_watch(watch)"
         )
     step = steps[-1] if step is None else step
     if isinstance(step, bool) or step not in steps:
