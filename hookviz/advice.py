@@ -39,6 +39,8 @@ ADVICE: dict[str, str] = {
     "show_history_on_run": "hookviz.show(history, run)",
     "show_watch_on_run": "hookviz.show(watch, hookviz.Session(model, args, loss_fn=loss_fn).run())",
     "search": "widget.search(text)",
+    "save_html_pinned": "widget.save_html(path, pinned=[target])",
+    "save_html_all": 'widget.save_html(path, values="all")',
     # watching
     "watch": "hookviz.watch(model)",
     "watch_outputs": "hookviz.watch(model, outputs=True)",

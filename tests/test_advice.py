@@ -99,6 +99,21 @@ def _nan_finding_and_names() -> tuple[hookviz.Finding, dict]:
     return nan[0], {"hookviz": hookviz, "model": model, "args": (x,), "loss_fn": loss_fn}
 
 
+def _kept_values(page: Path) -> set[str]:
+    """The node ids and module names whose inspector in a saved page holds some tensor's values."""
+    import json
+
+    text = page.read_text(encoding="utf-8")
+    state = json.loads(re.search(r'id="hookviz-state">(.*?)</script>', text, re.S).group(1))
+
+    def has_value(data) -> bool:
+        if isinstance(data, dict):
+            return data.get("value") is not None or any(has_value(v) for v in data.values())
+        return isinstance(data, list) and any(has_value(v) for v in data)
+
+    return {key for key, inspector in state["__inspectors"].items() if has_value(inspector)}
+
+
 def _closed(result, names):
     for value in (result, *names.values()):
         if isinstance(value, hookviz.Watch) and not value.closed:
@@ -121,6 +136,8 @@ CHECKS = {
     "show_watch_on_graph": lambda result, names: bool(result.watch_view),
     "show_history_on_run": lambda result, names: bool(result.watch_view),
     "show_watch_on_run": lambda result, names: bool(result.watch_view),
+    "save_html_pinned": lambda result, names: _kept_values(result) >= {names["target"]},
+    "save_html_all": lambda result, names: _kept_values(result) >= set(names["run"].nodes),
     "search": lambda result, names: result is None and not names["widget"].errors.get("search"),
     "watch": lambda result, names: isinstance(result, hookviz.Watch) and not result.closed,
     "watch_outputs": lambda result, names: isinstance(result, hookviz.Watch) and not result.closed,
@@ -140,6 +157,8 @@ def test_the_advised_code_runs(name, tmp_path):
         _, names = _nan_finding_and_names()
     else:
         names = _vanishing(tmp_path)
+        if name.startswith("save_html"):
+            names["path"] = tmp_path / "page.html"
         if name == "show_saved_history":
             names["path"] = hookviz.save(names["run"], tmp_path / "run.hookviz")
         if name == "close_watch":  # an open watch, as the message finds it

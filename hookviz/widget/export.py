@@ -45,7 +45,7 @@ _STATISTICS = ("norm", "mean", "min", "max")
 # values="opened" and this tensor was neither on screen nor pinned (the page shows the note).
 NOT_SAVED_NOTE = (
     "values not saved in this page: it keeps those of the inspector that was open and of pinned "
-    "nodes (save_html(..., pinned=[...]) or values='all' keeps more)"
+    f"nodes ({advice('save_html_pinned')} or {advice('save_html_all')} keeps more)"
 )
 
 STATIC_NOTE = (

@@ -1,10 +1,11 @@
-"""The documentation site's live examples work in a browser with no kernel (issue 42 point 3).
+"""The documentation site's live examples work in a browser with no kernel.
 
 The site is built with ``mkdocs build`` (or taken from ``HOOKVIZ_DOCS_SITE``, a folder a build
 wrote), served from 127.0.0.1 by ``http.server`` and opened in headless Chromium. On each page that
-embeds an example (the saved page of a real run, ``docs/live_examples.py``): the widget in the
-``<iframe>`` paints its graph (nodes drawn, pixels on the canvas), and a click on a node, at the
-place it is drawn, selects it and its inspector shows it. No request leaves 127.0.0.1.
+embeds an example (the saved page of a real run, ``docs/live_examples.py``, or a notebook's widget
+as its saved page): the widget in the ``<iframe>`` paints its graph (nodes drawn, pixels on the
+canvas), and a click on a node, at the place it is drawn, selects it and its inspector shows it.
+No request leaves 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ import harness  # noqa: E402
 pytestmark = pytest.mark.e2e
 
 ARTIFACTS = harness.REPO / "build" / "e2e"
-# guide page -> the example it embeds
+# page -> the saved page it embeds, from the site's root: the guides' examples, and a notebook's
+# widget (its saved page, made by the build from the state committed in docs/rendered/)
 EMBEDDED = {
-    "guides/editing/index.html": "canonical_edit.html",
-    "guides/widget/index.html": "gpt2.html",
-    "guides/watching/index.html": "watch.html",
+    "guides/editing/index.html": "examples/canonical_edit.html",
+    "guides/widget/index.html": "examples/gpt2.html",
+    "guides/watching/index.html": "examples/watch.html",
+    "notebooks/01_module_hooks/index.html": "notebooks/pages/01_module_hooks-1.html",
 }
 IFRAME = re.compile(r"<iframe class=\"hookviz-example\" src=\"([^\"]+)\"")
 
@@ -103,8 +106,9 @@ def test_the_guides_embed_the_examples(site):
     found = {}
     for page in EMBEDDED:
         sources = IFRAME.findall((site / page).read_text(encoding="utf-8"))
-        found[page] = [Path(src).name for src in sources]
-        assert all((site / page).parent.joinpath(src).resolve().is_file() for src in sources), sources
+        targets = [(site / page).parent.joinpath(src).resolve() for src in sources]
+        assert all(target.is_file() for target in targets), sources
+        found[page] = [target.relative_to(site.resolve()).as_posix() for target in targets]
     assert found == {page: [example] for page, example in EMBEDDED.items()}
 
 
@@ -124,7 +128,7 @@ def test_an_embedded_example_paints_and_answers_a_click(served, page_path):
         assert iframe.count() == 1
         iframe.scroll_into_view_if_needed()
         frame = iframe.element_handle().content_frame()
-        assert frame is not None and frame.url.endswith("/examples/" + EMBEDDED[page_path]), frame
+        assert frame is not None and frame.url.endswith("/" + EMBEDDED[page_path]), frame
         harness.wait_painted(frame, 1, timeout=120_000)
         drawn = frame.evaluate("() => document.querySelector('.hookviz-widget').cy.nodes(':visible').length")
         assert drawn > 0
