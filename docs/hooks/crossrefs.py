@@ -78,7 +78,8 @@ def _rewrite(obj: griffe.Object, collection: griffe.ModulesCollection) -> None:
             )
             return f"`{shown}`"
         code = f"<code>{html.escape(shown)}</code>"
-        required = match.group(0).startswith(":mod:")
+        # A module of hookviz's own, not one a module imports (``:mod:`ast``` is Python's).
+        required = match.group(0).startswith(":mod:") and not _lookup(collection, target).is_alias
         return f'<autoref identifier="{html.escape(target)}"{"" if required else " optional"}>{code}</autoref>'
 
     module = obj

@@ -35,7 +35,8 @@ EMBEDDED = {
     "guides/watching/index.html": "examples/watch.html",
     "notebooks/01_module_hooks/index.html": "notebooks/pages/01_module_hooks-1.html",
 }
-IFRAME = re.compile(r"<iframe class=\"hookviz-example\" src=\"([^\"]+)\"")
+# Any attribute order: a notebook's page is written by nbconvert, which sorts them.
+IFRAME = re.compile(r"<iframe\b(?=[^>]*\bclass=\"hookviz-example\")[^>]*\bsrc=\"([^\"]+)\"")
 
 # Pixels the graph's canvases hold that are not transparent: a graph that paints nothing has 0.
 _PAINTED_PIXELS = """() => {
