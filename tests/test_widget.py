@@ -588,7 +588,7 @@ def test_select_takes_exact_names_and_search_asks_the_page():
     assert widget.inspector["kind"] == "module" and widget.inspector["id"] == "module:blocks.7.fc"
     assert widget.select("blocks.12.fc.weight") and widget.selected == "blocks.12.fc.weight"
     assert widget.inspector["id"] == "blocks.12.fc.weight"
-    assert not widget.select("12.fc.weight") and "w.search" in widget.errors["select"]
+    assert not widget.select("12.fc.weight") and "widget.search(text)" in widget.errors["select"]
     assert widget.selected == "blocks.12.fc.weight"  # a refused name changes nothing
     # The page selects: the kernel answers with the inspector (values) for that element.
     widget.selected = "module:head"
