@@ -3,8 +3,8 @@
 // follows the picker as the graph, chart and heatmap do.
 
 import { add, h } from "./dom.js";
-import { parseNumber } from "./logic.js";
-import { LEAF_PAGE_ROWS } from "./panels.js";
+import { parseNumber } from "./numbers.js";
+import { LEAF_PAGE_ROWS } from "./leaf_table.js";
 
 /**
  * The rows in the order `sort` ({key, descending}) gives by their values; rows without a value

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { leafChange, sortLeaves } from "../src/panels.js";
+import { leafChange, sortLeaves } from "../src/leaf_table.js";
 
 // A leaf row as hookviz.widget.leaf_table writes it (its ratio: now / then, null when either is
 // missing or zero).

@@ -5,25 +5,20 @@ import { describe, expect, it } from "vitest";
 import {
   collapseAll,
   defaultCollapsed,
-  find,
   firstCollapsed,
-  graphSummary,
-  IDENTICAL_BLOCKS_MIN,
   interleaved,
-  moduleTree,
-  prepareGraph,
   reveal,
   revealTarget,
   ROW_BUDGET,
-  shortName,
   toggleGroup,
   treeCollapsed,
-  visibleGraph,
-  visibleCount,
-  visibleGraph,
   VISIBLE_BUDGET,
-} from "../src/logic.js";
-import { replaceNote, siteLabel } from "../src/panels.js";
+} from "../src/collapse.js";
+import { find } from "../src/find.js";
+import { graphSummary } from "../src/graph_summary.js";
+import { IDENTICAL_BLOCKS_MIN, prepareGraph, shortName } from "../src/names.js";
+import { moduleTree, visibleCount, visibleGraph } from "../src/visible_graph.js";
+import { replaceNote, siteLabel } from "../src/editor.js";
 import { savedModel } from "../src/saved.js";
 import { payload } from "./fixtures.js";
 
