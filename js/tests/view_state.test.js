@@ -2,18 +2,9 @@
 // a real run (fixture "page"), behind the saved page's stand-in model (saved.js).
 import { describe, expect, it } from "vitest";
 import { collapseAll, firstCollapsed, revealTarget, toggleGroup, VISIBLE_BUDGET } from "../src/collapse.js";
-import { savedModel } from "../src/saved.js";
-import { REQUEST_ERRORS, ViewState } from "../src/view_state.js";
+import { REQUEST_ERRORS } from "../src/view_state.js";
 import { payload } from "./fixtures.js";
-
-/** A ViewState over the saved page `name`, with `changes` to its traitlets; `sent` collects the
- * requests the page sends to Python. */
-function stateOf(name = "page", changes = {}) {
-  const model = savedModel({ ...payload(name), ...changes });
-  const sent = [];
-  model.send = (msg) => sent.push(msg);
-  return { state: new ViewState(model), model, sent };
-}
+import { pageState as stateOf } from "./state.js";
 
 // The 6-layer GPT-2's graph (fixture "gpt2") in that page, nothing selected.
 const gpt2 = () => stateOf("page", { graph: payload("gpt2"), selected: "" });
