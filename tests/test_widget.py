@@ -493,9 +493,10 @@ def Deep(depth: int) -> ResidualStack:  # noqa: N802 (reads as the model it buil
     return ResidualStack(depth, width=4)
 
 
-# The page's view rules (js/src/logic.js) are tested by the JS tests on these payloads, written
-# here from real runs: the contract between Python's payload and the page cannot drift. CI runs
-# pytest before the JS tests (.ci/run); run this test before `npx vitest run` by hand.
+# The page's view rules (js/src/collapse.js, find.js, names.js) and its parts are tested by the JS
+# tests on these payloads, written here from real runs: the contract between Python's payload and
+# the page cannot drift. CI runs pytest before the JS tests (.ci/run); run this test before
+# `npx vitest run` by hand.
 FIXTURES = Path(__file__).resolve().parents[1] / "js" / "tests" / "fixtures"
 
 

@@ -6,6 +6,19 @@ import { parseNumber } from "./numbers.js";
 // reachable.
 export const LEAF_PAGE_ROWS = 50;
 
+/**
+ * A table's page controls: Previous, "leaves 51–100 of 230", Next; `page` of `pages` (from 0) shows
+ * `count` of `total` rows, LEAF_PAGE_ROWS a page; goTo(page) shows another.
+ */
+export function pageButtons(page, pages, count, total, goTo) {
+  const first = page * LEAF_PAGE_ROWS;
+  return [
+    h("button", { class: "hv-page-prev", disabled: page === 0, onclick: () => goTo(page - 1) }, "◀ Previous"),
+    h("span", { class: "hv-page" }, `leaves ${first + 1}–${first + count} of ${total}`),
+    h("button", { class: "hv-page-next", disabled: page >= pages - 1, onclick: () => goTo(page + 1) }, "Next ▶"),
+  ];
+}
+
 // The leaf table's sortable columns: header, value of a row for sorting and for the cell.
 const LEAF_COLUMNS = [
   { key: "name", title: "leaf", value: (l) => l.name },
@@ -104,21 +117,7 @@ export function renderLeaves(el, leaves, pending = false) {
         },
         "Most changed first",
       ),
-      h(
-        "button",
-        { class: "hv-page-prev", disabled: page === 0, onclick: () => redraw({ hvPage: page - 1 }) },
-        "◀ Previous",
-      ),
-      h(
-        "span",
-        { class: "hv-page" },
-        `leaves ${page * LEAF_PAGE_ROWS + 1}–${page * LEAF_PAGE_ROWS + shown.length} of ${rows.length}`,
-      ),
-      h(
-        "button",
-        { class: "hv-page-next", disabled: page >= pages - 1, onclick: () => redraw({ hvPage: page + 1 }) },
-        "Next ▶",
-      ),
+      pageButtons(page, pages, shown.length, rows.length, (to) => redraw({ hvPage: to })),
     ),
     h(
       "table",

@@ -1,4 +1,4 @@
-// The view's rules (logic.js, their one home) on graph payloads the Python tests wrote from real
+// The view's rules (collapse.js, find.js, names.js: their one home) on graph payloads the Python tests wrote from real
 // runs: a 2-, 6-, 12- and 40-block residual stack (blocks.i.fc, head), a 6-layer GPT-2, an 8-layer
 // sigmoid MLP (mlp) and notebook 05's residual stack, its Adds outside the blocks' list (residual).
 import { describe, expect, it } from "vitest";
