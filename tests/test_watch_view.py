@@ -244,12 +244,13 @@ def test_the_watch_view_draws_update_ratio_and_learning_rate_rows_and_marks_skip
     live = live_watch_figure(w.history, "t")
     assert live["step_rows"]["rows"] == rows["rows"]
     # the JS tests read this payload (js/tests/logic.test.js), never a hand-kept copy
-    from test_widget import FIXTURES
+    from test_widget import FIXTURES, write_page_fixture
 
     FIXTURES.mkdir(exist_ok=True)
     (FIXTURES / "watch_rows.json").write_text(
         json.dumps(view.watch_heatmap, allow_nan=False), encoding="utf-8"
     )
+    write_page_fixture(view, "watch_page")  # the page with the watch shown, as a saved page holds it
 
 
 def test_a_ratio_the_watch_did_not_read_says_so_and_is_not_coloured_as_a_value():

@@ -12,6 +12,8 @@ import copy
 import gc
 import json
 import math
+import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -491,9 +493,10 @@ def Deep(depth: int) -> ResidualStack:  # noqa: N802 (reads as the model it buil
     return ResidualStack(depth, width=4)
 
 
-# The page's view rules (js/src/logic.js) are tested by the JS tests on these payloads, written
-# here from real runs: the contract between Python's payload and the page cannot drift. CI runs
-# pytest before the JS tests (.ci/run); run this test before `npx vitest run` by hand.
+# The page's view rules (js/src/collapse.js, find.js, names.js) and its parts are tested by the JS
+# tests on these payloads, written here from real runs: the contract between Python's payload and
+# the page cannot drift. CI runs pytest before the JS tests (.ci/run); run this test before
+# `npx vitest run` by hand.
 FIXTURES = Path(__file__).resolve().parents[1] / "js" / "tests" / "fixtures"
 
 
@@ -504,6 +507,17 @@ def _gpt2_widget(layers: int = 6):
     ids = torch.randint(0, 100, (1, 8))
     model = transformers.GPT2LMHeadModel(config)
     return show(model, (), kwargs={"input_ids": ids, "labels": ids}, loss_fn=lambda out: out.loss)
+
+
+def write_page_fixture(widget, name: str) -> None:
+    """Write the state a saved page of ``widget`` holds (every traitlet the page reads, the
+    inspectors of every element) to ``FIXTURES / name.json``: the JS tests draw the page's parts
+    from it (js/tests/fixtures.js)."""
+    with tempfile.TemporaryDirectory() as folder:
+        page = widget.save_html(Path(folder) / "page.html", values="all").read_text(encoding="utf-8")
+    state = re.search(r'<script type="application/json" id="hookviz-state">(.*?)</script>', page, re.S)
+    FIXTURES.mkdir(exist_ok=True)
+    (FIXTURES / f"{name}.json").write_text(state.group(1), encoding="utf-8")
 
 
 def test_the_js_tests_read_payloads_written_from_real_runs():
@@ -547,6 +561,7 @@ def test_the_js_tests_read_payloads_written_from_real_runs():
         json.dumps({"inspectors": inspectors, "leaves": relu.leaf_summary}, allow_nan=False), encoding="utf-8"
     )
     assert len(inspectors) == len(relu.graph["nodes"]) + len(modules) == 14  # the root box too
+    write_page_fixture(relu, "page")  # the whole page's state, as a saved page holds it
     assert len(list(FIXTURES.glob("*.json"))) >= len(widgets) + 1
     # What only the recording knows, and the page cannot: identical blocks share a signature, and
     # two Embeddings of different shapes do not.

@@ -5,7 +5,8 @@ attribute); a module ``"a.b"`` is drawn as a compound node inside ``"a"``, and e
 module inside the root module's box (``""``, labelled by its class: ``"Canonical (root)"``), so a
 model with no submodules has a box, and hook sites, of its own. The ``(loss)`` box sits beside the
 root's: ``loss_fn`` is not the model. Which groups are open, the other labels and which siblings
-are identical blocks are the page's job (``js/src/logic.js``); where things sit on screen too (ELK).
+are identical blocks are the page's job (``js/src/names.js``, ``collapse.js``); where things sit
+on screen too (ELK).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The module groups' names and signatures that the graph payload carries.
 
 The page draws the module tree and decides everything about it (short names, which boxes are
-open, reveal, search, identical blocks: ``js/src/logic.js``, their one home). What it cannot know
-is what only the recording holds: the parameters' shapes and the ops each module recorded. So each
-group gets a ``signature`` here, equal for modules that are identical blocks.
+open, reveal, search, identical blocks: ``js/src/names.js``, ``collapse.js`` and ``find.js``, their
+one home). What it cannot know is what only the recording holds: the parameters' shapes and the
+ops each module recorded. So each group gets a ``signature`` here, equal for modules that are
+identical blocks.
 """
 
 from __future__ import annotations

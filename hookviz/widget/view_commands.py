@@ -1,7 +1,7 @@
 """View commands: the view kind, and opening and closing module boxes, which the page does by its rules.
 
-The page owns the view (``js/src/logic.js``): Python sets a traitlet or sends the page a ``view``
-message, and the page's answer comes back in the traitlets.
+The page owns the view (``js/src/collapse.js``, ``view_state.js``): Python sets a traitlet or
+sends the page a ``view`` message, and the page's answer comes back in the traitlets.
 """
 
 from __future__ import annotations

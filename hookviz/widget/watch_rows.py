@@ -5,7 +5,7 @@ A watch given ``optimizer=`` keeps, per step, each parameter's update-to-weight 
 marks the steps a ``GradScaler`` skipped. The heatmap's figure carries them as ``step_rows``
 (:func:`with_step_rows`): one row per layer (its ratio) and one per optimizer's param group (its
 learning rate), each cell's text and colour made here; the page draws the rows under the heatmap
-on the same step axis and marks the skipped steps across the figure (``js/src/logic.js``,
+on the same step axis and marks the skipped steps across the figure (``js/src/heatmap_figure.js``,
 ``heatmapWithStep``). It formats and colours nothing itself.
 """
 

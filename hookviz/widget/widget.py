@@ -2,13 +2,13 @@
 
 Python holds the run; the page (``hookviz/static/widget.js``, built from ``js/``) owns the view:
 which module boxes are open, the selection, the search and the view kind are decided there (the
-rules live once, in ``js/src/logic.js``) and synced to the ``collapsed``, ``selected``, ``query``
-and ``view`` traitlets. Python reads them, and sets them to drive the page (:meth:`Widget.select`,
-:meth:`Widget.search`, :meth:`Widget.set_view`); the page follows. A selection is answered with
-the ``inspector`` traitlet (tensor statistics and values, which only the kernel has). Requests that
-need Python (edits, re-run) come with ``model.send({"type": ..., ...})``; each is validated
-(:mod:`hookviz.widget.messages`) and answered through the traitlets (an error goes to
-``errors[control]``, next to the control that caused it); the last good run stays on screen. The
+rules live once, in ``js/src/collapse.js`` and ``find.js``) and synced to the ``collapsed``,
+``selected``, ``query`` and ``view`` traitlets. Python reads them, and sets them to drive the page
+(:meth:`Widget.select`, :meth:`Widget.search`, :meth:`Widget.set_view`); the page follows. A
+selection is answered with the ``inspector`` traitlet (tensor statistics and values, which only the
+kernel has). Requests that need Python (edits, re-run) come with ``model.send({"type": ..., ...})``;
+each is validated (:mod:`hookviz.widget.messages`) and answered through the traitlets (an error goes
+to ``errors[control]``, next to the control that caused it); the last good run stays on screen. The
 same requests are public methods, so every interaction can be driven from Python:
 
 >>> w = hookviz.show(model, (x, y, z), loss_fn=loss_fn)   # doctest: +SKIP
@@ -73,7 +73,7 @@ class Widget(anywidget.AnyWidget):
             graph, for a watch shown alone (``hookviz.show(watch)``, :meth:`show_live`); requests
             that need a run are refused with a note.
         visible_budget: about how many elements the first view draws: the module tree opens as
-            deep as fits in it (the page's rule, ``defaultCollapsed`` in ``js/src/logic.js``);
+            deep as fits in it (the page's rule, ``defaultCollapsed`` in ``js/src/collapse.js``);
             None: the page's default (40).
         vanishing_threshold: a layer's gradient "vanishes" below this fraction of the gradient of
             the layer nearest the loss: the chart's line and the diagnosis banner use it alike.
@@ -252,7 +252,7 @@ class Widget(anywidget.AnyWidget):
     def search(self, query: str) -> None:
         """Search the graph as the page's search box does: the page selects the best match of
         part of a module name, op node id or leaf name (exact name first, then a name ending with
-        it, then the shortest; ``find`` in ``js/src/logic.js``), and ``selected`` follows.
+        it, then the shortest; ``find`` in ``js/src/find.js``), and ``selected`` follows.
 
         Args:
             query: part of a module name, op node id or leaf name.
@@ -308,7 +308,7 @@ class Widget(anywidget.AnyWidget):
         """``"modules"``: the module tree as a tree diagram (one box per module, an edge from each
         module to its children, no ops), opened as deep as its columns fit; ``"ops"``: the first
         view again (the graph with its module boxes, opened as deep as fits). The page opens the
-        boxes by its rules (``firstCollapsed`` in ``js/src/logic.js``).
+        boxes by its rules (``firstCollapsed`` in ``js/src/collapse.js``).
 
         Args:
             view: ``"modules"`` or ``"ops"``.

@@ -6,7 +6,7 @@
 // main thread before the graph could be drawn (docs/perf.md), and the chart is drawn after the
 // graph anyway.
 import plotlySource from "plotly-esm-text";
-import { heatmapWithStep } from "./logic.js";
+import { heatmapWithStep } from "./heatmap_figure.js";
 
 let plotlyLoading = null;
 let loadedPlotly = null;

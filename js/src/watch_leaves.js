@@ -3,8 +3,8 @@
 // follows the picker as the graph, chart and heatmap do.
 
 import { add, h } from "./dom.js";
-import { parseNumber } from "./logic.js";
-import { LEAF_PAGE_ROWS } from "./panels.js";
+import { parseNumber } from "./numbers.js";
+import { LEAF_PAGE_ROWS, pageButtons } from "./leaf_table.js";
 
 /**
  * The rows in the order `sort` ({key, descending}) gives by their values; rows without a value
@@ -69,21 +69,7 @@ export function renderWatchLeaves(el, table) {
       ? h(
           "div",
           { class: "hv-row hv-leaf-controls" },
-          h(
-            "button",
-            { class: "hv-page-prev", disabled: page === 0, onclick: () => redraw({ hvWatchPage: page - 1 }) },
-            "◀ Previous",
-          ),
-          h(
-            "span",
-            { class: "hv-page" },
-            `leaves ${page * LEAF_PAGE_ROWS + 1}–${page * LEAF_PAGE_ROWS + shown.length} of ${rows.length}`,
-          ),
-          h(
-            "button",
-            { class: "hv-page-next", disabled: page >= pages - 1, onclick: () => redraw({ hvWatchPage: page + 1 }) },
-            "Next ▶",
-          ),
+          pageButtons(page, pages, shown.length, rows.length, (to) => redraw({ hvWatchPage: to })),
         )
       : null,
     h(

@@ -2,12 +2,16 @@
 // (tests/test_widget.py::test_the_js_tests_read_payloads_written_from_real_runs), never by hand,
 // so the page's rules are tested on what hookviz sends today. CI runs pytest first (.ci/run).
 import { existsSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-/** The payload `name` (graphs: canonical, gpt2, deep2, deep6, deep12, deep40; watch_rows: a watch
+/** The payload `name` (graphs: canonical, gpt2, deep2, deep6, deep12, deep40; page, watch_page: a
+ * saved page's whole state, of a run and of a watch shown on it; watch_rows: a watch
  * heatmap with its step rows, from tests/test_watch_view.py), parsed afresh. */
 export function payload(name) {
-  const path = fileURLToPath(new URL(`./fixtures/${name}.json`, import.meta.url));
+  // A path, not a URL: a DOM environment (happy-dom) replaces the global URL with one that
+  // resolves no file URL.
+  const path = join(dirname(fileURLToPath(import.meta.url)), "fixtures", `${name}.json`);
   if (!existsSync(path))
     throw new Error(
       `${path} is missing: the Python tests write it from a real run; run ` +

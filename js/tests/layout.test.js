@@ -11,7 +11,7 @@ import {
   widerBox,
   wraps,
 } from "../src/layout.js";
-import { visibleGraph } from "../src/logic.js";
+import { visibleGraph } from "../src/visible_graph.js";
 // The canonical example's `graph` traitlet, as hookviz.widget.graph.graph_json wrote it.
 import canonical from "./fixtures/canonical.json";
 

@@ -1,20 +1,13 @@
 import { describe, expect, it } from "vitest";
-import {
-  FINDING_LABELS,
-  findingsSummary,
-  graphSummary,
-  heatmapWithStep,
-  overlayColor,
-  parseNumber,
-  replayOnVisible,
-  replayState,
-  textColorOn,
-  toggleGroup,
-  moduleTree,
-  opLabel,
-  visibleCount,
-  visibleGraph,
-} from "../src/logic.js";
+import { toggleGroup } from "../src/collapse.js";
+import { overlayColor, textColorOn } from "../src/colors.js";
+import { FINDING_LABELS, findingsSummary } from "../src/findings.js";
+import { graphSummary } from "../src/graph_summary.js";
+import { heatmapWithStep } from "../src/heatmap_figure.js";
+import { opLabel } from "../src/names.js";
+import { parseNumber } from "../src/numbers.js";
+import { replayOnVisible, replayState } from "../src/replay_state.js";
+import { moduleTree, visibleCount, visibleGraph } from "../src/visible_graph.js";
 import { payload } from "./fixtures.js";
 
 // The canonical example's `graph` traitlet, written by the Python tests from a real run.

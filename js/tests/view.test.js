@@ -1,29 +1,24 @@
-// The view's rules (logic.js, their one home) on graph payloads the Python tests wrote from real
+// The view's rules (collapse.js, find.js, names.js: their one home) on graph payloads the Python tests wrote from real
 // runs: a 2-, 6-, 12- and 40-block residual stack (blocks.i.fc, head), a 6-layer GPT-2, an 8-layer
 // sigmoid MLP (mlp) and notebook 05's residual stack, its Adds outside the blocks' list (residual).
 import { describe, expect, it } from "vitest";
 import {
   collapseAll,
   defaultCollapsed,
-  find,
   firstCollapsed,
-  graphSummary,
-  IDENTICAL_BLOCKS_MIN,
   interleaved,
-  moduleTree,
-  prepareGraph,
   reveal,
   revealTarget,
   ROW_BUDGET,
-  shortName,
   toggleGroup,
   treeCollapsed,
-  visibleGraph,
-  visibleCount,
-  visibleGraph,
   VISIBLE_BUDGET,
-} from "../src/logic.js";
-import { replaceNote, siteLabel } from "../src/panels.js";
+} from "../src/collapse.js";
+import { find } from "../src/find.js";
+import { graphSummary } from "../src/graph_summary.js";
+import { IDENTICAL_BLOCKS_MIN, prepareGraph, shortName } from "../src/names.js";
+import { moduleTree, visibleCount, visibleGraph } from "../src/visible_graph.js";
+import { replaceNote, siteLabel } from "../src/editor.js";
 import { savedModel } from "../src/saved.js";
 import { payload } from "./fixtures.js";
 
