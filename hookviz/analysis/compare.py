@@ -112,7 +112,8 @@ class Parting:
         optimizer: the optimizer of that step in the first run (``""``: a backward); the second
             run's is ``optimizer_b``.
         layer: the layer.
-        a, b: the layer's gradient norm in each run at that step (NaN/Inf as recorded).
+        a: the layer's gradient norm in the first run at that step (NaN/Inf as recorded).
+        b: the same in the second run.
         ratio: ``max(a / b, b / a)`` (``inf`` when one is 0 or NaN/Inf and the other is not).
         optimizer_b: the second run's optimizer of that step.
     """

@@ -196,6 +196,13 @@ class Comparison:
         Written as :func:`hookviz.save` writes (:mod:`hookviz.files.paths`): to an exclusive
         temporary beside it, then renamed; never through a symlink.
 
+        Args:
+            path: the page to write (``.html`` is not added).
+            title: the page's title; default "hookviz: a vs b".
+
+        Returns:
+            the path written.
+
         Raises:
             PathError (a HookvizError and an OSError): ``path`` names no file (empty, a folder, a
                 folder that does not exist).
@@ -239,9 +246,11 @@ def compare(
     missing gradients compare.
 
     Args:
-        a, b: each a :class:`hookviz.Watch`, a watch history (:class:`hookviz.RankHistory`) or the
-            path of a file :func:`hookviz.save` wrote from one. A gathered history is read by its
-            reduced gradients (what the optimizer stepped on), as the widget reads it.
+        a: the first run (say, yesterday's that worked): a :class:`hookviz.Watch`, a watch history
+            (:class:`hookviz.RankHistory`) or the path of a file :func:`hookviz.save` wrote from
+            one. A gathered history is read by its reduced gradients (what the optimizer stepped
+            on), as the widget reads it.
+        b: the second run (today's), the same kinds as ``a``.
         names: the two labels; default the files' names without ``.hookviz`` (``"a"`` and ``"b"``
             for objects).
         factor: the ratio of norms (either way round) above which two runs part; above 1.
