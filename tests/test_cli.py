@@ -44,6 +44,8 @@ def runs(tmp_path_factory):
         "exploding": train(folder / "exploding.hookviz", nn.ReLU, depth=6, lr=3.0, momentum=0.9, steps=40),
         "vanishing": train(folder / "vanishing.hookviz", nn.Sigmoid, depth=8, lr=0.1, steps=20),
         "healthy": train(folder / "healthy.hookviz", nn.ReLU, depth=3, lr=0.05, steps=20),
+        # the exploding run's first 18 steps: its norms pass 1e3, and no gradient holds NaN yet
+        "no_nan_yet": train(folder / "no_nan_yet.hookviz", nn.ReLU, depth=6, lr=3.0, momentum=0.9, steps=18),
     }
 
 
@@ -93,6 +95,16 @@ def test_report_per_layer_norms_at_the_last_and_worst_step_are_plain_pytorchs(ru
     # the vanishing finding names the layers nearest the input
     (finding,) = [f for f in data["findings"][0]["findings"] if f["kind"] == "vanishing"]
     assert finding["modules"][-1] == "0"
+
+
+def test_the_worst_step_of_an_explosion_without_nan_is_the_largest_norm(runs):
+    run = runs["no_nan_yet"]
+    assert run.first_nonfinite is None and run.first_big is not None
+    data, _ = report(run.path)
+    assert {f["kind"] for f in data["onsets"]} >= {"exploding"} and "nan" not in data["kinds"]
+    totals = [math.hypot(*norms.values()) for norms in run.norms]
+    assert data["worst_step"] == max(range(len(totals)), key=totals.__getitem__)
+    assert data["worst_reason"] == "the largest gradient norm of all layers together"
 
 
 def test_report_prints_rich_tables_a_person_reads(runs):

@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hookviz import text
-from hookviz.analysis.compare import DEFAULT_FACTOR
+from hookviz.analysis.compare import DEFAULT_FACTOR, ratio
 from hookviz.cli.report import FAIL_KINDS, report
 from hookviz.errors import HookvizError
 from hookviz.widget.sources import open_source
@@ -318,8 +318,6 @@ def print_comparison(comparison, console: Console) -> None:
 
 
 def _ratio(a: float | None, b: float | None) -> str:
-    from hookviz.analysis.compare import ratio
-
     if a is None or b is None:
         return "–"
     apart = ratio(a, b)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from hookviz.analysis.compare import layer_norms
+from hookviz.analysis.compare import LayerNorms, layer_norms
 from hookviz.analysis.gradient_stats import gradient_stats
 from hookviz.stats.reduce import combined_norm
 from hookviz.widget.diagnosis import FINDING_KINDS, findings_json
@@ -59,7 +59,8 @@ def report(source: Source) -> dict:
         }
     onsets = source.onsets()
     last = history.steps[-1]
-    worst, reason = worst_step(source, onsets)
+    norms = layer_norms(history)
+    worst, reason = worst_step(norms, onsets)
     sections = [
         {"title": f"Findings at step {last} (the last kept)", "step": last, "findings": source.findings(last)}
     ]
@@ -71,10 +72,10 @@ def report(source: Source) -> dict:
                 "findings": source.findings(worst),
             }
         )
-    across = source.cross_rank()
     if source.gathered:
-        sections.append({"title": "Across ranks (every kept step)", "step": None, "findings": across})
-    norms = layer_norms(history)
+        sections.append(
+            {"title": "Across ranks (every kept step)", "step": None, "findings": source.cross_rank()}
+        )
     shown = [(last, "last")] + ([(worst, "worst")] if worst != last else [])
     rows = []
     for position, layer in enumerate(norms.layers):
@@ -122,13 +123,16 @@ def _run_report(source: Source) -> dict:
     }
 
 
-def worst_step(source: Source, onsets: list) -> tuple[int, str]:
-    """The worst kept step of a watch and why it is (the rule: see the module docstring)."""
-    history = source.history
+def worst_step(norms: LayerNorms, onsets: list) -> tuple[int, str]:
+    """The worst kept step of a watch and why it is (the rule: see the module docstring).
+
+    Args:
+        norms: the watch's per-layer norms (:func:`hookviz.analysis.compare.layer_norms`).
+        onsets: its onsets (:func:`hookviz.analysis.onset.onsets`).
+    """
     by_kind = {f.kind: f for f in onsets}
     if "nan" in by_kind:
         return by_kind["nan"].step, "the first step with NaN/Inf in a gradient"
-    norms = layer_norms(history)
     rows = norms.norm.tolist()
     if "exploding" in by_kind:
         totals = [combined_norm(v for v in row if not math.isnan(v)) or 0.0 for row in rows]
