@@ -162,3 +162,33 @@ def test_the_command_line_compares_two_files(pair, tmp_path):
     assert done.returncode == 0 and comparison.summary()[:40] in done.stdout.replace("\n", " ")
     assert f"Gradient norm per layer at step {comparison.first.step}, where they first part" in done.stdout
     assert ratio(comparison.first.a, comparison.first.b) == comparison.first.ratio
+
+
+def test_the_watch_view_draws_a_second_run_beside_the_first(pair, tmp_path):
+    healthy, vanishing = pair
+    widget = hookviz.Widget(None).show_watch_history(hookviz.load(healthy.path))
+    assert widget.compare_with(vanishing.path) is widget
+    figure = widget.watch_heatmap
+    lines = [t for t in figure["data"] if t.get("yaxis") == "y2"]
+    dashed = {t["name"]: t for t in lines if t["line"].get("dash") == "dash"}
+    solid = {t["name"]: t for t in lines if t["line"].get("dash") != "dash"}
+    assert solid and dashed.keys() == {f"{name} (sigmoid)" for name in solid}
+    compared = 0
+    for name, trace in solid.items():
+        other = dashed[f"{name} (sigmoid)"]
+        assert other["line"]["color"] == trace["line"]["color"] and other["x"] == trace["x"]
+        for step, a, b in zip(trace["x"], trace["y"], other["y"]):
+            assert a == pytest.approx(healthy.norms[step][name], rel=1e-3)
+            assert b == pytest.approx(vanishing.norms[step][name], rel=1e-3)
+            compared += 1
+    assert compared == len(solid) * 20
+    first = widget.comparison.first
+    assert (first.step, first.layer) == (0, "0")
+    assert any(s.get("xref") == "x2" and s["x0"] == first.step for s in figure["layout"]["shapes"])
+    # moving the step slider keeps the second run; the saved page keeps it too
+    assert widget.watch_step(5) and widget.watch_heatmap is figure
+    page = widget.save_html(tmp_path / "page.html").read_text()
+    state = json.loads(page.split('id="hookviz-state">')[1].split("</script>")[0])
+    assert "0 (sigmoid)" in [t.get("name") for t in state["watch_heatmap"]["data"]]
+    with pytest.raises(hookviz.WatchError, match="no watch is shown"):
+        hookviz.Widget(None).compare_with(vanishing.path)

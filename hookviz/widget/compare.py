@@ -25,7 +25,7 @@ from hookviz.analysis.compare import (
 )
 from hookviz.analysis.findings import Finding
 from hookviz.colors import LINE_COLORS, STEP_COLOR
-from hookviz.errors import HookvizError
+from hookviz.errors import HookvizError, WatchError
 from hookviz.files import paths
 from hookviz.widget.diagnosis import findings_json
 from hookviz.widget.payload import json_float
@@ -274,13 +274,19 @@ def compare(
     given = names is not None
     if not given:  # a file is named by its file name, an object "a" or "b"
         names = [None if isinstance(x, (str, Path)) else label for x, label in zip((a, b), "ab")]
-    sources = [open_source(x, rank, label) for x, label in zip((a, b), names)]
-    first, second = sources
-    if (
-        not given and first.label == second.label and first.path is not None
-    ):  # the same file name in two folders
-        first.label, second.label = _told_apart(first, second)
-    for source in sources:
+    first, second = (open_source(x, rank, label) for x, label in zip((a, b), names))
+    if not given and first.label == second.label and first.path is not None:
+        first.label, second.label = _told_apart(first, second)  # the same file name in two folders
+    return compare_sources(first, second, factor)
+
+
+def compare_sources(first: Source, second: Source, factor: float = DEFAULT_FACTOR) -> Comparison:
+    """:func:`compare` of two opened sources (:func:`hookviz.widget.sources.open_source`).
+
+    Raises:
+        HookvizError: either is a run, ``factor`` is not above 1, or they share no layer.
+    """
+    for source in (first, second):
         if source.history is None:
             raise HookvizError(
                 f"{source.label} is a run (one forward and backward), not a watch of training steps: "
@@ -324,3 +330,92 @@ def _told_apart(first: Source, second: Source) -> tuple[str, str]:
     return tuple(
         f"{s.path.parent.name}/{s.label}" if s.path is not None else s.label for s in (first, second)
     )
+
+
+def show_comparison(widget, other, names=None, factor: float = DEFAULT_FACTOR):
+    """:meth:`hookviz.Widget.compare_with`: the watch view's figure with a second run's per-layer
+    lines (dashed, in each layer's colour) and the first parting marked."""
+    from hookviz.watching.rank_view import RankView
+    from hookviz.widget.watch_json import live_watch_figure, with_onsets
+
+    shown = widget.watch
+    if shown is None:
+        raise WatchError(
+            "no watch is shown: show one first (hookviz.show(history), or widget.show_watch(w)), "
+            "then compare_with(other)"
+        )
+    if widget.live is not None and not getattr(shown, "closed", True):
+        raise WatchError(
+            "the watch on screen is still training, and its next update would redraw the figure: "
+            "call compare_with(other) after the watch closes"
+        )
+    if names is not None and (
+        isinstance(names, str) or len(names) != 2 or not all(isinstance(n, str) and n for n in names)
+    ):
+        raise HookvizError(f"names={names!r} must be two labels, e.g. names=('today', 'yesterday')")
+    label_a, label_b = names or ("this run", None)
+    if isinstance(shown, RankView):
+        first = open_source(shown.source, shown.rank, label_a)
+    else:
+        first = open_source(shown, None, label_a)
+    if not names:  # a file is named by its file name, an object "other"
+        label_b = None if isinstance(other, (str, Path)) else "other"
+    second = open_source(other, None, label_b)
+    comparison = compare_sources(first, second, factor)
+    figure = live_watch_figure(
+        first.history, f"Gradient norms: {first.label} (solid lines) and {second.label} (dashed)"
+    )
+    with_onsets(figure, first.onsets())
+    norms_a, norms_b = comparison.norms
+    rows = {norms_a.steps[row_a]: row_b for row_a, row_b in aligned(norms_a, norms_b)}
+    added = []
+    for trace in figure["data"]:
+        if trace.get("yaxis") != "y2" or trace.get("type") != "scatter":
+            continue
+        layer = "" if trace["name"] == "(root)" else trace["name"]
+        if layer not in norms_b.layers:
+            continue
+        column = norms_b.layers.index(layer)
+        values = [norms_b.norm[rows[x], column].item() if x in rows else math.nan for x in trace["x"]]
+        trace["legendgroup"] = trace["name"]
+        added.append(
+            {
+                **trace,
+                "y": [float(f"{v:.4g}") if math.isfinite(v) and v > 0 else None for v in values],
+                "name": f"{trace['name']} ({second.label})",
+                "line": {**trace["line"], "dash": "dash"},
+                "hovertemplate": f"step %{{x}}<br>{trace['name']} ({second.label}) %{{y:.3g}}<extra></extra>",
+            }
+        )
+    figure["data"].extend(added)
+    if comparison.first is not None:
+        layout = figure["layout"]
+        layout.setdefault("shapes", []).append(
+            {
+                "type": "line",
+                "xref": "x2",
+                "yref": "paper",
+                "x0": comparison.first.step,
+                "x1": comparison.first.step,
+                "y0": 0,
+                "y1": 0.3,
+                "line": {"color": STEP_COLOR, "dash": "dot", "width": 1},
+            }
+        )
+        layout.setdefault("annotations", []).append(
+            {
+                "x": comparison.first.step,
+                "xref": "x2",
+                "y": 0.3,
+                "yref": "paper",
+                "yanchor": "bottom",
+                "showarrow": False,
+                "text": f"part at step {comparison.first.step} ({comparison.first.layer or '(root)'})",
+                "hovertext": comparison.summary(),
+                "font": {"color": STEP_COLOR, "size": 11},
+            }
+        )
+    figure["comparison"] = comparison.to_dict()
+    widget.watch_heatmap = figure
+    widget.comparison = comparison
+    return widget
