@@ -190,5 +190,10 @@ def test_the_watch_view_draws_a_second_run_beside_the_first(pair, tmp_path):
     page = widget.save_html(tmp_path / "page.html").read_text()
     state = json.loads(page.split('id="hookviz-state">')[1].split("</script>")[0])
     assert "0 (sigmoid)" in [t.get("name") for t in state["watch_heatmap"]["data"]]
+    # a closed watch shown live (hookviz.show(w)): its live view's last update does not undo it
+    live = hookviz.show(healthy.watch).compare_with(vanishing.path, names=["relu", "sigmoid"])
+    assert "0 (sigmoid)" in [t.get("name") for t in live.watch_heatmap["data"]]
+    live.live.wait_shown()
+    assert "0 (sigmoid)" in [t.get("name") for t in live.watch_heatmap["data"]]
     with pytest.raises(hookviz.WatchError, match="no watch is shown"):
         hookviz.Widget(None).compare_with(vanishing.path)

@@ -344,11 +344,13 @@ def show_comparison(widget, other, names=None, factor: float = DEFAULT_FACTOR):
             "no watch is shown: show one first (hookviz.show(history), or widget.show_watch(w)), "
             "then compare_with(other)"
         )
-    if widget.live is not None and not getattr(shown, "closed", True):
-        raise WatchError(
-            "the watch on screen is still training, and its next update would redraw the figure: "
-            "call compare_with(other) after the watch closes"
-        )
+    if widget.live is not None:
+        if not getattr(shown, "closed", True):
+            raise WatchError(
+                "the watch on screen is still training, and its next update would redraw the figure: "
+                "call compare_with(other) after the watch closes"
+            )
+        widget.live.wait_shown()  # the live view's last update (after close) lands before ours
     if names is not None and (
         isinstance(names, str) or len(names) != 2 or not all(isinstance(n, str) and n for n in names)
     ):
