@@ -77,6 +77,18 @@ def test_report_names_the_onsets_plain_pytorch_saw_and_fails_on_them(runs):
     assert bad.returncode == 2 and "unknown kinds bogus" in bad.stderr
 
 
+def test_the_report_and_the_banner_name_the_onsets_the_watch_names(runs):
+    # read back from the file, the place of an onset is the first bad name in backward order, as
+    # the watch itself names it while training
+    run = runs["exploding"]
+    live = [(f.kind, f.step, f.node) for f in run.watch.onset()]
+    assert len(live) >= 2
+    data, _ = report(run.path)
+    assert [(f["kind"], f["step"], f["node"]) for f in data["onsets"]] == live
+    view = hookviz.Widget(None).show_watch_history(hookviz.load(run.path))
+    assert [(f["kind"], f["step"], f["node"]) for f in view.diagnosis["onset"]] == live
+
+
 def test_report_per_layer_norms_at_the_last_and_worst_step_are_plain_pytorchs(runs):
     run = runs["vanishing"]
     data, done = report(run.path, "--fail-on", "vanishing")
@@ -177,7 +189,9 @@ def test_a_corrupt_file_exits_2_with_the_file_format_message(tmp_path, runs):
         assert done.stderr.strip() == f"hookviz: error: {error.value}"
         assert "Traceback" not in done.stderr and done.stdout == ""
     missing = hookviz_cli("report", tmp_path / "nothing.hookviz")
-    assert missing.returncode == 2 and "No such file" in missing.stderr
+    assert (
+        missing.returncode == 2 and "no such file" in missing.stderr and "nothing.hookviz" in missing.stderr
+    )
 
 
 def test_html_writes_the_offline_page_and_prints_its_path(tmp_path, runs):

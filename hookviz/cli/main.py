@@ -53,7 +53,12 @@ _RANK = Annotated[
 
 def _fail(error: BaseException) -> typer.Exit:
     """The error's message on stderr, no traceback; exit code 2."""
-    message = str(error) if isinstance(error, HookvizError) else f"{type(error).__name__}: {error}"
+    if isinstance(error, HookvizError):
+        message = str(error)
+    elif isinstance(error, FileNotFoundError):
+        message = f"no such file: {error.filename}; give the path of a file hookviz.save wrote"
+    else:
+        message = f"{type(error).__name__}: {error}"
     print(f"hookviz: error: {message}", file=sys.stderr)  # whole, unwrapped: scripts read it
     return typer.Exit(BAD_INPUT)
 

@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hookviz import text
 from hookviz.analysis.compare import (
@@ -30,6 +31,10 @@ from hookviz.files import paths
 from hookviz.widget.diagnosis import findings_json
 from hookviz.widget.payload import json_float
 from hookviz.widget.sources import Source, open_source
+
+if TYPE_CHECKING:  # for annotations only
+    from hookviz.watching.gather import RankHistory
+    from hookviz.watching.watch import Watch
 
 # Each run's colour in a comparison (the first two of hookviz's line colours; red means NaN/Inf).
 RUN_COLORS = LINE_COLORS[:2]
@@ -220,18 +225,13 @@ class Comparison:
         paths.write_new(target, page.encode("utf-8"))
         return target
 
-    def _repr_html_(self) -> str:  # a notebook shows the figure when the comparison is left last in a cell
-        return f"<p>{html.escape(self.summary())}</p>" + self.figure().to_html(
-            full_html=False, include_plotlyjs="cdn"
-        )
-
     def __repr__(self) -> str:
         return f"Comparison({self.summary()})"
 
 
 def compare(
-    a,
-    b,
+    a: str | Path | Watch | RankHistory,
+    b: str | Path | Watch | RankHistory,
     names: tuple[str, str] | list[str] | None = None,
     factor: float = DEFAULT_FACTOR,
     rank: int | None = None,
@@ -332,7 +332,12 @@ def _told_apart(first: Source, second: Source) -> tuple[str, str]:
     )
 
 
-def show_comparison(widget, other, names=None, factor: float = DEFAULT_FACTOR):
+def show_comparison(
+    widget,
+    other: str | Path | Watch | RankHistory,
+    names: tuple[str, str] | list[str] | None = None,
+    factor: float = DEFAULT_FACTOR,
+):
     """:meth:`hookviz.Widget.compare_with`: the watch view's figure with a second run's per-layer
     lines (dashed, in each layer's colour) and the first parting marked."""
     from hookviz.watching.rank_view import RankView

@@ -95,7 +95,18 @@ class Source:
         return [step for step, skipped in zip(self.history.steps, self.history.skipped) if skipped]
 
 
-def open_source(source, rank: int | None = None, label: str | None = None) -> Source:
+def arrival_order(history: RankHistory, rank: int | None) -> dict[int, int]:
+    """``{column: position}`` where each name's gradient first arrived in a backward on ``rank``
+    (None: the first rank's, as the reduced findings read it), from ``history.order``; names that
+    never got one are left out. What a :class:`hookviz.Watch`'s ``arrival_order`` is for a
+    history read back from a file: an onset names the first bad name in this order."""
+    row = history.order[history.ranks.index(rank) if rank is not None else 0].tolist()
+    return {column: int(position) for column, position in enumerate(row) if not math.isnan(position)}
+
+
+def open_source(
+    source: str | Path | Watch | RankHistory | Run, rank: int | None = None, label: str | None = None
+) -> Source:
     """Open ``source`` for reading as the widget's banner reads it.
 
     Args:
@@ -143,8 +154,7 @@ def open_source(source, rank: int | None = None, label: str | None = None) -> So
         if rank is None and not source.strategy:
             rank = source.ranks[0]
         view = RankView(source, rank)
-        row = source.order[source.ranks.index(rank) if rank is not None else 0].tolist()
-        order = {column: int(position) for column, position in enumerate(row) if not math.isnan(position)}
+        order = arrival_order(source, rank)
         return Source(
             name, path, source.run, view, view.history, order, list(source.ranks), rank, list(source.notes)
         )

@@ -445,7 +445,9 @@ class Widget(anywidget.AnyWidget):
         watch_view.show_watch_history(self, history, rank, step)
         return self
 
-    def compare_with(self, other, names=None, factor: float = 10.0) -> Widget:
+    def compare_with(
+        self, other: str | Path | Any, names: tuple[str, str] | list[str] | None = None, factor: float = 10.0
+    ) -> Widget:
         """Draw a second run over the watch on screen: each layer's gradient norm of ``other``
         as a dashed line beside this watch's (same colour, one log scale, aligned by step number),
         and the first step where they part by more than ``factor`` marked
