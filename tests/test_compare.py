@@ -197,3 +197,41 @@ def test_the_watch_view_draws_a_second_run_beside_the_first(pair, tmp_path):
     assert "0 (sigmoid)" in [t.get("name") for t in live.watch_heatmap["data"]]
     with pytest.raises(hookviz.WatchError, match="no watch is shown"):
         hookviz.Widget(None).compare_with(vanishing.path)
+
+
+def _tiny_run(optimizers_of, steps: int = 3) -> hookviz.Watch:
+    """A 3-layer ReLU MLP (seed 0) trained on one fixed batch, watched with ``optimizer=`` the
+    optimizers ``optimizers_of(model)`` gives, each stepped in that order every iteration."""
+    torch.manual_seed(0)
+    model = sigmoid_mlp(depth=3, width=8, inputs=4, classes=3, activation=nn.ReLU)
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    optimizers = optimizers_of(model)
+    with hookviz.watch(model, optimizer=optimizers) as w:
+        for _ in range(steps):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            for optimizer in optimizers:
+                optimizer.step()
+                optimizer.zero_grad()
+    return w
+
+
+def test_steps_are_paired_optimizer_by_optimizer():
+    def split(model):
+        rest = [*model[2].parameters(), *model[4].parameters()]
+        return [torch.optim.SGD(model[0].parameters(), lr=0.1), torch.optim.Adam(rest, lr=0.01)]
+
+    first, second = _tiny_run(split), _tiny_run(split)
+    assert first.history.optimizers == ["SGD", "Adam"] * 3
+    same = hookviz.compare(first, second, factor=1.0001)
+    assert same.steps == first.steps and same.partings == []  # the same run twice never parts
+    # stepped the other way round, a step number is another optimizer's step: nothing is paired
+    swapped = _tiny_run(lambda model: split(model)[::-1])
+    assert swapped.history.optimizers == ["Adam", "SGD"] * 3
+    assert hookviz.compare(first, swapped).steps == []
+    # one optimizer each, SGD yesterday and Adam today: the two are paired, step by step
+    sgd = _tiny_run(lambda model: [torch.optim.SGD(model.parameters(), lr=0.1)])
+    adam = _tiny_run(lambda model: [torch.optim.Adam(model.parameters(), lr=0.1)])
+    both = hookviz.compare(sgd, adam, factor=1.0001)
+    assert both.steps == [0, 1, 2]
+    # step 0: the same weights and batch, so the same gradients; they part only after a step
+    assert all(p.step > 0 for p in both.partings) and both.partings
