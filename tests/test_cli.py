@@ -140,18 +140,15 @@ def test_a_healthy_run_passes_the_gate(runs):
     assert all(not s["findings"] for s in data["findings"]) and data["onsets"] == []
 
 
-def test_report_lists_skipped_steps():
+def test_report_lists_skipped_steps(tmp_path):
     from test_watch_view import _digits_with_optimizer
 
-    _, w, _ = _digits_with_optimizer(steps=6, skip=3)
+    _, w, _ = _digits_with_optimizer(steps=6, skip=3)  # bf16 autocast, a GradScaler, an Inf loss at step 3
     assert w.skipped_steps == [3]
-    path = hookviz.save(w, Path(os.environ.get("TMPDIR", "/tmp")) / f"skipped-{os.getpid()}")
-    try:
-        data, _ = report(path)
-        assert data["skipped_steps"] == [3]
-        assert "Inf/NaN and skipped optimizer.step()): 3" in hookviz_cli("report", path).stdout
-    finally:
-        path.unlink()
+    path = hookviz.save(w, tmp_path / "skipped")
+    data, _ = report(path)
+    assert data["skipped_steps"] == [3]
+    assert "Inf/NaN and skipped optimizer.step()): 3" in hookviz_cli("report", path).stdout
 
 
 def test_report_of_a_recorded_run_matches_diagnose(tmp_path):
