@@ -41,6 +41,7 @@ from hookviz.watching.gather import RankHistory
 from hookviz.watching.watch import Watch, watch
 
 if typing.TYPE_CHECKING:  # imported on first use (see __getattr__); named here for type checkers and the docs
+    from hookviz.widget.compare import compare
     from hookviz.widget.show import show, show_watch
     from hookviz.widget.widget import Widget
 del typing  # the namespace holds the public API only
@@ -85,6 +86,7 @@ __all__ = [
     "FileFormatError",
     "PathError",
     "RankHistory",
+    "compare",
 ]
 __version__ = "0.2.0"
 
@@ -95,6 +97,10 @@ def __getattr__(name: str):
         from hookviz.widget.widget import Widget
 
         return Widget
+    if name == "compare":
+        from hookviz.widget.compare import compare
+
+        return compare
     if name in ("show", "show_watch"):
         from hookviz.widget import show
 

@@ -182,6 +182,7 @@ LAYERS = [
     {"hookviz.files"},
     {"hookviz.widget"},
     {"hookviz.integrations"},
+    {"hookviz.cli", "hookviz.__main__"},
 ]
 
 

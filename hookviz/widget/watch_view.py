@@ -11,6 +11,7 @@ from hookviz.errors import WatchError
 from hookviz.widget.diagnosis import diagnosis_json, findings_json
 from hookviz.widget.payload import json_float
 from hookviz.widget.selection import with_watch
+from hookviz.widget.sources import arrival_order
 from hookviz.widget.watch_json import (
     figure_json,
     live_watch_figure,
@@ -231,10 +232,14 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
 
 def watch_onsets(watch, history) -> list:
     """:func:`hookviz.analysis.onset.onsets` of the watch on screen (a Watch, or a rank of a
-    gathered history: the arrival order is a Watch's own); [] when it fails (the banner still
-    shows the step's findings)."""
+    gathered history: the order its gradients arrived in backward, a Watch's own or the history's
+    :func:`hookviz.widget.sources.arrival_order`); [] when it fails (the banner still shows the
+    step's findings)."""
+    order = getattr(watch, "arrival_order", None)
+    if order is None and getattr(watch, "source", None) is not None:  # a history read from a file
+        order = arrival_order(watch.source, watch.rank)
     try:
-        return onsets(history, getattr(watch, "arrival_order", None))
+        return onsets(history, order)
     except Exception:  # the onset is a headline: without it the view still works
         return []
 

@@ -445,6 +445,31 @@ class Widget(anywidget.AnyWidget):
         watch_view.show_watch_history(self, history, rank, step)
         return self
 
+    def compare_with(
+        self, other: str | Path | Any, names: tuple[str, str] | list[str] | None = None, factor: float = 10.0
+    ) -> Widget:
+        """Draw a second run over the watch on screen: each layer's gradient norm of ``other``
+        as a dashed line beside this watch's (same colour, one log scale, aligned by step number),
+        and the first step where they part by more than ``factor`` marked
+        (:func:`hookviz.compare`'s numbers, kept in ``self.comparison``). ``save_html`` keeps it.
+
+        Args:
+            other: a :class:`hookviz.Watch`, a watch history or the path of a saved one.
+            names: the two labels ``(this, other)``; default "this run" and the file's name.
+            factor: the ratio of norms above which the runs part.
+
+        Returns:
+            this widget.
+
+        Raises:
+            WatchError: no watch is shown, or the one shown is still training live.
+            HookvizError: ``other`` is a run or shares no layer; bad ``names`` or ``factor``.
+            FileFormatError: ``other`` is a file that is not a hookviz file.
+        """
+        from hookviz.widget.compare import show_comparison
+
+        return show_comparison(self, other, names, factor)
+
     def watch_rank(self, rank: int | None) -> bool:
         """Switch the gathered history on screen to ``rank`` (None = reduced). Returns False and
         sets ``errors["watch"]`` when no gathered history is shown or the rank is unknown.

@@ -1,0 +1,1 @@
+"""The command line: ``hookviz report|html|view|compare`` (:mod:`hookviz.cli.main`)."""
