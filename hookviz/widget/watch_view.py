@@ -122,7 +122,7 @@ def watch_rank(widget, rank: int | None) -> bool:
     from hookviz.watching.rank_view import RankView
 
     if not isinstance(widget.watch, RankView):
-        widget._set_error("watch", "no gathered watch history is shown; call hookviz.show(history, run)")
+        widget._set_error("watch", "no gathered watch history is shown; call hookviz.show(history, on=run)")
         return False
     try:
         view = RankView(widget.watch.source, rank)
