@@ -30,6 +30,7 @@ from hookviz.errors import (
     HookvizError,
     LossError,
     PathError,
+    ReadOnlyError,
     TargetError,
     UnsupportedError,
     WatchError,
@@ -84,6 +85,7 @@ __all__ = [
     "load",
     "FileFormatError",
     "PathError",
+    "ReadOnlyError",
     "RankHistory",
 ]
 __version__ = "0.2.0"

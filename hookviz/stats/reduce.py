@@ -43,6 +43,8 @@ from functools import partial
 
 import torch
 
+from hookviz.errors import HookvizError
+
 # On CPU a norm summed in float32 is kept when it is finite (no square overflowed) and at least
 # _FLOAT32_FLOOR * sqrt(numel). Each square that underflows loses at most 2**-150 (half the smallest
 # subnormal), so numel of them lose at most numel * 2**-150 against a sum of squares (the norm
@@ -133,11 +135,16 @@ def combine(rows: Iterable[Statistics]) -> Statistics:
     """The statistics of several tensors taken together (the calls of a module, the shards of a
     parameter on several ranks) from their rows: counts and sums added, min of mins, max of maxes
     (NaN wins), norm the root of the sum of squared norms (``math.hypot``: it neither underflows
-    nor overflows). Rows with no elements add nothing but their count. Raises ValueError for no rows.
+    nor overflows). Rows with no elements add nothing but their count.
+
+    Raises:
+        HookvizError: no rows.
     """
     rows = list(rows)
     if not rows:
-        raise ValueError("combine() needs at least one row of statistics")
+        raise HookvizError(
+            "combine() needs at least one row of statistics: pass the rows of one tensor or more"
+        )
     present = [r for r in rows if r.norm is not None]
     sums = [r.sum for r in present]
     return Statistics(

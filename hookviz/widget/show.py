@@ -252,7 +252,9 @@ def _check_on(on, noun: str, name: str) -> None:
         )
 
 
-def show_watch(watch, session, step: int | None = None, **widget_options: Any) -> Widget:
+def show_watch(
+    watch: Watch, session: Session | Widget | None, step: int | None = None, **widget_options: Any
+) -> Widget:
     """Show ``session``'s graph coloured by the gradient norms ``watch`` recorded over training.
 
     Args:
