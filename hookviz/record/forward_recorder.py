@@ -103,21 +103,16 @@ def _entries_in(value) -> list[torch.Tensor | None]:
 
 
 def _edge_of(tensor: torch.Tensor) -> Edge:
-    # Runs twice per module call: tuple.__new__ skips NamedTuple's Python-level __new__, and the
-    # shape stays the torch.Size it is (a tuple).
     fn = tensor.grad_fn
-    return tuple.__new__(
-        Edge,
-        (
-            tensor,
-            fn,
-            tensor.output_nr if fn is not None else 0,
-            tensor._version,
-            tensor.requires_grad,
-            tensor.shape,
-            tensor.dtype,
-            tensor.device,
-        ),
+    return Edge(
+        tensor,
+        fn,
+        tensor.output_nr if fn is not None else 0,
+        tensor._version,
+        tensor.requires_grad,
+        tensor.shape,  # a torch.Size, which is a tuple
+        tensor.dtype,
+        tensor.device,
     )
 
 
@@ -162,8 +157,8 @@ def forget_tensors(recorder: ForwardRecorder) -> None:
         for edge in edges:
             if edge is not None and edge.grad_fn is not None:
                 found = forgotten.get(id(edge))
-                if found is None:  # NamedTuple._replace costs several times this
-                    found = forgotten[id(edge)] = (edge, tuple.__new__(Edge, (None, *edge[1:])))
+                if found is None:
+                    found = forgotten[id(edge)] = (edge, edge._replace(tensor=None))
                 edge = found[1]
             kept.append(edge)
         return kept

@@ -256,10 +256,12 @@ class Measured:
         if not parts:
             return found
         measured = parts[0].cpu() if len(parts) == 1 else torch.cat([p.cpu() for p in parts])
-        norms = measured[:, 0].tolist()
+        norms = measured[:, COLUMN["norm"]].tolist()
         for position, tensor in recount:  # NaN / Inf exist only where the norm is not finite
             if not math.isfinite(norms[position]):
-                measured[position, 2] = int(torch.isnan(tensor).sum()) + int(torch.isinf(tensor).sum())
+                measured[position, COLUMN["nonfinite"]] = int(torch.isnan(tensor).sum()) + int(
+                    torch.isinf(tensor).sum()
+                )
         if len(where) == len(found):  # every tensor was read: the lines are a permutation
             return measured if where == list(range(len(where))) else measured[torch.tensor(where).argsort()]
         found[where] = measured
@@ -268,6 +270,9 @@ class Measured:
 
 # What a watch keeps of each tensor, in this order: the columns of Measured.summary().
 SUMMARY = ("norm", "max_abs", "nonfinite", "zero_fraction")
+COLUMN = {statistic: column for column, statistic in enumerate(SUMMARY)}
+"""The column of each statistic of :data:`SUMMARY` in a row (``row[:, COLUMN["norm"]]``): code
+reads the columns by name, through this, never by a bare index."""
 
 
 def summary_of(row: Statistics) -> tuple[float, float, float, float]:

@@ -46,7 +46,7 @@ from hookviz.analysis.findings import Finding
 from hookviz.colors import PLOTLY_COLORSCALE
 from hookviz.errors import WatchError
 from hookviz.record import torch_compat
-from hookviz.stats.reduce import combine, combined_norm, summary_of
+from hookviz.stats.reduce import COLUMN, combine, combined_norm, summary_of
 from hookviz.watching.history import STATISTICS, History
 from hookviz.watching.plots import color_range
 from hookviz.watching.rank_findings import diverging_findings, nan_findings, unused_findings
@@ -279,9 +279,11 @@ class RankHistory:
         else:
             row = self.local[self._rank(rank), index]
         return {
-            n: values[0]
-            for n, k, values in zip(self.names, self.kinds, row.tolist())
-            if kind in (None, k) and (not math.isnan(values[0]) or values[2] > 0)
+            n: norm
+            for n, k, norm, nonfinite in zip(
+                self.names, self.kinds, row[:, COLUMN["norm"]].tolist(), row[:, COLUMN["nonfinite"]].tolist()
+            )
+            if kind in (None, k) and (not math.isnan(norm) or nonfinite > 0)
         }
 
     def history(self, rank: int | None = None) -> History:

@@ -58,6 +58,7 @@ from hookviz.analysis.findings import Finding
 from hookviz.analysis.onset import onsets
 from hookviz.analysis.step_findings import step_findings, step_layers
 from hookviz.errors import WatchError
+from hookviz.stats.reduce import COLUMN
 from hookviz.watching import gather as watch_gather
 from hookviz.watching import hooks as watch_hooks
 from hookviz.watching import plots
@@ -382,10 +383,11 @@ class Watch:
         if kind not in (None, "parameter", "output"):
             raise WatchError(f"kind={kind!r} must be None, 'parameter' or 'output'")
         _, row = self._row(step)
+        norms, nonfinite = row[:, COLUMN["norm"]].tolist(), row[:, COLUMN["nonfinite"]].tolist()
         return {
             n: norm
-            for n, k, (norm, _, nonfinite, _) in zip(self.names, self.kinds, row.tolist())
-            if kind in (None, k) and (not math.isnan(norm) or nonfinite > 0)
+            for n, k, norm, bad in zip(self.names, self.kinds, norms, nonfinite)
+            if kind in (None, k) and (not math.isnan(norm) or bad > 0)
         }
 
     def update_ratios(self, step: int | None = None) -> dict[str, float]:
