@@ -243,10 +243,10 @@ def queue_end_of_backward(callback: Callable[[], None]) -> None:
     torch.autograd.Variable._execution_engine.queue_callback(callback)
 
 
-def next_sequence_nr() -> int:
-    """The sequence number the next autograd Node made on this thread gets
-    (``torch._C._autograd._get_sequence_nr``)."""
-    return torch._C._autograd._get_sequence_nr()
+next_sequence_nr: Callable[[], int] = torch._C._autograd._get_sequence_nr
+"""``next_sequence_nr()``: the sequence number the next autograd Node made on this thread gets
+(``torch._C._autograd._get_sequence_nr``, bound as it is: the recorder calls it twice per module
+call)."""
 
 
 def sequence_nr(node: Any) -> int:
@@ -255,10 +255,10 @@ def sequence_nr(node: Any) -> int:
     return node._sequence_nr()
 
 
-def torch_function_disabled() -> contextlib.AbstractContextManager:
-    """A context in which no ``__torch_function__`` (mode or subclass) is called
-    (``torch._C.DisableTorchFunction``): hookviz's own tensor reads inside a function mode."""
-    return torch._C.DisableTorchFunction()
+torch_function_disabled: Callable[[], contextlib.AbstractContextManager] = torch._C.DisableTorchFunction
+"""``with torch_function_disabled():`` no ``__torch_function__`` (mode or subclass) is called
+(``torch._C.DisableTorchFunction``, bound as it is: the recorder enters it three times per module
+call): hookviz's own tensor reads inside a function mode."""
 
 
 def operator_schemas(name: str) -> list:
