@@ -351,17 +351,15 @@ class Watch:
                 "no step recorded yet: run the training loop's loss.backward() while the watch is "
                 "open (a forward alone, or a backward that does not reach the model, is not a step)"
             )
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
-            raise WatchError(f"step={step!r} must be an int, one of the watch's steps, or None for the last")
         with self._lock:  # a copy, consistent while another thread trains and thins the steps
             if step is None:
                 return self._steps[-1], self._rows[len(self._steps) - 1].clone()
             if step in self._steps:
                 return step, self._rows[self._steps.index(step)].clone()
         if step not in self._steps:
-            near = sorted(self._steps, key=lambda s: abs(s - step))[:3]
+            near = sorted(self._steps, key=lambda s: abs(s - step))[:3] if type(step) is int else []
             raise WatchError(
-                f"step {step} is not kept (kept: {len(self._steps)} steps from "
+                f"step {step!r} is not kept (kept: {len(self._steps)} steps from "
                 f"{self._steps[0]} to {self._steps[-1]}); nearest kept: {sorted(near)}"
             )
 
