@@ -30,6 +30,7 @@ from hookviz.errors import (
     HookvizError,
     LossError,
     PathError,
+    ReadOnlyError,
     TargetError,
     UnsupportedError,
     WatchError,
@@ -85,6 +86,7 @@ __all__ = [
     "load",
     "FileFormatError",
     "PathError",
+    "ReadOnlyError",
     "RankHistory",
     "compare",
 ]

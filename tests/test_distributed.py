@@ -391,7 +391,7 @@ def test_cross_rank_diagnosis_names_the_rank_and_step(gathered):
     # the saved history, opened here (one process, no process group), over the saved run's graph
     history, run, tmp_path = gathered
     assert [f.kind for f in history.diagnose()][:2] == ["nan", "diverging"]
-    widget = hookviz.show(history, run)
+    widget = hookviz.show(history, on=run)
     assert widget.read_only.startswith("read-only") and widget.watch_ranks == [0, 1]
     last = history.steps[-1]
     assert widget.watch_view["step"] == last and widget.watch_view["model"] == "reduced"
@@ -474,7 +474,7 @@ def test_watch_gather_on_nccl(tmp_path):
 
 def test_the_inspector_says_whose_values_it_shows_and_follows_the_rank_picker(gathered):
     history, run, _ = gathered
-    widget = hookviz.show(history, run)
+    widget = hookviz.show(history, on=run)
     weight = next(n for n in run.leaf_names if n.endswith("body.4.weight"))
     assert widget.select(weight)
     assert widget.watch_rank(1) and widget.watch_step(2)

@@ -97,3 +97,33 @@ def test_a_module_that_the_forward_registers_is_a_named_leaf_in_that_same_run():
     model(x).backward()
     for name in ("second.weight", "first.weight"):
         assert torch.equal(run.leaf_grad(name), model.get_parameter(name).grad)
+
+
+class HidesItsCache(nn.Module):
+    """Keeps a cache module it does not want walked: its ``named_modules`` leaves it out (and so,
+    through PyTorch's ``_named_members``, do ``named_parameters`` and ``named_buffers``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(3, 2)
+        self.cache = nn.Linear(3, 3)  # never called, never trained
+
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        for name, module in super().named_modules(memo, prefix, remove_duplicate):
+            if not name.endswith("cache"):
+                yield name, module
+
+    def forward(self, x):
+        return self.body(x).sum()
+
+
+def test_a_class_that_overrides_named_modules_is_honoured():
+    model = HidesItsCache()
+    assert [n for n, _ in module_tree.named_modules(model)] == ["", "body"]
+    assert [n for n, _ in module_tree.named_parameters(model)] == ["body.weight", "body.bias"]
+    assert [n for n, _ in module_tree.named_parameters(model)] == [n for n, _ in model.named_parameters()]
+    run = hookviz.Session(model, (torch.randn(4, 3),)).run()
+    assert "cache.weight" not in run.leaf_names and {"body.weight", "body.bias"} <= set(run.leaf_names)
+    with hookviz.watch(model) as watch:
+        model(torch.randn(4, 3)).backward()
+    assert watch.parameter_names == ["body.weight", "body.bias"]

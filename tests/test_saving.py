@@ -277,7 +277,7 @@ def test_two_loaded_runs_compare_in_the_widget_as_live_ones(tmp_path, canonical)
     assert live.rerun()
     before = hookviz.load(hookviz.save(session.baseline, tmp_path / "before"))
     after = hookviz.load(hookviz.save(session.last_run, tmp_path / "after"))
-    loaded = hookviz.show(after, before)
+    loaded = hookviz.show(after, baseline=before)
     assert {**loaded.graph, "run": 0} == {**live.graph, "run": 0}  # "run" counts the widget's runs
     for trait in ("leaf_summary", "chart", "edits"):
         assert getattr(loaded, trait) == getattr(live, trait), trait
@@ -294,6 +294,6 @@ def test_a_one_process_history_opens_on_its_one_rank(tmp_path):
             F.cross_entropy(model(data), labels).backward()
     run = hookviz.Session(model, (data,), loss_fn=lambda out: F.cross_entropy(out, labels)).run()
     history = hookviz.load(hookviz.save(from_watch(watch), tmp_path / "history"))
-    widget = hookviz.show(history, hookviz.load(hookviz.save(run, tmp_path / "run")))
+    widget = hookviz.show(history, on=hookviz.load(hookviz.save(run, tmp_path / "run")))
     assert widget.watch_view["rank"] == 0 and widget.watch_view["reduced"] is False
     assert widget.watch_view["norms"] == {n: json_float(v) for n, v in watch.norms(watch.steps[-1]).items()}

@@ -13,6 +13,7 @@ import torch
 
 from hookviz.data.stats_batch import StatsBatch
 from hookviz.data.tensors import TensorRecord
+from hookviz.errors import HookvizError
 from hookviz.stats.reduce import (
     combine,
     measure,
@@ -255,7 +256,7 @@ def test_combine_equals_the_statistics_of_the_tensors_taken_together():
     assert (combined.min, combined.max, combined.zero_count) == (expected["min"], expected["max"], 1)
     with_nan = combine(reduce([torch.tensor([math.nan]), torch.tensor([1.0])]))
     assert math.isnan(with_nan.max) and with_nan.nan_count == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(HookvizError, match="at least one row"):
         combine([])
 
 

@@ -219,3 +219,70 @@ def test_the_package_exports_its_public_api_only():
         if not name.startswith("__") and name not in exported and not _is_module(f"hookviz.{name}")
     }
     assert not extra, f"hookviz exposes names outside __all__: {sorted(extra)}"
+
+
+# The private PyTorch APIs hookviz calls live in one module, which names each and the releases
+# that have it. Private: an attribute that starts with "_" reached from ``torch`` (``torch._C...``,
+# ``torch.autograd.Variable._execution_engine``, ``torch.utils._pytree``), or one of the private
+# methods autograd's objects have (a Node's ``_sequence_nr``). ``torch._foreach_*`` are not: the
+# torch reference documents them ("Foreach Operations", https://pytorch.org/docs/stable/torch.html).
+PRIVATE_HOME = "hookviz.record.torch_compat"
+PRIVATE_METHODS = {"_sequence_nr", "_current_graph_task_id", "queue_callback", "_get_sequence_nr"}
+
+
+def _dotted_name(node: ast.AST) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name; None for anything else (a call in the chain)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__") and not part.startswith("_foreach_")
+
+
+def _private_torch_uses(path: Path) -> list[str]:
+    """The private PyTorch names ``path`` reaches in code (docstrings and comments do not count)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute):
+            if node.attr in PRIVATE_METHODS:
+                found.append(node.attr)
+            parts = (_dotted_name(node) or "").split(".")
+            private = [i for i, p in enumerate(parts) if i and _is_private(p)]
+            if parts[0] == "torch" and private:  # the shortest private prefix: torch._C
+                found.append(".".join(parts[: private[0] + 1]))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            found += [f"{node.module}.{a.name}" for a in node.names if _is_private(a.name)]
+            found += [node.module] if any(_is_private(p) for p in node.module.split(".")) else []
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "torch" and "._" in a.name]
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_private_pytorch_apis_are_called_from_torch_compat_only(module):
+    if module == PRIVATE_HOME:
+        return
+    used = _private_torch_uses(FILES[module])
+    assert not used, f"{module} calls private PyTorch APIs {used}: call them through {PRIVATE_HOME}"
+
+
+def test_the_private_api_check_sees_each_form(tmp_path):
+    source = tmp_path / "uses.py"
+    source.write_text(
+        "import torch\nimport torch.utils._pytree\nfrom torch.utils import _pytree as pytree\n"
+        "def f(fn):\n    torch._C._autograd._get_sequence_nr()\n    fn._sequence_nr()\n"
+        "    torch.autograd.Variable._execution_engine.queue_callback(f)\n    torch.nn.Linear(1, 1)\n"
+    )
+    assert _private_torch_uses(source) == [
+        "_get_sequence_nr",
+        "_sequence_nr",
+        "queue_callback",
+        "torch._C",
+        "torch.autograd.Variable._execution_engine",
+        "torch.utils._pytree",
+    ]
+    assert _private_torch_uses(FILES[PRIVATE_HOME])  # the home itself does call them

@@ -1,6 +1,6 @@
 """The watch answers "when did it start, and where" (issue 41, point 3): the onset of NaN/Inf and of
 exploding norms checked against plain PyTorch's ``.grad`` in the same loop, the banner and heatmap
-that carry it, per-layer lines told apart, ``show(watch, run)``, and "not watched" beside "no grad".
+that carry it, per-layer lines told apart, ``show(watch, on=run)``, and "not watched" beside "no grad".
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def test_layer_lines_are_told_apart(exploded):
 def test_show_watch_on_a_run_draws_it_or_refuses(exploded):
     model, w, *_ = exploded
     run = hookviz.Session(model, (torch.randn(4, 64),), loss_fn=lambda out: out.sum()).run()
-    view = hookviz.show(w, run)
+    view = hookviz.show(w, on=run)
     assert view.watch_view["step"] == w.steps[-1]
     colors = view.watch_view["node_colors"]
     assert colors["0.weight"] == NAN_COLOR  # the last step's gradients hold NaN
@@ -137,11 +137,11 @@ def test_show_watch_on_a_run_draws_it_or_refuses(exploded):
     view.hide_watch()
     assert "watch" not in view.chart["figure"]["layout"]["title"]["text"]
     with pytest.raises(WatchError, match="must be a hookviz.Run or hookviz.Session"):
-        hookviz.show(w, torch.randn(4, 64))
+        hookviz.show(w, on=torch.randn(4, 64))
     other = nn.Linear(3, 2)  # its parameters are "weight" and "bias"
     other_run = hookviz.Session(other, (torch.randn(2, 3),), loss_fn=lambda out: out.sum()).run()
     with pytest.raises(WatchError, match="none of the watch's parameters"):
-        hookviz.show(w, other_run)
+        hookviz.show(w, on=other_run)
 
 
 def test_a_parameter_without_gradient_is_no_grad_not_unwatched():
@@ -361,7 +361,7 @@ def test_the_leaf_table_follows_the_step_with_the_watchs_statistics():
 
 
 def test_the_inspector_says_not_watched_where_the_graph_does():
-    """show(watch, run): a Sigmoid box (no parameter the watch records) is "not watched" in the
+    """show(watch, on=run): a Sigmoid box (no parameter the watch records) is "not watched" in the
     inspector as in the graph's colour; a Linear box gets its norm at the step shown, as text of
     the norm the graph colours it by; an op is "not watched"; the note follows the step slider and
     leaves with the watch."""
@@ -377,7 +377,7 @@ def test_the_inspector_says_not_watched_where_the_graph_does():
             F.cross_entropy(model(x), y).backward()
             optimizer.step()
     run = hookviz.Session(model, (x,), loss_fn=lambda out: F.cross_entropy(out, y)).run()
-    view = hookviz.show(w, run)
+    view = hookviz.show(w, on=run)
     types = {g["module"]: g.get("type") for g in view.graph["groups"]}
     sigmoids = [m for m, kind in types.items() if kind == "Sigmoid"]
     linears = [m for m, kind in types.items() if kind == "Linear"]

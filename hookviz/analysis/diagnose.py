@@ -33,6 +33,7 @@ from hookviz.analysis.findings import Finding, grouped, module_label, percent, r
 from hookviz.analysis.gradient_stats import gradient_stats, module_of, parameter_names
 from hookviz.analysis.layer_findings import layer_diagnosis
 from hookviz.analysis.nan_origin import nan_findings
+from hookviz.data.run import require_run
 from hookviz.data.tensors import TensorRecord
 from hookviz.errors import HookvizError
 
@@ -124,11 +125,17 @@ def diagnose(
         vanishing and dead updates, then dead units and saturated activations in forward order.
 
     Raises:
-        HookvizError: an unknown threshold or a value out of range.
+        HookvizError: ``run`` is not a Run, ``model`` not a module, an unknown threshold or a
+            value out of range.
         DetailsRefused: a lazy run whose details cannot be recorded any more (see
             :meth:`hookviz.data.run.Run.fill_details`, which this calls first).
     """
     limits = check_thresholds(thresholds)
+    require_run(run, "diagnose(run)")
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise HookvizError(
+            f"diagnose(run, model={type(model).__name__}): model must be the run's torch.nn.Module, or None"
+        )
     model = model if model is not None else run.model
     run.fill_details()  # the findings read values and counts: a lazy run's are recorded now
     found = nan_findings(run)

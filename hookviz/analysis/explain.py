@@ -12,10 +12,11 @@ from __future__ import annotations
 import torch
 
 from hookviz.advice import advice
+from hookviz.data.run import Run, require_run
 from hookviz.errors import TargetError
 
 
-def explain(run, target: str) -> str:
+def explain(run: Run, target: str) -> str:
     """One paragraph on whether, and why not, a hook at ``target`` fires in ``run``.
 
     Args:
@@ -23,9 +24,10 @@ def explain(run, target: str) -> str:
         target: a module name (``""`` = root), a node id or a leaf (input or parameter) name.
 
     Raises:
+        HookvizError: ``run`` is not a Run.
         TargetError: ``target`` is none of those, in the run or in the model.
     """
-    target = run.canonical_name(target)
+    target = require_run(run, "explain(run, target)").canonical_name(target)
     if target in run.modules:
         return _explain_module(run, target) + _hooks_added_later(run, target)
     if target in run.leaf_grads:

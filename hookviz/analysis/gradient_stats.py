@@ -11,7 +11,7 @@ loss* is the one whose parameters receive their gradient first in backward order
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,11 +53,42 @@ class GradientStats:
     order: int | None
 
 
-def module_of(parameter: str) -> str:
+def module_of(parameter: str, modules: Collection[str] | None = None) -> str:
     """The layer of a parameter: the module that owns it (``"fc1"`` for ``"fc1.weight"``, ``""``
     for a parameter of the root module). The one home of this rule: runs, watches, gathered
-    histories and the widget group parameters into layers by it."""
-    return parameter.rpartition(".")[0]
+    histories, the graph and the findings group parameters into layers by it.
+
+    A tied parameter is one parameter under its first name (``named_parameters``' rule), so it
+    belongs to the module of that name. Given ``modules`` (the modules a run's forward called), a
+    parameter whose owner was never called (a parent used its weight directly) belongs to the
+    nearest enclosing module that was, where the graph draws it.
+    """
+    owner = parameter.rpartition(".")[0]
+    if modules is not None:
+        while owner and owner not in modules:
+            owner = owner.rpartition(".")[0]
+    return owner
+
+
+def layer_norms(parameter_norms: Mapping[str, float | None]) -> dict[str, float | None]:
+    """``{layer: 2-norm of its parameters' gradients}`` from ``{parameter name: gradient norm}``,
+    layers by :func:`module_of` in the order their first parameter comes: the one definition of
+    a layer's gradient norm (:func:`hookviz.stats.reduce.combined_norm`: NaN and Inf kept, None
+    when no parameter has a norm)."""
+    members: dict[str, list[float | None]] = {}
+    for name, norm in parameter_norms.items():
+        members.setdefault(module_of(name), []).append(norm)
+    return {layer: combined_norm(norms) for layer, norms in members.items()}
+
+
+def module_norm(module: str, norms_of_layers: Mapping[str, float | None]) -> float | None:
+    """The gradient norm of ``module`` and everything inside it: the layers ``module`` is or
+    encloses, taken together (``""``, the root module, encloses every layer); from
+    :func:`layer_norms`. None when none of them has a norm."""
+    prefix = f"{module}." if module else ""
+    return combined_norm(
+        norm for layer, norm in norms_of_layers.items() if layer == module or layer.startswith(prefix)
+    )
 
 
 def combine_layer(parts: Iterable[tuple[float | None, int, float]]) -> tuple[float | None, float]:

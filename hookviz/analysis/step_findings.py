@@ -24,6 +24,7 @@ from hookviz.advice import advice
 from hookviz.analysis.findings import Finding, grouped, module_label, percent, run_span
 from hookviz.analysis.gradient_stats import combine_layer, module_of
 from hookviz.analysis.layer_findings import layer_diagnosis
+from hookviz.stats.reduce import COLUMN
 from hookviz.text import number
 
 # What each update-ratio finding says is wrong, and what likely causes it.
@@ -64,7 +65,9 @@ def step_layers(
     members: dict[str, list[tuple[float, int, float]]] = {}
     firsts: dict[str, float] = {}
     for column, name in enumerate(parameter_names):
-        norm, _, nonfinite, zero_fraction = values[column]
+        norm, nonfinite, zero_fraction = (
+            values[column][COLUMN[s]] for s in ("norm", "nonfinite", "zero_fraction")
+        )
         if math.isnan(norm) and nonfinite == 0:
             continue
         layer = module_of(name)

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hookviz.data.run import NodeRecord, Run
+from hookviz.data.run import NodeRecord, Run, require_run
 from hookviz.data.tensors import ComparedByValue, TensorRecord, same_values
-from hookviz.errors import DetailsRefused
+from hookviz.errors import DetailsRefused, HookvizError
 
 
 @dataclass(eq=False)
@@ -118,7 +118,19 @@ def diff(before: Run, after: Run) -> Diff:
 
     Returns:
         the :class:`Diff`.
+
+    Raises:
+        HookvizError: ``before`` or ``after`` is not a Run, or the two share no leaf (runs of two
+            different models). What :meth:`Run.fill_details` raises other than a refusal (a
+            refusal is kept in ``Diff.unfilled``) propagates.
     """
+    require_run(before, "diff(before, after)")
+    require_run(after, "diff(before, after)")
+    if before.leaf_grads and after.leaf_grads and not before.leaf_grads.keys() & after.leaf_grads.keys():
+        raise HookvizError(
+            "diff(before, after): the runs share no leaf, so they are of two different models; compare "
+            "two runs of one model (its run before and after an edit, or two recordings of it)"
+        )
     unfilled = {}
     for label, run in (("before", before), ("after", after)):
         try:

@@ -20,7 +20,7 @@ import torch
 from hookviz.advice import advice
 from hookviz.data.deferred import PENDING, Deferrable, Fillable, deferrable
 from hookviz.data.tensors import ComparedByValue, TensorRecord, combined_norm
-from hookviz.errors import DetailsUnavailable, TargetError, unknown_name
+from hookviz.errors import DetailsUnavailable, HookvizError, TargetError, unknown_name
 
 LOSS_MODULE = "(loss)"
 """The ``module`` of the Nodes that ``loss_fn`` made, outside the model (not a module name: it has
@@ -584,6 +584,20 @@ class Run(ComparedByValue, Deferrable):
             f"forward_reused={self.forward_reused}"
             f"{pending})"
         )
+
+
+def require_run(value: object, call: str) -> Run:
+    """``value`` when it is a :class:`Run`.
+
+    Raises:
+        HookvizError: ``value`` is not one; the message names ``call`` and where a run comes from.
+    """
+    if not isinstance(value, Run):
+        raise HookvizError(
+            f"{call} takes a hookviz.Run, got {type(value).__name__}: record one with "
+            "hookviz.Session(model, args, loss_fn=...).run(), or open one with hookviz.load(path)"
+        )
+    return value
 
 
 def _loss_ops(nodes: dict[str, NodeRecord], edges: list[tuple[str, str, int]]) -> frozenset[str]:

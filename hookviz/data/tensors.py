@@ -8,6 +8,7 @@ The records are made by :class:`hookviz.data.stats_batch.StatsBatch`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ import torch
 from hookviz.advice import advice
 from hookviz.data.deferred import Fillable
 from hookviz.stats.reduce import combined_norm as combined_norm  # where its callers import it
+
+_LOG = logging.getLogger("hookviz.data")
 
 
 def json_float(value: float | None) -> float | str | None:
@@ -41,12 +44,17 @@ def _json_number(value) -> float | str | None:
 
 
 def equal_values(a, b) -> bool:
-    """Whether ``a`` and ``b`` hold the same things: ``==`` on hookviz's records. Never raises.
+    """Whether ``a`` and ``b`` hold the same things: ``==`` on hookviz's records.
 
     Tensors are equal when :func:`same_values` says so (shape, dtype and every element, bit for
     bit, NaN equal to NaN) on the same device; floats when equal or both NaN; lists, tuples and
     dicts item by item; dataclasses (records) of one type field by field (those with
-    ``compare=True``); anything else by its own ``==`` (an error there reads as not equal).
+    ``compare=True``); anything else by its own ``==``.
+
+    Two things that cannot be compared read as not equal, with a warning and its traceback on the
+    ``hookviz.data`` logger: a tensor without values (a ``meta`` tensor: PyTorch raises
+    NotImplementedError or RuntimeError reading it) or an ``==`` whose result is not a bool (a
+    numpy array's: ValueError, TypeError). Any other error propagates.
     """
     if a is b:
         return True
@@ -65,7 +73,8 @@ def equal_values(a, b) -> bool:
             compared = [f.name for f in dataclasses.fields(a) if f.compare]
             return all(equal_values(getattr(a, name), getattr(b, name)) for name in compared)
         return bool(a == b)
-    except Exception:  # a tensor without storage, an object whose == raises: not provably equal
+    except (NotImplementedError, RuntimeError, TypeError, ValueError):
+        _LOG.warning("== of two %s cannot compare them: read as not equal", type(a).__name__, exc_info=True)
         return False
 
 

@@ -81,7 +81,9 @@ class Edit:
     id: str = field(default_factory=lambda: f"e{next(_ids)}")
 
     @classmethod
-    def make(cls, target: str, slot: str | Slot, transform) -> Edit:
+    def make(
+        cls, target: str, slot: str | Slot, transform: str | Callable[[torch.Tensor], torch.Tensor]
+    ) -> Edit:
         """Build an edit; a string transform is parsed now, so a bad one fails here.
 
         Args:
@@ -132,6 +134,8 @@ class Edit:
         Raises:
             EditError: the transform raised, or returned something that is not a tensor of
                 ``grad``'s shape, dtype and device.
+            ExpressionError: an expression refused while it ran (shapes that do not broadcast,
+                a result too large), naming the site.
         """
         if grad is None:
             return None

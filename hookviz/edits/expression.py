@@ -456,7 +456,7 @@ class _Interpreter:
         shown = [str(list(s)) for s in shapes]
         try:
             shape = broadcast_shape(*shapes)
-        except ValueError as error:
+        except ExpressionError as error:
             raise self.error(
                 node,
                 f"shapes {' and '.join(shown)} do not broadcast ({error})",
@@ -515,13 +515,13 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     call, which costs more than the refusal this check exists for.
 
     Raises:
-        ValueError: two sizes of one dimension differ and neither is 1, naming the dimension.
+        ExpressionError: two sizes of one dimension differ and neither is 1, naming the dimension.
     """
     result: list[int] = []
     for dimension in range(1, max(len(shape) for shape in shapes) + 1):
         sizes = {shape[-dimension] for shape in shapes if len(shape) >= dimension} - {1}
         if len(sizes) > 1:
-            raise ValueError(f"sizes {sorted(sizes)} at dimension -{dimension}")
+            raise ExpressionError(f"sizes {sorted(sizes)} at dimension -{dimension} differ and neither is 1")
         result.append(sizes.pop() if sizes else 1)
     return tuple(reversed(result))
 

@@ -33,6 +33,21 @@ def _is_folder(path: Path) -> bool:
         return False
 
 
+def as_path(path: str | os.PathLike, example: str = "run.hookviz") -> Path:
+    """``path`` as a :class:`~pathlib.Path`, when it is a ``str`` or an ``os.PathLike`` (``bytes``
+    too, as ``open`` takes).
+
+    Raises:
+        PathError: ``path`` is another type (a number, None, a file object).
+    """
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise PathError(
+            f"a path must be a str or a pathlib.Path, got {type(path).__name__}: pass a file name, "
+            f"e.g. {example!r}"
+        )
+    return Path(os.fsdecode(os.fspath(path)))
+
+
 def target(path: str | os.PathLike, suffix: str = "", example: str = "run.hookviz") -> Path:
     """The file that writing ``path`` writes: ``path``, with ``suffix`` appended when its name has
     another suffix or none.
@@ -43,9 +58,11 @@ def target(path: str | os.PathLike, suffix: str = "", example: str = "run.hookvi
         example: a file name the messages suggest.
 
     Raises:
-        PathError: ``path`` is empty, ends with a separator, is ``.`` or ``..``, or is a folder
-            (before or after the suffix); or the folder it would be written in does not exist.
+        PathError: ``path`` is not a str or a path, is empty, ends with a separator, is ``.`` or
+            ``..``, or is a folder (before or after the suffix); or the folder it would be written
+            in does not exist.
     """
+    as_path(path, example)
     text = os.fsdecode(os.fspath(path))
     if not text:
         raise PathError(f"no file name given (the path is empty): pass one, e.g. {example!r}")

@@ -39,6 +39,7 @@ import torch
 
 from hookviz.advice import advice
 from hookviz.data.deferred import PENDING
+from hookviz.data.run import Run
 from hookviz.errors import FileFormatError, HookvizError
 from hookviz.files import fields, paths, schema
 from hookviz.watching.gather import RankHistory
@@ -144,7 +145,7 @@ class _Encoder:
         }
 
 
-def save(obj, path: str | Path, *, run=None) -> Path:
+def save(obj: Run | Watch | RankHistory, path: str | os.PathLike, *, run: Run | None = None) -> Path:
     """Write a run or a watch to ``path``, as ``torch.save`` writes an object, but never with pickle
     (see the module docstring); :func:`load` opens it.
 
@@ -161,22 +162,29 @@ def save(obj, path: str | Path, *, run=None) -> Path:
         their device is noted and shown, but :func:`load` gives CPU tensors.
 
     Raises:
-        HookvizError: ``obj`` is neither, or holds something the file format does not list
-            (:mod:`hookviz.files.schema`), such as a custom object, or a value out of its bounds.
-        PathError (a HookvizError and an OSError): ``path`` names no file: it is empty, ends with
-            a separator, is ``.``, ``..`` or a folder (before or after the suffix), or its folder
-            does not exist (:func:`hookviz.files.paths.target`).
+        HookvizError: ``obj`` is neither, ``run`` is not a Run (or is given with a Run), or ``obj``
+            holds something the file format does not list (:mod:`hookviz.files.schema`), such as a
+            custom object, or a value out of its bounds.
+        WatchError: ``obj`` is a watch that recorded no step.
+        PathError (a HookvizError and an OSError): ``path`` is not a str or a path, or names no
+            file: it is empty, ends with a separator, is ``.``, ``..`` or a folder (before or after
+            the suffix), or its folder does not exist (:func:`hookviz.files.paths.target`).
         OSError: the file cannot be written (the folder is not writable, the disk is full);
             nothing is left behind.
     """
+    if run is not None and not isinstance(obj, (Watch, RankHistory)):
+        raise HookvizError(
+            f"save(..., run=...) keeps a run with a watch or a watch history, not with a "
+            f"{type(obj).__name__}: save the run on its own, hookviz.save(run, path)"
+        )
+    if run is not None and not isinstance(run, Run):
+        raise HookvizError(
+            f"save(..., run={type(run).__name__}): run= keeps a hookviz.Run of the same model with a watch, "
+            "e.g. hookviz.save(w, path, run=session.run())"
+        )
     if isinstance(obj, Watch):
         obj = obj.rank_history(run)
     elif run is not None:
-        if not isinstance(obj, RankHistory):
-            raise HookvizError(
-                f"save(..., run=...) keeps a run with a watch or a watch history, not with a "
-                f"{type(obj).__name__}: save the run on its own, {advice('save_run')}"
-            )
         obj = dataclasses.replace(obj, run=run)
     types = fields.compiled(str(VERSION))
     kinds = {types.classes[name]: kind for kind, name in schema.KINDS.items()}
@@ -317,7 +325,7 @@ def _read(path: Path) -> tuple[dict, bytes]:
         return header, file.read(size)
 
 
-def load(path: str | Path):
+def load(path: str | os.PathLike) -> Run | RankHistory:
     """Open a file written by :func:`save` (a run, a watch or a watch history).
 
     Args:
@@ -339,13 +347,14 @@ def load(path: str | Path):
             than :data:`SPARSE_EXPANSION` times the file's size, a version this hookviz does not
             read.
         FileNotFoundError: no such file.
-        PathError: (a HookvizError and an OSError) ``path`` is a folder, a FIFO, a socket or a
-            device; it is refused before it is opened, and never blocks.
+        PathError: (a HookvizError and an OSError) ``path`` is not a str or a path, or is a
+            folder, a FIFO, a socket or a device; it is refused before it is opened, and never
+            blocks.
     """
     import safetensors
     import safetensors.torch
 
-    path = Path(path)
+    path = paths.as_path(path)
     header, data = _read(path)
     metadata = header["__metadata__"]
     try:

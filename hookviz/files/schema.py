@@ -37,6 +37,8 @@ Version history:
 
 from __future__ import annotations
 
+from hookviz.errors import FileFormatError
+
 VERSION = 4
 READABLE = ("1", "2", "3", "4")
 
@@ -251,9 +253,16 @@ REFINED = {
 
 def records(version: str) -> dict[str, tuple[str, dict[str, str]]]:
     """The record types of file-format ``version`` (one of :data:`READABLE`), by class name:
-    ``name -> (module, {field: type})``. Raises KeyError for a version not in READABLE."""
+    ``name -> (module, {field: type})``.
+
+    Raises:
+        FileFormatError: ``version`` is not one of :data:`READABLE`.
+    """
     if version not in READABLE:
-        raise KeyError(version)
+        raise FileFormatError(
+            f"file-format version {version!r} is not one this hookviz reads ({', '.join(READABLE)}); "
+            "upgrade hookviz to read a newer file"
+        )
     if version == "4":
         return RECORDS
     added = {"RankHistory": _ADDED_IN_4}

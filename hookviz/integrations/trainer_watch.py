@@ -24,9 +24,10 @@ import torch
 from hookviz.analysis.findings import Finding
 from hookviz.files.paths import target
 from hookviz.files.saving import save
+from hookviz.stats.reduce import COLUMN
 from hookviz.watching.watch import Watch, watch
 
-_NONFINITE = 2  # the column of a step's row that counts NaN/Inf elements (Watch.add_step_listener)
+_NONFINITE = COLUMN["nonfinite"]  # the column of a step's row that counts NaN/Inf elements
 
 
 def in_notebook() -> bool:

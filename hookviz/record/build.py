@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hookviz.analysis.gradient_stats import module_of
 from hookviz.data.run import LOSS_MODULE, Event, HookCall, HookInfo, ModuleCall, NodeRecord, Run
 from hookviz.data.stats_batch import Settled, StatsBatch
 from hookviz.record.backward_recorder import BackwardRecorder
@@ -448,17 +449,14 @@ def _execution_order(order: dict[str, int], walk: Walk) -> dict[str, int]:
 
 
 def _leaf_module(node_id: str, kind: str, parameters: set[str], ran: set[str]) -> str:
-    """The module a leaf belongs to (the one rule; the widget groups by it): a parameter's owner, or
-    the nearest enclosing module that ran when the owner itself was never called; forward inputs
-    belong to the root. A Node made outside every module call belongs to the loss function."""
+    """The module a leaf belongs to: a parameter's layer (:func:`hookviz.analysis.gradient_stats.
+    module_of`, the one rule, with the modules that ran); forward inputs belong to the root. A Node
+    made outside every module call belongs to the loss function."""
     if kind == "op":
         return LOSS_MODULE
     if node_id not in parameters:
         return ""
-    owner = node_id.rpartition(".")[0]
-    while owner and owner not in ran:
-        owner = owner.rpartition(".")[0]
-    return owner
+    return module_of(node_id, ran)
 
 
 def _ordered_leaves(leaf_grads: dict, context: RunContext, graph) -> dict:

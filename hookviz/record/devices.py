@@ -16,6 +16,9 @@ def devices() -> list[str]:
     """Devices hookviz can run on here: ``"cpu"``, then ``"cuda:N"`` for each visible GPU, then ``"mps"``.
 
     Source: ``torch.cuda.device_count()`` and ``torch.backends.mps.is_available()``.
+
+    Raises:
+        Nothing: it takes no argument, and a GPU that PyTorch cannot use is left out, not an error.
     """
     found = ["cpu"]
     if torch.cuda.is_available():

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils import _pytree as pytree
 
 from hookviz.data.run import Run, SavedTensor
 from hookviz.data.stats_batch import StatsBatch, dtype_name
@@ -37,6 +36,7 @@ from hookviz.record.model_state import KeptState
 from hookviz.record.module_views import CallPlan, plan_call
 from hookviz.record.own_pass import own_backward
 from hookviz.record.saved_tensors import SavedTensorsRecorder
+from hookviz.record.torch_compat import pytree
 from hookviz.record.user_hooks import (
     MODULE_HOOK_DICTS,
     TENSOR_HOOK_DICTS,
@@ -251,7 +251,7 @@ def _record_forward(
             full_backward_hooks(state, model, list(edit_sites)),
             _eager(model),
         ):
-            forward_start = torch._C._autograd._get_sequence_nr()
+            forward_start = torch_compat.next_sequence_nr()
             with (
                 forward_recorder,
                 saved_recorder.hooks(),

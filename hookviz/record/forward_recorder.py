@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils import _pytree as pytree
 
-from hookviz.record import devices, module_tree
+from hookviz.record import devices, module_tree, torch_compat
 from hookviz.record.distributed import is_framework_hook
 from hookviz.record.model_state import KeptState, writes
+from hookviz.record.torch_compat import pytree
 from hookviz.record.user_hooks import UserHookWrapper
 
 if TYPE_CHECKING:  # for annotations only
@@ -103,21 +103,16 @@ def _entries_in(value) -> list[torch.Tensor | None]:
 
 
 def _edge_of(tensor: torch.Tensor) -> Edge:
-    # Runs twice per module call: tuple.__new__ skips NamedTuple's Python-level __new__, and the
-    # shape stays the torch.Size it is (a tuple).
     fn = tensor.grad_fn
-    return tuple.__new__(
-        Edge,
-        (
-            tensor,
-            fn,
-            tensor.output_nr if fn is not None else 0,
-            tensor._version,
-            tensor.requires_grad,
-            tensor.shape,
-            tensor.dtype,
-            tensor.device,
-        ),
+    return Edge(
+        tensor,
+        fn,
+        tensor.output_nr if fn is not None else 0,
+        tensor._version,
+        tensor.requires_grad,
+        tensor.shape,  # a torch.Size, which is a tuple
+        tensor.dtype,
+        tensor.device,
     )
 
 
@@ -162,8 +157,8 @@ def forget_tensors(recorder: ForwardRecorder) -> None:
         for edge in edges:
             if edge is not None and edge.grad_fn is not None:
                 found = forgotten.get(id(edge))
-                if found is None:  # NamedTuple._replace costs several times this
-                    found = forgotten[id(edge)] = (edge, tuple.__new__(Edge, (None, *edge[1:])))
+                if found is None:
+                    found = forgotten[id(edge)] = (edge, edge._replace(tensor=None))
                 edge = found[1]
             kept.append(edge)
         return kept
@@ -287,11 +282,11 @@ class ForwardRecorder(TorchFunctionMode):
         return None
 
     def _pre(self, module, args, kwargs):
-        with torch._C.DisableTorchFunction():  # our own tensor reads need not pass through the mode
+        with torch_compat.torch_function_disabled():  # our own tensor reads need not pass through the mode
             self._enter(module, args, kwargs)
 
     def _returned(self, module, args, kwargs, output):
-        with torch._C.DisableTorchFunction():
+        with torch_compat.torch_function_disabled():
             self.stack[-1].returned = [None if t is None else self._snapshot(t) for t in _entries_in(output)]
 
     def _snapshot(self, tensor: torch.Tensor, edge: Edge | None = None) -> Edge:
@@ -306,7 +301,7 @@ class ForwardRecorder(TorchFunctionMode):
         return tensor, version
 
     def _post(self, module, args, kwargs, output):
-        with torch._C.DisableTorchFunction():
+        with torch_compat.torch_function_disabled():
             self._exit(output, id(module) in self.returns_seen)
 
     def _enter(self, module, args, kwargs) -> None:
@@ -322,7 +317,7 @@ class ForwardRecorder(TorchFunctionMode):
             args,
             kwargs,
             parent=self.stack[-1].index if self.stack else None,
-            sequence_start=torch._C._autograd._get_sequence_nr(),
+            sequence_start=torch_compat.next_sequence_nr(),
             grad_enabled=torch.is_grad_enabled(),
         )
         state.inputs = [self._snapshot(t) if isinstance(t, torch.Tensor) else None for t in args]
@@ -337,7 +332,7 @@ class ForwardRecorder(TorchFunctionMode):
 
     def _exit(self, output, returns_seen: bool) -> None:
         state = self.stack.pop()
-        state.sequence_end = torch._C._autograd._get_sequence_nr()
+        state.sequence_end = torch_compat.next_sequence_nr()
         state.outputs, state.full_hook_fires = _top_level_outputs(output)
         # One Edge per tensor of this output, whichever views list it (it is the same tensor, at
         # the same version, seen at the same moment).

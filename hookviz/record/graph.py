@@ -1,7 +1,7 @@
 """The autograd graph of one forward pass: walked from the loss, with stable node ids.
 
 A Node (``grad_fn``) is named ``"<op>_<k>"`` where ``k`` counts the nodes of that op in forward
-creation order (PyTorch numbers every Node it creates: ``Node._sequence_nr()``), so
+creation order (PyTorch numbers every Node it creates: ``torch_compat.sequence_nr(Node)``), so
 ``2*x + 3*y - 5*z`` gives ``MulBackward0_0`` (``2*x``), ``MulBackward0_1``, ``AddBackward0_0``,
 ``MulBackward0_2``, ``SubBackward0_0``. The same code gives the same ids on every re-run and device.
 A leaf (an ``AccumulateGrad`` Node) is named after its tensor: the forward argument's name or the
@@ -19,6 +19,8 @@ from operator import itemgetter
 
 import torch
 
+from hookviz.record import torch_compat
+
 # hookviz's full-backward-hook identity nodes; FSDP2's and DDP's pass-through nodes (their reduce-scatter /
 # static-graph hooks, see hookviz.record.distributed), which are the framework's, not the model's.
 HIDDEN_OPS = frozenset(
@@ -35,7 +37,7 @@ class WalkedNode:
         fn: the autograd Node object (``grad_fn`` or ``AccumulateGrad``).
         op: ``_op(fn)``, e.g. ``"AddmmBackward0"``.
         kind: ``"op"``, ``"leaf"`` or ``"boundary"``.
-        sequence_nr: ``fn._sequence_nr()`` (forward creation order; leaves have the largest).
+        sequence_nr: ``torch_compat.sequence_nr(fn)`` (forward creation order; leaves have the largest).
         tensor: the leaf tensor for leaves and named boundaries, else None.
         inputs: ``(slot, producer_id, output_nr)``: ``grad_inputs[slot]`` of this node flows to
             output ``output_nr`` of ``producer_id`` (the node that computed input ``slot``).
@@ -111,7 +113,7 @@ def walk_graph(
     while queue:
         fn = queue.popleft()
         order.append(fn)
-        is_boundary = type(fn).__name__ != "AccumulateGrad" and fn._sequence_nr() < forward_start
+        is_boundary = type(fn).__name__ != "AccumulateGrad" and torch_compat.sequence_nr(fn) < forward_start
         if is_boundary or not hasattr(fn, "next_functions"):
             continue
         node_edges = []
@@ -154,10 +156,12 @@ def walk_graph(
         if name is None:
             name, unnamed_leaves = f"leaf_{unnamed_leaves}", unnamed_leaves + 1
         node_id = unique(name)
-        nodes[node_id] = WalkedNode(node_id, fn, "AccumulateGrad", "leaf", fn._sequence_nr(), tensor)
+        nodes[node_id] = WalkedNode(
+            node_id, fn, "AccumulateGrad", "leaf", torch_compat.sequence_nr(fn), tensor
+        )
         id_of[id(fn)] = node_id
     counts: Counter[str] = Counter()
-    for sequence_nr, fn in sorted([(fn._sequence_nr(), fn) for fn in ops], key=itemgetter(0)):
+    for sequence_nr, fn in sorted([(torch_compat.sequence_nr(fn), fn) for fn in ops], key=itemgetter(0)):
         op = type(fn).__name__
         if sequence_nr < forward_start:
             name = boundary_edge_name.get(id(fn)) or f"outside_{op}_{counts['outside_' + op]}"

@@ -147,7 +147,7 @@ class KeptState:
         """Keep a copy of ``tensor``'s value (read through ``source``, an alias of its storage as
         captured) unless one is kept already."""
         if id(tensor) not in self.written:
-            with torch._C.DisableTorchFunction(), torch.no_grad():
+            with torch_compat.torch_function_disabled(), torch.no_grad():
                 self.written[id(tensor)] = (tensor, (tensor if source is None else source).detach().clone())
 
     def watching(self) -> _WriteWatch:
@@ -196,7 +196,7 @@ class KeptState:
         for tensor, hooks in self.hooked:
             _put_back_hooks(tensor, hooks, after)
         restored: set[int] = set()
-        with torch.inference_mode(False), torch.no_grad(), torch._C.DisableTorchFunction():
+        with torch.inference_mode(False), torch.no_grad(), torch_compat.torch_function_disabled():
             for state in self.tensors + self.buffers:
                 written = self.written.get(id(state.tensor))
                 state.put_back_value(None if written is None else written[1], after)
@@ -256,7 +256,7 @@ class KeptState:
             else:
                 _put(hooks, contents, True)
         tensors, versions = [], []
-        with torch.inference_mode(False), torch.no_grad(), torch._C.DisableTorchFunction():
+        with torch.inference_mode(False), torch.no_grad(), torch_compat.torch_function_disabled():
             for tensor, data, value, version in after.tensors:
                 if value is not None:
                     self.copy_first(tensor)

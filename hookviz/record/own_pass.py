@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from hookviz.record import torch_compat
+
 _local = threading.local()
 # Graph tasks of hookviz's own backwards in progress (ids are unique for the life of the process).
 _tasks: set[int] = set()
@@ -39,7 +41,7 @@ def own_backward(roots: Sequence[torch.Tensor]) -> Iterator[None]:
     noted: list[int] = []
 
     def note(grad_outputs):
-        task = torch._C._current_graph_task_id()
+        task = torch_compat.graph_task_id()
         _tasks.add(task)
         noted.append(task)
 
@@ -55,7 +57,7 @@ def own_backward(roots: Sequence[torch.Tensor]) -> Iterator[None]:
 
 def in_own_pass() -> bool:
     """Whether the forward or backward running now on this thread is hookviz's own."""
-    return getattr(_local, "depth", 0) > 0 or (bool(_tasks) and torch._C._current_graph_task_id() in _tasks)
+    return getattr(_local, "depth", 0) > 0 or (bool(_tasks) and torch_compat.graph_task_id() in _tasks)
 
 
 def is_own_hook(hook) -> bool:

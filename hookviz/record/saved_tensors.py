@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from torch.utils import _pytree as pytree
 
 from hookviz.data.stats_batch import device_name
 from hookviz.record import torch_compat
+from hookviz.record.torch_compat import pytree
 
 
 def _tensors_in(value) -> list[torch.Tensor]:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
 from hookviz.analysis.explain import explain
 from hookviz.data.run import Run
@@ -30,6 +30,7 @@ from hookviz.errors import (
     DetailsRefused,
     EditError,
     HookvizError,
+    LossError,
     TargetError,
     UnsupportedError,
     unknown_name,
@@ -49,6 +50,7 @@ from hookviz.record.forward import RetainedForward, hook_signature, name_inputs,
 from hookviz.record.hook_state import module_hook_state, module_hooks_as
 from hookviz.record.model_state import KeptState
 from hookviz.record.own_pass import own_pass
+from hookviz.record.torch_compat import pytree
 
 
 class Session:
@@ -95,7 +97,11 @@ class Session:
             eager: a later re-run would have to be collective on every rank.
 
     Raises:
-        HookvizError: ``model`` is not a module, or ``details`` is not "auto", "lazy" or "eager".
+        HookvizError: ``model`` is not a module, its parameters are lazy or inference tensors,
+            ``kwargs`` is not a dict, ``input_grads`` not a bool, ``full_tensor_limit`` not an int
+            of at least 0, ``histogram_bins`` not an int of at least 0, or ``details`` is not
+            "auto", "lazy" or "eager".
+        LossError: ``loss_fn`` is neither None nor callable.
         UnsupportedError: an input is a nested tensor (``torch.nested``), which hookviz cannot
             record (the message names the padded alternative).
     """
@@ -103,9 +109,9 @@ class Session:
     def __init__(
         self,
         model: torch.nn.Module,
-        args=(),
-        kwargs: dict | None = None,
-        loss_fn: Callable | None = None,
+        args: Any = (),
+        kwargs: dict[str, Any] | None = None,
+        loss_fn: Callable[[Any], torch.Tensor] | None = None,
         *,
         input_grads: bool = False,
         full_tensor_limit: int = DEFAULT_FULL_TENSOR_LIMIT,
@@ -114,8 +120,7 @@ class Session:
     ):
         if not isinstance(model, torch.nn.Module):
             raise HookvizError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if details not in ("auto", "lazy", "eager"):
-            raise HookvizError(f'details={details!r}: pass "auto" (the default), "lazy" or "eager"')
+        _check_options(kwargs, loss_fn, input_grads, full_tensor_limit, histogram_bins, details)
         self.notes: list[str] = []
         if isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
             self.notes.append(
@@ -414,7 +419,7 @@ class Session:
 
     # ------------------------------------------------------------------ edits
 
-    def edit(self, target: str, slot: str, transform) -> Edit:
+    def edit(self, target: str, slot: str, transform: str | Callable[[torch.Tensor], torch.Tensor]) -> Edit:
         """Attach ``transform`` to a hook site; it takes effect on the next :meth:`run`.
 
         A session with no run yet records one first, to know the graph.
@@ -595,6 +600,27 @@ class Session:
             f"Session(model={type(self.model).__name__}, device={self.home_device!r}, "
             f"edits={len(self.edits)}, runs={'none' if self.last_run is None else 'yes'})"
         )
+
+
+def _check_options(kwargs, loss_fn, input_grads, full_tensor_limit, histogram_bins, details) -> None:
+    """Refuse a Session option of the wrong type or out of range (see :class:`Session`)."""
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise HookvizError(
+            f"kwargs={type(kwargs).__name__}: pass the forward's keyword inputs as a dict, e.g. "
+            "kwargs={'attention_mask': mask}, or None"
+        )
+    if loss_fn is not None and not callable(loss_fn):
+        raise LossError(
+            f"loss_fn={type(loss_fn).__name__} is not callable: pass a function of the model's output, "
+            "e.g. loss_fn=lambda out: F.cross_entropy(out, labels), or None when the output is the loss"
+        )
+    if not isinstance(input_grads, bool):
+        raise HookvizError(f"input_grads={input_grads!r}: pass True or False")
+    for name, value in (("full_tensor_limit", full_tensor_limit), ("histogram_bins", histogram_bins)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise HookvizError(f"{name}={value!r} must be an int of at least 0")
+    if details not in ("auto", "lazy", "eager"):
+        raise HookvizError(f'details={details!r}: pass "auto" (the default), "lazy" or "eager"')
 
 
 def _slot_error(edit: Edit, detail: str) -> str:

@@ -16,8 +16,13 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import torch
+import torch.utils._pytree
 
 from hookviz.errors import UnsupportedError
+
+pytree = torch.utils._pytree
+"""PyTorch's pytree (``tree_leaves``, ``tree_map``, ...), private: the torch releases hookviz
+supports have no public one. The modules that walk nested inputs and outputs use it from here."""
 
 PackHook = Callable[[torch.Tensor], Any]
 UnpackHook = Callable[[Any], torch.Tensor]
@@ -220,3 +225,43 @@ def set_version_counters(tensors: list[torch.Tensor], versions: list[int]) -> No
         return
     for tensor, version in zip(tensors, versions, strict=True):
         torch._C._autograd._unsafe_set_version_counter(tensor, version)
+
+
+# ---------------------------------------------------------------------------- autograd's engine
+# The private autograd APIs hookviz calls, named here once: every torch release it supports has
+# them under these names (torch/csrc/autograd/python_engine.cpp, init.cpp, python_cpp_function.h).
+
+
+graph_task_id: Callable[[], int] = torch._C._current_graph_task_id
+"""``graph_task_id()``: the id of the graph task (one backward) running on this thread, -1 outside
+a backward (``torch._C._current_graph_task_id``, bound as it is: the watch calls it in every hook)."""
+
+
+def queue_end_of_backward(callback: Callable[[], None]) -> None:
+    """Run ``callback`` once the running backward has finished (``Variable._execution_engine.
+    queue_callback``, as DDP queues its own); call it from inside a backward."""
+    torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
+next_sequence_nr: Callable[[], int] = torch._C._autograd._get_sequence_nr
+"""``next_sequence_nr()``: the sequence number the next autograd Node made on this thread gets
+(``torch._C._autograd._get_sequence_nr``, bound as it is: the recorder calls it twice per module
+call)."""
+
+
+def sequence_nr(node: Any) -> int:
+    """The sequence number of an autograd Node: the order Nodes were made on their thread
+    (``Node._sequence_nr()``)."""
+    return node._sequence_nr()
+
+
+torch_function_disabled: Callable[[], contextlib.AbstractContextManager] = torch._C.DisableTorchFunction
+"""``with torch_function_disabled():`` no ``__torch_function__`` (mode or subclass) is called
+(``torch._C.DisableTorchFunction``, bound as it is: the recorder enters it three times per module
+call): hookviz's own tensor reads inside a function mode."""
+
+
+def operator_schemas(name: str) -> list:
+    """The schemas of ATen operator ``aten::<name>`` (``torch._C._jit_get_schemas_for_operator``);
+    raises RuntimeError for an unknown operator, as that does."""
+    return torch._C._jit_get_schemas_for_operator(f"aten::{name}")

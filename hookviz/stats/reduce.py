@@ -43,6 +43,8 @@ from functools import partial
 
 import torch
 
+from hookviz.errors import HookvizError
+
 # On CPU a norm summed in float32 is kept when it is finite (no square overflowed) and at least
 # _FLOAT32_FLOOR * sqrt(numel). Each square that underflows loses at most 2**-150 (half the smallest
 # subnormal), so numel of them lose at most numel * 2**-150 against a sum of squares (the norm
@@ -133,11 +135,16 @@ def combine(rows: Iterable[Statistics]) -> Statistics:
     """The statistics of several tensors taken together (the calls of a module, the shards of a
     parameter on several ranks) from their rows: counts and sums added, min of mins, max of maxes
     (NaN wins), norm the root of the sum of squared norms (``math.hypot``: it neither underflows
-    nor overflows). Rows with no elements add nothing but their count. Raises ValueError for no rows.
+    nor overflows). Rows with no elements add nothing but their count.
+
+    Raises:
+        HookvizError: no rows.
     """
     rows = list(rows)
     if not rows:
-        raise ValueError("combine() needs at least one row of statistics")
+        raise HookvizError(
+            "combine() needs at least one row of statistics: pass the rows of one tensor or more"
+        )
     present = [r for r in rows if r.norm is not None]
     sums = [r.sum for r in present]
     return Statistics(
@@ -249,10 +256,12 @@ class Measured:
         if not parts:
             return found
         measured = parts[0].cpu() if len(parts) == 1 else torch.cat([p.cpu() for p in parts])
-        norms = measured[:, 0].tolist()
+        norms = measured[:, COLUMN["norm"]].tolist()
         for position, tensor in recount:  # NaN / Inf exist only where the norm is not finite
             if not math.isfinite(norms[position]):
-                measured[position, 2] = int(torch.isnan(tensor).sum()) + int(torch.isinf(tensor).sum())
+                measured[position, COLUMN["nonfinite"]] = int(torch.isnan(tensor).sum()) + int(
+                    torch.isinf(tensor).sum()
+                )
         if len(where) == len(found):  # every tensor was read: the lines are a permutation
             return measured if where == list(range(len(where))) else measured[torch.tensor(where).argsort()]
         found[where] = measured
@@ -261,6 +270,9 @@ class Measured:
 
 # What a watch keeps of each tensor, in this order: the columns of Measured.summary().
 SUMMARY = ("norm", "max_abs", "nonfinite", "zero_fraction")
+COLUMN = {statistic: column for column, statistic in enumerate(SUMMARY)}
+"""The column of each statistic of :data:`SUMMARY` in a row (``row[:, COLUMN["norm"]]``): code
+reads the columns by name, through this, never by a bare index."""
 
 
 def summary_of(row: Statistics) -> tuple[float, float, float, float]:

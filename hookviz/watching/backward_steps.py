@@ -17,6 +17,7 @@ from operator import itemgetter
 import torch
 
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
+from hookviz.record import torch_compat
 from hookviz.record.own_pass import in_own_pass
 from hookviz.stats.reduce import Measured, summary_of
 from hookviz.watching.history import StepInfo
@@ -59,7 +60,7 @@ class Backward:
 
 def begin(watch) -> Backward | None:
     """Called by every hook during backward: this backward's state (None once closed)."""
-    task = torch._C._current_graph_task_id()
+    task = torch_compat.graph_task_id()
     state = watch._backwards.get(task)
     if state is None and not watch.closed:
         with watch._lock:  # hooks of one backward may run on several autograd threads
@@ -75,7 +76,7 @@ def _new_backward(watch, task: int) -> Backward:
     if len(watch._backwards) >= PENDING_BACKWARDS:  # the oldest is one that raised: never a step
         del watch._backwards[next(iter(watch._backwards))]
     watch._backwards[task] = state
-    torch.autograd.Variable._execution_engine.queue_callback(partial(finish, weakref.ref(watch), task))
+    torch_compat.queue_end_of_backward(partial(finish, weakref.ref(watch), task))
     return state
 
 

@@ -38,6 +38,7 @@ import weakref
 import zlib
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -45,11 +46,15 @@ from hookviz.advice import advice
 from hookviz.analysis.findings import Finding
 from hookviz.colors import PLOTLY_COLORSCALE
 from hookviz.errors import WatchError
-from hookviz.stats.reduce import combine, combined_norm, summary_of
+from hookviz.record import torch_compat
+from hookviz.stats.reduce import COLUMN, combine, combined_norm, summary_of
 from hookviz.watching.history import STATISTICS, History
 from hookviz.watching.plots import color_range
 from hookviz.watching.rank_findings import diverging_findings, nan_findings, unused_findings
 from hookviz.watching.reduce import row_from_statistics
+
+if TYPE_CHECKING:  # annotations only
+    import plotly.graph_objects
 
 DEFAULT_DIVERGE = 10.0
 
@@ -119,7 +124,7 @@ class RankRecorder:
     def finish(self, step: int) -> None:
         """End of a recorded backward: queue reading the reduced ``.grad`` after the all-reduce
         (DDP's and FSDP2's own end-of-backward callbacks were queued earlier, so they run first)."""
-        torch.autograd.Variable._execution_engine.queue_callback(lambda: self._read_reduced(step))
+        torch_compat.queue_end_of_backward(lambda: self._read_reduced(step))
 
     def _read_reduced(self, step: int) -> None:
         """Read the reduced ``.grad`` as the statistics of ``step``."""
@@ -275,12 +280,14 @@ class RankHistory:
         else:
             row = self.local[self._rank(rank), index]
         return {
-            n: values[0]
-            for n, k, values in zip(self.names, self.kinds, row.tolist())
-            if kind in (None, k) and (not math.isnan(values[0]) or values[2] > 0)
+            n: norm
+            for n, k, norm, nonfinite in zip(
+                self.names, self.kinds, row[:, COLUMN["norm"]].tolist(), row[:, COLUMN["nonfinite"]].tolist()
+            )
+            if kind in (None, k) and (not math.isnan(norm) or nonfinite > 0)
         }
 
-    def history(self, rank: int | None = None):
+    def history(self, rank: int | None = None) -> History:
         """One rank's local statistics (or the reduced ones) as a :class:`hookviz.watching.watch.History`.
 
         Args:
@@ -338,7 +345,7 @@ class RankHistory:
             raise WatchError(f"diverge={diverge!r} must be a number above 1 (a ratio of norms)")
         return nan_findings(self) + diverging_findings(self, diverge) + unused_findings(self)
 
-    def heatmap(self, rank: int | None = None, kind: str = "parameter"):
+    def heatmap(self, rank: int | None = None, kind: str = "parameter") -> plotly.graph_objects.Figure:
         """A plotly heatmap, names x steps, of log10 of the gradient norm.
 
         Args:

@@ -12,15 +12,16 @@ import weakref
 from functools import partial
 
 import torch
-from torch.utils import _pytree as pytree
 
+from hookviz.record import torch_compat
 from hookviz.record.own_pass import in_own_pass
+from hookviz.record.torch_compat import pytree
 from hookviz.stats.reduce import measure
 from hookviz.watching import gather as watch_gather
 from hookviz.watching.backward_steps import begin
 from hookviz.watching.structure import check_structure, follow_replaced
 
-_graph_task_id = torch._C._current_graph_task_id
+_graph_task_id = torch_compat.graph_task_id
 
 
 def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) -> None:

@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from hookviz.stats.reduce import COLUMN
 from hookviz.watching.history import StepInfo
 
 
@@ -22,7 +23,9 @@ def keep(watch, step: int, row: torch.Tensor, arrived: list[int], info: StepInfo
         kept = _store(watch, step, row, info)
         if len(watch._order) < len(watch.names):  # once every column has a place, none moves
             arrived = arrived + [
-                c for c in reversed(range(len(watch.parameter_names))) if not math.isnan(row[c, 0])
+                c
+                for c in reversed(range(len(watch.parameter_names)))
+                if not math.isnan(row[c, COLUMN["norm"]])
             ]
             for position, column in enumerate(arrived):
                 watch._order.setdefault(column, position)
@@ -72,15 +75,16 @@ def step_values(watch, step: int, row: torch.Tensor) -> tuple[list[list[float]],
     takes each zero fraction from the last kept step that measured it; and per column its update
     ratio (NaN: not updated; all NaN without ``optimizer=``)."""
     values = row.tolist()
-    unmeasured = [c for c, v in enumerate(values) if math.isnan(v[3]) and not math.isnan(v[0])]
+    norm, zeros = COLUMN["norm"], COLUMN["zero_fraction"]
+    unmeasured = [c for c, v in enumerate(values) if math.isnan(v[zeros]) and not math.isnan(v[norm])]
     with watch._lock:
         index = watch._steps.index(step)
         ratios = watch._ratios[index].tolist()
         if unmeasured:
             kept = [i for i, s in enumerate(watch._steps) if s <= step]
             for column in unmeasured:
-                earlier = watch._rows[kept, column, 3]
+                earlier = watch._rows[kept, column, zeros]
                 measured = earlier[~earlier.isnan()]
                 if measured.numel():
-                    values[column][3] = measured[-1].item()
+                    values[column][zeros] = measured[-1].item()
     return values, ratios

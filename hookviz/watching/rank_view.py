@@ -1,6 +1,6 @@
 """One rank of a gathered watch history, read the way a :class:`hookviz.Watch` is read.
 
-``hookviz.show(history, run)`` draws a :class:`~hookviz.watching.gather.RankHistory` through a
+``hookviz.show(history, on=run)`` draws a :class:`~hookviz.watching.gather.RankHistory` through a
 :class:`RankView` (``Widget.watch_rank(r)`` switches rank).
 """
 
@@ -21,7 +21,7 @@ from hookviz.watching.history import STATISTICS
 class RankView:
     """One rank of a :class:`RankHistory` (or, with ``rank=None``, its reduced gradients), read the
     way a :class:`hookviz.Watch` is read, so the widget's watch view can show it
-    (``hookviz.show(history, run)``; ``Widget.watch_rank(r)`` switches rank)."""
+    (``hookviz.show(history, on=run)``; ``Widget.watch_rank(r)`` switches rank)."""
 
     def __init__(self, history: RankHistory, rank: int | None = None):
         if rank is not None and rank not in history.ranks:

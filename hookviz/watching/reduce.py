@@ -22,6 +22,7 @@ import math
 import torch
 
 from hookviz.stats.reduce import (
+    COLUMN,
     Measured,
     Statistics,
     combine,
@@ -137,7 +138,7 @@ class StepReducer:
             row[: len(distinct)] = lines
             return row
         if usual:  # norms only, in another order
-            row[distinct, 0], row[distinct, 2] = done[0][2], 0.0
+            row[distinct, COLUMN["norm"]], row[distinct, COLUMN["nonfinite"]] = done[0][2], 0.0
             return row
         summaries = [_summary(s) for _, _, s in done]
         summary = summaries[0] if len(summaries) == 1 else torch.cat(summaries)
@@ -191,7 +192,7 @@ def _summary(summary: torch.Tensor | Measured) -> torch.Tensor:
     if summary.dim() == 2:
         return summary
     found = torch.full((len(summary), len(STATISTICS)), math.nan, dtype=torch.float64)
-    found[:, 0], found[:, 2] = summary, 0.0
+    found[:, COLUMN["norm"]], found[:, COLUMN["nonfinite"]] = summary, 0.0
     return found
 
 

@@ -32,6 +32,7 @@ import weakref
 import torch
 
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
+from hookviz.stats.reduce import COLUMN
 from hookviz.watching.kept_steps import set_loss_scale
 
 
@@ -48,7 +49,7 @@ def notice_scaler(watch, row: torch.Tensor, step: int) -> None:
     """
     if watch.scaler_origin not in (None, "pending"):
         return
-    norms = row[: len(watch.parameter_names), 0]
+    norms = row[: len(watch.parameter_names), COLUMN["norm"]]
     if not bool((norms > DEFAULT_THRESHOLDS["exploding_norm"]).any()):  # NaN compares False
         return
     if watch.scaler_origin is None:

@@ -46,8 +46,9 @@ import threading
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.hooks import RemovableHandle
@@ -58,6 +59,7 @@ from hookviz.analysis.findings import Finding
 from hookviz.analysis.onset import onsets
 from hookviz.analysis.step_findings import step_findings, step_layers
 from hookviz.errors import WatchError
+from hookviz.stats.reduce import COLUMN
 from hookviz.watching import gather as watch_gather
 from hookviz.watching import hooks as watch_hooks
 from hookviz.watching import plots
@@ -66,6 +68,12 @@ from hookviz.watching.history import STATISTICS, History, StepInfo
 from hookviz.watching.kept_steps import step_values
 from hookviz.watching.optimizer_steps import OptimizerSteps, step_notes, warn_nothing_kept
 from hookviz.watching.structure import owner_of, structure_of
+
+if TYPE_CHECKING:  # annotations only
+    from plotly.graph_objects import Figure
+    from torch.distributed import ProcessGroup
+
+    from hookviz.data.run import Run
 
 # A watch's default stats_every: every statistic every this many steps, norms on the others; 16
 # by measurement: 64 costs no less, 4 about 3 % more on the 20-layer MLP (docs/perf.md).
@@ -103,8 +111,8 @@ class Watch:
         parameters: bool = True,
         outputs: bool = False,
         capacity: int = 1024,
-        optimizer=None,
-        scaler=None,
+        optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+        scaler: torch.amp.GradScaler | None = None,
         stats_every: int = STATS_EVERY,
     ):
         if not isinstance(model, torch.nn.Module):
@@ -254,7 +262,7 @@ class Watch:
             self._tell_listeners(None, None)
         self._listeners.clear()
 
-    def add_step_listener(self, listener) -> RemovableHandle:
+    def add_step_listener(self, listener: Callable[..., None]) -> RemovableHandle:
         """Call ``listener(step, row)`` each time a recorded step is kept, and ``listener(None,
         None)`` once when the watch closes. A live view subscribes here.
 
@@ -351,9 +359,9 @@ class Watch:
             if step in self._steps:
                 return step, self._rows[self._steps.index(step)].clone()
         if step not in self._steps:
-            near = sorted(self._steps, key=lambda s: abs(s - step))[:3]
+            near = sorted(self._steps, key=lambda s: abs(s - step))[:3] if type(step) is int else []
             raise WatchError(
-                f"step {step} is not kept (kept: {len(self._steps)} steps from "
+                f"step {step!r} is not kept (kept: {len(self._steps)} steps from "
                 f"{self._steps[0]} to {self._steps[-1]}); nearest kept: {sorted(near)}"
             )
 
@@ -368,14 +376,18 @@ class Watch:
         Args:
             step: a kept step number (see ``steps``); None for the last kept.
             kind: ``"parameter"``, ``"output"`` or None for both.
+
+        Raises:
+            WatchError: no step recorded, ``step`` not an int or not kept, or an unknown ``kind``.
         """
         if kind not in (None, "parameter", "output"):
             raise WatchError(f"kind={kind!r} must be None, 'parameter' or 'output'")
         _, row = self._row(step)
+        norms, nonfinite = row[:, COLUMN["norm"]].tolist(), row[:, COLUMN["nonfinite"]].tolist()
         return {
             n: norm
-            for n, k, (norm, _, nonfinite, _) in zip(self.names, self.kinds, row.tolist())
-            if kind in (None, k) and (not math.isnan(norm) or nonfinite > 0)
+            for n, k, norm, bad in zip(self.names, self.kinds, norms, nonfinite)
+            if kind in (None, k) and (not math.isnan(norm) or bad > 0)
         }
 
     def update_ratios(self, step: int | None = None) -> dict[str, float]:
@@ -459,6 +471,9 @@ class Watch:
                 (as :func:`hookviz.analysis.diagnose.diagnose`); False gives one per layer.
             **thresholds: any of ``vanishing``, ``exploding``, ``exploding_norm``, ``dead``,
                 ``update_ratio_high``, ``update_ratio_low`` (as :func:`hookviz.analysis.diagnose.diagnose`).
+
+        Raises:
+            WatchError: no step recorded, ``step`` not an int or not kept; HookvizError: a bad threshold.
         """
         limits = check_thresholds(thresholds)
         step, row = self._row(step)
@@ -488,7 +503,7 @@ class Watch:
 
     # ------------------------------------------------------------------ plots
 
-    def heatmap(self, kind: str = "parameter", statistic: str = "norm"):
+    def heatmap(self, kind: str = "parameter", statistic: str = "norm") -> Figure:
         """A plotly heatmap, names x steps, of ``statistic`` per name and step.
 
         Args:
@@ -498,19 +513,25 @@ class Watch:
 
         Returns:
             a ``plotly.graph_objects.Figure``.
+
+        Raises:
+            WatchError: no step recorded, or an unknown ``kind`` or ``statistic``.
         """
         return plots.heatmap(self._history_or_error(), kind, statistic)
 
-    def lines(self, names: Sequence[str] | None = None, statistic: str = "norm"):
+    def lines(self, names: Sequence[str] | None = None, statistic: str = "norm") -> Figure:
         """A plotly line chart of ``statistic`` over steps, log y axis for norms.
 
         Args:
             names: parameter or module names; None for every layer's first parameter.
             statistic: as for :meth:`heatmap`.
+
+        Raises:
+            WatchError: no step recorded, an unknown name or ``statistic``.
         """
         return plots.lines(self._history_or_error(), self.parameter_names, names, statistic)
 
-    def diagnosis_over_time(self, **thresholds: float):
+    def diagnosis_over_time(self, **thresholds: float) -> Figure:
         """A plotly scatter of the findings of every kept step: x = step, y = module, colour = kind.
 
         Args:
@@ -529,7 +550,7 @@ class Watch:
         """
         return onsets(self._history_or_error(), self.arrival_order, **thresholds)
 
-    def gather(self, dst: int = 0, group=None) -> watch_gather.RankHistory | None:
+    def gather(self, dst: int = 0, group: ProcessGroup | None = None) -> watch_gather.RankHistory | None:
         """Bring every rank's history to rank ``dst``; a collective, call it on every rank.
 
         Returns a :class:`~hookviz.watching.gather.RankHistory` on ``dst`` (also ``self.gathered``,
@@ -545,7 +566,7 @@ class Watch:
         self.gathered = watch_gather.gather(self, dst, group)
         return self.gathered
 
-    def rank_history(self, run=None) -> watch_gather.RankHistory:
+    def rank_history(self, run: Run | None = None) -> watch_gather.RankHistory:
         """What :func:`hookviz.save` writes for this watch: the gathered history (after
         :meth:`gather`, on ``dst``) or else this process's, as a
         :class:`~hookviz.watching.gather.RankHistory`.
@@ -580,8 +601,8 @@ def watch(
     parameters: bool = True,
     outputs: bool = False,
     capacity: int = 1024,
-    optimizer=None,
-    scaler=None,
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
     stats_every: int = STATS_EVERY,
 ) -> Watch:
     """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.watching.watch`).

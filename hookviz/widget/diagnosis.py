@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.findings import places
+from hookviz.widget.failures import reported
 from hookviz.widget.payload import json_float
 
 FINDING_KINDS = ("nan", "exploding", "vanishing", "dead", "saturated", "update_too_large", "update_too_small")
@@ -69,5 +70,5 @@ def diagnose_run(widget, run) -> dict:
             before = diagnose(widget.baseline, vanishing=widget.vanishing_threshold)
             caused = places(findings) - places(before)
         return diagnosis_json(findings, "run", caused_by_edits=caused)
-    except Exception as error:  # a diagnosis bug must not take the widget down
-        return diagnosis_json([], "run", error=f"diagnosis failed: {type(error).__name__}: {error}")
+    except Exception as error:  # a diagnosis bug must not take the widget down: logged, shown in the banner
+        return diagnosis_json([], "run", error=reported("diagnosis", error))

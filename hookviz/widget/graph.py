@@ -50,9 +50,13 @@ def _edges_json(run: Run) -> list[list]:
     return [[u, v, slot] for u in run.nodes for v, slot in succ.get(u, {}).items()]
 
 
-def module_norms(run: Run) -> dict[str, float | None]:
+def boundary_norms(run: Run) -> dict[str, float | None]:
     """Norm of the gradient into each module's inputs (what a full backward hook's ``grad_input``
-    holds), over all its calls: ``sqrt(sum of squared norms)``; None when no input got a gradient."""
+    holds), over all its calls: ``sqrt(sum of squared norms)``; None when no input got a gradient.
+
+    This is the gradient at the module's boundary in the graph, which a run's module box shows;
+    not a layer's gradient norm (its parameters' gradients together), whose one definition is
+    :func:`hookviz.analysis.gradient_stats.layer_norms`."""
     norms: dict[str, list[float]] = {}
     for call in run.calls:
         for record in call.grad_input:
@@ -66,7 +70,7 @@ def color_range(run: Run, baseline: Run | None = None) -> dict:
     the norms of ``baseline`` (else ``run``): its nodes' and its modules' boundary norms. One range
     for every run of a session, so one colour means one norm in each of them."""
     scale = baseline if baseline is not None else run
-    return range_of([*node_norms(scale).values(), *module_norms(scale).values()])
+    return range_of([*node_norms(scale).values(), *boundary_norms(scale).values()])
 
 
 def graph_json(run: Run, baseline: Run | None = None, structure: str | None = None) -> dict:
@@ -120,7 +124,7 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
     for item in nodes:
         by_module[item["module"]].append(item)
 
-    boundary = module_norms(run)
+    boundary = boundary_norms(run)
     module_hooks = defaultdict(int)
     types = {}
     for call in run.calls:

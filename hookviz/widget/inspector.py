@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from hookviz import text
 from hookviz.advice import advice
 from hookviz.analysis.explain import explain
@@ -11,6 +9,7 @@ from hookviz.colors import HEATMAP_COLORS
 from hookviz.data.diff import records_equal
 from hookviz.data.run import Run
 from hookviz.errors import TargetError
+from hookviz.record import torch_compat
 from hookviz.widget.graph import operand_hint
 from hookviz.widget.payload import tensor_json, tensors_json
 from hookviz.widget.tree import GROUP_PREFIX, MODULE_PREFIX, module_label
@@ -89,7 +88,7 @@ def grad_input_names(op: str, count: int) -> list[str] | None:
         return None
     name = _snake(match.group(1))
     try:
-        schemas = torch._C._jit_get_schemas_for_operator(f"aten::{name}")
+        schemas = torch_compat.operator_schemas(name)
     except RuntimeError:
         return None
     for schema in schemas:

@@ -25,6 +25,7 @@ import weakref
 import torch
 
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
+from hookviz.widget.failures import reported
 
 # With every_steps alone, the last steps of a loop that stopped are sent after this quiet time.
 QUIET_SECONDS = 1.0
@@ -140,10 +141,12 @@ class LiveFeed:
         try:
             self.widget._show_live_state(self.watch, closed)
             self.updates += 1
-        except Exception as error:  # the page shows it; training goes on
+        except Exception as error:  # logged and shown on the page; training goes on
+            note = reported("live update", error)
             try:
-                self.widget._set_error("watch", f"live update failed: {type(error).__name__}: {error}")
-            except Exception:  # the widget is gone (its comm closed): stop quietly
+                self.widget._set_error("watch", note)
+            except Exception as unshown:  # the page cannot be told: logged, and the feed stops
+                reported("showing a live update's failure", unshown)
                 self._closed = True
 
     def stop(self, wait: float = 0.0) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from hookviz.advice import advice
+from hookviz.widget.failures import reported
 
 _MAX_TEXT = 4096
 
@@ -18,11 +19,8 @@ def handle_message(widget, content: Any) -> dict:
     kind = content.get("type") if isinstance(content, dict) else None
     try:
         ok, error = _dispatch(widget, content)
-    except Exception as exc:  # a bug must not kill the widget: report it beside the page
-        ok, error = (
-            False,
-            f"internal error while handling {kind!r}: {type(exc).__name__}: {exc}",
-        )
+    except Exception as exc:  # a bug must not kill the widget: logged, and shown beside the page
+        ok, error = False, reported(f"handling {kind!r}", exc)
     if error:
         widget._set_error("message", error)
     elif ok:

@@ -6,48 +6,104 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from hookviz.advice import advice
-from hookviz.errors import WatchError
+from hookviz.data.run import Run
+from hookviz.data.stats_batch import DEFAULT_FULL_TENSOR_LIMIT, DEFAULT_HISTOGRAM_BINS
+from hookviz.errors import HookvizError, WatchError
 from hookviz.record import module_tree
+from hookviz.record.session import Session
+from hookviz.watching.gather import RankHistory
+from hookviz.watching.watch import Watch
+from hookviz.widget.chart import VANISHING_RATIO
 from hookviz.widget.recorded import RecordedSession
 from hookviz.widget.watch_view import check_watch
 from hookviz.widget.widget import Widget
 
 
-def show(model, args=(), kwargs: dict | None = None, loss_fn=None, **session_options: Any) -> Widget:
+def show(
+    model: torch.nn.Module | Run | RankHistory | Watch,
+    args: Any = (),
+    kwargs: dict[str, Any] | None = None,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    *,
+    baseline: Run | None = None,
+    on: Run | Session | None = None,
+    input_grads: bool = False,
+    full_tensor_limit: int = DEFAULT_FULL_TENSOR_LIMIT,
+    histogram_bins: int = DEFAULT_HISTOGRAM_BINS,
+    details: str = "auto",
+    visible_budget: int | None = None,
+    vanishing_threshold: float = VANISHING_RATIO,
+    every_steps: int | None = None,
+    every_seconds: float | None = 1.0,
+) -> Widget:
     """Record one forward + backward of ``model(*args, **kwargs)`` and show it as a widget.
 
-    ``show(run)`` shows a recorded run read-only (one from :func:`hookviz.load`: inspect, replay,
-    diagnosis; edit and re-run are refused with a note, ``Widget.read_only``; ``show(run,
-    baseline)`` compares two). ``show(history, run)`` shows a gathered watch history (from
-    ``hookviz.load`` of ``hookviz.save(watch, path)``) over that run's graph (``show(history)``: over the run
-    saved with it), reduced norms first; ``Widget.watch_rank(r)`` shows rank ``r``'s.
-    ``show(watch)`` follows a :class:`hookviz.Watch` while it trains, in the same cell: heatmap,
-    per-layer lines and findings, updated at most every ``every_steps`` steps or ``every_seconds``
-    seconds (default 1 s), a NaN/Inf or exploding step at once (:meth:`Widget.show_live`).
-    ``show(watch, run)`` (a :class:`hookviz.Run` or :class:`hookviz.Session` of the same model)
-    draws the watch on that run's graph: live while the watch is open, else its last step.
+    The second positional argument is always the model's inputs; what else ``show`` draws is
+    named by a keyword:
+
+    - ``show(model, args, loss_fn=...)``: records a :class:`hookviz.Session` of ``model`` (lazy
+      details by default: a large run is drawn from its norms and its details are recorded when
+      the page asks, or soon after the cell ends, see :meth:`Widget.fill_details`).
+    - ``show(run)``: a recorded run, read-only (one from :func:`hookviz.load`: inspect, replay,
+      diagnosis; edit and re-run are refused with a note, ``Widget.read_only``);
+      ``show(run, baseline=before)`` compares it with ``before``.
+    - ``show(history)``: a gathered watch history (``hookviz.load`` of ``hookviz.save(watch,
+      path)``) over the run saved with it, reduced norms first (``Widget.watch_rank(r)``: rank
+      ``r``'s); ``show(history, on=run)`` over another run's graph.
+    - ``show(watch)``: follows a :class:`hookviz.Watch` while it trains, in the same cell:
+      heatmap, per-layer lines and findings, updated at most every ``every_steps`` kept steps or
+      ``every_seconds`` seconds, a NaN/Inf or exploding step at once (:meth:`Widget.show_live`);
+      ``show(watch, on=run)`` draws it on that run's (or Session's) graph: live while the watch
+      is open, else its last step.
 
     Args:
-        model: an ``nn.Module``.
-        args: positional inputs (a tuple, or a single tensor).
-        kwargs: keyword inputs.
-        loss_fn: ``loss_fn(output) -> scalar tensor``; None when the output is already a scalar.
-        **session_options: passed to :class:`hookviz.Session` (lazy details by default: a large
-            run is drawn from its norms and its details are recorded when the page asks, or
-            soon after the cell ends, see :meth:`Widget.fill_details`); ``visible_budget`` and
-            ``vanishing_threshold`` go to :class:`Widget`.
+        model: an ``nn.Module``; or a :class:`hookviz.Run`, a
+            :class:`~hookviz.watching.gather.RankHistory` or a :class:`hookviz.Watch` to show.
+        args: the model's positional inputs (a tuple, or a single tensor); a model only.
+        kwargs: the model's keyword inputs; a model only.
+        loss_fn: ``loss_fn(output) -> scalar tensor``; None when the output is already a scalar;
+            a model only.
+        baseline: the run ``model`` (a Run) is compared with: another run of the same model.
+        on: the run or :class:`hookviz.Session` whose graph a watch or a watch history is
+            drawn on (same model, same parameter names).
+        input_grads, full_tensor_limit, histogram_bins, details: the :class:`hookviz.Session`'s
+            options; a model only.
+        visible_budget: the most nodes the graph opens with (see :class:`Widget`).
+        vanishing_threshold: the ratio under which a layer's gradient reads as vanishing.
+        every_steps: a live watch's view updates at most every this many kept steps; a watch only.
+        every_seconds: and at most every this many seconds (default 1); a watch only.
 
     Returns:
         The :class:`Widget`; display it by leaving it last in a notebook cell.
+
+    Raises:
+        HookvizError: ``model`` is none of the above, a second positional argument that is a
+            run (use ``baseline=`` or ``on=``), an option that does not apply to what is shown,
+            or what :class:`hookviz.Session` raises for a bad model or bad options.
+        ForwardError, LossError, BackwardError, UnsupportedError, DeviceError: recording the
+            model's run failed (see :meth:`hookviz.Session.run`).
+        WatchError: a watch or history given inputs, a loss or a run positionally; ``on=`` that
+            is not a run of the watched model; a history with no run to draw on; bad
+            ``every_steps``/``every_seconds``.
     """
-    widget_options = {
-        k: session_options.pop(k) for k in ("visible_budget", "vanishing_threshold") if k in session_options
+    live_options = {"every_steps": every_steps, "every_seconds": every_seconds}
+    session_options = {
+        "input_grads": input_grads,
+        "full_tensor_limit": full_tensor_limit,
+        "histogram_bins": histogram_bins,
+        "details": details,
     }
+    widget_options = {"visible_budget": visible_budget, "vanishing_threshold": vanishing_threshold}
     with _collector_paused():
-        return _show(model, args, kwargs, loss_fn, widget_options, session_options)
+        return _show(
+            model, args, kwargs, loss_fn, baseline, on, session_options, live_options, widget_options
+        )
 
 
 @contextlib.contextmanager
@@ -72,29 +128,84 @@ def _collector_paused():
         gc.enable()
 
 
-def _show(model, args, kwargs, loss_fn, widget_options: dict, session_options: dict) -> Widget:
-    """:func:`show` with the collector paused."""
-    from hookviz.data.run import Run
-    from hookviz.record.session import Session
-    from hookviz.watching.gather import RankHistory
-    from hookviz.watching.watch import Watch
+_SESSION_DEFAULTS = {
+    "input_grads": False,
+    "full_tensor_limit": DEFAULT_FULL_TENSOR_LIMIT,
+    "histogram_bins": DEFAULT_HISTOGRAM_BINS,
+    "details": "auto",
+}
+_LIVE_DEFAULTS = {"every_steps": None, "every_seconds": 1.0}
 
+
+def _show(
+    model, args, kwargs, loss_fn, baseline, on, session_options, live_options, widget_options
+) -> Widget:
+    """:func:`show` with the collector paused: checks that every argument given applies to what
+    ``model`` is, then shows it."""
+
+    unset = {"baseline": None, "on": None}
+    keywords = {"baseline": baseline, "on": on}
+    session_given = _given(session_options, _SESSION_DEFAULTS)
+    live_given = _given(live_options, _LIVE_DEFAULTS)
     if isinstance(model, Watch):
-        return _show_watch_on(model, args, kwargs, loss_fn, widget_options, session_options)
-    if isinstance(model, Run):  # a recorded run, usually opened from a file: read-only
-        return Widget(
-            RecordedSession(model, baseline=args if isinstance(args, Run) else None), **widget_options
+        _refuse_inputs(
+            "w",
+            args,
+            kwargs,
+            loss_fn,
+            WatchError,
+            "to draw the watch on a run's graph: hookviz.show(w, on=run)",
         )
+        _refuse_options("a watch", WatchError, {**_given({"baseline": baseline}, unset), **session_given})
+        _check_on(on, "watch", "w")
+        return _show_watch_on(model, on, widget_options, live_options)
+    if isinstance(model, Run):  # a recorded run, usually opened from a file: read-only
+        _refuse_inputs(
+            "run",
+            args,
+            kwargs,
+            loss_fn,
+            HookvizError,
+            "to compare two runs: hookviz.show(run, baseline=before)",
+        )
+        _refuse_options("a run", HookvizError, {**_given({"on": on}, unset), **session_given, **live_given})
+        if baseline is not None and not isinstance(baseline, Run):
+            raise HookvizError(
+                f"show(run, baseline={type(baseline).__name__}): baseline must be a hookviz.Run of the same "
+                "model, e.g. hookviz.show(after, baseline=hookviz.load('before.hookviz'))"
+            )
+        return Widget(RecordedSession(model, baseline=baseline), **widget_options)
     if isinstance(model, RankHistory):
-        run = args if isinstance(args, Run) else model.run
-        if run is None:
+        _refuse_inputs(
+            "history",
+            args,
+            kwargs,
+            loss_fn,
+            WatchError,
+            "to draw the history on a run's graph: hookviz.show(history, on=run)",
+        )
+        _refuse_options(
+            "a watch history",
+            WatchError,
+            {**_given({"baseline": baseline}, unset), **session_given, **live_given},
+        )
+        _check_on(on, "history", "history")
+        graph = on if on is not None else model.run
+        if graph is None:
             raise WatchError(
                 "this watch history holds gradient norms, not a graph: pass a run of the same model "
                 f"to draw them on, e.g. {advice('show_saved_history')}, or save "
                 f"one with it: {advice('save_watch_with_run')}"
             )
-        widget = Widget(RecordedSession(run), **widget_options)
+        widget = Widget(RecordedSession(graph) if isinstance(graph, Run) else graph, **widget_options)
         return widget.show_watch_history(model)
+    if isinstance(args, (Run, Session, Watch, RankHistory)):
+        raise HookvizError(
+            f"show(model, {type(args).__name__}): the second argument is the model's inputs, not a "
+            "recording; show a run with hookviz.show(run) (hookviz.show(run, baseline=before) compares "
+            "two), draw a watch on a run's graph with hookviz.show(w, on=run)"
+        )
+    _refuse_options("a model", HookvizError, {**_given(keywords, unset), **live_given})
     # The session's checks and its first run share one listing of the model (a walk is not free on a
     # model of thousands of modules); the run lists it afresh after its forward.
     with module_tree.listed_once(model):
@@ -102,7 +213,49 @@ def _show(model, args, kwargs, loss_fn, widget_options: dict, session_options: d
         return Widget(session, **widget_options)
 
 
-def show_watch(watch, session, step: int | None = None, **widget_options: Any) -> Widget:
+def _given(options: dict, defaults: dict) -> dict:
+    """The options whose value is not their default (a value of another type counts as given)."""
+    return {k: v for k, v in options.items() if type(v) is not type(defaults[k]) or v != defaults[k]}
+
+
+def _refuse_inputs(shown: str, args, kwargs, loss_fn, error: type[HookvizError], fix: str) -> None:
+    """Raise ``error`` when inputs, kwargs or a loss are given to show something that does not run
+    the model (``shown``: a run, a watch ``w``, a history); ``fix`` says how to pass a run instead."""
+
+    if isinstance(args, (Run, Session)):
+        raise error(
+            f"show({shown}, {type(args).__name__}): the second positional argument is a model's inputs; "
+            f"a run is passed by keyword, {fix}"
+        )
+    if not (isinstance(args, tuple) and not args) or kwargs is not None or loss_fn is not None:
+        raise error(f"show({shown}) takes no inputs, kwargs or loss_fn: it does not run the model; {fix}")
+
+
+def _refuse_options(what: str, error: type[HookvizError], given: dict) -> None:
+    """Raise ``error`` naming the options ``given`` that do not apply to showing ``what``."""
+    if given:
+        raise error(
+            f"show() of {what} does not take {', '.join(f'{k}=' for k in given)}: baseline= goes with a "
+            "run, on= with a watch or a watch history, every_steps=/every_seconds= with a watch, and "
+            "input_grads=, full_tensor_limit=, histogram_bins=, details= with a model"
+        )
+
+
+def _check_on(on, noun: str, name: str) -> None:
+    """Raise WatchError unless ``on`` is None, a Run or a Session (``noun``: what is drawn, a watch
+    or a history; ``name``: its variable in the example)."""
+
+    if on is not None and not isinstance(on, (Run, Session)):
+        raise WatchError(
+            f"show({name}, on={type(on).__name__}): on= draws the {noun} on a graph and must be a "
+            f"hookviz.Run or hookviz.Session of the watched model, e.g. "
+            f"hookviz.show({name}, on=hookviz.Session(model, (x,), loss_fn=loss_fn).run())"
+        )
+
+
+def show_watch(
+    watch: Watch, session: Session | Widget | None, step: int | None = None, **widget_options: Any
+) -> Widget:
     """Show ``session``'s graph coloured by the gradient norms ``watch`` recorded over training.
 
     Args:
@@ -129,26 +282,13 @@ def show_watch(watch, session, step: int | None = None, **widget_options: Any) -
     return widget.show_watch(watch, step)
 
 
-def _show_watch_on(watch, graph, kwargs, loss_fn, widget_options: dict, live_options: dict) -> Widget:
-    """``show(watch)`` and ``show(watch, run)``: the watch alone (live), or on ``graph``'s graph (a
-    Run or a Session of the same model). Raises WatchError for anything else as ``graph``, or a
+def _show_watch_on(watch, graph, widget_options: dict, live_options: dict) -> Widget:
+    """``show(watch)`` and ``show(watch, on=run)``: the watch alone (live), or on ``graph``'s graph
+    (a Run or a Session of the same model). Raises WatchError for anything else as ``graph``, or a
     run none of whose leaves the watch recorded."""
-    from hookviz.data.run import Run
-    from hookviz.record.session import Session
 
-    if kwargs is not None or loss_fn is not None:
-        raise WatchError(
-            "show(watch) takes no kwargs or loss_fn: the watch does not run the model; to draw it on "
-            f"a graph pass a recorded run, {advice('show_watch_on_run')}"
-        )
-    if isinstance(graph, tuple) and not graph:
+    if graph is None:
         return Widget(None, **widget_options).show_live(watch, **live_options)
-    if not isinstance(graph, (Run, Session)):
-        raise WatchError(
-            f"show(watch, {type(graph).__name__}): the second argument draws the watch on a graph and "
-            "must be a hookviz.Run or hookviz.Session of the watched model, e.g. "
-            f"{advice('show_watch_on_run')}"
-        )
     widget = Widget(RecordedSession(graph) if isinstance(graph, Run) else graph, **widget_options)
     leaves = {item["id"] for item in widget.graph.get("nodes", []) if item["kind"] == "leaf"}
     if not leaves & set(watch.parameter_names):

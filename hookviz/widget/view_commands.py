@@ -6,6 +6,8 @@ sends the page a ``view`` message, and the page's answer comes back in the trait
 
 from __future__ import annotations
 
+from hookviz.widget.failures import sendable
+
 VIEWS = ("ops", "modules")
 
 
@@ -44,7 +46,8 @@ def expand_all(widget) -> None:
 def _ask_page(widget, message: dict) -> None:
     """Ask the page for a view change it makes by its own rules (as lonboard's ``fly_to``);
     its answer comes back in the traitlets. Nothing happens while no page shows the widget."""
-    try:
-        widget.send({"type": "view", **message})
-    except Exception:  # no page attached (tests) or a closed comm
-        pass
+    sent = sendable({"type": "view", **message}, "view command")
+    if "error" in sent:  # not sendable: logged, and shown beside the view buttons instead
+        widget._set_error("view", sent["error"])
+        return
+    widget.send(sent)

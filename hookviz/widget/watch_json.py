@@ -7,7 +7,7 @@ import math
 import torch
 
 from hookviz import text
-from hookviz.analysis.gradient_stats import module_of
+from hookviz.analysis.gradient_stats import layer_norms, module_norm, module_of
 from hookviz.colors import (
     EXPLODING_COLOR,
     NAN_COLOR,
@@ -16,7 +16,6 @@ from hookviz.colors import (
     UPDATE_RATIO_COLORS,
     norm_color,
 )
-from hookviz.data.tensors import combined_norm
 from hookviz.watching.plots import color_range, line_styles
 from hookviz.widget.chart import chart_spec
 from hookviz.widget.payload import json_float
@@ -29,11 +28,12 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
     A parameter leaf (its node id is the parameter's qualified name) takes the norm of that
     parameter's gradient. A module group (``"group:<name>"``) takes the norm of the gradient
     w.r.t. the module's output where the watch recorded outputs (``hookviz.watch(...,
-    outputs=True)``), else the 2-norm of all its parameters' gradients taken together (every
-    parameter named ``<name>.…``), so the default watch colours modules too. Elements left out
-    have no value (drawn grey): what ``loss_fn`` built, a module without parameters when outputs
-    were not watched.
+    outputs=True)``), else the 2-norm of the gradients of the layers it is or encloses taken
+    together (:func:`hookviz.analysis.gradient_stats.module_norm`), so the default watch colours
+    modules too. Elements left out have no value (drawn grey): what ``loss_fn`` built, a module
+    without parameters when outputs were not watched.
     """
+    layers = layer_norms(parameter_norms)
     out = {}
     for item in graph_data.get("nodes", []):
         if item["kind"] == "leaf" and item["id"] in parameter_norms:
@@ -43,8 +43,7 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
         if module in output_norms:
             norm = output_norms[module]
         else:  # the root module ("") holds every parameter
-            prefix = f"{module}." if module else ""
-            norm = combined_norm(v for name, v in parameter_norms.items() if name.startswith(prefix))
+            norm = module_norm(module, layers)
         if norm is not None:
             out[group["id"]] = json_float(norm)
     return out
@@ -72,10 +71,7 @@ def watch_chart_json(parameter_norms: dict, scale: dict, what: str) -> dict:
     parameters' gradients at that step, coloured as the graph colours it. ``parameter_norms``:
     ``{parameter name: norm}`` of that step (``watch.norms(step, kind="parameter")``);
     ``scale``: the watch's colour range; ``what``: the rank and step, for the title."""
-    layers: dict[str, list[float]] = {}
-    for name, norm in parameter_norms.items():
-        layers.setdefault(name.rsplit(".", 1)[0] if "." in name else "", []).append(norm)
-    norms = {module: combined_norm(values) for module, values in layers.items()}
+    norms = layer_norms(parameter_norms)
     modules = list(norms)
     positive = [v for v in norms.values() if v is not None and math.isfinite(v) and v > 0]
     chart = {
@@ -204,22 +200,18 @@ def live_watch_figure(history, title: str) -> dict:
     logs = torch.log10(norms.where(norms > 0, nan)).round(decimals=3)
     logs = logs.where(torch.isfinite(logs), nan)
     z = [[v if v == v else None for v in row] for row in logs.T.tolist()]  # NaN != NaN: JSON null
-    # Layer norms by the analysis's rules (module_of, combined_norm): a NaN gradient makes its
-    # layer's norm NaN (a gap; the heatmap draws it red), a layer with no gradient is a gap too.
-    layers: dict[str, list[int]] = {}
-    for position, name in enumerate(names):
-        layers.setdefault(module_of(name), []).append(position)
-    modules = list(layers)
+    # Layer norms by the analysis's one rule (layer_norms): a NaN gradient makes its layer's norm
+    # NaN (a gap; the heatmap draws it red), a layer with no gradient (NaN, no NaN/Inf counted) too.
+    modules = list(dict.fromkeys(module_of(name) for name in names))
     shown = [modules[i] for i in _evenly(len(modules), LIVE_FIGURE_LAYERS)]
-    rows = norms.tolist()
     bad = (history.nonfinite[picked][:, columns] > 0).tolist() if columns else [[] for _ in picked]
+    by_step = [
+        layer_norms({n: v if v == v or b else None for n, v, b in zip(names, row, nan_row)})
+        for row, nan_row in zip(norms.tolist(), bad)
+    ]
     traces = []
     for module in shown:
-        layer = [
-            combined_norm(row[p] for p in layers[module] if row[p] == row[p] or nan_row[p])
-            for row, nan_row in zip(rows, bad)
-        ]
-        layer = [math.nan if v is None else v for v in layer]
+        layer = [math.nan if step[module] is None else step[module] for step in by_step]
         traces.append(
             {
                 "type": "scatter",

@@ -9,6 +9,7 @@ from hookviz.analysis.onset import onsets
 from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR, SKIPPED_COLOR, legend, norm_color
 from hookviz.errors import WatchError
 from hookviz.widget.diagnosis import diagnosis_json, findings_json
+from hookviz.widget.failures import reported
 from hookviz.widget.payload import json_float
 from hookviz.widget.selection import with_watch
 from hookviz.widget.sources import arrival_order
@@ -30,12 +31,12 @@ def show_watch(widget, watch, step: int | None = None) -> None:
     """:meth:`hookviz.Widget.show_watch`: colour the graph by ``watch``'s norms at ``step``."""
     step = check_watch(watch, step)
     history = watch.history
-    found = watch_onsets(watch, history)
+    found = watch_onsets(widget, watch, history)
     try:
         heatmap = with_onsets(with_step_marker(figure_json(watch.heatmap())), found)
         with_step_rows(heatmap, history)
     except Exception as error:  # the heatmap is a picture: without it the view still works
-        heatmap = {"error": f"heatmap failed: {type(error).__name__}: {error}"}
+        heatmap = {"error": reported("heatmap", error)}
     if widget.watch is None:  # the run's chart comes back with hide_watch
         widget._run_chart = widget.chart
     widget.watch = watch
@@ -79,11 +80,11 @@ def show_live_state(widget, watch, closed: bool) -> None:
         return
     step = history.steps[-1]
     name = watch.model_name
-    found = watch_onsets(watch, history)
+    found = watch_onsets(widget, watch, history)
     try:
         figure = with_onsets(live_watch_figure(history, f"{name}: gradient norms over training"), found)
     except Exception as error:  # the figure is a picture: without it the view still works
-        figure = {"error": f"heatmap failed: {type(error).__name__}: {error}"}
+        figure = {"error": reported("heatmap", error)}
     widget._watch_onsets = found
     widget._watch_range = watch_color_range(history)
     with widget.hold_sync():
@@ -111,8 +112,14 @@ def watch_step(widget, step: int) -> bool:
 
 def show_watch_history(widget, history, rank: int | None = None, step: int | None = None) -> None:
     """:meth:`hookviz.Widget.show_watch_history`: show a gathered history, ``rank``'s or reduced."""
+    from hookviz.watching.gather import RankHistory
     from hookviz.watching.rank_view import RankView
 
+    if not isinstance(history, RankHistory):
+        raise WatchError(
+            f"show_watch_history() takes a watch history (hookviz.load of a saved watch, or "
+            f"Watch.gather), got {type(history).__name__}; a Watch itself: Widget.show_watch(w)"
+        )
     if rank is None and not history.strategy:
         rank = history.ranks[0]
     widget.watch_ranks = list(history.ranks)
@@ -163,11 +170,12 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
     try:
         diagnosis = diagnosis_json(watch.diagnose(step), "watch", step)
     except Exception as error:  # a diagnosis bug must not take the widget down
-        diagnosis = diagnosis_json(
-            [], "watch", step, error=f"diagnosis failed: {type(error).__name__}: {error}"
-        )
+        diagnosis = diagnosis_json([], "watch", step, error=reported("diagnosis", error))
     # when each trouble started and where, over every kept step: the banner keeps it at any step
     diagnosis["onset"] = findings_json(getattr(widget, "_watch_onsets", []))
+    onset_error = getattr(widget, "_watch_onset_error", None)
+    if onset_error:
+        diagnosis["error"] = "; ".join(filter(None, [diagnosis.get("error"), onset_error]))
     # whose findings: the banner names the rank (or reduced) as the picker does
     diagnosis["of"] = picker_label(watch)
     colors = {element: NO_GRAD_COLOR for element in watched_elements(widget.graph, watch_names(watch))}
@@ -230,17 +238,20 @@ def show_watch_step(widget, step: int, live: bool = False) -> None:
     widget.inspector = with_watch(widget, widget.inspector)
 
 
-def watch_onsets(watch, history) -> list:
+def watch_onsets(widget, watch, history) -> list:
     """:func:`hookviz.analysis.onset.onsets` of the watch on screen (a Watch, or a rank of a
     gathered history: the order its gradients arrived in backward, a Watch's own or the history's
-    :func:`hookviz.widget.sources.arrival_order`); [] when it fails (the banner still shows the
-    step's findings)."""
+    :func:`hookviz.widget.sources.arrival_order`). When it fails: logged, its note kept in
+    ``widget._watch_onset_error`` for the banner (:func:`show_watch_step`), and [] (the banner
+    still shows the step's findings)."""
+    widget._watch_onset_error = None
     order = getattr(watch, "arrival_order", None)
     if order is None and getattr(watch, "source", None) is not None:  # a history read from a file
         order = arrival_order(watch.source, watch.rank)
     try:
         return onsets(history, order)
-    except Exception:  # the onset is a headline: without it the view still works
+    except Exception as error:  # the onset is a headline: without it the view still works
+        widget._watch_onset_error = reported("finding the onsets", error)
         return []
 
 

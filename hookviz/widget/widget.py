@@ -27,18 +27,31 @@ computed. ``w.show_watch(watch)`` (or
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anywidget
 import orjson
 import traitlets
 
+from hookviz.analysis.diagnose import check_thresholds
+from hookviz.errors import HookvizError
 from hookviz.record.devices import devices
 from hookviz.widget import chart, details, display, editing, messages, selection, view_commands, watch_view
 from hookviz.widget.chart import VANISHING_RATIO
-from hookviz.widget.recorded import READ_ONLY_NOTE
+from hookviz.widget.failures import sendable
+from hookviz.widget.recorded import READ_ONLY_NOTE, RecordedSession
 from hookviz.widget.view_commands import VIEWS
+
+if TYPE_CHECKING:  # annotations only
+    import plotly.graph_objects
+
+    from hookviz.data.run import Run
+    from hookviz.record.session import Session
+    from hookviz.watching.gather import RankHistory
+    from hookviz.watching.watch import Watch
 
 _STATIC = Path(__file__).parent / "static"
 # The bundle's text, read once: given a path, anywidget connects every widget to the file's change
@@ -80,7 +93,9 @@ class Widget(anywidget.AnyWidget):
         **kwargs: passed to ``anywidget.AnyWidget`` (ipywidgets options such as ``layout``).
 
     Raises:
-        HookvizError: when the first run fails (there is nothing to show yet).
+        HookvizError: ``visible_budget`` is not None or an int of at least 1,
+            ``vanishing_threshold`` is not a positive number of at most 1, or the first run fails
+            (there is nothing to show yet: :meth:`hookviz.Session.run`'s errors).
     """
 
     _esm = _BUNDLE
@@ -146,7 +161,7 @@ class Widget(anywidget.AnyWidget):
 
     def __init__(
         self,
-        session,
+        session: Session | RecordedSession | None,
         *,
         visible_budget: int | None = None,
         vanishing_threshold: float = VANISHING_RATIO,
@@ -156,6 +171,7 @@ class Widget(anywidget.AnyWidget):
         # bundle, which the page loads at once. Loaded during the run, the page and the run's
         # OpenMP regions compete for the cores and the first paint comes later; loaded while the
         # page's state is built (one Python thread), it costs nothing (docs/perf.md).
+        _check_options(visible_budget, vanishing_threshold)
         # session None: a live watch alone (hookviz.show(watch)), with no graph.
         run = None if session is None else session.last_run if session.last_run is not None else session.run()
         super().__init__(**kwargs)
@@ -187,12 +203,12 @@ class Widget(anywidget.AnyWidget):
     # ----- the runs --------------------------------------------------------------------------
 
     @property
-    def run(self):
+    def run(self) -> Run | None:
         """The run on screen (the last good one); None for a watch shown alone."""
         return None if self.session is None else self.session.last_run
 
     @property
-    def baseline(self):
+    def baseline(self) -> Run | None:
         """The run everything is compared with (the session's first run); None without a session."""
         return None if self.session is None else self.session.baseline
 
@@ -333,7 +349,13 @@ class Widget(anywidget.AnyWidget):
         """Open every module box."""
         view_commands.expand_all(self)
 
-    def save_html(self, path, title: str = "hookviz", values: str = "opened", pinned=()):
+    def save_html(
+        self,
+        path: str | os.PathLike,
+        title: str = "hookviz",
+        values: str = "opened",
+        pinned: Iterable[str] = (),
+    ) -> Path:
         """Write this view to one self-contained HTML file that opens in a browser with no kernel
         and no network (graph, inspector, replay, chart and search work; edits and re-run are
         disabled there). Embed it in a blog post or course page with an ``<iframe>``. A live
@@ -360,7 +382,7 @@ class Widget(anywidget.AnyWidget):
         self.fill_details()
         return save_html(self, path, title, values=values, pinned=pinned)
 
-    def chart_figure(self):
+    def chart_figure(self) -> plotly.graph_objects.Figure:
         """The gradient-flow chart as a ``plotly.graph_objects.Figure``: per-module norm of the
         gradient into the module's inputs, log scale, this run vs the baseline, and the vanishing
         threshold as a dashed line. Display it (``fig.show()``) or save it (``fig.write_html``)."""
@@ -369,7 +391,7 @@ class Widget(anywidget.AnyWidget):
 
     # ----- the watch view ----------------------------------------------------------------------
 
-    def show_watch(self, watch, step: int | None = None) -> Widget:
+    def show_watch(self, watch: Watch, step: int | None = None) -> Widget:
         """Colour the graph by the gradient norms ``watch`` recorded at one training step.
 
         Parameter leaves take ``watch.norms(step)[parameter name]``; module groups (and the
@@ -393,7 +415,9 @@ class Widget(anywidget.AnyWidget):
         watch_view.show_watch(self, watch, step)
         return self
 
-    def show_live(self, watch, every_steps: int | None = None, every_seconds: float | None = 1.0) -> Widget:
+    def show_live(
+        self, watch: Watch, every_steps: int | None = None, every_seconds: float | None = 1.0
+    ) -> Widget:
         """Follow ``watch`` while it trains: heatmap, per-layer lines and findings of its latest
         kept step, updated from a background thread (:mod:`hookviz.widget.live`) at most once
         every ``every_steps`` kept steps or ``every_seconds`` seconds; a step that newly holds
@@ -431,7 +455,9 @@ class Widget(anywidget.AnyWidget):
         """
         return watch_view.watch_step(self, step)
 
-    def show_watch_history(self, history, rank: int | None = None, step: int | None = None) -> Widget:
+    def show_watch_history(
+        self, history: RankHistory, rank: int | None = None, step: int | None = None
+    ) -> Widget:
         """Show a gathered :class:`~hookviz.watching.gather.RankHistory`: ``rank``'s local norms, or
         (None) the reduced ones, with ``watch_ranks`` listing the ranks for the selector. A
         one-process history (``hookviz.save(watch, path)`` without a gather) has nothing reduced:
@@ -441,6 +467,13 @@ class Widget(anywidget.AnyWidget):
             history: a RankHistory (from ``Watch.gather`` or ``hookviz.load``).
             rank: a rank of ``history.ranks``; None for the reduced norms.
             step: the step shown first; None for the last kept.
+
+        Returns:
+            this widget, so it displays when last in a cell.
+
+        Raises:
+            WatchError: ``history`` is not a RankHistory, ``rank`` is not one of its ranks, or
+                ``step`` was not kept.
         """
         watch_view.show_watch_history(self, history, rank, step)
         return self
@@ -498,8 +531,24 @@ class Widget(anywidget.AnyWidget):
 
     def _handle_message(self, widget, content, buffers=None) -> None:
         """``on_msg`` callback: ``(widget, content, buffers)``."""
+        # With no page attached or the comm closed, ipywidgets sends nothing; a reply the kernel
+        # cannot send as JSON is replaced by one that says so (logged: hookviz.widget.failures).
         reply = self.handle_message(content)
-        try:
-            self.send(reply)
-        except Exception:  # no page attached (tests) or a closed comm
-            pass
+        sent = sendable(reply, "reply")
+        if sent is not reply:
+            self._set_error("message", sent["error"])
+        self.send(sent)
+
+
+def _check_options(visible_budget: object, vanishing_threshold: object) -> None:
+    """Refuse a :class:`Widget` option of the wrong type or out of range."""
+    if visible_budget is not None and (
+        isinstance(visible_budget, bool) or not isinstance(visible_budget, int) or visible_budget < 1
+    ):
+        raise HookvizError(
+            f"visible_budget={visible_budget!r} must be an int of at least 1 (about how many elements the "
+            "first view draws), or None for the page's default"
+        )
+    if isinstance(vanishing_threshold, bool) or not isinstance(vanishing_threshold, (int, float)):
+        raise HookvizError(f"vanishing_threshold={vanishing_threshold!r} must be a number, e.g. 1e-3")
+    check_thresholds({"vanishing": vanishing_threshold})

@@ -57,7 +57,7 @@ folder = Path(tempfile.mkdtemp())
 run = hookviz.Session(model, (data,), loss_fn=lambda out: F.cross_entropy(out, labels)).run()
 history = hookviz.load(hookviz.save(watch, folder / "history"))
 opened = hookviz.load(hookviz.save(run, folder / "run"))
-v = hookviz.show(history, opened)
+v = hookviz.show(history, on=opened)
 v
 """
 

@@ -65,7 +65,7 @@ def _pages(folder: Path) -> tuple[Path, Path]:
             loss_fn(model(x)).backward()
             optimizer.step()
     run = hookviz.Session(model, (x,), loss_fn=loss_fn).run()
-    watch_page = hookviz.show(w, run).save_html(folder / "watch.html")
+    watch_page = hookviz.show(w, on=run).save_html(folder / "watch.html")
     return run_page, watch_page
 
 

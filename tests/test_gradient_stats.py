@@ -1,0 +1,115 @@
+"""One parameter-to-layer rule and one layer norm: a run, its graph, its findings and a watch of the
+same model group parameters into the same layers, with the norms plain PyTorch gives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import hookviz
+from hookviz.analysis.gradient_stats import gradient_stats, layer_norms, module_norm, module_of
+from hookviz.widget.graph import graph_json
+from hookviz.widget.watch_json import watch_chart_json, watch_node_norms
+
+
+class Block(nn.Module):
+    """A module with a parameter of its own beside a child's: ``block.scale`` is ``block``'s,
+    ``block.inner.weight`` is ``block.inner``'s."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((4,), 0.5))
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.tanh(self.inner(x)) * self.scale
+
+
+class TiedAndNested(nn.Module):
+    """Tied input and output embeddings (one parameter, ``embed.weight``, used twice) around a
+    Block, and a parameter of the root module itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.block = Block()
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight
+        self.temperature = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, ids):
+        return self.head(self.block(self.embed(ids))) / self.temperature
+
+
+def _loss(out):
+    return out.logsumexp(-1).mean()
+
+
+def test_a_run_its_graph_its_findings_and_a_watch_group_parameters_alike():
+    torch.manual_seed(0)
+    model, ids = TiedAndNested(), torch.randint(0, 10, (3, 5))
+    expected_layers = {
+        "temperature": "",  # the root module's own
+        "embed.weight": "embed",  # tied: one parameter, under its first name
+        "block.scale": "block",  # the nested module's own parameter
+        "block.inner.weight": "block.inner",
+        "block.inner.bias": "block.inner",
+    }
+    assert [n for n, _ in model.named_parameters()] == list(expected_layers)
+    # plain PyTorch: each parameter's gradient norm, and each layer's (its parameters' together)
+    grads = torch.autograd.grad(_loss(model(ids)), list(model.parameters()))
+    norms = {n: torch.linalg.vector_norm(g).item() for (n, _), g in zip(model.named_parameters(), grads)}
+    expected_norms = {
+        layer: math.sqrt(sum(norms[n] ** 2 for n, owner in expected_layers.items() if owner == layer))
+        for layer in dict.fromkeys(expected_layers.values())
+    }
+
+    run = hookviz.Session(model, (ids,), loss_fn=_loss).run()
+    groupings = {
+        "run": {n: run.nodes[n].module for n in expected_layers},
+        "graph": {
+            item["id"]: item["module"] for item in graph_json(run)["nodes"] if item["id"] in expected_layers
+        },
+        "findings": {s.name: s.module for s in gradient_stats(run, model) if s.kind == "parameter"},
+        "rule": {n: module_of(n) for n in expected_layers},
+    }
+    for source, grouping in groupings.items():
+        assert grouping == expected_layers, source
+    run_layers = {s.name: s.grad_norm for s in gradient_stats(run, model) if s.kind == "layer"}
+    assert run_layers == pytest.approx(expected_norms, rel=1e-6)
+
+    with hookviz.watch(model) as watch:
+        model.zero_grad()
+        _loss(model(ids)).backward()
+    assert watch.parameter_names == list(expected_layers)
+    assert watch.layer_norms() == pytest.approx(expected_norms, rel=1e-6)
+    step = watch.norms(kind="parameter")
+    assert layer_norms(step) == pytest.approx(expected_norms, rel=1e-6)
+    chart = watch_chart_json(step, {"lo": -4, "hi": 1}, "step 0")
+    assert dict(zip(chart["modules"], map(float, chart["current"]))) == pytest.approx(
+        expected_norms, rel=1e-6
+    )
+    # a module box: the layers it is or encloses, taken together
+    graph = graph_json(run)
+    colours = watch_node_norms(graph, step, {})
+    block = math.sqrt(expected_norms["block"] ** 2 + expected_norms["block.inner"] ** 2)
+    assert colours["group:block"] == pytest.approx(block, rel=1e-6)
+    assert module_norm("block", layer_norms(step)) == pytest.approx(block, rel=1e-6)
+    assert colours["group:"] == pytest.approx(math.sqrt(sum(v**2 for v in norms.values())), rel=1e-6)
+
+
+def test_a_parameter_of_a_module_never_called_is_drawn_in_the_module_that_used_it():
+    class UsesItsChildsWeight(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.child = nn.Linear(3, 2)  # never called: its weight is used directly
+
+        def forward(self, x):
+            return torch.nn.functional.linear(x, self.child.weight).sum()
+
+    run = hookviz.Session(UsesItsChildsWeight(), (torch.randn(4, 3),)).run()
+    assert module_of("child.weight") == "child"
+    assert module_of("child.weight", {""}) == "" == run.nodes["child.weight"].module
