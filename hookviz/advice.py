@@ -29,6 +29,9 @@ ADVICE: dict[str, str] = {
     "new_forward": "session.run(forward=True)",
     "add_edit": "session.edit(target, slot, transform)",
     # files
+    "record_run": "hookviz.Session(model, args, loss_fn=loss_fn).run()",
+    "load_run": "hookviz.load(path)",
+    "diff_runs": "hookviz.diff(run, hookviz.load(path))",
     "save_run": "hookviz.save(run, path)",
     "save_watch": "hookviz.save(watch, path)",
     "save_watch_with_run": "hookviz.save(watch, path, run=session.run())",
@@ -36,6 +39,9 @@ ADVICE: dict[str, str] = {
     # the widget
     "show_model": "hookviz.show(model, args, loss_fn=loss_fn)",
     "show_watch_on_graph": "hookviz.show_watch(watch, hookviz.Session(model, args, loss_fn=loss_fn))",
+    "show_run": "hookviz.show(run)",
+    "show_baseline": "hookviz.show(run, baseline=hookviz.load(path))",
+    "show_watch_on": "hookviz.show(watch, on=run)",
     "show_history_on_run": "hookviz.show(history, on=run)",
     "show_watch_on_run": "hookviz.show(watch, on=hookviz.Session(model, args, loss_fn=loss_fn).run())",
     "search": "widget.search(text)",

@@ -128,12 +128,18 @@ CHECKS = {
     "eager_session": lambda result, names: not result.run().details_pending,
     "add_edit": lambda result, names: not names["session"].run().leaf_grad("0.weight").any(),
     "new_forward": lambda result, names: isinstance(result, hookviz.Run) and result.loss.isfinite(),
+    "record_run": lambda result, names: isinstance(result, hookviz.Run) and result.loss.isfinite(),
+    "load_run": lambda result, names: isinstance(result, hookviz.Run) and result == names["run"],
+    "diff_runs": lambda result, names: isinstance(result, hookviz.Diff),
     "save_run": lambda result, names: isinstance(hookviz.load(result), hookviz.Run),
     "save_watch": lambda result, names: len(hookviz.load(result).steps) == 3,
     "save_watch_with_run": lambda result, names: hookviz.load(result).run is not None,
     "show_saved_history": lambda result, names: result.run is not None and bool(result.watch_view),
     "show_model": lambda result, names: isinstance(result, hookviz.Widget) and bool(result.graph["nodes"]),
     "show_watch_on_graph": lambda result, names: bool(result.watch_view),
+    "show_run": lambda result, names: isinstance(result, hookviz.Widget) and bool(result.graph["nodes"]),
+    "show_baseline": lambda result, names: isinstance(result, hookviz.Widget) and bool(result.graph["nodes"]),
+    "show_watch_on": lambda result, names: bool(result.watch_view),
     "show_history_on_run": lambda result, names: bool(result.watch_view),
     "show_watch_on_run": lambda result, names: bool(result.watch_view),
     "save_html_pinned": lambda result, names: _kept_values(result) >= {names["target"]},
@@ -159,7 +165,7 @@ def test_the_advised_code_runs(name, tmp_path):
         names = _vanishing(tmp_path)
         if name.startswith("save_html"):
             names["path"] = tmp_path / "page.html"
-        if name == "show_saved_history":
+        if name in ("show_saved_history", "load_run", "diff_runs", "show_baseline"):
             names["path"] = hookviz.save(names["run"], tmp_path / "run.hookviz")
         if name == "close_watch":  # an open watch, as the message finds it
             names["watch"] = hookviz.watch(names["model"])

@@ -595,7 +595,7 @@ def require_run(value: object, call: str) -> Run:
     if not isinstance(value, Run):
         raise HookvizError(
             f"{call} takes a hookviz.Run, got {type(value).__name__}: record one with "
-            "hookviz.Session(model, args, loss_fn=...).run(), or open one with hookviz.load(path)"
+            f"{advice('record_run')}, or open a saved one with {advice('load_run')}"
         )
     return value
 

@@ -175,12 +175,12 @@ def save(obj: Run | Watch | RankHistory, path: str | os.PathLike, *, run: Run | 
     if run is not None and not isinstance(obj, (Watch, RankHistory)):
         raise HookvizError(
             f"save(..., run=...) keeps a run with a watch or a watch history, not with a "
-            f"{type(obj).__name__}: save the run on its own, hookviz.save(run, path)"
+            f"{type(obj).__name__}: save the run on its own, {advice('save_run')}"
         )
     if run is not None and not isinstance(run, Run):
         raise HookvizError(
             f"save(..., run={type(run).__name__}): run= keeps a hookviz.Run of the same model with a watch, "
-            "e.g. hookviz.save(w, path, run=session.run())"
+            f"e.g. {advice('save_watch_with_run')}"
         )
     if isinstance(obj, Watch):
         obj = obj.rank_history(run)

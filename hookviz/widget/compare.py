@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hookviz import text
+from hookviz.advice import advice
 from hookviz.analysis.compare import (
     DEFAULT_FACTOR,
     LayerNorms,
@@ -290,7 +291,7 @@ def compare_sources(first: Source, second: Source, factor: float = DEFAULT_FACTO
         if source.history is None:
             raise HookvizError(
                 f"{source.label} is a run (one forward and backward), not a watch of training steps: "
-                "compare two runs with hookviz.diff(a, b), or save watches with hookviz.save(watch, path)"
+                f"compare two runs with {advice('diff_runs')}, or save watches with {advice('save_watch')}"
             )
     norms = layer_norms(first.history), layer_norms(second.history)
     shared = [layer for layer in norms[0].layers if layer in norms[1].layers]
@@ -346,8 +347,7 @@ def show_comparison(
     shown = widget.watch
     if shown is None:
         raise WatchError(
-            "no watch is shown: show one first (hookviz.show(history), or widget.show_watch(w)), "
-            "then compare_with(other)"
+            f"no watch is shown: show one first ({advice('show_watch_on_run')}), then compare_with(other)"
         )
     if widget.live is not None:
         if not getattr(shown, "closed", True):

@@ -154,7 +154,7 @@ def _show(
             kwargs,
             loss_fn,
             WatchError,
-            "to draw the watch on a run's graph: hookviz.show(w, on=run)",
+            f"to draw the watch on a run's graph: {advice('show_watch_on')}",
         )
         _refuse_options("a watch", WatchError, {**_given({"baseline": baseline}, unset), **session_given})
         _check_on(on, "watch", "w")
@@ -166,13 +166,13 @@ def _show(
             kwargs,
             loss_fn,
             HookvizError,
-            "to compare two runs: hookviz.show(run, baseline=before)",
+            f"to compare two runs: {advice('show_baseline')}",
         )
         _refuse_options("a run", HookvizError, {**_given({"on": on}, unset), **session_given, **live_given})
         if baseline is not None and not isinstance(baseline, Run):
             raise HookvizError(
                 f"show(run, baseline={type(baseline).__name__}): baseline must be a hookviz.Run of the same "
-                "model, e.g. hookviz.show(after, baseline=hookviz.load('before.hookviz'))"
+                f"model, e.g. {advice('show_baseline')}"
             )
         return Widget(RecordedSession(model, baseline=baseline), **widget_options)
     if isinstance(model, RankHistory):
@@ -182,7 +182,7 @@ def _show(
             kwargs,
             loss_fn,
             WatchError,
-            "to draw the history on a run's graph: hookviz.show(history, on=run)",
+            f"to draw the history on a run's graph: {advice('show_history_on_run')}",
         )
         _refuse_options(
             "a watch history",
@@ -202,8 +202,8 @@ def _show(
     if isinstance(args, (Run, Session, Watch, RankHistory)):
         raise HookvizError(
             f"show(model, {type(args).__name__}): the second argument is the model's inputs, not a "
-            "recording; show a run with hookviz.show(run) (hookviz.show(run, baseline=before) compares "
-            "two), draw a watch on a run's graph with hookviz.show(w, on=run)"
+            f"recording; show a run with {advice('show_run')} ({advice('show_baseline')} compares "
+            f"two), draw a watch on a run's graph with {advice('show_watch_on')}"
         )
     _refuse_options("a model", HookvizError, {**_given(keywords, unset), **live_given})
     # The session's checks and its first run share one listing of the model (a walk is not free on a
@@ -249,7 +249,7 @@ def _check_on(on, noun: str, name: str) -> None:
         raise WatchError(
             f"show({name}, on={type(on).__name__}): on= draws the {noun} on a graph and must be a "
             f"hookviz.Run or hookviz.Session of the watched model, e.g. "
-            f"hookviz.show({name}, on=hookviz.Session(model, (x,), loss_fn=loss_fn).run())"
+            f"{advice('show_watch_on_run' if name == 'w' else 'show_history_on_run')}"
         )
 
 

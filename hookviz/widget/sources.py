@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hookviz.advice import advice
 from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.findings import Finding
 from hookviz.analysis.onset import onsets
@@ -136,8 +137,8 @@ def open_source(
     if isinstance(source, Watch):
         if rank is not None:
             raise WatchError(
-                f"rank={rank}: a watch in this process is its own rank's; gather it first "
-                "(watch.gather()) or save it and open the file"
+                f"rank={rank}: a watch in this process is its own rank's; save the job's gathered "
+                "history (every rank calls gather()) and open that file"
             )
         return Source(
             name,
@@ -160,5 +161,5 @@ def open_source(
         )
     raise HookvizError(
         f"expected a .hookviz file, a hookviz.Watch, a watch history or a hookviz.Run, got "
-        f"{type(source).__name__}; save a watch with hookviz.save(watch, path) and pass the path"
+        f"{type(source).__name__}; save a watch with {advice('save_watch')} and pass the path"
     )
