@@ -92,7 +92,7 @@ def test_every_error_a_public_callable_raises_is_in_its_raises_section(qualified
 
 def test_every_public_function_has_a_raises_section():
     functions = [q for q, f, _ in PUBLIC if "." not in q]
-    assert len(functions) == 9
+    assert len(functions) == 10
     assert not [q for q, f, doc in PUBLIC if "." not in q and not _raises_section(doc).strip()]
 
 
@@ -146,6 +146,8 @@ def _bad_calls(recorded, folder):
         ("load", "value", lambda: hookviz.load(folder), errors.PathError),
         ("diff", "type", lambda: hookviz.diff(5, run), errors.HookvizError),
         ("diff", "value", lambda: hookviz.diff(run, other), errors.HookvizError),
+        ("compare", "type", lambda: hookviz.compare(5, watch), errors.HookvizError),
+        ("compare", "value", lambda: hookviz.compare(watch, watch, factor=0.5), errors.HookvizError),
         ("diagnose", "type", lambda: hookviz.diagnose(5), errors.HookvizError),
         ("diagnose", "model type", lambda: hookviz.diagnose(run, model=5), errors.HookvizError),
         ("diagnose", "value", lambda: hookviz.diagnose(run, vanishing=-1), errors.HookvizError),

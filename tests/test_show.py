@@ -3,12 +3,15 @@ and the run a watch is drawn on are keywords, and an option that does not apply 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import hookviz
+from hookviz.advice import advice
 from hookviz.errors import HookvizError, WatchError
 from hookviz.watching.gather import from_watch
 
@@ -43,15 +46,15 @@ def test_the_second_argument_is_the_models_inputs():
 
 def test_a_run_in_the_second_place_is_refused_with_the_keyword_to_use(trained):
     model, data, watch, session, run, history = trained
-    with pytest.raises(HookvizError, match=r"baseline=before"):
+    with pytest.raises(HookvizError, match=re.escape(advice("show_baseline"))):
         hookviz.show(run, run)
-    with pytest.raises(WatchError, match=r"hookviz.show\(w, on=run\)"):
+    with pytest.raises(WatchError, match=re.escape(advice("show_watch_on"))):
         hookviz.show(watch, run)
-    with pytest.raises(WatchError, match=r"hookviz.show\(w, on=run\)"):
+    with pytest.raises(WatchError, match=re.escape(advice("show_watch_on"))):
         hookviz.show(watch, session)
-    with pytest.raises(WatchError, match=r"hookviz.show\(history, on=run\)"):
+    with pytest.raises(WatchError, match=re.escape(advice("show_history_on_run"))):
         hookviz.show(history, run)
-    with pytest.raises(HookvizError, match=r"not a recording.*baseline=before.*on=run"):
+    with pytest.raises(HookvizError, match=r"not a recording.*baseline=hookviz.load\(path\).*on=run"):
         hookviz.show(model, run)
     with pytest.raises(WatchError, match="takes no inputs"):
         hookviz.show(watch, (data,))
