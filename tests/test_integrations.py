@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import hookviz
 from hookviz.integrations import lightning as hookviz_lightning
 from hookviz.integrations import transformers as hookviz_transformers
-from hookviz.integrations.trainer_watch import in_notebook
+from hookviz.integrations.trainer_watch import finding_text, in_notebook
 
 LEARNING_RATE = 0.1
 CLIP = 0.05  # well below the gradients' norm (about 0.5), so every step is clipped
@@ -174,8 +174,8 @@ def test_lightning_reports_the_first_nan_step_to_the_logger_at_once(tmp_path):
         hookviz_lightning.logger.removeHandler(handler)
     warnings = [(message, step) for level, message, step in logged if level == logging.WARNING]
     assert [(f.kind, f.step) for f in callback.findings][0] == ("nan", 1)
-    assert [message for message, _ in warnings] == [f"hookviz: {f.message}" for f in callback.findings]
-    assert "step 1:" in warnings[0][0] and "NaN" in warnings[0][0]
+    assert [message for message, _ in warnings] == [finding_text(f, 0) for f in callback.findings]
+    assert warnings[0][0].startswith("hookviz: epoch 0, step 1: ") and "NaN" in warnings[0][0]
     assert warnings[0][1] == 2  # logged right after optimizer step 1, not at the end of the fit
 
 
@@ -206,7 +206,7 @@ class TrainerClassifier(nn.Module):
         return {"loss": loss, "logits": logits}
 
 
-def train(model: TrainerClassifier, callback, tmp_path) -> tuple[transformers.Trainer, list]:
+def train(model: TrainerClassifier, callback, tmp_path, **overrides) -> tuple[transformers.Trainer, list]:
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     used = record_used_gradients(optimizer, model)
     x, y = digits_like()
@@ -225,14 +225,15 @@ def train(model: TrainerClassifier, callback, tmp_path) -> tuple[transformers.Tr
         disable_tqdm=True,
         remove_unused_columns=False,
         dataloader_num_workers=0,
+        **overrides,
     )
     trainer = transformers.Trainer(
         model=model,
         args=arguments,
         train_dataset=[{"x": x[i], "labels": y[i]} for i in range(len(x))],
-        callbacks=[callback],
         optimizers=(optimizer, None),
     )
+    hookviz_transformers.attach(trainer, callback)
     trainer.train()
     return trainer, used
 
@@ -257,7 +258,10 @@ def test_transformers_reports_findings_to_the_logger(tmp_path, caplog):
         train(model, callback, tmp_path)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert [(f.kind, f.step) for f in callback.findings][0] == ("nan", 1)
-    assert warnings == [f"hookviz: {f.message}" for f in callback.findings]
+    assert len(warnings) == len(callback.findings) > 0
+    for warning, finding in zip(warnings, callback.findings):  # each with its step and the epoch
+        assert warning.startswith("hookviz: epoch ") and f", step {finding.step}: " in warning
+        assert warning.endswith(finding.message.split(": ", 1)[1])
     infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert infos[-1].startswith(f"hookviz: watched {STEPS} steps, kept {STEPS}")
 
@@ -270,3 +274,123 @@ def test_hookviz_and_its_integrations_package_import_no_framework():
     root = Path(__file__).resolve().parents[1]  # this checkout's hookviz, first on sys.path
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert found.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------- the callbacks never stop training
+
+
+def has_no_hooks(model: nn.Module) -> bool:
+    """No tensor hook on any parameter and no forward hook on any module (what a watch adds)."""
+    return all(not p._backward_hooks for p in model.parameters()) and all(
+        not m._forward_hooks for m in model.modules()
+    )
+
+
+def test_lightning_trains_unwatched_with_a_warning_when_the_model_is_already_watched(tmp_path):
+    module = Classifier()
+    other = hookviz.watch(module)  # the user's own watch on the same model: one watch per model
+    callback = hookviz_lightning.HookvizCallback()
+    try:
+        with pytest.warns(RuntimeWarning, match="not watching Classifier in this run: .*already watched"):
+            trainer = fit(module, callback, tmp_path)
+    finally:
+        other.close()
+    assert trainer.global_step == STEPS and module.batches == STEPS * ACCUMULATE
+    assert callback.watch is None and callback.findings == [] and other.step == STEPS * ACCUMULATE
+
+
+def test_transformers_trains_unwatched_with_a_warning_when_the_optimizer_is_not_a_torch_optimizer(tmp_path):
+    # What DeepSpeed hands the Trainer: an optimizer wrapper that is no torch.optim.Optimizer.
+    class Foreign:
+        def __init__(self, inner):
+            self.param_groups, self.inner = inner.param_groups, inner
+
+        def step(self, closure=None):
+            return self.inner.step(closure)
+
+        def zero_grad(self, set_to_none=True):
+            self.inner.zero_grad(set_to_none)
+
+    model = TrainerClassifier()
+    callback = hookviz_transformers.HookvizCallback()
+    with pytest.warns(RuntimeWarning, match="not watching TrainerClassifier.*Foreign is not a torch.optim"):
+        foreign = Foreign(torch.optim.SGD(model.parameters(), 0.1))
+        callback._trainer_watch.open(model, [foreign], None, display=False)
+    assert callback.watch is None and has_no_hooks(model)
+
+
+def test_the_callbacks_take_the_watch_options_and_refuse_an_unknown_one(tmp_path):
+    for module in (hookviz_lightning, hookviz_transformers):
+        with pytest.raises(hookviz.WatchError, match="option 'stats_evry'; did you mean 'stats_every'"):
+            module.HookvizCallback(stats_evry=1)
+        with pytest.raises(hookviz.WatchError, match="unknown option 'colour'"):
+            module.HookvizCallback(show=True, colour="red")
+    module = Classifier()
+    callback = hookviz_lightning.HookvizCallback(stats_every=1, every=2, capacity=8, every_seconds=2)
+    fit(module, callback, tmp_path)
+    watch = callback.watch
+    assert (watch.stats_every, watch.every, watch.capacity) == (1, 2, 8) and watch.steps == [0, 2]
+    assert watch.history.full_steps == [0, 2] and watch.update_ratios(2)  # stats_every=1: every step read
+
+
+def test_the_transformers_callback_takes_a_given_scaler(tmp_path):
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+    callback = hookviz_transformers.HookvizCallback(scaler=scaler)
+    trainer, _ = train(TrainerClassifier(), callback, tmp_path)
+    assert callback.watch.scaler is scaler and trainer.state.global_step == STEPS
+
+
+def test_transformers_removes_its_hooks_when_training_raises(tmp_path):
+    model = TrainerClassifier()
+    model.poison_step = None
+    original = model.forward
+
+    def forward(x, labels):
+        if model.batches == 5:
+            raise RuntimeError("the data loader hit a corrupt record")
+        return original(x, labels)
+
+    model.forward = forward
+    callback = hookviz_transformers.HookvizCallback(tmp_path / "crashed")
+    with pytest.raises(RuntimeError, match="corrupt record"):
+        train(model, callback, tmp_path)
+    assert callback.watch.closed and has_no_hooks(model) and callback.watch.steps == [0, 1]
+    assert hookviz.load(tmp_path / "crashed.hookviz").steps == [0, 1]
+    with hookviz.watch(model):  # the model is free for another watch
+        pass
+
+
+def test_lightning_removes_its_hooks_when_fitting_raises(tmp_path):
+    class Crashing(Classifier):
+        def training_step(self, batch, batch_index):
+            if self.batches == 5:
+                raise RuntimeError("the data loader hit a corrupt record")
+            return super().training_step(batch, batch_index)
+
+    module = Crashing()
+    callback = hookviz_lightning.HookvizCallback()
+    with pytest.raises(RuntimeError, match="corrupt record"):
+        fit(module, callback, tmp_path)
+    assert callback.watch.closed and has_no_hooks(module) and callback.watch.steps == [0, 1]
+
+
+def test_wrapped_optimizers_are_followed_to_the_torch_optimizer():
+    import accelerate
+    from lightning.pytorch.core.optimizer import LightningOptimizer
+
+    from hookviz.integrations.optimizers import unwrap
+
+    model = network()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    accelerated = accelerate.Accelerator(cpu=True).prepare_optimizer(optimizer)
+    assert type(accelerated).__name__ == "AcceleratedOptimizer" and accelerated is not optimizer
+    assert unwrap(accelerated) == (optimizer, accelerated.scaler)
+    assert unwrap(LightningOptimizer(optimizer)) == (optimizer, None)
+    assert unwrap(optimizer) == (optimizer, None)
+    x, y = digits_like()
+    with hookviz.watch(model, optimizer=accelerated) as w:  # the plain watch follows it too
+        for _ in range(2):
+            accelerated.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            accelerated.step()
+    assert w.steps == [0, 1] and w.step_optimizer(1) == "SGD"
