@@ -315,7 +315,7 @@ def test_transformers_trains_unwatched_with_a_warning_when_the_optimizer_is_not_
     callback = hookviz_transformers.HookvizCallback()
     with pytest.warns(RuntimeWarning, match="not watching TrainerClassifier.*Foreign is not a torch.optim"):
         foreign = Foreign(torch.optim.SGD(model.parameters(), 0.1))
-        callback._trainer_watch.open(model, [foreign], None, display=False)
+        callback._trainer_watch.open(model, [foreign], None, main=False)
     assert callback.watch is None and has_no_hooks(model)
 
 

@@ -72,7 +72,7 @@ class HookvizCallback(WatchingCallback, Callback):
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         optimizers = [unwrap(o)[0] for o in trainer.optimizers]
         self._logged_at = -1  # the trainer's global_step at the last log
-        watch = self._trainer_watch.open(pl_module, optimizers, scaler, display=trainer.is_global_zero)
+        watch = self._trainer_watch.open(pl_module, optimizers, scaler, main=trainer.is_global_zero)
         if watch is not None and trainer.is_global_zero:
             logger.info("hookviz: watching %s; %s", type(pl_module).__name__, "; ".join(watch.notes))
 
@@ -105,7 +105,7 @@ class HookvizCallback(WatchingCallback, Callback):
     def _finish(self, trainer) -> None:
         if self.watch is None or self.watch.closed:
             return
-        self._report(trainer, self._trainer_watch.finish(write=trainer.is_global_zero))
+        self._report(trainer, self._trainer_watch.finish())
         if trainer.is_global_zero:
             logger.info(summary(self.watch, self.saved))
 

@@ -31,8 +31,8 @@ import torch
 from hookviz.analysis.findings import Finding
 from hookviz.errors import PathError, WatchError
 from hookviz.files.paths import target
-from hookviz.files.saving import save
 from hookviz.integrations.scalars import Scalars
+from hookviz.watching.autosave import SAVE_EVERY_SECONDS
 from hookviz.watching.watch import STATS_EVERY, Watch, watch
 
 _NONFINITE = 2  # the column of a step's row that counts NaN/Inf elements (Watch.add_step_listener)
@@ -69,8 +69,9 @@ class TrainerWatch:
     """The watch of one training run of a framework's trainer, and what is done with it.
 
     Args:
-        path: where to save the watch (``.hookviz`` is appended when the name has another suffix),
-            or None.
+        path: where the watch is written as it trains (``hookviz.watch(..., path=)``: ``.hookviz``
+            is appended when the name has another suffix), on the main process; or None.
+        save_every_seconds: at most one periodic write every this many seconds.
         show: display the live widget (``hookviz.show(watch)``) when training starts; None: when
             running in a Jupyter kernel.
         every, outputs, capacity, stats_every, scaler: passed to :func:`hookviz.watch` (``scaler``
@@ -84,7 +85,7 @@ class TrainerWatch:
             when it could not open.
         widget: the live :class:`hookviz.Widget` showing it, or None.
         findings: the findings reported so far, in the order reported.
-        saved: the path written at the end of training, or None.
+        saved: the path the watch was written to when training ended, or None.
         scalars: what the callback logs to the trainer's loggers
             (:class:`~hookviz.integrations.scalars.Scalars`).
     """
@@ -93,6 +94,7 @@ class TrainerWatch:
         self,
         path,
         *,
+        save_every_seconds: float,
         show: bool | None,
         every: int,
         outputs: bool,
@@ -103,6 +105,7 @@ class TrainerWatch:
         show_options: dict,
     ):
         self.path = path
+        self.save_every_seconds = save_every_seconds
         self.show = show
         self.every = every
         self.outputs = outputs
@@ -120,10 +123,11 @@ class TrainerWatch:
         self._nonfinite_step: int | None = None  # the first step that held NaN/Inf, until reported
         self._nonfinite_seen = False
 
-    def open(self, model: torch.nn.Module, optimizers: list, scaler, *, display: bool) -> Watch | None:
+    def open(self, model: torch.nn.Module, optimizers: list, scaler, *, main: bool) -> Watch | None:
         """Open the watch on ``model`` with the trainer's ``optimizers`` (none: one step per
         backward) and ``scaler`` (a ``torch.amp.GradScaler`` or None; the ``scaler`` option wins);
-        display the widget when ``display`` and the ``show`` option allow.
+        on the ``main`` process, write it to the path as it trains, and display the widget when the
+        ``show`` option allows.
 
         Returns:
             the watch, or None when it could not open: then a ``RuntimeWarning`` says why, and
@@ -149,6 +153,8 @@ class TrainerWatch:
                 optimizer=optimizers or None,
                 scaler=self.scaler if self.scaler is not None else scaler,
                 stats_every=self.stats_every,
+                path=self.path if main else None,
+                save_every_seconds=self.save_every_seconds,
             )
         except PathError:
             raise
@@ -160,7 +166,7 @@ class TrainerWatch:
             )
             return None
         self.watch.add_step_listener(self._on_step)
-        if display and (self.show if self.show is not None else in_notebook()):
+        if main and (self.show if self.show is not None else in_notebook()):
             from IPython.display import display as display_widget
 
             from hookviz.widget.show import show
@@ -207,15 +213,16 @@ class TrainerWatch:
         if self.watch is not None and not self.watch.closed:
             self.watch.close()
 
-    def finish(self, *, write: bool) -> list[Finding]:
-        """Training ended: report the last findings, close the watch and, when ``write`` and a path
-        was given, save it (to :attr:`saved`). Returns the findings reported now."""
+    def finish(self) -> list[Finding]:
+        """Training ended: report the last findings, close the watch (its last write, to
+        :attr:`saved`). Returns the findings reported now."""
         if self.watch is None:
             return []
         found = self.report()
         self.close()
-        if write and self.path is not None and self.watch.steps:
-            self.saved = save(self.watch, self.path)
+        autosave = self.watch.autosave
+        if autosave is not None and autosave.writes and autosave.error is None:
+            self.saved = autosave.path
         return found
 
     def failed(self, error: Exception) -> None:
@@ -260,6 +267,7 @@ def summary(watch: Watch, saved: Path | None) -> str:
 # The callbacks' own options (WatchingCallback's arguments), named in the message for an unknown one.
 CALLBACK_OPTIONS = (
     "path",
+    "save_every_seconds",
     "show",
     "every",
     "outputs",
@@ -276,8 +284,11 @@ class WatchingCallback:
     :class:`TrainerWatch` they drive from the framework's events, and what came of it.
 
     Args:
-        path: save the watch here (``hookviz.save``; ``.hookviz`` is appended when the name has
-            another suffix); None saves nothing. Checked when training starts.
+        path: write the watch here as it trains and when training ends or raises (``.hookviz``
+            is appended when the name has another suffix; :mod:`hookviz.watching.autosave`); None
+            writes nothing. Checked when training starts.
+        save_every_seconds: at most one periodic write every this many seconds (and at once
+            after a step with NaN/Inf or an exploding norm).
         show: display the live widget; None (default): when running in a Jupyter kernel.
         every: keep every ``every``-th optimizer step (:func:`hookviz.watch`).
         outputs: also watch the gradient w.r.t. each module's output (:func:`hookviz.watch`).
@@ -300,6 +311,7 @@ class WatchingCallback:
         self,
         path: str | Path | None = None,
         *,
+        save_every_seconds: float = SAVE_EVERY_SECONDS,
         show: bool | None = None,
         every: int = 1,
         outputs: bool = False,
@@ -313,6 +325,7 @@ class WatchingCallback:
         self.log = log
         self._trainer_watch = TrainerWatch(
             path,
+            save_every_seconds=save_every_seconds,
             show=show,
             every=every,
             outputs=outputs,
@@ -341,7 +354,7 @@ class WatchingCallback:
 
     @property
     def saved(self) -> Path | None:
-        """The path written at the end of the last training run, or None."""
+        """The path the last training run's watch was written to, once it ended; else None."""
         return self._trainer_watch.saved
 
     def close(self) -> None:

@@ -86,7 +86,7 @@ class HookvizCallback(WatchingCallback, TrainerCallback):
         self._main = state.is_world_process_zero
         optimizer, scaler = unwrap(optimizer) if optimizer is not None else (None, None)
         optimizers = [optimizer] if optimizer is not None else []
-        watch = self._trainer_watch.open(model, optimizers, scaler, display=self._main)
+        watch = self._trainer_watch.open(model, optimizers, scaler, main=self._main)
         if watch is None or not self._main:
             return
         logger.info("hookviz: watching %s; %s", type(model).__name__, "; ".join(watch.notes))
@@ -113,7 +113,7 @@ class HookvizCallback(WatchingCallback, TrainerCallback):
     def _finish(self, state) -> None:
         if self.watch is None or self.watch.closed:
             return
-        self._report(state, self._trainer_watch.finish(write=state.is_world_process_zero))
+        self._report(state, self._trainer_watch.finish())
         if state.is_world_process_zero:
             logger.info(summary(self.watch, self.saved))
 
