@@ -218,14 +218,16 @@ def train(model: TrainerClassifier, callback, tmp_path, **overrides) -> tuple[tr
         max_grad_norm=CLIP,
         learning_rate=LEARNING_RATE,
         lr_scheduler_type="constant",
-        logging_steps=2,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-        remove_unused_columns=False,
-        dataloader_num_workers=0,
-        **overrides,
+        **{
+            "logging_steps": 2,
+            "report_to": [],
+            "save_strategy": "no",
+            "use_cpu": True,
+            "disable_tqdm": True,
+            "remove_unused_columns": False,
+            "dataloader_num_workers": 0,
+            **overrides,
+        },
     )
     trainer = transformers.Trainer(
         model=model,
@@ -394,3 +396,120 @@ def test_wrapped_optimizers_are_followed_to_the_torch_optimizer():
             F.cross_entropy(model(x), y).backward()
             accelerated.step()
     assert w.steps == [0, 1] and w.step_optimizer(1) == "SGD"
+
+
+# ------------------------------------------------------------------- the trainer's own loggers
+
+
+def assert_logged_as_the_watch(watch, logged: dict[int, dict[str, float]]) -> int:
+    """Each logged row (``{hookviz/step: {scalar: value}}``) holds the watch's numbers at that step:
+    per layer the gradient norm, the update ratio of its weight, the learning rate, NaN/Inf 0.
+    Returns how many values were compared."""
+    compared = 0
+    assert logged and set(logged) <= set(watch.steps)
+    for step, row in logged.items():
+        norms, ratios = watch.layer_norms(step), watch.update_ratios(step)
+        assert set(norms) == {"net.0", "net.2"} and ratios
+        for layer, norm in norms.items():
+            assert row[f"hookviz/grad_norm/{layer}"] == pytest.approx(norm, rel=1e-6)
+            assert row[f"hookviz/update_ratio/{layer}"] == pytest.approx(ratios[f"{layer}.weight"], rel=1e-6)
+            assert row[f"hookviz/nonfinite/{layer}"] == 0
+            compared += 3
+        assert row["hookviz/lr/SGD"] == pytest.approx(watch.learning_rates(step)[0]) == LEARNING_RATE
+        assert row["hookviz/nonfinite"] == 0 and row["hookviz/nonfinite_steps"] == 0
+    return compared
+
+
+def test_lightning_logs_the_numbers_to_a_csv_logger(tmp_path):
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    module = Classifier()
+    callback = hookviz_lightning.HookvizCallback(stats_every=1)
+    logger = CSVLogger(tmp_path, name="csv")
+    fit(module, callback, tmp_path, logger=logger, log_every_n_steps=2)
+    with open(Path(logger.log_dir) / "metrics.csv") as file:
+        rows = [row for row in csv.DictReader(file) if row.get("hookviz/step")]
+    logged = {
+        int(float(row["hookviz/step"])): {
+            k: float(v) for k, v in row.items() if k.startswith("hookviz/") and v
+        }
+        for row in rows
+    }
+    assert sorted(logged) == [1, 3]  # every log_every_n_steps=2 optimizer steps, at Lightning's step
+    assert [int(row["step"]) for row in rows] == [1, 3] and [row["epoch"] for row in rows] == ["0", "0"]
+    assert assert_logged_as_the_watch(callback.watch, logged) == 2 * 2 * 3
+
+
+def event_scalars(folder: Path) -> dict[str, dict[int, float]]:
+    """``{tag: {step: value}}`` of every scalar in the TensorBoard event files under ``folder``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found: dict[str, dict[int, float]] = {}
+    for events in sorted(folder.rglob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events.parent))
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            found.setdefault(tag, {}).update({e.step: e.value for e in accumulator.Scalars(tag)})
+    return found
+
+
+def test_lightning_logs_the_numbers_and_the_findings_to_tensorboard(tmp_path):
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    module = Classifier(poison_batch=2)  # optimizer step 1 holds NaN, and every step after it
+    callback = hookviz_lightning.HookvizCallback(stats_every=1)
+    logger = TensorBoardLogger(tmp_path, name="tb")
+    fit(module, callback, tmp_path, logger=logger, log_every_n_steps=1)
+    scalars = event_scalars(Path(logger.log_dir))
+    healthy = {0: {tag: values[0] for tag, values in scalars.items() if 0 in values}}
+    assert assert_logged_as_the_watch(callback.watch, healthy) == 2 * 3
+    assert scalars["hookviz/step"] == {0: 0, 1: 1, 2: 2, 3: 3}
+    assert scalars["hookviz/nonfinite"][1] == sum(p.numel() for p in module.parameters())
+    assert scalars["hookviz/nonfinite_steps"] == {0: 0, 1: 1, 2: 1, 3: 1}
+    assert 0 not in scalars["hookviz/findings/nan"] and scalars["hookviz/findings/nan"][1] >= 1
+    assert math.isnan(scalars["hookviz/grad_norm/net.0"][1])
+    accumulator = EventAccumulator(logger.log_dir)
+    accumulator.Reload()
+    texts = [
+        (event.step, event.tensor_proto.string_val[0].decode())
+        for event in accumulator.Tensors("hookviz/findings/text_summary")
+    ]
+    nan = [f for f in callback.findings if f.kind == "nan"][0]
+    assert (1, finding_text(nan, 0)) in texts and "epoch 0, step 1: " in finding_text(nan, 0)
+
+
+def test_transformers_merges_the_numbers_into_log_history(tmp_path):
+    callback = hookviz_transformers.HookvizCallback(stats_every=1)
+    trainer, _ = train(TrainerClassifier(), callback, tmp_path)
+    entries = [entry for entry in trainer.state.log_history if "hookviz/step" in entry]
+    assert [entry["step"] for entry in entries] == [2, 4] and all("loss" in entry for entry in entries)
+    logged = {int(entry["hookviz/step"]): entry for entry in entries}
+    assert sorted(logged) == [1, 3]  # the last optimizer step before each log (logging_steps=2)
+    assert assert_logged_as_the_watch(callback.watch, logged) == 2 * 2 * 3
+
+
+def test_transformers_report_to_tensorboard_gets_the_numbers(tmp_path):
+    callback = hookviz_transformers.HookvizCallback(stats_every=1)
+    train(TrainerClassifier(), callback, tmp_path, report_to=["tensorboard"])
+    # The Trainer's TensorBoard integration prefixes a training log's names with "train/".
+    scalars = {tag.removeprefix("train/"): values for tag, values in event_scalars(tmp_path).items()}
+    assert scalars["hookviz/step"] == {2: 1, 4: 3}  # at the Trainer's global step, beside its loss
+    assert set(scalars["loss"]) == {2, 4}
+    logged = {
+        int(step): {tag: values[at] for tag, values in scalars.items() if at in values}
+        for at, step in scalars["hookviz/step"].items()
+    }
+    assert assert_logged_as_the_watch(callback.watch, logged) == 2 * 2 * 3
+
+
+def test_the_scalars_are_per_layer_unless_asked_per_parameter(tmp_path):
+    callback = hookviz_transformers.HookvizCallback(per_parameter=True)
+    trainer, _ = train(TrainerClassifier(), callback, tmp_path)
+    entry = next(entry for entry in trainer.state.log_history if "hookviz/step" in entry)
+    names = {key.removeprefix("hookviz/grad_norm/") for key in entry if key.startswith("hookviz/grad_norm/")}
+    assert names == {"net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"}
+    norms = callback.watch.norms(int(entry["hookviz/step"]), kind="parameter")
+    assert all(entry[f"hookviz/grad_norm/{n}"] == pytest.approx(norms[n], rel=1e-12) for n in names)
