@@ -8,7 +8,10 @@ opens the previous complete file or the new one, never half of one, and a proces
 leaves the previous file. It is written:
 
 - at most every ``save_every_seconds`` (default 60) while new steps are kept, the first time at
-  the first kept step;
+  the first kept step, and never for more than :data:`MAX_SHARE` of the time: a write that took
+  ``t`` seconds of CPU waits at least ``t / MAX_SHARE`` for the next periodic one (a full history
+  of a thousand steps takes a tenth of a second to encode: ``save_every_seconds=1`` then writes
+  every ten seconds or so);
 - at once after a step whose gradients newly hold NaN/Inf, or a norm above the ``exploding_norm``
   threshold (:data:`hookviz.analysis.diagnose.DEFAULT_THRESHOLDS`): the first step of each run of
   such steps (a run of NaN steps is written at its first step, then with the periodic writes);
@@ -46,6 +49,8 @@ from hookviz.errors import WatchError
 
 # The default of save_every_seconds: a minute of training at most is lost to a kill.
 SAVE_EVERY_SECONDS = 60.0
+# The most of one core the periodic writes may take (their own CPU time over the time between them).
+MAX_SHARE = 0.01
 # (check(path) -> the Path written, write(watch, path) -> Path), registered by hookviz.files.saving.
 _writer: tuple | None = None
 # The autosaves of open watches: each is written one last time when the interpreter exits.
@@ -122,6 +127,7 @@ class Autosave:
         self._urgent = False
         self._stopping = False
         self._written_at = -math.inf  # time.monotonic() of the last write's start
+        self._cost = 0.0  # the CPU seconds of the last write (time.thread_time)
         self._write_lock = threading.Lock()  # one write at a time (the thread's, the final one)
         self._handle = watch.add_step_listener(self._on_step)
         self._thread = threading.Thread(target=self._run, name="hookviz-autosave", daemon=True)
@@ -157,7 +163,8 @@ class Autosave:
             return None
         if self._urgent:
             return 0.0
-        return max(0.0, self._written_at + self.every_seconds - time.monotonic())
+        pause = max(self.every_seconds, self._cost / MAX_SHARE)
+        return max(0.0, self._written_at + pause - time.monotonic())
 
     def _run(self) -> None:
         while True:
@@ -180,6 +187,7 @@ class Autosave:
                 if watch is None or step is None or step == self._written:
                     return
                 self._written, self._written_at = step, time.monotonic()
+            started = time.thread_time()
             try:
                 _writer[1](watch, self.path)
             except Exception as error:  # a full disk must not stop training: say it, try again later
@@ -192,6 +200,8 @@ class Autosave:
                     )
                 self.error = error
                 return
+            finally:
+                self._cost = time.thread_time() - started
             self.error = None
             self.saved_step = step
             self.writes += 1
