@@ -513,3 +513,29 @@ def test_the_scalars_are_per_layer_unless_asked_per_parameter(tmp_path):
     assert names == {"net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"}
     norms = callback.watch.norms(int(entry["hookviz/step"]), kind="parameter")
     assert all(entry[f"hookviz/grad_norm/{n}"] == pytest.approx(norms[n], rel=1e-12) for n in names)
+
+
+def test_a_transformers_callback_given_without_attach_says_what_it_misses(tmp_path):
+    model = TrainerClassifier()
+    x, y = digits_like()
+    callback = hookviz_transformers.HookvizCallback(stats_every=1)
+    trainer = transformers.Trainer(
+        model=model,
+        args=transformers.TrainingArguments(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=BATCH,
+            max_steps=2,
+            logging_steps=1,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            disable_tqdm=True,
+            remove_unused_columns=False,
+        ),
+        train_dataset=[{"x": x[i], "labels": y[i]} for i in range(len(x))],
+        callbacks=[callback],
+    )
+    with pytest.warns(RuntimeWarning, match="without hookviz.integrations.transformers.attach"):
+        trainer.train()
+    assert callback.watch.steps == [0, 1]  # it watched
+    assert not [entry for entry in trainer.state.log_history if "hookviz/step" in entry]
