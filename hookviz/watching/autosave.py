@@ -108,6 +108,8 @@ class Autosave:
         saved_step: the last step the file holds for sure (a write includes at least it); None
             before the first write.
         writes: how many times the file was written.
+        cpu_seconds: the CPU time the writes took, in seconds (``time.thread_time`` of the thread
+            that wrote): the autosave's cost, beside the watch's.
         error: the last write's error (a warning said it), or None.
     """
 
@@ -116,6 +118,7 @@ class Autosave:
         self.every_seconds = float(every_seconds)
         self.saved_step: int | None = None
         self.writes = 0
+        self.cpu_seconds = 0.0
         self.error: Exception | None = None
         self._watch = watch  # let go when stopped
         # One comparison per step: a norm above exploding_norm (Inf too), a NaN/Inf count above 0.
@@ -202,6 +205,7 @@ class Autosave:
                 return
             finally:
                 self._cost = time.thread_time() - started
+                self.cpu_seconds += self._cost
             self.error = None
             self.saved_step = step
             self.writes += 1
