@@ -28,6 +28,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -187,7 +188,8 @@ def _rows(case: Case, baselines: dict, repeats: int, device: str, emit, only_row
         try:
             if row.block_seconds:
                 step, baseline = blocks(step, baseline, row.block_seconds, device)
-            pairs = paired(step, baseline, repeats, device)
+            clock = time.process_time if row.cpu_time else time.perf_counter
+            pairs = paired(step, baseline, repeats, device, clock=clock)
         finally:
             close()
         first, third = pairs.quartiles

@@ -11,6 +11,8 @@ import contextlib
 import copy
 import inspect
 import io
+import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +41,8 @@ class Row:
         block_seconds: time blocks of as many steps as the baseline takes in about this long,
             not single steps: a row whose cost comes now and then (a live update a second) is
             timed over whole periods.
+        cpu_time: time by the CPU time of the process (every thread: a background writer's work
+            counts) instead of wall time, which other processes' load on a shared machine moves.
     """
 
     label: str
@@ -46,6 +50,7 @@ class Row:
     baseline: str = "step"
     targets: dict[str, float] = field(default_factory=dict)
     block_seconds: float | None = None
+    cpu_time: bool = False
 
 
 def _nothing() -> None:
@@ -143,6 +148,22 @@ def live_view(case: Case):
         watch.close()
         raise Skip("hookviz.show(watch) does not follow an open watch here")
     return step, watch.close
+
+
+def autosaving_watch(case: Case):
+    """A twin's step under ``hookviz.watch(twin, path=..., save_every_seconds=1)``: the history
+    written to a temporary folder from a background thread at most once a second."""
+    if "path" not in inspect.signature(hookviz.watch).parameters:
+        raise Skip("hookviz.watch has no path= here")
+    twin, step = _twin(case)
+    folder = tempfile.mkdtemp(prefix="hookviz-bench-")
+    watch = hookviz.watch(twin, path=os.path.join(folder, "bench.hookviz"), save_every_seconds=1)
+
+    def close() -> None:
+        watch.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return step, close
 
 
 def _watch_outputs_default() -> bool | None:
@@ -298,6 +319,21 @@ def rows() -> list[Row]:
             baseline="watched",
             targets={"mlp": 1.02, "gpt": 1.02},
             block_seconds=1.0,
+        ),
+        Row(
+            "hookviz.watch(model, path=, save_every_seconds=1), over a watched step (blocks of ~1 s)",
+            autosaving_watch,
+            baseline="watched",
+            targets={"gpt": 1.01},
+            block_seconds=1.0,
+        ),
+        Row(
+            "hookviz.watch(model, path=, save_every_seconds=1), CPU time of the process (every thread)",
+            autosaving_watch,
+            baseline="watched",
+            targets={"gpt": 1.01},
+            block_seconds=1.0,
+            cpu_time=True,
         ),
         Row("wandb.watch(log='gradients', log_freq=1), offline", wandb_watch),
         Row("torchlens trace (forward, saves every layer)", torchlens_trace),

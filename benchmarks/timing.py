@@ -21,13 +21,17 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed(function: Callable[[], object], device: str) -> float:
-    """Seconds one call of ``function()`` takes, with the device synchronised before and after."""
+def timed(
+    function: Callable[[], object], device: str, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Seconds one call of ``function()`` takes, with the device synchronised before and after, by
+    ``clock``: wall time, or ``time.process_time`` (the CPU time of every thread of the process,
+    which counts a background thread's work and not the other processes' load)."""
     sync(device)
-    start = time.perf_counter()
+    start = clock()
     function()
     sync(device)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 @dataclass
@@ -56,20 +60,26 @@ class Pairs:
 
 
 def paired(
-    row: Callable[[], object], baseline: Callable[[], object], repeats: int, device: str, warmup: int = 2
+    row: Callable[[], object],
+    baseline: Callable[[], object],
+    repeats: int,
+    device: str,
+    warmup: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Pairs:
-    """Time ``row`` against ``baseline`` in ``repeats`` back-to-back pairs after ``warmup`` of each."""
+    """Time ``row`` against ``baseline`` in ``repeats`` back-to-back pairs after ``warmup`` of each
+    (by ``clock``, as :func:`timed`)."""
     for _ in range(warmup):
         baseline()
         row()
     pairs = Pairs([], [])
     for i in range(repeats):
         if i % 2:
-            pairs.baseline.append(timed(baseline, device))
-            pairs.row.append(timed(row, device))
+            pairs.baseline.append(timed(baseline, device, clock))
+            pairs.row.append(timed(row, device, clock))
         else:
-            pairs.row.append(timed(row, device))
-            pairs.baseline.append(timed(baseline, device))
+            pairs.row.append(timed(row, device, clock))
+            pairs.baseline.append(timed(baseline, device, clock))
     return pairs
 
 

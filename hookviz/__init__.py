@@ -36,6 +36,7 @@ from hookviz.errors import (
     WatchError,
 )
 from hookviz.files.saving import load, save
+from hookviz.integrations.optimizers import unwrap  # registers frameworks' optimizer wrappers with the watch
 from hookviz.record.devices import devices
 from hookviz.record.session import Session
 from hookviz.watching.gather import RankHistory
@@ -45,7 +46,7 @@ if typing.TYPE_CHECKING:  # imported on first use (see __getattr__); named here 
     from hookviz.widget.compare import compare
     from hookviz.widget.show import show, show_watch
     from hookviz.widget.widget import Widget
-del typing  # the namespace holds the public API only
+del typing, unwrap  # the namespace holds the public API only
 
 __all__ = [
     "BackwardError",

@@ -42,6 +42,7 @@ from hookviz.data.deferred import PENDING
 from hookviz.data.run import Run
 from hookviz.errors import FileFormatError, HookvizError
 from hookviz.files import fields, paths, schema
+from hookviz.watching import autosave
 from hookviz.watching.gather import RankHistory
 from hookviz.watching.watch import Watch
 
@@ -523,3 +524,11 @@ def _shown(value) -> str:
     if isinstance(value, list):
         return f"a list of {len(value)}"
     return f"{type(value).__name__} {str(value)[:40]!r}"
+
+
+def _autosave_target(path) -> Path:
+    return paths.target(path, SUFFIX, "train.hookviz")
+
+
+# hookviz.watch(model, path=...) writes with save (the watching layer comes before this one).
+autosave.write_with(_autosave_target, save)

@@ -19,8 +19,8 @@ one scaler's ``step`` (an attribute of the instance, removed on close): when ``s
 returns without ``opt``'s pre-hook having run, the step was skipped, and it is kept, marked skipped,
 with the unscaled gradients that held the Inf/NaN.
 
-Wrapped optimizers are followed to the optimizer inside: accelerate's ``AcceleratedOptimizer``
-(``.optimizer``) and Lightning's ``LightningOptimizer`` (``._optimizer``).
+Wrapped optimizers are followed to the optimizer inside (accelerate's ``AcceleratedOptimizer``,
+Lightning's ``LightningOptimizer``: :mod:`hookviz.integrations.optimizers`).
 Source: https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.register_step_pre_hook.html
 """
 
@@ -42,21 +42,27 @@ from hookviz.watching.history import StepInfo
 from hookviz.watching.kept_steps import keep, set_update_ratios
 from hookviz.watching.reduce import StepReducer
 
+# Frameworks' optimizer wrappers (accelerate's, Lightning's) are known in the integrations layer,
+# which comes after this one: hookviz.integrations.optimizers registers its unwrap() here when
+# hookviz is imported. Until then an optimizer is taken as it is.
+_unwrap = None
+
+
+def unwrap_with(function) -> None:
+    """Use ``function(optimizer) -> (inner optimizer, GradScaler or None)`` to follow frameworks'
+    optimizer wrappers (:func:`hookviz.integrations.optimizers.unwrap` registers itself)."""
+    global _unwrap
+    _unwrap = function
+
 
 def unwrapped(optimizer) -> tuple[torch.optim.Optimizer, object]:
-    """``(the torch optimizer, the GradScaler its wrapper holds or None)`` of ``optimizer``.
+    """``(the torch optimizer, the GradScaler its wrapper holds or None)`` of ``optimizer``
+    (a framework's wrapper is followed: :func:`hookviz.integrations.optimizers.unwrap`).
 
     Raises:
         WatchError: ``optimizer`` is not a torch optimizer nor a wrapper of one.
     """
-    scaler = None
-    # accelerate's AcceleratedOptimizer (itself a torch Optimizer subclass, whose own hooks never run:
-    # its step() calls the inner one's) and Lightning's LightningOptimizer
-    for attribute in ("optimizer", "_optimizer"):
-        inner = getattr(optimizer, attribute, None)
-        if isinstance(inner, torch.optim.Optimizer) and inner is not optimizer:
-            scaler = getattr(optimizer, "scaler", None)
-            optimizer = inner
+    optimizer, scaler = _unwrap(optimizer) if _unwrap is not None else (optimizer, None)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise WatchError(
             f"optimizer={type(optimizer).__name__} is not a torch.optim.Optimizer; pass the optimizer "

@@ -60,6 +60,7 @@ from hookviz.analysis.onset import onsets
 from hookviz.analysis.step_findings import step_findings, step_layers
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import COLUMN
+from hookviz.watching import autosave as watch_autosave
 from hookviz.watching import gather as watch_gather
 from hookviz.watching import hooks as watch_hooks
 from hookviz.watching import plots
@@ -98,9 +99,12 @@ class Watch:
         optimizer: None, an optimizer or a list of them (as :func:`watch`).
         scaler: the loop's ``torch.amp.GradScaler``, or None (as :func:`watch`).
         stats_every: every statistic every ``stats_every``-th step (as :func:`watch`).
+        path: write the history there as it trains (as :func:`watch`; ``self.autosave``).
+        save_every_seconds: as :func:`watch`.
 
     Raises:
         WatchError: no parameter requires grad; the model already has an open watch; bad arguments.
+        PathError: ``path`` names no file, or its folder does not exist.
     """
 
     def __init__(
@@ -114,6 +118,8 @@ class Watch:
         optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
         scaler: torch.amp.GradScaler | None = None,
         stats_every: int = STATS_EVERY,
+        path=None,
+        save_every_seconds: float = watch_autosave.SAVE_EVERY_SECONDS,
     ):
         if not isinstance(model, torch.nn.Module):
             raise WatchError(f"watch() needs a torch.nn.Module, got {type(model).__name__}")
@@ -127,6 +133,7 @@ class Watch:
             raise WatchError(f"capacity={capacity!r} must be an int of at least 2 (steps kept)")
         if not parameters and not outputs:
             raise WatchError("parameters=False and outputs=False leaves nothing to watch: keep one")
+        saved_to = None if path is None else watch_autosave.checked(path, save_every_seconds)
         trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not trainable:
             raise WatchError(
@@ -187,6 +194,7 @@ class Watch:
         self._hooked_modules: list[torch.nn.Module] = []
         self._ranks: watch_gather.RankRecorder | None = None
         self.gathered: watch_gather.RankHistory | None = None  # set by gather() on dst
+        self.autosave: watch_autosave.Autosave | None = None
         try:
             # DDP / FSDP2: local statistics before the all-reduce, reduced ones after (watch_gather)
             self._ranks = watch_gather.attach(
@@ -220,6 +228,8 @@ class Watch:
                         partial(watch_hooks.on_forward, weakref.ref(self), len(self.parameter_names) + offset)
                     )
                 )
+            if saved_to is not None:
+                self.autosave = watch_autosave.Autosave(self, saved_to, save_every_seconds)
         except BaseException:
             self.close()
             raise
@@ -604,6 +614,8 @@ def watch(
     optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
     scaler: torch.amp.GradScaler | None = None,
     stats_every: int = STATS_EVERY,
+    path=None,
+    save_every_seconds: float = watch_autosave.SAVE_EVERY_SECONDS,
 ) -> Watch:
     """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.watching.watch`).
 
@@ -625,12 +637,17 @@ def watch(
             and only their norms on the others, unless a norm is not finite, above the
             ``exploding_norm`` threshold or exactly 0 (see the module docstring); with ``optimizer=``
             the update ratios every ``stats_every`` steps. 1: every statistic every step.
+        path: write the history to this file as it trains, atomically, at most every
+            ``save_every_seconds`` (default 60), at once after a NaN/Inf or exploding step, at close
+            (``KeyboardInterrupt`` too) and at exit (:mod:`hookviz.watching.autosave`).
+        save_every_seconds: see ``path`` (0: after every kept step).
 
     Returns:
         an open :class:`Watch`; use it as a context manager, or call ``close()``.
 
     Raises:
         WatchError: no parameter requires grad; the model already has an open watch; bad arguments.
+        PathError: ``path`` names no file, or its folder does not exist.
 
     For example:
 
@@ -652,6 +669,8 @@ def watch(
         optimizer=optimizer,
         scaler=scaler,
         stats_every=stats_every,
+        path=path,
+        save_every_seconds=save_every_seconds,
     )
 
 
