@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import threading
 import warnings
 import weakref
@@ -118,7 +119,7 @@ class Watch:
         optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
         scaler: torch.amp.GradScaler | None = None,
         stats_every: int = STATS_EVERY,
-        path=None,
+        path: str | os.PathLike | None = None,
         save_every_seconds: float = watch_autosave.SAVE_EVERY_SECONDS,
     ):
         if not isinstance(model, torch.nn.Module):
@@ -614,7 +615,7 @@ def watch(
     optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
     scaler: torch.amp.GradScaler | None = None,
     stats_every: int = STATS_EVERY,
-    path=None,
+    path: str | os.PathLike | None = None,
     save_every_seconds: float = watch_autosave.SAVE_EVERY_SECONDS,
 ) -> Watch:
     """Watch the gradients of ``model`` over training steps (see :mod:`hookviz.watching.watch`).
