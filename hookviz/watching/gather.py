@@ -113,7 +113,7 @@ class RankRecorder:
             if unsharded is None or self._hooked.get(column) == id(unsharded):
                 continue
             self._hooked[column] = id(unsharded)
-            self._handles.append(unsharded.register_post_accumulate_grad_hook(hook_for_column(column)))
+            self._handles.add(unsharded.register_post_accumulate_grad_hook(hook_for_column(column)))
 
     def finish(self, step: int) -> None:
         """End of a recorded backward: queue reading the reduced ``.grad`` after the all-reduce
@@ -154,7 +154,7 @@ def attach(
         return None
     recorder = RankRecorder(watch, model, kind, parameters, handles, reduce)
     if kind == distributed.FSDP:
-        handles.append(
+        handles.add(
             model.register_forward_hook(partial(_after_forward, weakref.ref(recorder), hook_for_column))
         )
     return recorder

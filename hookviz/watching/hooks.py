@@ -32,7 +32,7 @@ def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) 
     state = begin(self)
     if state is not None and not state.own:
         state.reached = True  # FSDP2: the sharded parameters' own tensor hooks never run
-    if state is not None and state.recording and not state.own and parameter.grad is not None:
+    if state is not None and not state.own and parameter.grad is not None:
         state.arrived.append(column)
         state.local.append((column, measure([parameter.grad], sums=False, counts=True)))
 
@@ -52,7 +52,7 @@ def _on_output_grads(reference: weakref.ref, column: int, output_nr: int, grad_o
     if self is None:
         return
     state = begin(self)
-    if state is not None and state.recording and not state.own:
+    if state is not None and not state.own:
         state.reached = True  # a backward that reaches module outputs only (autograd.grad) is a step too
         state.arrived.append(column)
         state.reducer.add(column, grad)
@@ -76,7 +76,7 @@ def _on_parameter_grad(reference: weakref.ref, column: int, grad: torch.Tensor) 
     if state is None or state.own:
         return
     state.reached = True
-    if state.recording and column >= 0:
+    if column >= 0:
         held = self._parameters[column].grad
         state.before.append((column, held, -1 if held is None else held._version))
 
@@ -108,7 +108,7 @@ def on_model_forward(reference: weakref.ref, module, args, output) -> None:
 def on_forward(reference: weakref.ref, column: int, module, args, output) -> None:
     """Forward hook (``outputs=True``): put a gradient hook on each output tensor; returns None."""
     self = reference()
-    if self is None or self.closed or not self.recording or not torch.is_grad_enabled() or in_own_pass():
+    if self is None or self.closed or not torch.is_grad_enabled() or in_own_pass():
         return
     for tensor in _output_tensors(output):
         node = tensor.grad_fn
@@ -116,4 +116,4 @@ def on_forward(reference: weakref.ref, column: int, module, args, output) -> Non
             handle = tensor.register_hook(partial(_on_output_grad, reference, column))
         else:
             handle = node.register_prehook(partial(_on_output_grads, reference, column, tensor.output_nr))
-        self._keep_graph_handle(handle)
+        self.handles.add_graph(handle)

@@ -56,19 +56,16 @@ def follow_replaced(watch) -> None:
     held = [owner._parameters.get(attribute) for owner, attribute in watch._owners]
     if all(map(operator.is_, held, watch._parameters)):  # every backward: none replaced
         return
-    for column, (owner, attribute) in enumerate(watch._owners):
-        current = owner._parameters.get(attribute)
-        if current is not watch._parameters[column] and current is not None:
-            with watch._lock:
+    with watch.kept.lock:  # two threads' backwards may both find it: one moves it, under the lock
+        for column, (owner, attribute) in enumerate(watch._owners):
+            current = owner._parameters.get(attribute)
+            if current is not watch._parameters[column] and current is not None:
                 old = watch._parameters[column]
                 watch._parameters[column] = current
                 watch._column_of.pop(id(old), None)
                 watch._column_of[id(current)] = column
-                for _, handle in [s for s in watch._starts if s[0] is old]:
-                    handle.remove()
-                watch._starts[:] = [s for s in watch._starts if s[0] is not old]
-                if current.requires_grad:
-                    watch._hook_start(column, current)
+                hook = watch.start_hook(column) if current.requires_grad else None
+                watch.handles.move_start(old, current if hook else None, hook)
 
 
 def owner_of(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
