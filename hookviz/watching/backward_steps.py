@@ -65,7 +65,13 @@ def begin(watch) -> Backward | None:
     if state is None and not watch.closed:
         follow_replaced(watch)
         with watch.kept.lock:  # hooks of one backward may run on several autograd threads
-            state = watch._backwards.get(task) or _new_backward(watch, task)
+            state = watch._backwards.get(task)
+            new = state is None
+            if new:
+                state = _new_backward(watch, task)
+        if new and not state.own and watch._optimizer_steps is not None:
+            # outside the lock: it may keep the step an earlier backward left unstepped
+            watch._optimizer_steps.backward_began()
     return state
 
 
@@ -73,12 +79,11 @@ def _new_backward(watch, task: int) -> Backward:
     """The first hook of backward ``task`` ran: queue the end-of-backward callback."""
     state = Backward(own=in_own_pass())
     if not state.own:
+        watch._backwards_seen += 1  # seen, even when refused: close() warns of no unseen gradient
         check_reentrant()
     if len(watch._backwards) >= PENDING_BACKWARDS:  # the oldest is one that raised: never a step
         del watch._backwards[next(iter(watch._backwards))]
     watch._backwards[task] = state
-    if watch._optimizer_steps is not None and not state.own:
-        watch._optimizer_steps.backward_began()
     torch.autograd.Variable._execution_engine.queue_callback(partial(finish, weakref.ref(watch), task))
     return state
 
@@ -117,7 +122,6 @@ def _finish(watch, task: int) -> None:
     state = watch._backwards.pop(task, None)
     if state is None or watch.closed or state.own or not state.reached:
         return  # hookviz's own, or a backward that reached no watched parameter: not a step
-    watch._backwards_seen += 1
     steps = watch._optimizer_steps
     if steps is not None:  # the optimizer's step is the step: hand it what this backward left
         changed = _changed(watch, state)
