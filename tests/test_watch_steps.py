@@ -221,3 +221,105 @@ def test_the_watch_keeps_no_grad_alive():
         model.zero_grad(set_to_none=True)
         gc.collect()
         assert all(g() is None for g in grads)
+
+
+class _SAM(torch.optim.Optimizer):
+    """Sharpness-aware minimisation as its papers' code writes it: ``step(closure)`` moves the
+    weights up the gradient, runs the closure there, moves them back, then the base SGD steps."""
+
+    def __init__(self, params, lr: float, rho: float = 0.5):
+        super().__init__(params, {"lr": lr, "rho": rho})
+        self.base = torch.optim.SGD(self.param_groups, lr=lr)
+
+    @torch.no_grad()
+    def step(self, closure):
+        moved = []
+        for group in self.param_groups:
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in group["params"]]))
+            for p in group["params"]:
+                e = p.grad * (group["rho"] / (norm + 1e-12))
+                p.add_(e)
+                moved.append((p, e))
+        with torch.enable_grad():
+            closure()
+        for p, e in moved:
+            p.sub_(e)
+        self.base.step()
+
+
+def test_a_sam_step_takes_its_update_ratios_from_the_weights_before_the_closure_moved_them():
+    model = Tiny()
+    optimizer = _SAM(model.parameters(), lr=0.1)
+    expected = []
+    with watch(model, optimizer=optimizer, stats_every=1) as w:
+        for [(x, y)] in data(3):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()  # the gradient at w: where SAM moves to
+            before = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+            def closure(x=x, y=y):
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                return loss
+
+            optimizer.step(closure)
+            expected.append(
+                {
+                    n: (torch.linalg.vector_norm(p - before[n]) / torch.linalg.vector_norm(p)).item()
+                    for n, p in model.named_parameters()
+                }
+            )
+    compared = 0
+    for step, ratios in enumerate(expected):
+        got = w.update_ratios(step)
+        for name, ratio in ratios.items():
+            assert got[name] == pytest.approx(ratio, rel=1e-4), (step, name)
+            compared += 1
+    assert compared == 3 * 4
+
+
+def test_a_parameter_watched_by_two_open_watches_is_warned_at_open():
+    torch.manual_seed(0)
+    shared = nn.Linear(4, 4)
+    first, second = nn.Sequential(shared, nn.Linear(4, 2)), nn.Sequential(shared, nn.Linear(4, 3))
+    with watch(first):
+        with pytest.warns(
+            RuntimeWarning, match=r"2 parameter\(s\) of Sequential \('0.weight', '0.bias'\).*also"
+        ):
+            with watch(second) as w:
+                second(torch.randn(2, 4)).sum().backward()
+    assert w.steps == [0]
+
+
+def test_a_parameter_unfrozen_after_the_watch_opened_is_named_in_a_warning():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    model[0].requires_grad_(False)
+    with watch(model) as w:
+        model(torch.randn(2, 4)).sum().backward()
+        model[0].requires_grad_(True)  # gradual unfreezing
+        with pytest.warns(RuntimeWarning, match=r"\('0.weight', '0.bias'\) were frozen.*not watched"):
+            model(torch.randn(2, 4)).sum().backward()
+    assert w.steps == [0, 1] and "0.weight" not in w.names
+
+
+def test_a_torchscript_model_is_refused_at_open_naming_the_eager_model():
+    torch.manual_seed(0)
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+    with pytest.raises(WatchError, match="TorchScript module.*watch the eager model"):
+        watch(scripted)
+
+
+def test_compiled_autograd_is_refused_at_the_forward_naming_the_fix():
+    compiled_autograd = pytest.importorskip("torch._dynamo.compiled_autograd")
+    model = Tiny()
+    [(x, y)] = data(1)[0]
+    with watch(model) as w:
+        with compiled_autograd._enable(torch.compile(backend="eager")):
+            with pytest.raises(
+                WatchError, match="does not support compiled autograd.*without compiled autograd"
+            ):
+                model(x)
+        F.cross_entropy(model(x), y).backward()  # without it, the watch works on
+    assert w.steps == [0]

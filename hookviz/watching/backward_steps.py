@@ -80,12 +80,35 @@ def _new_backward(watch, task: int) -> Backward:
     state = Backward(own=in_own_pass())
     if not state.own:
         watch._backwards_seen += 1  # seen, even when refused: close() warns of no unseen gradient
+        check_compiled_autograd()
         check_reentrant()
     if len(watch._backwards) >= PENDING_BACKWARDS:  # the oldest is one that raised: never a step
         del watch._backwards[next(iter(watch._backwards))]
     watch._backwards[task] = state
     torch.autograd.Variable._execution_engine.queue_callback(partial(finish, weakref.ref(watch), task))
     return state
+
+
+def check_compiled_autograd() -> None:
+    """Refuse compiled autograd, at the model's forward and at a backward's first eager hook: it
+    traces the watch's hooks into a graph, where the watch cannot queue its end-of-backward
+    callback. (A backward whose compiled autograd was enabled after the forward raises
+    PyTorch's own AssertionError from ``queue_callback`` while tracing: it cannot be caught there.)
+
+    Raises:
+        WatchError: compiled autograd is enabled (``torch._dynamo.compiled_autograd``).
+    """
+    compiled = sys.modules.get("torch._dynamo.compiled_autograd")  # not imported: not enabled
+    config = sys.modules.get("torch._dynamo.config")
+    if (compiled is not None and compiled.compiled_autograd_enabled) or getattr(
+        config, "compiled_autograd", False
+    ):
+        raise WatchError(
+            "hookviz.watch does not support compiled autograd (torch._dynamo.config.compiled_autograd "
+            "or torch._dynamo.compiled_autograd.enable): it traces the watch's hooks, where the watch "
+            "cannot queue its end-of-backward callback. Run the backward without compiled autograd "
+            "while the watch is open (torch.compile of the model's forward is fine)"
+        )
 
 
 def check_reentrant() -> None:

@@ -17,8 +17,8 @@ from torch.utils import _pytree as pytree
 from hookviz.record.own_pass import in_own_pass
 from hookviz.stats.reduce import measure
 from hookviz.watching import gather as watch_gather
-from hookviz.watching.backward_steps import begin
-from hookviz.watching.structure import check_structure, follow_replaced
+from hookviz.watching.backward_steps import begin, check_compiled_autograd
+from hookviz.watching.structure import check_structure, check_unfrozen, follow_replaced
 
 _graph_task_id = torch._C._current_graph_task_id
 
@@ -101,7 +101,9 @@ def on_model_forward(reference: weakref.ref, module, args, output) -> None:
     self = reference()
     if self is None or self.closed or in_own_pass():
         return
+    check_compiled_autograd()
     check_structure(self)
+    check_unfrozen(self)
     follow_replaced(self)
 
 

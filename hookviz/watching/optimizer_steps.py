@@ -36,6 +36,7 @@ import torch
 
 from hookviz.errors import WatchError
 from hookviz.stats.reduce import norm_column, norms_in_range, queue_norms
+from hookviz.watching.gather import is_shard
 from hookviz.watching.history import STATISTICS, StepInfo
 from hookviz.watching.reduce import EXPLODING, StepReducer, finite_max_abs, is_alarm
 from hookviz.watching.scaler_listeners import listen
@@ -271,7 +272,13 @@ def _before_step(reference: weakref.ref, index: int, optimizer, args, kwargs):
 
 def _weights(watch, columns: list[int]) -> list[torch.Tensor]:
     with torch.no_grad():
-        return [watch._parameters[c].detach().clone() for c in columns]
+        return [_local(watch._parameters[c]).clone() for c in columns]
+
+
+def _local(parameter: torch.Tensor) -> torch.Tensor:
+    """A parameter's values on this rank (FSDP2: its shard, so a ratio is the shard's)."""
+    parameter = parameter.detach()
+    return parameter.to_local() if is_shard(parameter) else parameter
 
 
 def _keep_before_step(steps: OptimizerSteps, watch, index: int) -> None:
@@ -298,7 +305,7 @@ def _after_step(reference: weakref.ref, index: int, optimizer, args, kwargs) -> 
         return
     step, columns, before = pending
     with torch.no_grad():
-        after = [watch._parameters[c].detach() for c in columns]
+        after = [_local(watch._parameters[c]) for c in columns]
         torch._foreach_sub_(before, after)  # the update, negated: the same norm
         found = norms_in_range(before + after, math.inf)  # one call, when every norm is plain
         if found is not None:
@@ -394,7 +401,10 @@ def keep_step(
         row[columns] = found[columns]
     else:
         pairs = [(c, watch._parameters[c].grad) for c in columns]
-        pairs = [(c, g) for c, g in pairs if g is not None and g.numel()]
+        # FSDP2: a sharded parameter's .grad is a DTensor; this rank's shard is read (the gather
+        # combines the shards into the full gradient's statistics)
+        pairs = [(c, g.to_local() if is_shard(g) else g) for c, g in pairs if g is not None]
+        pairs = [(c, g) for c, g in pairs if g.numel()]
         columns = [c for c, _ in pairs]
         read_all = False
         if pairs:

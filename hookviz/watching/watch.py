@@ -63,7 +63,7 @@ from hookviz.watching.history import STATISTICS, History, StepInfo
 from hookviz.watching.kept_steps import KeptSteps, Streams
 from hookviz.watching.optimizer_steps import SCALE_NOTE, OptimizerSteps, step_notes, warn_nothing_kept
 from hookviz.watching.scaler_listeners import check_scaler
-from hookviz.watching.structure import owner_of, structure_of
+from hookviz.watching.structure import check_at_open, owner_of, structure_of
 
 # A watch's default stats_every: every statistic every this many steps, norms on the others; 16
 # by measurement: 64 costs no less, 4 about 3 % more on the 20-layer MLP (docs/perf.md).
@@ -129,6 +129,7 @@ class Watch:
                 f"{type(model).__name__} is already watched by an open watch; close it first "
                 "(watch.close(), or open watches with `with hookviz.watch(model) as w:` so they close)"
             )
+        check_at_open(model, [w() for w in list(_OPEN.values()) if w() is not None and w().model is not None])
         self.model = model  # None once closed (see close)
         self.model_name = type(model).__name__
         self.every = every
@@ -153,6 +154,7 @@ class Watch:
         # weakly: the watch keeps no gradient alive (only to tell which .grad changed while open)
         self._grads_at_open = [_grad_and_version(p) for _, p in trainable]
         self._trainable = [p for _, p in trainable]
+        self._frozen = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
         self._outputs_row: torch.Tensor | None = None  # optimizer=: the last backward's module outputs
         self._local_rows: dict[int, tuple] = {}  # optimizer= on DDP / FSDP2: local statistics
         if scaler is not None:
@@ -252,6 +254,7 @@ class Watch:
             self._closed_numels = self._numels()  # what reading the history needs of the parameters
             self.model, self._parameters, self._owners, self._structure = None, [], [], ([], [], [])
             self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
+            self._frozen = []
         if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
             self._optimizer_steps.close(self)
         if self._ranks is not None:
