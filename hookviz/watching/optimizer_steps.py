@@ -171,7 +171,10 @@ class OptimizerSteps:
         rows), read each changed ``.grad``'s norm as it left it (the pre-clip norm, unscaled when
         the scaler is known), and keep its row when a gradient holds NaN/Inf."""
         columns, grads, _ = changed
-        norms = norm_column(grads) if grads else None
+        norms = None
+        if grads:  # one batched call for plain CPU gradients, else the general path; bit for bit alike
+            norms = norms_in_range(grads, math.inf)
+            norms = norm_column(grads) if norms is None else norms
         unstepped = None
         if norms is not None and not bool(norms.isfinite().all()):
             reducer = StepReducer()
@@ -191,6 +194,17 @@ class OptimizerSteps:
                 self._left.update(zip(columns, ((id(g), g._version) for g in grads)))
             if unstepped is not None:
                 self._unstepped = unstepped
+
+    def unchanged(self, pairs: list[tuple[int, torch.Tensor]], pre_clip: torch.Tensor) -> bool:
+        """Whether each ``.grad`` of ``pairs`` is the one the last backward left, unchanged since,
+        with a norm read then that raises no alarm (in range, not 0) and no loss scale in it."""
+        if self.scaler is not None and self.scaler.is_enabled():
+            return False
+        left = self._left
+        if any(left.get(c) != (id(g), g._version) for c, g in pairs):
+            return False
+        norms = pre_clip[[c for c, _ in pairs]]
+        return bool(((norms > 0) & (norms <= EXPLODING)).all())
 
     def take_backward(self, columns: list[int]) -> tuple[torch.Tensor | None, dict, torch.Tensor, bool]:
         """A step of optimizer with ``columns``: ``(module outputs row or None, local rows, the
@@ -407,7 +421,11 @@ def keep_step(
         pairs = [(c, g) for c, g in pairs if g.numel()]
         columns = [c for c, _ in pairs]
         read_all = False
-        if pairs:
+        if pairs and not plan.full and steps.unchanged(pairs, pre_clip):
+            # the .grad the backward left, untouched since (no clipping, unscaling, accumulation):
+            # its norms were read at the backward's end
+            row[columns, 0], row[columns, 2] = pre_clip[columns], 0.0
+        elif pairs:
             reducer = StepReducer()
             read_all = reducer.add_all(columns, [g for _, g in pairs], plan.full, EXPLODING)
             row[columns] = reducer.finish(width)[columns]
