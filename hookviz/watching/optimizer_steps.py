@@ -110,6 +110,7 @@ class OptimizerSteps:
         # per column: its norm as the last backward left it (unscaled) and that .grad's identity
         self._pre_clip = torch.full((len(watch.names),), math.nan, dtype=torch.float64)
         self._left: dict[int, tuple[int, int]] = {}
+        self._parameter_count = len(watch.parameter_names)
         # a backward that left NaN/Inf and no step yet: (its row, its columns)
         self._unstepped: tuple[torch.Tensor, list[int]] | None = None
         reference = weakref.ref(self)
@@ -171,12 +172,14 @@ class OptimizerSteps:
         rows), read each changed ``.grad``'s norm as it left it (the pre-clip norm, unscaled when
         the scaler is known), and keep its row when a gradient holds NaN/Inf."""
         columns, grads, _ = changed
-        norms = None
+        norms, finite = None, True
         if grads:  # one batched call for plain CPU gradients, else the general path; bit for bit alike
-            norms = norms_in_range(grads, math.inf)
-            norms = norm_column(grads) if norms is None else norms
+            norms = norms_in_range(grads, math.inf)  # None when a norm is not finite (or 0)
+            if norms is None:
+                norms = norm_column(grads)
+                finite = bool(norms.isfinite().all())
         unstepped = None
-        if norms is not None and not bool(norms.isfinite().all()):
+        if not finite:
             reducer = StepReducer()
             reducer.add_all(columns, grads, True)
             row = reducer.finish(self._pre_clip.numel())
@@ -190,7 +193,11 @@ class OptimizerSteps:
                 self._outputs = outputs
             self._local.update(local)
             if norms is not None:
-                self._pre_clip[columns] = norms / scale
+                norms = norms if scale == 1.0 else norms / scale
+                if columns == list(range(len(columns))):
+                    self._pre_clip[: len(columns)] = norms
+                else:
+                    self._pre_clip[columns] = norms
                 self._left.update(zip(columns, ((id(g), g._version) for g in grads)))
             if unstepped is not None:
                 self._unstepped = unstepped
@@ -203,8 +210,8 @@ class OptimizerSteps:
         left = self._left
         if any(left.get(c) != (id(g), g._version) for c, g in pairs):
             return False
-        norms = pre_clip[[c for c, _ in pairs]]
-        return bool(((norms > 0) & (norms <= EXPLODING)).all())
+        values = pre_clip.tolist()
+        return all(0 < values[c] <= EXPLODING for c, _ in pairs)
 
     def take_backward(self, columns: list[int]) -> tuple[torch.Tensor | None, dict, torch.Tensor, bool]:
         """A step of optimizer with ``columns``: ``(module outputs row or None, local rows, the
@@ -213,8 +220,11 @@ class OptimizerSteps:
         with self._lock:
             outputs, self._outputs = self._outputs, None
             local, self._local = self._local, {}
-            pre_clip = torch.full_like(self._pre_clip, math.nan)
-            pre_clip[columns] = self._pre_clip[columns]
+            if len(columns) == self._parameter_count and columns == list(range(len(columns))):
+                pre_clip = self._pre_clip.clone()  # the usual step: every watched parameter
+            else:
+                pre_clip = torch.full_like(self._pre_clip, math.nan)
+                pre_clip[columns] = self._pre_clip[columns]
             stepped = self._unstepped is not None and bool(set(self._unstepped[1]) & set(columns))
             if stepped:
                 self._unstepped = None
@@ -424,7 +434,10 @@ def keep_step(
         if pairs and not plan.full and steps.unchanged(pairs, pre_clip):
             # the .grad the backward left, untouched since (no clipping, unscaling, accumulation):
             # its norms were read at the backward's end
-            row[columns, 0], row[columns, 2] = pre_clip[columns], 0.0
+            if columns == list(range(len(columns))):
+                row[: len(columns), 0], row[: len(columns), 2] = pre_clip[: len(columns)], 0.0
+            else:
+                row[columns, 0], row[columns, 2] = pre_clip[columns], 0.0
         elif pairs:
             reducer = StepReducer()
             read_all = reducer.add_all(columns, [g for _, g in pairs], plan.full, EXPLODING)
@@ -435,7 +448,8 @@ def keep_step(
     for column, values in local.items():  # DDP / FSDP2: local gradients before the all-reduce
         row[column] = torch.tensor(values, dtype=torch.float64)
     scale = watch.scaler.get_scale() if watch.scaler is not None and watch.scaler.is_enabled() else math.nan
-    total = pre_clip[columns].nan_to_num(0.0).square().sum().sqrt().item() if columns else math.nan
+    read = [v for v in pre_clip.tolist() if not math.isnan(v)]
+    total = math.sqrt(sum(v * v for v in read)) if read and columns else math.nan
     info = StepInfo(steps.names[index], skipped, steps.learning_rates(index), float(scale), total)
     if not watch.kept.keep(plan, row, info, alarm, [], len(watch.parameter_names), pre_clip):
         return None
