@@ -14,14 +14,14 @@ hook per module), which sees the gradient the Node receives, after the user's te
 backward hook is used: forward hooks, tensor hooks and Node pre-hooks leave every gradient
 bit-identical (``docs/architecture.md``).
 
-A *step* is one backward that reached a watched parameter (or, with ``outputs=True``, a module
-output), counted when it ends; two threads' backwards are two steps. With ``optimizer=``, a step is
-one ``optimizer.step()`` instead, with the gradients it reads, its update-to-weight ratios and
-learning rates (:mod:`hookviz.watching.optimizer_steps`).
+A *step* is one backward that changed a watched parameter's ``.grad`` (or, with ``outputs=True``,
+reached a module output), counted when it ends; two threads' backwards are two steps. With
+``optimizer=``, a step is one ``optimizer.step()`` instead, with the gradients it reads, its
+update-to-weight ratios and learning rates (:mod:`hookviz.watching.optimizer_steps`).
 
 Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
 ``zero_fraction`` (exactly-zero elements). Norms are read every step; a parameter's other three
-every ``stats_every`` steps (steps whose number is a multiple of it, step 0 first) and at once on
+every ``stats_every`` steps of a stream (its first step first) and at once on
 any step where a parameter's norm is not finite, above the ``exploding_norm`` threshold or exactly 0,
 so no NaN, explosion or dead gradient goes unmeasured. On the other steps ``max_abs`` and
 ``zero_fraction`` are NaN (not measured) and ``nonfinite`` 0 (a finite norm proves there is none);
@@ -29,12 +29,15 @@ so no NaN, explosion or dead gradient goes unmeasured. On the other steps ``max_
 A parameter's statistics are those of its ``.grad`` as the step left it (accumulated when the loop
 does not zero it); a module's those of the gradient w.r.t. its outputs, over its calls.
 
-Memory is bounded: ``capacity`` steps are kept; when full, every other kept step is dropped and
-from then on only every other step is recorded. ``every=k`` records every k-th step.
+Every step is read; :class:`~hookviz.watching.kept_steps.KeptSteps` decides which are kept, per
+stream (each optimizer; without one, each kind of backward in an iteration): ``every=k`` records a
+stream's every k-th step, ``capacity`` steps are kept, and when full each stream drops every other
+kept step and from then on records every other one. A step with NaN/Inf, an exploding norm or
+skipped by the ``GradScaler`` is always kept.
 
-Limits: ``torch.autograd.grad`` does not fill ``.grad``, so its steps hold module outputs only. A
+Limits: ``torch.autograd.grad`` changes no ``.grad``: not a step (unless ``outputs=True``). A
 replaced parameter is followed to its new tensor (:mod:`hookviz.watching.structure`); one added
-after the watch opened is not watched, and a warning names it. Parameter names are listed nearest
+or unfrozen after the watch opened is not watched, and a warning names it. Parameter names are listed nearest
 the loss first in definition order reversed.
 """
 
