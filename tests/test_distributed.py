@@ -234,7 +234,7 @@ def test_fsdp2_run_names_leaves_and_gives_full_reduced_gradients():
 # ---------------------------------------------------------------------------- watch across ranks
 
 
-def _watch_gather(rank, device, directory, use_fsdp):
+def _watch_gather(rank, device, directory, use_fsdp, by_optimizer=False):
     plain = mlp().to(device)
     model = copy.deepcopy(plain)
     if use_fsdp:
@@ -246,7 +246,9 @@ def _watch_gather(rank, device, directory, use_fsdp):
         wrapped = DDP(model)
     optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.2)
     expected_local, expected_reduced = [], []
-    with hookviz.watch(wrapped, outputs=True) as w:
+    # by_optimizer: a step is opt.step(), whose pre-hook reads the sharded (DTensor) .grad on FSDP2
+    options = {"optimizer": optimizer, "stats_every": 1} if by_optimizer else {}
+    with hookviz.watch(wrapped, outputs=True, **options) as w:
         for step in range(3):
             x, y = batch(rank, step, device)
             mine = local_grads(plain, x, y)
@@ -267,6 +269,7 @@ def _watch_gather(rank, device, directory, use_fsdp):
 
         assert all(not p._unsharded_param._post_accumulate_grad_hooks for _, p in fsdp_parameters(model))
     assert not any(m._forward_hooks for m in wrapped.modules() if not use_fsdp)
+    assert not by_optimizer or all(w.update_ratios(s) for s in w.steps)
     # every rank's expected local norms, to check rank 0's gathered view of the others
     names = list(expected_local[0])
     table = torch.tensor([[e[n] for n in names] for e in expected_local], dtype=torch.float64)
@@ -297,9 +300,13 @@ def _watch_gather(rank, device, directory, use_fsdp):
     assert loaded.ranks == gathered.ranks and loaded.norms(1, rank=1) == gathered.norms(1, rank=1)
 
 
-@pytest.mark.parametrize("use_fsdp", [False, pytest.param(True, marks=cpu_fsdp2)], ids=["ddp", "fsdp2"])
-def test_watch_gathers_local_and_reduced_norms_of_every_rank(tmp_path, use_fsdp):
-    spawn(_watch_gather, str(tmp_path), use_fsdp)
+@pytest.mark.parametrize(
+    ("use_fsdp", "by_optimizer"),
+    [(False, False), pytest.param(True, False, marks=cpu_fsdp2), pytest.param(True, True, marks=cpu_fsdp2)],
+    ids=["ddp", "fsdp2", "fsdp2-optimizer"],
+)
+def test_watch_gathers_local_and_reduced_norms_of_every_rank(tmp_path, use_fsdp, by_optimizer):
+    spawn(_watch_gather, str(tmp_path), use_fsdp, by_optimizer)
 
 
 def _watch_thinned(rank, device):

@@ -309,7 +309,7 @@ def test_a_run_a_watch_and_a_gather_give_one_parameter_the_same_statistics_bit_f
             row.zero_fraction,
         )
         assert tuple(w.history.norm[:, column].tolist()) == (row.norm,)
-        assert tuple(w._rows[0, column].tolist()) == expected
+        assert tuple(w.kept.row(0)[1][column].tolist()) == expected
         assert tuple(gathered.local[0, 0, column].tolist()) == expected
         assert tuple(gathered.reduced[0, column].tolist()) == expected
         compared += 1

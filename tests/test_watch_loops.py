@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import hookviz
+from hookviz.errors import WatchError
 from hookviz.watching.watch import watch
 
 
@@ -360,21 +361,21 @@ def scaled_loop(w_args: dict, loss_factor: float = 1.0, steps: int = 4):
     return w, scaler
 
 
-def test_a_grad_scaler_not_given_is_found_noted_and_not_called_an_explosion():
+def test_a_grad_scaler_not_given_is_named_in_the_notes_and_findings_and_never_guessed():
+    # no heap scan: the watch divides by no scale it was not given, and says how to give it
     w, scaler = scaled_loop({})
-    assert w.scaler is scaler and w.scaler_origin == "found"
-    assert "GradScaler is in use (loss scale 65536 now)" in w.notes[1]
-    assert [w.loss_scale(s) for s in w.steps] == [2.0**16] * 4
-    assert min(w.norms(0).values()) > 1e3  # every norm carries the scale ...
-    kinds = [f.kind for s in w.steps for f in w.diagnose(s)] + [f.kind for f in w.onset()]
-    assert "exploding" not in kinds  # ... which diagnosis divides out
+    assert w.scaler is None and [w.loss_scale(s) for s in w.steps] == [None] * 4
+    assert w.looks_scaled() and "scaler=scaler" in w.notes[1]
+    assert min(w.norms(0).values()) > 1e3  # every norm carries the scale (65536)
+    exploding = [f for f in w.diagnose(0) if f.kind == "exploding"]
+    assert exploding and all("scaler=" in f.message for f in exploding)
+    assert scaler.get_scale() == 2.0**16  # the watch left the scaler as it was
 
 
 def test_a_real_explosion_under_a_grad_scaler_not_given_is_still_found():
     # the loss times 1e6: the unscaled gradients themselves pass exploding_norm (1e3)
     w, _ = scaled_loop({}, loss_factor=1e6)
-    assert w.scaler_origin == "found"
-    assert max(w.norms(0).values()) / w.loss_scale(0) > 1e3
+    assert w.scaler is None
     assert "exploding" in [f.kind for f in w.diagnose(0)]
     assert [f.kind for f in w.onset()] == ["exploding"] and w.onset()[0].step == 0
 
@@ -390,17 +391,17 @@ def test_a_stale_grad_scaler_the_loop_does_not_update_hides_no_explosion():
         for [(x, y)] in data(3):
             model.zero_grad()
             (F.cross_entropy(model(x), y) * 1e6).backward()
-    assert w.scaler is None and w.scaler_origin == "pending" and len(w.notes) == 1
+    assert w.scaler is None and "otherwise the gradients are exploding" in w.notes[1]
     assert all("exploding" in [f.kind for f in w.diagnose(s)] for s in w.steps)
     assert stale.get_scale() == 2.0**16  # the watch left it as it was
 
 
-def test_no_grad_scaler_is_searched_for_while_norms_stay_below_the_alarm():
+def test_no_loss_scale_is_suspected_while_norms_stay_below_the_alarm():
     model = Tiny()
     with watch(model) as w:
         for [(x, y)] in data(3):
             F.cross_entropy(model(x), y).backward()
-    assert w.scaler_origin is None and w.scaler is None and len(w.notes) == 1
+    assert not w.looks_scaled() and w.scaler is None and len(w.notes) == 1
 
 
 @pytest.mark.parametrize(
@@ -478,15 +479,30 @@ def test_two_optimizers_each_step_holds_its_own_parameters_and_names_its_optimiz
 
 def test_a_watch_that_keeps_no_step_while_gradients_flow_says_why():
     model = Tiny()
-    unused = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+    owner = torch.optim.SGD(model.parameters(), lr=0.1)
     [(x, y)] = data(1)[0]
     with pytest.warns(RuntimeWarning, match="never stepped"):
-        with watch(model, optimizer=unused):
-            F.cross_entropy(model(x), y).backward()
+        with watch(model, optimizer=owner):
+            F.cross_entropy(model(x), y).backward()  # and no owner.step()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with watch(model) as w:
             F.cross_entropy(model(x), y).backward()
+    assert w.steps == [0]
+
+
+def test_an_optimizer_that_owns_none_of_the_model_is_refused_at_open():
+    model = Tiny()
+    foreign = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+    mine = torch.optim.SGD(model.parameters(), lr=0.1)
+    hooks_before = len(model._forward_hooks)
+    with pytest.raises(WatchError, match=r"optimizer=SGD\[1\] owns none of the parameters of Tiny"):
+        watch(model, optimizer=[mine, foreign])
+    assert len(model._forward_hooks) == hooks_before and not mine._optimizer_step_pre_hooks
+    with watch(model, optimizer=mine) as w:  # the model was left as it was: it can be watched
+        [(x, y)] = data(1)[0]
+        F.cross_entropy(model(x), y).backward()
+        mine.step()
     assert w.steps == [0]
 
 

@@ -33,14 +33,17 @@ Version history:
 * 4: a watch history keeps, per step, what a step was and did (``RankHistory.update_ratio``,
   ``optimizers``, ``skipped``, ``learning_rates``, ``loss_scales``) and the watch's ``notes``.
   Files of versions 1 to 3 hold none: read as None and empty lists.
+* 5: a watch history keeps, with ``optimizer=``, each step's gradient norms before clipping
+  (``RankHistory.pre_clip_norm``) and their total (``pre_clip_total``). Files of versions 1 to 4
+  hold none: read as None and an empty list.
 """
 
 from __future__ import annotations
 
 from hookviz.errors import FileFormatError
 
-VERSION = 4
-READABLE = ("1", "2", "3", "4")
+VERSION = 5
+READABLE = ("1", "2", "3", "4", "5")
 
 # The object at the top of a file, by the kind its header says.
 KINDS = {"run": "Run", "watch": "RankHistory"}
@@ -198,11 +201,14 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
             "learning_rates": "list[list[float]]",
             "loss_scales": "list[float]",
             "notes": "list[str]",
+            "pre_clip_norm": "torch.Tensor | None",
+            "pre_clip_total": "list[float]",
         },
     ),
 }
 
 _ADDED_IN_4 = ("update_ratio", "optimizers", "skipped", "learning_rates", "loss_scales", "notes")
+_ADDED_IN_5 = ("pre_clip_norm", "pre_clip_total")
 
 # What a value must be beyond its type: a crafted file could otherwise hold values that no run has
 # and that break a later read (a norm of 10**400 that no float holds, a loss of three elements).
@@ -263,10 +269,10 @@ def records(version: str) -> dict[str, tuple[str, dict[str, str]]]:
             f"file-format version {version!r} is not one this hookviz reads ({', '.join(READABLE)}); "
             "upgrade hookviz to read a newer file"
         )
-    if version == "4":
+    if version == "5":
         return RECORDS
-    added = {"RankHistory": _ADDED_IN_4}
-    if version != "3":
+    added = {"RankHistory": _ADDED_IN_5 + (_ADDED_IN_4 if version != "4" else ())}
+    if version not in ("3", "4"):
         added.update({"TensorRecord": ("pending",), "NodeRecord": ("pending",), "ModuleCall": ("pending",)})
         added["Run"] = ("input_names",)
     older = {

@@ -2,34 +2,35 @@
 
 The first hook of a backward (graph task) through the watched model starts its state
 (:func:`begin`) and queues the end-of-backward callback (:func:`finish`), which reduces what the
-backward left into one row and keeps it as a step (:func:`hookviz.watching.kept_steps.keep`), or,
+backward left into one row and keeps it as a step (:meth:`hookviz.watching.kept_steps.KeptSteps.keep`), or,
 with ``optimizer=``, hands it to the next optimizer step (:mod:`hookviz.watching.optimizer_steps`).
 How the hooks work together: :mod:`hookviz.watching.watch`.
 """
 
 from __future__ import annotations
 
+import sys
 import weakref
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
 
 import torch
+import torch.utils.checkpoint
 
-from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
+from hookviz.errors import WatchError
 from hookviz.record import torch_compat
 from hookviz.record.own_pass import in_own_pass
 from hookviz.stats.reduce import Measured, summary_of
 from hookviz.watching.history import StepInfo
-from hookviz.watching.kept_steps import keep
-from hookviz.watching.reduce import StepReducer
-from hookviz.watching.scaler_search import notice_scaler
+from hookviz.watching.reduce import EXPLODING, StepReducer, finite_max_abs, is_alarm
 from hookviz.watching.structure import follow_replaced
 
 # Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
 # this many newer ones have begun.
 PENDING_BACKWARDS = 32
 _first = itemgetter(0)
+_REENTRANT_BACKWARD = torch.utils.checkpoint.CheckpointFunction.backward.__code__
 
 
 @dataclass
@@ -37,7 +38,6 @@ class Backward:
     """What one backward (graph task) through the watched model has left so far.
 
     Attributes:
-        recording: whether this backward's gradients are recorded.
         own: hookviz's own backward (a recording): never a step.
         reached: whether it reached a watched parameter (only such a backward is a step).
         before: ``(column, .grad, its _version)`` of each parameter it reached, noted just before
@@ -48,7 +48,6 @@ class Backward:
         read_all: every statistic of the parameters was read (a full step, or a norm raised the alarm).
     """
 
-    recording: bool
     own: bool = False
     reached: bool = False
     before: list[tuple[int, object, int]] = field(default_factory=list)
@@ -59,25 +58,80 @@ class Backward:
 
 
 def begin(watch) -> Backward | None:
-    """Called by every hook during backward: this backward's state (None once closed)."""
+    """Called by every hook during backward: this backward's state (None once closed).
+
+    A replaced parameter is followed first, outside the lock (:func:`follow_replaced` takes it)."""
     task = torch_compat.graph_task_id()
     state = watch._backwards.get(task)
     if state is None and not watch.closed:
-        with watch._lock:  # hooks of one backward may run on several autograd threads
-            state = watch._backwards.get(task) or _new_backward(watch, task)
+        follow_replaced(watch)
+        with watch.kept.lock:  # hooks of one backward may run on several autograd threads
+            state = watch._backwards.get(task)
+            new = state is None
+            if new:
+                state = _new_backward(watch, task)
+        if new and not state.own and watch._optimizer_steps is not None:
+            # outside the lock: it may keep the step an earlier backward left unstepped
+            watch._optimizer_steps.backward_began()
     return state
 
 
 def _new_backward(watch, task: int) -> Backward:
-    """The first hook of backward ``task`` ran: note each parameter's ``.grad`` and queue the
-    end-of-backward callback."""
-    follow_replaced(watch)
-    state = Backward(watch.recording, own=in_own_pass())
+    """The first hook of backward ``task`` ran: queue the end-of-backward callback."""
+    state = Backward(own=in_own_pass())
+    if not state.own:
+        watch._backwards_seen += 1  # seen, even when refused: close() warns of no unseen gradient
+        check_compiled_autograd()
+        check_reentrant()
     if len(watch._backwards) >= PENDING_BACKWARDS:  # the oldest is one that raised: never a step
         del watch._backwards[next(iter(watch._backwards))]
     watch._backwards[task] = state
     torch_compat.queue_end_of_backward(partial(finish, weakref.ref(watch), task))
     return state
+
+
+def check_compiled_autograd() -> None:
+    """Refuse compiled autograd, at the model's forward and at a backward's first eager hook: it
+    traces the watch's hooks into a graph, where the watch cannot queue its end-of-backward
+    callback. (A backward whose compiled autograd was enabled after the forward raises
+    PyTorch's own AssertionError from ``queue_callback`` while tracing: it cannot be caught there.)
+
+    Raises:
+        WatchError: compiled autograd is enabled (``torch._dynamo.compiled_autograd``).
+    """
+    compiled = sys.modules.get("torch._dynamo.compiled_autograd")  # not imported: not enabled
+    config = sys.modules.get("torch._dynamo.config")
+    if (compiled is not None and compiled.compiled_autograd_enabled) or getattr(
+        config, "compiled_autograd", False
+    ):
+        raise WatchError(
+            "hookviz.watch does not support compiled autograd (torch._dynamo.config.compiled_autograd "
+            "or torch._dynamo.compiled_autograd.enable): it traces the watch's hooks, where the watch "
+            "cannot queue its end-of-backward callback. Run the backward without compiled autograd "
+            "while the watch is open (torch.compile of the model's forward is fine)"
+        )
+
+
+def check_reentrant() -> None:
+    """Refuse a backward run inside another one's (reentrant checkpointing): its gradients would be
+    split over several steps. Such a backward is started by ``CheckpointFunction.backward``, whose
+    Python frame is then below this hook's on the stack.
+
+    Raises:
+        WatchError: the backward was started by a reentrant checkpoint's backward.
+    """
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is _REENTRANT_BACKWARD:
+            raise WatchError(
+                "hookviz.watch: a backward ran inside another backward (torch.utils.checkpoint with "
+                "use_reentrant=True, the default of older PyTorch and of gradient_checkpointing_enable() "
+                "without gradient_checkpointing_kwargs): one loss.backward() would be split into "
+                "several steps, each holding part of the model. Pass use_reentrant=False to "
+                "torch.utils.checkpoint.checkpoint (or gradient_checkpointing_kwargs="
+                "{'use_reentrant': False} to gradient_checkpointing_enable())"
+            )
+        frame = frame.f_back
 
 
 def finish(reference: weakref.ref, task: int) -> None:
@@ -88,59 +142,71 @@ def finish(reference: weakref.ref, task: int) -> None:
 
 
 def _finish(watch, task: int) -> None:
-    """End of backward ``task``: reduce what it left, store one row, count the step."""
+    """End of backward ``task``: read what it left, and keep it as a step when the kept steps say so."""
     state = watch._backwards.pop(task, None)
     if state is None or watch.closed or state.own or not state.reached:
         return  # hookviz's own, or a backward that reached no watched parameter: not a step
-    watch._backwards_seen += 1
-    by_optimizer = watch._optimizer_steps is not None
-    # with optimizer=, the optimizer's step reads the parameters' .grad: a backward keeps outputs only
-    recorded = state.recording and (watch.module_names or not by_optimizer)
-    row = _row_of(watch, state, not by_optimizer) if recorded else None
-    if by_optimizer:  # the optimizer's step is the step: keep for it
-        if row is not None:
-            watch._outputs_row = row
-        watch._local_rows.update(measure_rows(state.local))
+    steps = watch._optimizer_steps
+    if steps is not None:  # the optimizer's step is the step: hand it what this backward left
+        changed = _changed(watch, state)
+        outputs = state.reducer.finish(len(watch.names)) if watch.module_names else None
+        steps.backward_ended(changed, outputs, measure_rows(state.local))
         return
-    with watch._lock:  # the step's number and its row are kept together
-        step = watch.step
-        watch.step += 1
-    if row is None:
-        return
-    if state.read_all and watch.scaler is None:  # a GradScaler's scale may look like an explosion
-        notice_scaler(watch, row, step)
+    changed = _changed(watch, state)
+    if not changed[0] and not state.arrived:
+        return  # autograd.grad: no .grad changed and no module output watched: not a step
+    plan = watch.kept.plan(watch.streams.of_backward(changed[0], changed[2]))
+    row, alarm = _row_of(watch, state, changed, plan.full)
+    info = StepInfo()
     if watch.scaler is not None and watch.scaler.is_enabled():
         info = StepInfo(loss_scale=float(watch.scaler.get_scale()))
-    else:
-        info = StepInfo()
-    keep(watch, step, row, state.arrived, info)
-    if watch._ranks is not None:
-        watch._ranks.finish(step)
+    if watch.kept.keep(plan, row, info, alarm, state.arrived, len(watch.parameter_names)):
+        if watch._ranks is not None:
+            watch._ranks.finish(plan.step)
 
 
-def _row_of(watch, state: Backward, parameters: bool = True) -> torch.Tensor:
-    """The ``[names, 4]`` row of one ended backward: every ``.grad`` it accumulated into (unless
-    ``parameters`` is False) and the module-output gradients its hooks handed over, reduced together."""
+def _changed(watch, state: Backward) -> tuple[list[int], list[torch.Tensor], bool]:
+    """``(columns, their .grad, fresh)``: the parameters whose ``.grad`` this backward changed, in
+    column order, and whether one of them had been reset since the last backward (None, another
+    tensor or written in place: a new iteration)."""
     columns, grads, seen = [], [], set()
     tensors = watch._parameters
     # in column order (a stable sort: a column's first note first), so that the usual step's norms
     # are the row's first lines as they are (StepReducer.finish), not scattered into it
-    before = sorted(state.before, key=_first) if parameters and watch._ranks is None else ()
+    before = sorted(state.before, key=_first) if watch._ranks is None else ()
+    fresh = False
+    left = watch.streams.left
     for column, grad, version in before:
         now = tensors[column].grad
         if now is not None and (now is not grad or now._version != version) and column not in seen:
             seen.add(column)
+            if grad is None or left.get(column) != (id(grad), version):
+                fresh = True
             if now.numel():
                 columns.append(column)
                 grads.append(now)
-    if grads:
-        full = watch.step % watch.stats_every == 0
-        state.read_all = state.reducer.add_all(columns, grads, full, DEFAULT_THRESHOLDS["exploding_norm"])
+    if watch._ranks is not None:  # DDP / FSDP2: the parameters measured in their hooks
+        columns = sorted({c for c, _ in state.local})
+        fresh = True
+    watch.streams.note_left(columns, grads)
+    return columns, grads, fresh
+
+
+def _row_of(watch, state: Backward, changed: tuple, full: bool) -> tuple[torch.Tensor, bool]:
+    """``(row, alarm)``: the ``[names, 4]`` row of one ended backward (every ``.grad`` it
+    accumulated into and the module-output gradients its hooks handed over, reduced together), and
+    whether a gradient holds NaN/Inf or a norm is above ``exploding_norm``."""
+    columns, grads, _ = changed
+    if grads and watch._ranks is None:
+        state.read_all = state.reducer.add_all(columns, grads, full, EXPLODING)
     row = state.reducer.finish(len(watch.names))
-    if state.local and parameters:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
+    if state.local:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
         for column, values in measure_rows(state.local).items():
             row[column] = torch.tensor(values, dtype=torch.float64)
-    return row
+    alarm = (state.read_all or bool(state.arrived) or bool(state.local)) and is_alarm(row)
+    if alarm and grads:
+        finite_max_abs(row, columns, grads)
+    return row, alarm
 
 
 def measure_rows(local: list[tuple[int, Measured]]) -> dict[int, tuple]:

@@ -119,7 +119,7 @@ class RankRecorder:
             if unsharded is None or self._hooked.get(column) == id(unsharded):
                 continue
             self._hooked[column] = id(unsharded)
-            self._handles.append(unsharded.register_post_accumulate_grad_hook(hook_for_column(column)))
+            self._handles.add(unsharded.register_post_accumulate_grad_hook(hook_for_column(column)))
 
     def finish(self, step: int) -> None:
         """End of a recorded backward: queue reading the reduced ``.grad`` after the all-reduce
@@ -160,7 +160,7 @@ def attach(
         return None
     recorder = RankRecorder(watch, model, kind, parameters, handles, reduce)
     if kind == distributed.FSDP:
-        handles.append(
+        handles.add(
             model.register_forward_hook(partial(_after_forward, weakref.ref(recorder), hook_for_column))
         )
     return recorder
@@ -208,6 +208,11 @@ class RankHistory:
         learning_rates: per step, each param group's learning rate; empty in older files.
         loss_scales: per step, the ``GradScaler``'s scale (NaN without one); empty in older files.
         notes: what a step is and whether its gradients carry a loss scale (``Watch.notes``).
+        pre_clip_norm: float64 ``[len(steps), len(names)]`` with ``optimizer=``: each gradient's
+            norm as the backward left it, before clipping (of the rank that holds the history);
+            None without ``optimizer=`` and in older files.
+        pre_clip_total: per step, their total (what ``clip_grad_norm_`` returns); empty without
+            ``optimizer=`` and in older files.
     """
 
     ranks: list[int]
@@ -227,6 +232,8 @@ class RankHistory:
     learning_rates: list[list[float]] = field(default_factory=list)
     loss_scales: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    pre_clip_norm: torch.Tensor | None = None
+    pre_clip_total: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -309,6 +316,8 @@ class RankHistory:
             skipped=list(self.skipped),
             learning_rates=[list(rates) for rates in self.learning_rates],
             loss_scales=list(self.loss_scales),
+            pre_clip_norm=None if self.pre_clip_norm is None else self.pre_clip_norm.clone(),
+            pre_clip_total=list(self.pre_clip_total),
         )
 
     def total_norms(self) -> torch.Tensor:
@@ -418,10 +427,13 @@ def _step_extras(watch, steps: list[int]) -> dict:
     history = watch.history
     at = {s: i for i, s in enumerate(history.steps)}
     ratio = torch.full((len(steps), len(history.names)), math.nan, dtype=torch.float64)
+    pre_clip = None if history.pre_clip_norm is None else torch.full_like(ratio, math.nan)
     rows = [at.get(s) for s in steps]
     for i, row in enumerate(rows):
         if row is not None:
             ratio[i] = history.update_ratio[row]
+            if pre_clip is not None:
+                pre_clip[i] = history.pre_clip_norm[row]
 
     def per_step(values: list, missing) -> list:
         return [missing if row is None else values[row] for row in rows]
@@ -433,6 +445,8 @@ def _step_extras(watch, steps: list[int]) -> dict:
         "learning_rates": per_step(history.learning_rates, []),
         "loss_scales": per_step(history.loss_scales, math.nan),
         "notes": list(watch.notes),
+        "pre_clip_norm": pre_clip,
+        "pre_clip_total": per_step(history.pre_clip_total, math.nan) if history.pre_clip_total else [],
     }
 
 

@@ -23,12 +23,16 @@ class StepInfo:
         learning_rates: each param group's learning rate when it stepped (empty without optimizer).
         loss_scale: the ``GradScaler``'s scale then (NaN without one). Without ``optimizer=`` the
             gradients carry it; with one they were unscaled before the step read them.
+        pre_clip_total: with ``optimizer=``, the 2-norm of all the step's gradients as the last
+            backward left them (before clipping; unscaled when the scaler is known), as
+            ``torch.nn.utils.clip_grad_norm_`` returns it; NaN where not read.
     """
 
     optimizer: str = ""
     skipped: bool = False
     learning_rates: list[float] = field(default_factory=list)
     loss_scale: float = math.nan
+    pre_clip_total: float = math.nan
 
 
 @dataclass
@@ -45,6 +49,11 @@ class History:
             of each parameter the step updated (``optimizer=`` only); NaN elsewhere, or None.
         optimizers, skipped, learning_rates, loss_scales: per step, as :class:`StepInfo` holds them
             (empty lists for a history saved before they existed).
+        pre_clip_norm: float64 ``[len(steps), len(names)]`` with ``optimizer=``: each gradient's
+            2-norm as the backward left it, before clipping (unscaled when the ``GradScaler`` is
+            known); NaN where not read; None without ``optimizer=`` (there ``norm`` is that already).
+        pre_clip_total: per step, the total of ``pre_clip_norm`` over the step's parameters (what
+            ``clip_grad_norm_`` returns); empty without ``optimizer=`` or in older files.
     """
 
     steps: list[int]
@@ -59,6 +68,8 @@ class History:
     skipped: list[bool] = field(default_factory=list)
     learning_rates: list[list[float]] = field(default_factory=list)
     loss_scales: list[float] = field(default_factory=list)
+    pre_clip_norm: torch.Tensor | None = None
+    pre_clip_total: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.steps)

@@ -18,8 +18,8 @@ from hookviz.record.own_pass import in_own_pass
 from hookviz.record.torch_compat import pytree
 from hookviz.stats.reduce import measure
 from hookviz.watching import gather as watch_gather
-from hookviz.watching.backward_steps import begin
-from hookviz.watching.structure import check_structure, follow_replaced
+from hookviz.watching.backward_steps import begin, check_compiled_autograd
+from hookviz.watching.structure import check_structure, check_unfrozen, follow_replaced
 
 _graph_task_id = torch_compat.graph_task_id
 
@@ -33,7 +33,7 @@ def _on_parameter(reference: weakref.ref, column: int, parameter: torch.Tensor) 
     state = begin(self)
     if state is not None and not state.own:
         state.reached = True  # FSDP2: the sharded parameters' own tensor hooks never run
-    if state is not None and state.recording and not state.own and parameter.grad is not None:
+    if state is not None and not state.own and parameter.grad is not None:
         state.arrived.append(column)
         state.local.append((column, measure([parameter.grad], sums=False, counts=True)))
 
@@ -53,7 +53,7 @@ def _on_output_grads(reference: weakref.ref, column: int, output_nr: int, grad_o
     if self is None:
         return
     state = begin(self)
-    if state is not None and state.recording and not state.own:
+    if state is not None and not state.own:
         state.reached = True  # a backward that reaches module outputs only (autograd.grad) is a step too
         state.arrived.append(column)
         state.reducer.add(column, grad)
@@ -77,7 +77,7 @@ def _on_parameter_grad(reference: weakref.ref, column: int, grad: torch.Tensor) 
     if state is None or state.own:
         return
     state.reached = True
-    if state.recording and column >= 0:
+    if column >= 0:
         held = self._parameters[column].grad
         state.before.append((column, held, -1 if held is None else held._version))
 
@@ -102,14 +102,16 @@ def on_model_forward(reference: weakref.ref, module, args, output) -> None:
     self = reference()
     if self is None or self.closed or in_own_pass():
         return
+    check_compiled_autograd()
     check_structure(self)
+    check_unfrozen(self)
     follow_replaced(self)
 
 
 def on_forward(reference: weakref.ref, column: int, module, args, output) -> None:
     """Forward hook (``outputs=True``): put a gradient hook on each output tensor; returns None."""
     self = reference()
-    if self is None or self.closed or not self.recording or not torch.is_grad_enabled() or in_own_pass():
+    if self is None or self.closed or not torch.is_grad_enabled() or in_own_pass():
         return
     for tensor in _output_tensors(output):
         node = tensor.grad_fn
@@ -117,4 +119,4 @@ def on_forward(reference: weakref.ref, column: int, module, args, output) -> Non
             handle = tensor.register_hook(partial(_on_output_grad, reference, column))
         else:
             handle = node.register_prehook(partial(_on_output_grads, reference, column, tensor.output_nr))
-        self._keep_graph_handle(handle)
+        self.handles.add_graph(handle)

@@ -1,90 +1,346 @@
-"""A watch's kept steps: storing a recorded step's row, thinning the kept steps when they are full.
+"""A watch's kept steps: one owner, :class:`KeptSteps`, for which steps are kept and their rows.
 
-``capacity`` steps are kept; when full, every other kept step is dropped and from then on only
-every other step is recorded (:mod:`hookviz.watching.watch`). Steps come from the end of a backward
-(:mod:`hookviz.watching.backward_steps`) or from ``optimizer.step()``
-(:mod:`hookviz.watching.optimizer_steps`).
+Reading is separate from keeping. Every step is read (at least its norms, checked for NaN/Inf and
+explosions); :class:`KeptSteps` then decides whether it is kept. Steps come in *streams*: with
+``optimizer=`` one per optimizer (a GAN's G and D), otherwise one per kind of backward in an
+iteration (the parameters it reached and its position since the gradients were last reset: the
+micro-batches of an accumulation, two backwards per iteration). ``every``, ``stats_every`` and
+thinning count each stream's own steps, so no stream is phase-locked out:
+
+- a stream's ``i``-th step is recorded when ``i`` is a multiple of ``every * stride`` (its stride
+  starts at 1) and reads every statistic when it is recorded and ``i`` is a multiple of
+  ``stats_every``;
+- a step whose gradients hold NaN/Inf or whose norm is above ``exploding_norm`` (an *alarm*), and
+  a step the ``GradScaler`` skipped, is kept whatever the stream's stride;
+- when ``capacity`` steps are kept, each stream drops every other of its recorded steps and doubles
+  its stride (alarm steps stay, unless they alone fill half the capacity: then every other alarm
+  step of a stream goes, its first one never).
+
+Steps are numbered in the order they happen, over all streams, and a number is never reused or
+shifted. Source of the thinning idea: a reservoir that halves its resolution when full.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
+import threading
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
-from hookviz.stats.reduce import COLUMN
-from hookviz.watching.history import StepInfo
+from hookviz.watching.history import STATISTICS, StepInfo
 
-
-def keep(watch, step: int, row: torch.Tensor, arrived: list[int], info: StepInfo) -> bool:
-    """Store a recorded step's row and what it was; tell the listeners; False when thinned out."""
-    with watch._lock:
-        kept = _store(watch, step, row, info)
-        if len(watch._order) < len(watch.names):  # once every column has a place, none moves
-            arrived = arrived + [
-                c
-                for c in reversed(range(len(watch.parameter_names)))
-                if not math.isnan(row[c, COLUMN["norm"]])
-            ]
-            for position, column in enumerate(arrived):
-                watch._order.setdefault(column, position)
-    if kept and watch._listeners:
-        watch._tell_listeners(step, row)
-    return kept
+# Distinct streams a watch tells apart; later kinds share one stream (a model whose backwards
+# reach ever-new sets of parameters must still thin).
+MAX_STREAMS = 16
 
 
-def _store(watch, step: int, row: torch.Tensor, info: StepInfo) -> bool:
-    """Keep ``row`` as step ``step`` (thinning the kept steps when full); False when thinning
-    left this step out."""
-    if len(watch._steps) == watch.capacity:
-        keep = [i for i, s in enumerate(watch._steps) if s % (watch.every * watch._stride * 2) == 0]
-        for table in (watch._rows, watch._ratios):
+@dataclass
+class Plan:
+    """What one step of a stream is to be, decided before it is read.
+
+    Attributes:
+        step: the step's number (over all streams).
+        stream: the stream's key.
+        index: the step's place in its stream (0 first).
+        recorded: kept whatever its numbers (the stream's stride allows it).
+        full: read every statistic, not only the norms (``stats_every``).
+    """
+
+    step: int
+    stream: object
+    index: int
+    recorded: bool
+    full: bool
+
+
+class KeptSteps:
+    """The kept steps of one watch and the lock that guards them (module docstring).
+
+    Rows are float64 CPU ``[names, 4]`` (:data:`STATISTICS`); per kept step also its update ratios
+    ``[names]``, its pre-clip norms ``[names]`` (NaN where not read) and its :class:`StepInfo`.
+
+    Attributes:
+        lock: a ``threading.Lock`` held for every read and write of the kept steps (hooks of one
+            backward may run on several autograd threads; a viewer reads from another thread).
+        count: steps numbered so far (the number of the next step).
+        version: bumped each time the kept steps change (a step kept, thinned, or given ratios).
+    """
+
+    def __init__(self, capacity: int, width: int, every: int = 1, stats_every: int = 1):
+        self.lock = threading.Lock()
+        self.capacity, self.width, self.every, self.stats_every = capacity, width, every, stats_every
+        self.count = 0
+        self.version = 0
+        self._rows = torch.full((capacity, width, len(STATISTICS)), math.nan, dtype=torch.float64)
+        self._ratios = torch.full((capacity, width), math.nan, dtype=torch.float64)
+        self._pre_clip = torch.full((capacity, width), math.nan, dtype=torch.float64)
+        self._steps: list[int] = []
+        self._info: list[StepInfo] = []
+        # per kept step: (stream, index in the stream, alarm)
+        self._where: list[tuple[object, int, bool]] = []
+        self._seen: dict[object, int] = {}  # stream -> its steps so far
+        self._stride: dict[object, int] = {}  # stream -> its stride
+        self._thinned = 0  # thinnings so far: a new stream starts at the stride the others reached
+        self._order: dict[int, int] = {}  # column -> position at which its gradient first arrived
+        self._listeners: OrderedDict[int, object] = OrderedDict()  # handle id -> listener
+
+    # ------------------------------------------------------------------ writing
+
+    def plan(self, stream: object) -> Plan:
+        """Number the next step, of ``stream``, and say whether it is recorded and full."""
+        with self.lock:
+            return self._plan(stream)
+
+    def _plan(self, stream: object) -> Plan:
+        if stream not in self._seen and len(self._seen) >= MAX_STREAMS:
+            stream = "other"
+        index = self._seen.get(stream, 0)
+        self._seen[stream] = index + 1
+        stride = self._stride.setdefault(stream, 2**self._thinned)
+        step = self.count
+        self.count += 1
+        recorded = index % (self.every * stride) == 0
+        return Plan(step, stream, index, recorded, recorded and index % self.stats_every == 0)
+
+    def peek(self, stream: object) -> tuple[bool, bool]:
+        """``(recorded, full)`` of the next step of ``stream``, without numbering it."""
+        with self.lock:
+            stream = stream if stream in self._seen or len(self._seen) < MAX_STREAMS else "other"
+            stride = self._stride.get(stream, 2**self._thinned)
+            index = self._seen.get(stream, 0)
+            recorded = index % (self.every * stride) == 0
+            return recorded, recorded and index % self.stats_every == 0
+
+    def add_listener(self, listener) -> RemovableHandle:
+        """Call ``listener(step, row)`` after each kept step, outside the lock (see
+        :meth:`hookviz.Watch.add_step_listener`)."""
+        handle = RemovableHandle(self._listeners)
+        self._listeners[handle.id] = listener
+        return handle
+
+    def tell(self, step: int | None, row: torch.Tensor | None) -> None:
+        """Call every listener with ``(step, row)``; one that raises becomes a warning."""
+        for listener in list(self._listeners.values()):
+            try:
+                listener(step, row)
+            except Exception as error:  # a viewer's bug must not break the user's training step
+                warnings.warn(
+                    f"hookviz watch listener {listener!r} failed: {error!r}", RuntimeWarning, stacklevel=2
+                )
+
+    def close(self) -> None:
+        """Tell the listeners the watch closed (``listener(None, None)``), then drop them."""
+        self.tell(None, None)
+        self._listeners.clear()
+
+    def keep(
+        self,
+        plan: Plan,
+        row: torch.Tensor,
+        info: StepInfo,
+        alarm: bool = False,
+        arrived: list[int] | None = None,
+        parameters: int = 0,
+        pre_clip: torch.Tensor | None = None,
+    ) -> bool:
+        """Keep step ``plan.step`` with its ``[width, 4]`` ``row`` when it is recorded, an alarm or
+        skipped; thin first when full. ``arrived``: columns in the order their gradients arrived
+        (the first ``parameters`` columns not listed are placed after them, nearest the loss first).
+        ``pre_clip``: float64 ``[width]`` norms as the backward left the gradients. Returns whether
+        it was kept."""
+        alarm = alarm or info.skipped
+        if not (plan.recorded or alarm):
+            return False
+        with self.lock:
+            if len(self._steps) == self.capacity:
+                self._thin()
+                stride = self._stride.get(plan.stream, 1)
+                if not alarm and plan.index % (self.every * stride):
+                    return False
+            # in number order: two threads' steps may arrive the other way round
+            at = bisect.bisect(self._steps, plan.step)
+            count = len(self._steps)
+            if at < count:
+                for table in (self._rows, self._ratios, self._pre_clip):
+                    table[at + 1 : count + 1] = table[at:count].clone()
+            self._rows[at] = row
+            self._ratios[at] = math.nan
+            self._pre_clip[at] = math.nan if pre_clip is None else pre_clip
+            self._steps.insert(at, plan.step)
+            self._info.insert(at, info)
+            self._where.insert(at, (plan.stream, plan.index, alarm))
+            self.version += 1
+            if len(self._order) < self.width:  # once every column has a place, none moves
+                order = list(arrived or []) + [
+                    c for c in reversed(range(parameters)) if not math.isnan(row[c, 0])
+                ]
+                for position, column in enumerate(order):
+                    self._order.setdefault(column, position)
+        if self._listeners:
+            self.tell(plan.step, row)
+        return True
+
+    def _thin(self) -> None:
+        """Each stream drops every other recorded step and doubles its stride (module docstring)."""
+        self._thinned += 1
+        for stream in self._stride:
+            self._stride[stream] *= 2
+        keep = [
+            i
+            for i, (stream, index, alarm) in enumerate(self._where)
+            if alarm or index % (self.every * self._stride[stream]) == 0
+        ]
+        alarms = [i for i in keep if self._where[i][2]]
+        if len(keep) == len(self._where) or len(alarms) > self.capacity // 2:
+            # alarm steps fill the table: every other alarm step of each stream goes, its first stays
+            seen: dict[object, int] = {}
+            drop = set()
+            for i in alarms:
+                stream = self._where[i][0]
+                seen[stream] = seen.get(stream, 0) + 1
+                if seen[stream] % 2 == 0:
+                    drop.add(i)
+            if not drop:  # each step is the first of its stream: every other one goes
+                drop = set(keep[1::2])
+            keep = [i for i in keep if i not in drop]
+        for table in (self._rows, self._ratios, self._pre_clip):
             table[: len(keep)] = table[keep].clone()
             table[len(keep) :] = math.nan
-        watch._steps = [watch._steps[i] for i in keep]
-        watch._info = [watch._info[i] for i in keep]
-        watch._stride *= 2
-        if step % (watch.every * watch._stride):
-            return False
-    watch._rows[len(watch._steps)] = row
-    watch._steps.append(step)
-    watch._info.append(info)
-    return True
+        self._steps = [self._steps[i] for i in keep]
+        self._info = [self._info[i] for i in keep]
+        self._where = [self._where[i] for i in keep]
+
+    def set_ratios(self, step: int, columns: list[int], ratios: list[float]) -> None:
+        """The update-to-weight ratios of kept step ``step`` (from the optimizer's post-hook)."""
+        with self.lock:
+            if step in self._steps:
+                self._ratios[self._steps.index(step), columns] = torch.tensor(ratios, dtype=torch.float64)
+                self.version += 1
+
+    def set_info(self, step: int, **changes) -> None:
+        """Change fields of kept step ``step``'s :class:`StepInfo`."""
+        with self.lock:
+            if step in self._steps:
+                index = self._steps.index(step)
+                self._info[index] = dataclasses.replace(self._info[index], **changes)
+                self.version += 1
+
+    # ------------------------------------------------------------------ reading
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    @property
+    def steps(self) -> list[int]:
+        """The kept step numbers, ascending (a copy)."""
+        with self.lock:
+            return list(self._steps)
+
+    @property
+    def order(self) -> dict[int, int]:
+        """``{column: position}`` where each column's gradient first arrived (a copy)."""
+        with self.lock:
+            return dict(self._order)
+
+    def row(self, step: int | None) -> tuple[int, torch.Tensor] | None:
+        """``(step, a copy of its [width, 4] row)`` of kept ``step`` (None: the last); None when
+        ``step`` is not kept."""
+        with self.lock:
+            if not self._steps:
+                return None
+            if step is None:
+                return self._steps[-1], self._rows[len(self._steps) - 1].clone()
+            if step in self._steps:
+                return step, self._rows[self._steps.index(step)].clone()
+        return None
+
+    def info(self, step: int) -> StepInfo:
+        """Kept step ``step``'s :class:`StepInfo` (``step`` must be kept)."""
+        with self.lock:
+            return self._info[self._steps.index(step)]
+
+    def ratios(self, step: int) -> list[float]:
+        """Kept step ``step``'s update ratio per column (NaN: not measured)."""
+        with self.lock:
+            return self._ratios[self._steps.index(step)].tolist()
+
+    def pre_clip(self, step: int) -> list[float]:
+        """Kept step ``step``'s pre-clip norm per column (NaN: not read; ``optimizer=`` only)."""
+        with self.lock:
+            return self._pre_clip[self._steps.index(step)].tolist()
+
+    def skipped(self) -> list[int]:
+        """The kept steps marked skipped."""
+        with self.lock:
+            return [s for s, i in zip(self._steps, self._info) if i.skipped]
+
+    def snapshot(self) -> tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor, list[StepInfo]]:
+        """``(steps, rows [k, width, 4], ratios [k, width], pre_clip [k, width], infos)``: copies,
+        consistent with one another also while another thread keeps steps."""
+        with self.lock:
+            count = len(self._steps)
+            return (
+                list(self._steps),
+                self._rows[:count].clone(),
+                self._ratios[:count].clone(),
+                self._pre_clip[:count].clone(),
+                list(self._info),
+            )
+
+    def values(self, step: int, row: torch.Tensor) -> tuple[list[list[float]], list[float]]:
+        """Kept step ``step``'s numbers as diagnosis reads them: per column ``(norm, max_abs,
+        nonfinite, zero_fraction)`` from ``row``, where a step that kept only norms
+        (``stats_every``) takes each zero fraction from the last kept step that measured it; and
+        per column its update ratio (NaN: not updated)."""
+        values = row.tolist()
+        unmeasured = [c for c, v in enumerate(values) if math.isnan(v[3]) and not math.isnan(v[0])]
+        with self.lock:
+            index = self._steps.index(step)
+            ratios = self._ratios[index].tolist()
+            if unmeasured:
+                kept = [i for i, s in enumerate(self._steps) if s <= step]
+                for column in unmeasured:
+                    earlier = self._rows[kept, column, 3]
+                    measured = earlier[~earlier.isnan()]
+                    if measured.numel():
+                        values[column][3] = measured[-1].item()
+        return values, ratios
 
 
-def set_update_ratios(watch, step: int, columns: list[int], ratios: list[float]) -> None:
-    """The update-to-weight ratios of kept step ``step`` (from the optimizer's post-hook)."""
-    with watch._lock:
-        if step in watch._steps:
-            watch._ratios[watch._steps.index(step), columns] = torch.tensor(ratios, dtype=torch.float64)
+class Streams:
+    """Which stream a backward's step belongs to, without ``optimizer=`` (module docstring): the
+    parameters it changed and its position since their gradients were last reset.
 
+    A loop that never resets its gradients has no iterations: its backwards are one stream. The
+    length of an iteration is learnt when a reset ends one, so the first iteration's later
+    backwards count with its first.
 
-def set_loss_scale(watch, step: int, scale: float) -> None:
-    """The ``GradScaler`` scale that kept step ``step``'s gradients carry, learnt after it was kept
-    (:mod:`hookviz.watching.scaler_search`)."""
-    with watch._lock:
-        if step in watch._steps:
-            index = watch._steps.index(step)
-            watch._info[index] = dataclasses.replace(watch._info[index], loss_scale=scale)
+    Attributes:
+        left: ``{column: (id of its .grad, that .grad's _version)}`` as the last backward left it.
+    """
 
+    def __init__(self) -> None:
+        self.left: dict[int, tuple[int, int]] = {}
+        self._position = 0  # backwards since the gradients were last reset, minus one
+        self._length = 0  # backwards in the longest iteration that ended
 
-def step_values(watch, step: int, row: torch.Tensor) -> tuple[list[list[float]], list[float]]:
-    """Kept step ``step``'s numbers as diagnosis reads them: per column ``(norm, max_abs,
-    nonfinite, zero_fraction)`` from ``row``, where a step that kept only norms (``stats_every``)
-    takes each zero fraction from the last kept step that measured it; and per column its update
-    ratio (NaN: not updated; all NaN without ``optimizer=``)."""
-    values = row.tolist()
-    norm, zeros = COLUMN["norm"], COLUMN["zero_fraction"]
-    unmeasured = [c for c, v in enumerate(values) if math.isnan(v[zeros]) and not math.isnan(v[norm])]
-    with watch._lock:
-        index = watch._steps.index(step)
-        ratios = watch._ratios[index].tolist()
-        if unmeasured:
-            kept = [i for i, s in enumerate(watch._steps) if s <= step]
-            for column in unmeasured:
-                earlier = watch._rows[kept, column, zeros]
-                measured = earlier[~earlier.isnan()]
-                if measured.numel():
-                    values[column][zeros] = measured[-1].item()
-    return values, ratios
+    def note_left(self, columns: list[int], grads: list[torch.Tensor]) -> None:
+        """A backward ended: each of ``columns``'s ``.grad`` is now ``grads``'s tensor."""
+        self.left.update(zip(columns, ((id(g), g._version) for g in grads)))
+
+    def of_backward(self, columns: list[int], fresh: bool) -> tuple:
+        """The stream key of a backward that changed ``columns``' ``.grad``; ``fresh``: one of them
+        had been reset since the last backward (a new iteration)."""
+        if fresh:
+            self._length = max(self._length, self._position + 1)
+            self._position = 0
+        else:
+            self._position += 1
+        position = self._position if self._position < self._length else 0
+        return (tuple(columns), position)

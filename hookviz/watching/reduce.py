@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.stats.reduce import (
     COLUMN,
     Measured,
@@ -209,3 +210,25 @@ def row_from_statistics(values, numel: int) -> Statistics:
         nan_count=int(nonfinite),
         zero_count=round(zero_fraction * numel),
     )
+
+
+EXPLODING = DEFAULT_THRESHOLDS["exploding_norm"]  # a norm above it is an alarm: the step is kept
+
+
+def is_alarm(row: torch.Tensor) -> bool:
+    """Whether a ``[width, 4]`` row holds NaN/Inf (``nonfinite`` above 0, or a norm that is not
+    finite) or a norm above ``exploding_norm``: such a step is always kept."""
+    norms = row[:, 0]
+    return bool(((row[:, 2] > 0) | norms.isinf() | (norms > EXPLODING)).any())
+
+
+def finite_max_abs(row: torch.Tensor, columns: list[int], grads: list[torch.Tensor]) -> None:
+    """Set ``max_abs`` of each of ``columns`` whose gradient holds NaN/Inf to the largest finite
+    magnitude (NaN when none is finite), in place: NaN/Inf are counted apart, in ``nonfinite``."""
+    for column, grad in zip(columns, grads):
+        if row[column, 2] > 0 and grad.is_floating_point():
+            with torch.no_grad():
+                magnitudes = grad.detach().abs()
+                finite = magnitudes.isfinite()
+                found = torch.where(finite, magnitudes, 0).max() if bool(finite.any()) else math.nan
+                row[column, 1] = float(found)

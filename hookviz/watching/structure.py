@@ -10,6 +10,54 @@ import warnings
 import torch
 
 from hookviz.advice import advice
+from hookviz.errors import WatchError
+
+
+def check_at_open(model: torch.nn.Module, others: list) -> None:
+    """Refuse a model the watch cannot hook; warn when another open watch (of ``others``) watches
+    one of its parameters (each would count the other's backwards as its own steps).
+
+    Raises:
+        WatchError: ``model`` is a TorchScript module.
+    """
+    if isinstance(model, torch.jit.ScriptModule):
+        raise WatchError(
+            f"{type(model).__name__} is a TorchScript module: a scripted forward runs no Python "
+            "forward hook and its graph is not the eager autograd graph the watch follows; watch "
+            f"the eager model ({advice('watch')} before torch.jit.script, or on the nn.Module "
+            "you scripted)"
+        )
+    mine = {id(p): n for n, p in model.named_parameters() if p.requires_grad}
+    for other in others:
+        shared = [mine[id(p)] for p in other.model.parameters() if id(p) in mine]
+        if shared:
+            listed = ", ".join(repr(n) for n in shared[:3]) + (" ..." if len(shared) > 3 else "")
+            warnings.warn(
+                f"hookviz.watch: {len(shared)} parameter(s) of {type(model).__name__} ({listed}) are "
+                f"also watched by an open watch of {other.model_name}: a backward that reaches "
+                "them is a step of both watches. Close the other watch first, or watch the model "
+                "that holds both (one watch sees every backward)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+
+def check_unfrozen(watch) -> None:
+    """At each forward: warn once, naming them, about parameters frozen when the watch opened that
+    now require grad (gradual unfreezing): the watch has no column for them."""
+    if not watch._frozen or not any(p.requires_grad for _, p in watch._frozen):
+        return
+    thawed = [n for n, p in watch._frozen if p.requires_grad]
+    watch._frozen = [(n, p) for n, p in watch._frozen if not p.requires_grad]
+    listed = ", ".join(repr(n) for n in thawed[:5]) + (" ..." if len(thawed) > 5 else "")
+    warnings.warn(
+        f"hookviz.watch: {len(thawed)} parameter(s) of {watch.model_name} ({listed}) were frozen "
+        "when the watch opened and now require grad: they are not watched (no column, no step "
+        "reads them). Open the watch after unfreezing, or close this one and open a new one "
+        f"({advice('watch')}) to watch them",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def check_structure(watch) -> None:
@@ -58,19 +106,16 @@ def follow_replaced(watch) -> None:
     held = [owner._parameters.get(attribute) for owner, attribute in watch._owners]
     if all(map(operator.is_, held, watch._parameters)):  # every backward: none replaced
         return
-    for column, (owner, attribute) in enumerate(watch._owners):
-        current = owner._parameters.get(attribute)
-        if current is not watch._parameters[column] and current is not None:
-            with watch._lock:
+    with watch.kept.lock:  # two threads' backwards may both find it: one moves it, under the lock
+        for column, (owner, attribute) in enumerate(watch._owners):
+            current = owner._parameters.get(attribute)
+            if current is not watch._parameters[column] and current is not None:
                 old = watch._parameters[column]
                 watch._parameters[column] = current
                 watch._column_of.pop(id(old), None)
                 watch._column_of[id(current)] = column
-                for _, handle in [s for s in watch._starts if s[0] is old]:
-                    handle.remove()
-                watch._starts[:] = [s for s in watch._starts if s[0] is not old]
-                if current.requires_grad:
-                    watch._hook_start(column, current)
+                hook = watch.start_hook(column) if current.requires_grad else None
+                watch.handles.move_start(old, current if hook else None, hook)
 
 
 def owner_of(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:

@@ -14,14 +14,14 @@ hook per module), which sees the gradient the Node receives, after the user's te
 backward hook is used: forward hooks, tensor hooks and Node pre-hooks leave every gradient
 bit-identical (``docs/architecture.md``).
 
-A *step* is one backward that reached a watched parameter (or, with ``outputs=True``, a module
-output), counted when it ends; two threads' backwards are two steps. With ``optimizer=``, a step is
-one ``optimizer.step()`` instead, with the gradients it reads, its update-to-weight ratios and
-learning rates (:mod:`hookviz.watching.optimizer_steps`).
+A *step* is one backward that changed a watched parameter's ``.grad`` (or, with ``outputs=True``,
+reached a module output), counted when it ends; two threads' backwards are two steps. With
+``optimizer=``, a step is one ``optimizer.step()`` instead, with the gradients it reads, its
+update-to-weight ratios and learning rates (:mod:`hookviz.watching.optimizer_steps`).
 
 Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
 ``zero_fraction`` (exactly-zero elements). Norms are read every step; a parameter's other three
-every ``stats_every`` steps (steps whose number is a multiple of it, step 0 first) and at once on
+every ``stats_every`` steps of a stream (its first step first) and at once on
 any step where a parameter's norm is not finite, above the ``exploding_norm`` threshold or exactly 0,
 so no NaN, explosion or dead gradient goes unmeasured. On the other steps ``max_abs`` and
 ``zero_fraction`` are NaN (not measured) and ``nonfinite`` 0 (a finite norm proves there is none);
@@ -29,12 +29,15 @@ so no NaN, explosion or dead gradient goes unmeasured. On the other steps ``max_
 A parameter's statistics are those of its ``.grad`` as the step left it (accumulated when the loop
 does not zero it); a module's those of the gradient w.r.t. its outputs, over its calls.
 
-Memory is bounded: ``capacity`` steps are kept; when full, every other kept step is dropped and
-from then on only every other step is recorded. ``every=k`` records every k-th step.
+Every step is read; :class:`~hookviz.watching.kept_steps.KeptSteps` decides which are kept, per
+stream (each optimizer; without one, each kind of backward in an iteration): ``every=k`` records a
+stream's every k-th step, ``capacity`` steps are kept, and when full each stream drops every other
+kept step and from then on records every other one. A step with NaN/Inf, an exploding norm or
+skipped by the ``GradScaler`` is always kept.
 
-Limits: ``torch.autograd.grad`` does not fill ``.grad``, so its steps hold module outputs only. A
+Limits: ``torch.autograd.grad`` changes no ``.grad``: not a step (unless ``outputs=True``). A
 replaced parameter is followed to its new tensor (:mod:`hookviz.watching.structure`); one added
-after the watch opened is not watched, and a warning names it. Parameter names are listed nearest
+or unfrozen after the watch opened is not watched, and a warning names it. Parameter names are listed nearest
 the loss first in definition order reversed.
 """
 
@@ -43,10 +46,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import threading
-import warnings
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
@@ -55,7 +55,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from hookviz.advice import advice
-from hookviz.analysis.diagnose import check_thresholds
+from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS, check_thresholds
 from hookviz.analysis.findings import Finding
 from hookviz.analysis.onset import onsets
 from hookviz.analysis.step_findings import step_findings, step_layers
@@ -66,10 +66,12 @@ from hookviz.watching import gather as watch_gather
 from hookviz.watching import hooks as watch_hooks
 from hookviz.watching import plots
 from hookviz.watching.backward_steps import Backward, reduce_pairs
+from hookviz.watching.handles import Handles
 from hookviz.watching.history import STATISTICS, History, StepInfo
-from hookviz.watching.kept_steps import step_values
-from hookviz.watching.optimizer_steps import OptimizerSteps, step_notes, warn_nothing_kept
-from hookviz.watching.structure import owner_of, structure_of
+from hookviz.watching.kept_steps import KeptSteps, Streams
+from hookviz.watching.optimizer_steps import SCALE_NOTE, OptimizerSteps, step_notes, warn_nothing_kept
+from hookviz.watching.scaler_listeners import check_scaler
+from hookviz.watching.structure import check_at_open, owner_of, structure_of
 
 if TYPE_CHECKING:  # annotations only
     from plotly.graph_objects import Figure
@@ -148,6 +150,7 @@ class Watch:
                 f"({advice('close_watch')}, or open watches with `with {advice('watch')} as watch:` so "
                 "they close)"
             )
+        check_at_open(model, [w() for w in list(_OPEN.values()) if w() is not None and w().model is not None])
         self.model = model  # None once closed (see close)
         self.model_name = type(model).__name__
         self.every = every
@@ -159,38 +162,29 @@ class Watch:
         self.module_types = {n: type(m).__name__ for n, m in model.named_modules()}
         self.names = self.parameter_names + self.module_names
         self.kinds = ["parameter"] * len(self.parameter_names) + ["output"] * len(self.module_names)
-        self.step = 0  # steps seen so far = the number of the next step
         self.closed = False
-        self._stride = 1
-        self._rows = torch.full((capacity, len(self.names), len(STATISTICS)), math.nan, dtype=torch.float64)
-        self._steps: list[int] = []
-        self._info: list[StepInfo] = []  # per kept step: optimizer, skipped, learning rates, loss scale
-        self._ratios = torch.full((capacity, len(self.names)), math.nan, dtype=torch.float64)
-        self._order: dict[int, int] = {}  # column -> position at which its gradient first arrived
+        # the one owner of the kept steps, their rows and the lock that guards them
+        self.kept = KeptSteps(capacity, len(self.names), every, stats_every)
+        # the one owner of every hook handle this watch adds; close() removes them
+        self.handles = Handles()
         # Each parameter column's owner and attribute name, to follow a replaced parameter.
         self._parameters = [p for _, p in trainable] if parameters else []
         self._owners = [owner_of(model, n) for n in self.parameter_names]
         self._column_of = {id(p): c for c, p in enumerate(self._parameters)}
-        # One tensor hook per trainable parameter starts a backward's step (column -1: no column).
-        self._starts: list[tuple[torch.Tensor, object]] = []
         self._backwards_seen = 0  # backwards (not hookviz's own) that reached a watched parameter
+        # weakly: the watch keeps no gradient alive (only to tell which .grad changed while open)
         self._grads_at_open = [_grad_and_version(p) for _, p in trainable]
         self._trainable = [p for _, p in trainable]
+        self._frozen = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
         self._outputs_row: torch.Tensor | None = None  # optimizer=: the last backward's module outputs
         self._local_rows: dict[int, tuple] = {}  # optimizer= on DDP / FSDP2: local statistics
+        if scaler is not None:
+            check_scaler(scaler)
         self.scaler = scaler
-        # "given" (scaler=, a wrapper's); "pending" / "found" / "none found" (scaler_search), or None
-        self.scaler_origin: str | None = None if scaler is None else "given"
-        self.scaler_candidates: tuple | None = None
+        self.streams = Streams()  # without optimizer=: which stream a backward's step belongs to
         self._optimizer_steps: OptimizerSteps | None = None
         self._structure = structure_of(model)  # to notice parameters and modules added or replaced
         self._backwards: dict[int, Backward] = {}  # graph task id -> its state
-        self._lock = threading.Lock()
-        # add_step_listener: handle id -> listener (an OrderedDict, as RemovableHandle needs)
-        self._listeners: OrderedDict[int, object] = OrderedDict()
-        self._handles: list = []  # hooks on the model, removed on close
-        self._graph_handles: list = []  # hooks on the graphs of forwards, while those live
-        self._graph_handles_kept = 64  # prune dead graph handles when there are twice this many
         self._warned: set[str] = set()  # names already named in a warning
         self._hooked_modules: list[torch.nn.Module] = []
         self._ranks: watch_gather.RankRecorder | None = None
@@ -203,28 +197,29 @@ class Watch:
                 model,
                 trainable if parameters else [],
                 partial(watch_hooks.parameter_hook, weakref.ref(self)),
-                self._handles,
+                self.handles,
                 reduce_pairs,
             )
             if self._ranks is not None:
                 for column, parameter in enumerate(self._parameters):
                     hook = watch_hooks.parameter_hook(weakref.ref(self), column)
-                    self._handles.append(parameter.register_post_accumulate_grad_hook(hook))
+                    self.handles.add(parameter.register_post_accumulate_grad_hook(hook))
             for column, parameter in enumerate(self._trainable):
                 self._hook_start(column if parameters else -1, parameter)
             if optimizer is not None:
                 optimizers = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
                 if not optimizers:
                     raise WatchError("optimizer=[] lists no optimizer; pass one, a list, or leave it out")
-                self._optimizer_steps = OptimizerSteps(self, optimizers, scaler, self._handles)
+                self._optimizer_steps = OptimizerSteps(
+                    self, optimizers, scaler, self.handles, self._column_of
+                )
                 self.scaler = self._optimizer_steps.scaler
-            self.scaler_origin = None if self.scaler is None else "given"
-            self._handles.append(
+            self.handles.add(
                 model.register_forward_hook(partial(watch_hooks.on_model_forward, weakref.ref(self)))
             )
             self._hooked_modules = [module for _, module in modules]
             for offset, (_, module) in enumerate(modules):
-                self._handles.append(
+                self.handles.add(
                     module.register_forward_hook(
                         partial(watch_hooks.on_forward, weakref.ref(self), len(self.parameter_names) + offset)
                     )
@@ -235,16 +230,34 @@ class Watch:
             self.close()
             raise
         _OPEN[id(model)] = weakref.ref(self)
-        weakref.finalize(self, _remove, self._handles, self._graph_handles, self._starts)
+        weakref.finalize(self, self.handles.remove)
 
     @property
     def notes(self) -> list[str]:
         """What a reader of this watch's numbers must know: what a step is, and the loss scale."""
-        return step_notes(self._optimizer_steps, self.scaler, self.scaler_origin == "found")
+        return step_notes(self._optimizer_steps, self.scaler, self.looks_scaled())
+
+    def looks_scaled(self) -> bool:
+        """Whether no ``scaler=`` was given and, at a kept step, every watched gradient's norm
+        is above ``exploding_norm`` (what a ``GradScaler``'s loss scale does to them, with
+        ``optimizer=`` to the pre-clip norms): the notes and the exploding findings then name
+        ``scaler=``."""
+        if self.scaler is not None or not self.parameter_names:
+            return False
+        _, rows, _, pre_clip, _ = self.kept.snapshot()
+        norms = pre_clip if self._optimizer_steps is not None else rows[:, :, 0]
+        norms = norms[:, : len(self.parameter_names)]
+        read = ~norms.isnan()
+        big = (norms > DEFAULT_THRESHOLDS["exploding_norm"]) | ~read
+        return bool((big.all(1) & read.any(1)).any())
 
     def _hook_start(self, column: int, parameter: torch.Tensor) -> None:
         hook = watch_hooks.step_start_hook(weakref.ref(self), column)
-        self._starts.append((parameter, parameter.register_hook(hook)))
+        self.handles.add_start(parameter, parameter.register_hook(hook))
+
+    def start_hook(self, column: int):
+        """The step-start tensor hook of ``column`` (to move it to a replaced parameter)."""
+        return watch_hooks.step_start_hook(weakref.ref(self), column)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -255,23 +268,23 @@ class Watch:
         gather or save does not keep the model alive."""
         already = self.closed
         self.closed = True
-        _remove(self._handles, self._graph_handles, self._starts)
+        self.handles.remove()
         self._backwards = {}
         if _OPEN.get(id(self.model), lambda: None)() is self:
             del _OPEN[id(self.model)]
-        if not already and not self._steps:
+        if not already and not len(self.kept):
             warn_nothing_kept(self)  # it reads the model: before the watch lets it go
-        with self._lock:  # a backward's first hook reads these under the lock
+        with self.kept.lock:  # a backward's first hook reads these under the lock
             self._closed_numels = self._numels()  # what reading the history needs of the parameters
             self.model, self._parameters, self._owners, self._structure = None, [], [], ([], [], [])
             self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
+            self._frozen = []
         if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
-            self._optimizer_steps.optimizers = []
+            self._optimizer_steps.close(self)
         if self._ranks is not None:
             self._ranks.close()
         if not already:
-            self._tell_listeners(None, None)
-        self._listeners.clear()
+            self.kept.close()
 
     def add_step_listener(self, listener: Callable[..., None]) -> RemovableHandle:
         """Call ``listener(step, row)`` each time a recorded step is kept, and ``listener(None,
@@ -290,18 +303,7 @@ class Watch:
         Returns:
             a ``torch.utils.hooks.RemovableHandle``; ``handle.remove()`` unsubscribes.
         """
-        handle = RemovableHandle(self._listeners)
-        self._listeners[handle.id] = listener
-        return handle
-
-    def _tell_listeners(self, step: int | None, row: torch.Tensor | None) -> None:
-        for listener in list(self._listeners.values()):
-            try:
-                listener(step, row)
-            except Exception as error:  # a viewer's bug must not break the user's training step
-                warnings.warn(
-                    f"hookviz watch listener {listener!r} failed: {error!r}", RuntimeWarning, stacklevel=2
-                )
+        return self.kept.add_listener(listener)
 
     def __enter__(self) -> Watch:
         return self
@@ -312,40 +314,34 @@ class Watch:
     # ------------------------------------------------------------------ recording
 
     @property
-    def recording(self) -> bool:
-        """Whether the current step (the next backward) will be recorded."""
-        return not self.closed and self.step % (self.every * self._stride) == 0
+    def step(self) -> int:
+        """Steps seen so far (kept or not) = the number of the next step."""
+        return self.kept.count
 
-    def _keep_graph_handle(self, handle) -> None:
-        """Keep a hook handle on a forward's graph until that graph is freed (then its handle is
-        dropped, so handles do not pile up over forwards that never see a backward)."""
-        handles = self._graph_handles
-        handles.append(handle)
-        if len(handles) > 2 * self._graph_handles_kept:
-            handles[:] = [h for h in handles if h.hooks_dict_ref() is not None]
-            self._graph_handles_kept = max(64, len(handles))
+    @property
+    def recording(self) -> bool:
+        """Whether the watch reads steps (open). Every step is read; :class:`KeptSteps` decides
+        which are kept."""
+        return not self.closed
 
     # ------------------------------------------------------------------ reading
 
     @property
     def steps(self) -> list[int]:
         """The step numbers kept (ascending)."""
-        return list(self._steps)
+        return self.kept.steps
 
     @property
     def arrival_order(self) -> dict[int, int]:
         """``{column: position}``: where in a backward each name's gradient first arrived (smaller =
         nearer the loss), over the kept steps; names that never got one are missing."""
-        return dict(self._order)
+        return self.kept.order
 
     @property
     def history(self) -> History:
         """The kept steps as a :class:`History` (``.to_pandas()`` when pandas is installed); a
         consistent copy also while another thread trains."""
-        with self._lock:
-            rows = self._rows[: len(self._steps)].clone()
-            ratios = self._ratios[: len(self._steps)].clone()
-            steps, info = list(self._steps), list(self._info)
+        steps, rows, ratios, pre_clip, info = self.kept.snapshot()
         return History(
             steps,
             list(self.names),
@@ -356,25 +352,25 @@ class Watch:
             skipped=[i.skipped for i in info],
             learning_rates=[list(i.learning_rates) for i in info],
             loss_scales=[i.loss_scale for i in info],
+            pre_clip_norm=pre_clip if self._optimizer_steps is not None else None,
+            pre_clip_total=[i.pre_clip_total for i in info] if self._optimizer_steps is not None else [],
         )
 
     def _row(self, step: int | None) -> tuple[int, torch.Tensor]:
-        if not self._steps:
+        found = self.kept.row(step)  # a copy, consistent while another thread trains and thins
+        if found is not None:
+            return found
+        steps = self.kept.steps
+        if not steps:
             raise WatchError(
                 "no step recorded yet: run the training loop's loss.backward() while the watch is "
                 "open (a forward alone, or a backward that does not reach the model, is not a step)"
             )
-        with self._lock:  # a copy, consistent while another thread trains and thins the steps
-            if step is None:
-                return self._steps[-1], self._rows[len(self._steps) - 1].clone()
-            if step in self._steps:
-                return step, self._rows[self._steps.index(step)].clone()
-        if step not in self._steps:
-            near = sorted(self._steps, key=lambda s: abs(s - step))[:3] if type(step) is int else []
-            raise WatchError(
-                f"step {step!r} is not kept (kept: {len(self._steps)} steps from "
-                f"{self._steps[0]} to {self._steps[-1]}); nearest kept: {sorted(near)}"
-            )
+        near = sorted(steps, key=lambda s: abs(s - step))[:3] if type(step) is int else []
+        raise WatchError(
+            f"step {step!r} is not kept (kept: {len(steps)} steps from "
+            f"{steps[0]} to {steps[-1]}); nearest kept: {sorted(near)}"
+        )
 
     def norms(self, step: int | None = None, kind: str | None = None) -> dict[str, float]:
         """``{parameter or module name: gradient norm}`` at ``step`` (None = the last kept step).
@@ -410,8 +406,7 @@ class Watch:
             step: a kept step number; None for the last kept.
         """
         step, _ = self._row(step)
-        with self._lock:
-            ratios = self._ratios[self._steps.index(step), : len(self.parameter_names)].tolist()
+        ratios = self.kept.ratios(step)[: len(self.parameter_names)]
         return {n: r for n, r in zip(self.parameter_names, ratios) if not math.isnan(r)}
 
     def learning_rates(self, step: int | None = None) -> list[float]:
@@ -435,12 +430,11 @@ class Watch:
     @property
     def skipped_steps(self) -> list[int]:
         """The kept steps the ``GradScaler`` skipped (Inf/NaN found; ``optimizer.step()`` never ran)."""
-        with self._lock:
-            return [s for s, i in zip(self._steps, self._info) if i.skipped]
+        return self.kept.skipped()
 
     def loss_scale(self, step: int | None = None) -> float | None:
         """The ``GradScaler``'s scale at ``step`` (None = the last kept); None without one (given as
-        ``scaler=``, or found in use: :mod:`hookviz.watching.scaler_search`).
+        ``scaler=``, or the one an accelerate optimizer holds; never guessed).
 
         Args:
             step: a kept step number; None for the last kept.
@@ -449,8 +443,7 @@ class Watch:
         return None if math.isnan(scale) else scale
 
     def _step_info(self, step: int) -> StepInfo:
-        with self._lock:
-            return self._info[self._steps.index(step)]
+        return self.kept.info(step)
 
     def layer_norms(self, step: int | None = None) -> dict[str, float]:
         """``{module name: 2-norm of its parameters' gradients}`` at ``step``, nearest the loss first
@@ -460,7 +453,7 @@ class Watch:
             step: a kept step number; None for the last kept.
         """
         _, row = self._row(step)
-        layers = step_layers(self.parameter_names, self._numels(), row.tolist(), self._order)
+        layers = step_layers(self.parameter_names, self._numels(), row.tolist(), self.kept.order)
         return {layer: norm for layer, (norm, _) in layers.items()}
 
     def diagnose(self, step: int | None = None, group: bool = True, **thresholds: float) -> list[Finding]:
@@ -492,19 +485,29 @@ class Watch:
         if self._optimizer_steps is None and scale > 0 and math.isfinite(scale):
             # the gradients carry GradScaler's scale: a norm is an explosion only once divided by it
             limits["exploding_norm"] *= scale
-        values, ratios = step_values(self, step, row)
-        return step_findings(
+        values, ratios = self.kept.values(step, row)
+        if self._optimizer_steps is not None:  # exploding / vanishing read the norms before clipping
+            for column, norm in enumerate(self.kept.pre_clip(step)[: len(self.parameter_names)]):
+                if not math.isnan(norm):
+                    values[column][0] = norm
+        findings = step_findings(
             self.names,
             self.kinds,
             self._numels(),
             self.module_types,
             values,
-            self._order,
+            self.kept.order,
             limits,
             step,
             group,
             ratios,
         )
+        if any(f.kind == "exploding" for f in findings) and self.looks_scaled():
+            findings = [
+                dataclasses.replace(f, message=f"{f.message} ({SCALE_NOTE})") if f.kind == "exploding" else f
+                for f in findings
+            ]
+        return findings
 
     def _numels(self) -> list[int]:
         """Each watched parameter's element count (kept at close, when the parameters are let go)."""
@@ -600,7 +603,7 @@ class Watch:
     def __repr__(self) -> str:
         return (
             f"Watch({self.model_name}, every={self.every}, steps={self.step}, "
-            f"kept={len(self._steps)}, names={len(self.names)}, "
+            f"kept={len(self.kept)}, names={len(self.names)}, "
             f"{'closed' if self.closed else 'open'})"
         )
 
@@ -678,18 +681,6 @@ def watch(
 # ---------------------------------------------------------------------------- helpers
 
 
-def _remove(handles: list, graph_handles: list, starts: list) -> None:
-    for handle in handles:
-        handle.remove()
-    handles.clear()
-    for handle in graph_handles:
-        handle.remove()
-    graph_handles.clear()
-    for _, handle in starts:
-        handle.remove()
-    starts.clear()
-
-
-def _grad_and_version(parameter: torch.Tensor) -> tuple[object, int]:
+def _grad_and_version(parameter: torch.Tensor) -> tuple[weakref.ref | None, int]:
     grad = parameter.grad
-    return grad, (-1 if grad is None else grad._version)
+    return (None, -1) if grad is None else (weakref.ref(grad), grad._version)

@@ -3,10 +3,11 @@
 A watch given ``optimizer=`` keeps, per step, each parameter's update-to-weight ratio
 ``‖Δw‖ / ‖w‖`` and each param group's learning rate (:mod:`hookviz.watching.optimizer_steps`), and
 marks the steps a ``GradScaler`` skipped. The heatmap's figure carries them as ``step_rows``
-(:func:`with_step_rows`): one row per layer (its ratio) and one per optimizer's param group (its
-learning rate), each cell's text and colour made here; the page draws the rows under the heatmap
-on the same step axis and marks the skipped steps across the figure (``js/src/heatmap_figure.js``,
-``heatmapWithStep``). It formats and colours nothing itself.
+(:func:`with_step_rows`): one row with the total gradient norm before clipping and as the optimizer
+stepped on it (the clip bound where it clipped), one per layer (its ratio) and one per optimizer's
+param group (its learning rate), each cell's text and colour made here; the page draws the rows
+under the heatmap on the same step axis and marks the skipped steps across the figure
+(``js/src/heatmap_figure.js``, ``heatmapWithStep``). It formats and colours nothing itself.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from hookviz.advice import advice
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.analysis.gradient_stats import module_of
 from hookviz.colors import (
+    EXPLODING_COLOR,
+    LEARNING_RATE_COLORS,
+    NAN_COLOR,
     NO_GRAD_COLOR,
     SKIPPED_COLOR,
     learning_rate_color,
@@ -24,7 +28,9 @@ from hookviz.colors import (
 )
 from hookviz.text import MISSING, number
 
-SKIPPED_TEXT = "skipped by the GradScaler (Inf/NaN found): optimizer.step() did not run"
+SKIPPED_TEXT = "skipped (Inf/NaN found): optimizer.step() did not run"
+# a step's total norm this much below the one before clipping: clipped (float32 sums differ less)
+CLIPPED = 1e-4
 # Reading ‖Δw‖/‖w‖ copies every weight before the step: it comes with the other statistics only.
 NOT_READ_TEXT = (
     "not read at this step (read with every statistic: every stats_every-th step and at an alarm; "
@@ -44,7 +50,9 @@ def step_rows(history, picked: list[int] | None = None) -> dict:
 
     Returns:
         ``steps``: the step numbers of the cells (the figure's x). ``rows``: ``[{label, kind,
-        colors, text}]``, ``kind`` ``"update_ratio"`` (one per layer, nearest the input first, as
+        colors, text}]``, ``kind`` ``"grad_norm"`` (with ``optimizer=``: the total gradient norm
+        before clipping and as stepped on, with the clip bound where it clipped),
+        ``"update_ratio"`` (one per layer, nearest the input first, as
         the heatmap lists parameters: its first parameter's ratio, the others on hover) or
         ``"learning_rate"`` (one per optimizer and param group); ``colors`` and ``text``: one per
         step (:func:`hookviz.colors.update_ratio_color`, :func:`hookviz.colors.learning_rate_color`,
@@ -55,7 +63,8 @@ def step_rows(history, picked: list[int] | None = None) -> dict:
     steps = [history.steps[i] for i in indices]
     skipped_flags = list(getattr(history, "skipped", []) or [])
     skipped = [i < len(skipped_flags) and bool(skipped_flags[i]) for i in indices]
-    rows = _ratio_rows(history, indices, skipped) + _rate_rows(history, indices, skipped)
+    rows = _norm_rows(history, indices, skipped)
+    rows += _ratio_rows(history, indices, skipped) + _rate_rows(history, indices, skipped)
     low, high = DEFAULT_THRESHOLDS["update_ratio_low"], DEFAULT_THRESHOLDS["update_ratio_high"]
     return {
         "steps": steps,
@@ -82,6 +91,35 @@ def with_step_rows(figure: dict, history, picked: list[int] | None = None) -> di
     if rows["rows"] or rows["skipped"]["steps"]:
         figure["step_rows"] = rows
     return figure
+
+
+def _norm_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
+    """One row with ``optimizer=``: per step the total gradient norm as the backward left it
+    (before clipping) and as the optimizer stepped on it, and the clip bound where it clipped."""
+    totals = list(getattr(history, "pre_clip_total", []) or [])
+    if len(totals) != len(history.steps) or not any(math.isfinite(t) for t in totals):
+        return []
+    parameters = [c for c, kind in enumerate(history.kinds) if kind == "parameter"]
+    norms = history.norm[:, parameters].nan_to_num(0.0).square().sum(1).sqrt().tolist()
+    label = "‖grad‖ total"
+    colors, text = [], []
+    for i, skip in zip(indices, skipped):
+        before, after = totals[i], norms[i]
+        clipped = math.isfinite(before) and after < before * (1 - CLIPPED)
+        if skip or not math.isfinite(before):
+            colors.append(NAN_COLOR if skip else NO_GRAD_COLOR)
+            said = SKIPPED_TEXT if skip else f"before clipping {number(before)}"
+        elif clipped:
+            colors.append(EXPLODING_COLOR)
+            said = (
+                f"before clipping {number(before)}, stepped on {number(after)}: clipped to a bound "
+                f"of {number(after)} (clip_grad_norm_'s max_norm)"
+            )
+        else:
+            colors.append(LEARNING_RATE_COLORS[0])
+            said = f"{number(before)}, not clipped"
+        text.append(f"step {history.steps[i]}<br>total gradient norm: {said}")
+    return [{"label": label, "kind": "grad_norm", "colors": colors, "text": text}]
 
 
 def _ratio_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
