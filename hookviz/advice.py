@@ -9,7 +9,8 @@ when a message elsewhere in hookviz spells a call of hookviz's API in its text.
 Each snippet is written with the names a user's own code has, the same in every snippet:
 
 - ``model``: the ``torch.nn.Module``; ``args``: the tuple of its forward arguments;
-  ``loss_fn``: ``loss_fn(output) -> scalar tensor``; ``optimizer``: its ``torch.optim`` optimizer;
+  ``loss_fn``: ``loss_fn(output) -> scalar tensor``; ``optimizer``: its ``torch.optim`` optimizer; ``scaler``:
+  its ``torch.amp.GradScaler``;
 - ``session``: a :class:`hookviz.Session`; ``run``: a :class:`hookviz.Run` it recorded;
 - ``watch``: a :class:`hookviz.Watch`; ``history``: a watch history (``watch.gather()``'s);
 - ``widget``: a :class:`hookviz.Widget`; ``path``: a file name; ``step``: a kept step; ``text``:
@@ -51,6 +52,7 @@ ADVICE: dict[str, str] = {
     "watch": "hookviz.watch(model)",
     "watch_outputs": "hookviz.watch(model, outputs=True)",
     "watch_every_step": "hookviz.watch(model, stats_every=1)",
+    "watch_with_scaler": "hookviz.watch(model, optimizer=optimizer, scaler=scaler)",
     "close_watch": "watch.close()",
     "loss_scale": "watch.loss_scale(step)",
 }

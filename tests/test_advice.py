@@ -148,6 +148,7 @@ CHECKS = {
     "watch": lambda result, names: isinstance(result, hookviz.Watch) and not result.closed,
     "watch_outputs": lambda result, names: isinstance(result, hookviz.Watch) and not result.closed,
     "watch_every_step": lambda result, names: isinstance(result, hookviz.Watch) and not result.closed,
+    "watch_with_scaler": lambda result, names: isinstance(result, hookviz.Watch) and not result.closed,
     "close_watch": lambda result, names: names["watch"].closed,
     "loss_scale": lambda result, names: result == 1024.0,
 }
@@ -185,6 +186,8 @@ def test_the_advised_code_runs(name, tmp_path):
             names["step"] = names["watch"].steps[-1]
         if name.startswith("watch"):  # a new watch on a model that has none open
             names["model"] = sigmoid_mlp(depth=3, width=8, inputs=8, classes=3, activation=nn.Sigmoid)
+            names["optimizer"] = torch.optim.SGD(names["model"].parameters(), lr=0.1)
+            names["scaler"] = torch.amp.GradScaler("cpu")
     code = ADVICE[name]
     try:
         result = eval(compile(code, f"<advice {name}>", "eval"), names)  # the snippet, as a message shows it

@@ -351,7 +351,7 @@ def _after_step(reference: weakref.ref, index: int, optimizer, args, kwargs) -> 
 SCALE_NOTE = (
     "every watched gradient's norm is above exploding_norm, as the gradients of "
     "scaler.scale(loss).backward() are (multiplied by the GradScaler's loss scale): if this loop "
-    "uses a GradScaler, pass it as hookviz.watch(..., scaler=scaler) so that each step keeps its "
+    f"uses a GradScaler, pass it as {advice('watch_with_scaler')} so that each step keeps its "
     "scale and diagnosis divides it out (the watch never guesses a scale); otherwise the "
     "gradients are exploding"
 )

@@ -255,7 +255,7 @@ class Watch:
         hook = watch_hooks.step_start_hook(weakref.ref(self), column)
         self.handles.add_start(parameter, parameter.register_hook(hook))
 
-    def start_hook(self, column: int):
+    def start_hook(self, column: int) -> Callable[[torch.Tensor], None]:
         """The step-start tensor hook of ``column`` (to move it to a replaced parameter)."""
         return watch_hooks.step_start_hook(weakref.ref(self), column)
 
