@@ -20,6 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
+from lightning.pytorch.utilities import grad_norm
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -539,3 +540,56 @@ def test_a_transformers_callback_given_without_attach_says_what_it_misses(tmp_pa
         trainer.train()
     assert callback.watch.steps == [0, 1]  # it watched
     assert not [entry for entry in trainer.state.log_history if "hookviz/step" in entry]
+
+
+# ------------------------------------------------------------ the norm before clipping, as trainers log it
+
+
+class GradNormClassifier(Classifier):
+    """Lightning's documented way to read gradient norms: its ``grad_norm`` utility in
+    ``on_before_optimizer_step``, where the gradients are accumulated but not yet clipped."""
+
+    def __init__(self):
+        super().__init__()
+        self.grad_norms: list[dict[str, float]] = []
+
+    def on_before_optimizer_step(self, optimizer):
+        norms = grad_norm(self, norm_type=2)
+        self.grad_norms.append({name: float(value) for name, value in norms.items()})
+
+
+def test_lightning_pre_clip_norms_equal_lightnings_grad_norm_utility(tmp_path):
+    module = GradNormClassifier()
+    callback = hookviz_lightning.HookvizCallback(stats_every=1)
+    fit(module, callback, tmp_path)
+    history = callback.watch.history
+    assert len(module.grad_norms) == len(history.steps) == STEPS
+    compared = 0
+    for index, lightnings in enumerate(module.grad_norms):
+        total = lightnings.pop("grad_2.0_norm_total")
+        assert history.pre_clip_total[index] == pytest.approx(total, rel=1e-9)
+        # clipped: the norm the optimizer stepped on, which the watch's norms hold, is CLIP
+        assert total > 5 * CLIP
+        assert history.norm[index, :4].square().sum().sqrt().item() == pytest.approx(CLIP, rel=1e-5)
+        for key, value in lightnings.items():
+            column = history.names.index(key.removeprefix("grad_2.0_norm/"))
+            assert history.pre_clip_norm[index, column].item() == pytest.approx(value, rel=1e-9)
+            compared += 1
+    assert compared == STEPS * 4
+
+
+def test_transformers_pre_clip_total_equals_the_trainers_logged_grad_norm(tmp_path):
+    callback = hookviz_transformers.HookvizCallback(stats_every=1)
+    trainer, _ = train(TrainerClassifier(), callback, tmp_path)
+    history = callback.watch.history
+    entries = [entry for entry in trainer.state.log_history if "grad_norm" in entry]
+    assert len(entries) == 2
+    for entry in entries:
+        # logged at the Trainer's global step, after the optimizer step the watch numbers one less
+        step = entry["step"] - 1
+        assert entry["hookviz/step"] == step
+        assert history.pre_clip_total[history.steps.index(step)] == pytest.approx(
+            entry["grad_norm"], rel=1e-5
+        )
+        assert entry["hookviz/grad_norm_pre_clip_total/SGD"] == pytest.approx(entry["grad_norm"], rel=1e-5)
+        assert entry["grad_norm"] > 5 * CLIP

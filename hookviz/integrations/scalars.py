@@ -6,6 +6,11 @@ merged into the Hugging Face ``Trainer``'s ``logs``), for the last kept step of 
 
 - ``hookviz/grad_norm/<layer>``: the 2-norm of the layer's parameters' gradients, as the optimizer
   read them (after clipping and unscaling) (:meth:`hookviz.Watch.layer_norms`);
+- ``hookviz/grad_norm_pre_clip/<layer>`` and ``hookviz/grad_norm_pre_clip_total/<optimizer>``
+  (with ``optimizer=``, which both callbacks use): the same norms as the backward left the
+  gradients, before clipping (unscaled when the scaler is known), and their total over the
+  optimizer's parameters: what ``clip_grad_norm_`` returns, the Hugging Face Trainer logs as
+  ``grad_norm`` and Lightning's ``grad_norm`` utility reads in ``on_before_optimizer_step``;
 - ``hookviz/update_ratio/<layer>``: the update-to-weight ratio ``‖Δw‖/‖w‖`` of the layer's first
   parameter with one (its weight: a bias starts at zero, so its ratio says little; the watch view's
   rule), from the last kept step of that optimizer that read it (every ``stats_every``-th step);
@@ -73,6 +78,11 @@ class Scalars:
         for name, index in sorted(streams.items(), key=lambda item: item[1]):
             step = history.steps[index]
             found.update(self._named("grad_norm", self._norms(watch, step)))
+            found.update(self._named("grad_norm_pre_clip", self._pre_clip(history, index)))
+            if history.pre_clip_total and not math.isnan(history.pre_clip_total[index]):
+                found[f"{PREFIX}grad_norm_pre_clip_total/{name or 'optimizer'}"] = history.pre_clip_total[
+                    index
+                ]
             found.update(self._named("update_ratio", self._ratios(history, optimizers, index)))
             found.update(self._named("nonfinite", self._nonfinite(history, index)))
             rates = history.learning_rates[index] if history.learning_rates else []
@@ -126,6 +136,18 @@ class Scalars:
             if values:
                 return values
         return {}
+
+    def _pre_clip(self, history, index: int) -> dict[str, float]:
+        """The 2-norm per layer (or parameter) of the gradients as the backward left them, before
+        clipping, at kept step ``index``; ``{}`` without ``optimizer=`` (none read)."""
+        if history.pre_clip_norm is None:
+            return {}
+        row = history.pre_clip_norm[index].tolist()
+        squares: dict[str, float] = {}
+        for column, name in self._columns(history):
+            if not math.isnan(row[column]):
+                squares[name] = squares.get(name, 0.0) + row[column] ** 2
+        return {name: math.sqrt(total) for name, total in squares.items()}
 
     def _nonfinite(self, history, index: int) -> dict[str, float]:
         """NaN/Inf elements per layer (or parameter) at kept step ``index``, where a gradient came."""
