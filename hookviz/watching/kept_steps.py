@@ -33,7 +33,10 @@ from dataclasses import dataclass
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from hookviz.watching.history import STATISTICS, StepInfo
+from hookviz.stats.reduce import COLUMN
+from hookviz.watching.history import STATISTICS, History, StepInfo
+
+NORM, ZEROS = COLUMN["norm"], COLUMN["zero_fraction"]
 
 # Distinct streams a watch tells apart; later kinds share one stream (a model whose backwards
 # reach ever-new sets of parameters must still thin).
@@ -178,7 +181,7 @@ class KeptSteps:
             self.version += 1
             if len(self._order) < self.width:  # once every column has a place, none moves
                 order = list(arrived or []) + [
-                    c for c in reversed(range(parameters)) if not math.isnan(row[c, 0])
+                    c for c in reversed(range(parameters)) if not math.isnan(row[c, NORM])
                 ]
                 for position, column in enumerate(order):
                     self._order.setdefault(column, position)
@@ -293,23 +296,42 @@ class KeptSteps:
                 list(self._info),
             )
 
+    def history(self, names: list[str], kinds: list[str], pre_clip: bool) -> History:
+        """The kept steps as a :class:`~hookviz.watching.history.History` of columns ``names`` of
+        ``kinds``, a consistent copy also while another thread trains; ``pre_clip``: with the
+        norms before clipping (``optimizer=``)."""
+        steps, rows, ratios, pre_clip_norm, info = self.snapshot()
+        return History(
+            steps,
+            list(names),
+            list(kinds),
+            *(rows[:, :, i] for i in range(len(STATISTICS))),
+            update_ratio=ratios,
+            optimizers=[i.optimizer for i in info],
+            skipped=[i.skipped for i in info],
+            learning_rates=[list(i.learning_rates) for i in info],
+            loss_scales=[i.loss_scale for i in info],
+            pre_clip_norm=pre_clip_norm if pre_clip else None,
+            pre_clip_total=[i.pre_clip_total for i in info] if pre_clip else [],
+        )
+
     def values(self, step: int, row: torch.Tensor) -> tuple[list[list[float]], list[float]]:
         """Kept step ``step``'s numbers as diagnosis reads them: per column ``(norm, max_abs,
         nonfinite, zero_fraction)`` from ``row``, where a step that kept only norms
         (``stats_every``) takes each zero fraction from the last kept step that measured it; and
         per column its update ratio (NaN: not updated)."""
         values = row.tolist()
-        unmeasured = [c for c, v in enumerate(values) if math.isnan(v[3]) and not math.isnan(v[0])]
+        unmeasured = [c for c, v in enumerate(values) if math.isnan(v[ZEROS]) and not math.isnan(v[NORM])]
         with self.lock:
             index = self._steps.index(step)
             ratios = self._ratios[index].tolist()
             if unmeasured:
                 kept = [i for i, s in enumerate(self._steps) if s <= step]
                 for column in unmeasured:
-                    earlier = self._rows[kept, column, 3]
+                    earlier = self._rows[kept, column, ZEROS]
                     measured = earlier[~earlier.isnan()]
                     if measured.numel():
-                        values[column][3] = measured[-1].item()
+                        values[column][ZEROS] = measured[-1].item()
         return values, ratios
 
 

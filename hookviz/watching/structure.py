@@ -6,11 +6,65 @@ from __future__ import annotations
 
 import operator
 import warnings
+import weakref
 
 import torch
 
 from hookviz.advice import advice
 from hookviz.errors import WatchError
+
+
+def check_options(
+    model: torch.nn.Module, every: int, stats_every: int, capacity: int, parameters: bool, outputs: bool
+) -> None:
+    """The options of :func:`hookviz.watch`, checked before anything is hooked.
+
+    Raises:
+        WatchError: ``model`` is not a module, or an option is out of its range.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise WatchError(f"watch() needs a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise WatchError(f"every={every!r} must be a positive int (1 = every step)")
+    if isinstance(stats_every, bool) or not isinstance(stats_every, int) or stats_every < 1:
+        raise WatchError(
+            f"stats_every={stats_every!r} must be a positive int (1 = every statistic every step)"
+        )
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 2:
+        raise WatchError(f"capacity={capacity!r} must be an int of at least 2 (steps kept)")
+    if not parameters and not outputs:
+        raise WatchError("parameters=False and outputs=False leaves nothing to watch: keep one")
+
+
+def trainable_at_open(model: torch.nn.Module, watches: list) -> list[tuple[str, torch.nn.Parameter]]:
+    """``model``'s ``(name, parameter)`` that require grad, once it is known that no open watch of
+    ``watches`` (every watch made in this process, alive) watches ``model`` itself.
+
+    Raises:
+        WatchError: no parameter requires grad; ``model`` already has an open watch; as
+            :func:`check_at_open`.
+    """
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not trainable:
+        raise WatchError(
+            f"{type(model).__name__} has no parameter that requires grad, so training it makes no "
+            "gradients to watch; set requires_grad=True on the parameters you train (or unfreeze them)"
+        )
+    if any(w.model is model and not w.closed for w in watches):
+        raise WatchError(
+            f"{type(model).__name__} is already watched by an open watch; close it first "
+            f"({advice('close_watch')}, or open watches with `with {advice('watch')} as watch:` so "
+            "they close)"
+        )
+    check_at_open(model, [w for w in watches if w.model is not None])
+    return trainable
+
+
+def grad_and_version(parameter: torch.Tensor) -> tuple[weakref.ref | None, int]:
+    """A weak reference to ``parameter.grad`` and its version counter (``(None, -1)`` without one):
+    to tell later which ``.grad`` a backward changed, keeping no gradient alive."""
+    grad = parameter.grad
+    return (None, -1) if grad is None else (weakref.ref(grad), grad._version)
 
 
 def check_at_open(model: torch.nn.Module, others: list) -> None:

@@ -5,29 +5,29 @@ parameter. It runs in every backward that reaches that parameter, whichever modu
 the graph (a submodule called alone, a GAN's two halves, a parameter the loss uses directly), before
 ``AccumulateGrad`` adds the gradient to ``.grad``. The first one of a backward (a graph task,
 ``torch._C._current_graph_task_id``) starts its step and queues a callback
-(``Variable._execution_engine.queue_callback``) for the backward's end; each notes the ``.grad``
-its parameter holds. At the end the ``.grad`` that changed are reduced together in a few batched
-torch calls per device and dtype (:mod:`hookviz.watching.reduce`). hookviz's own recordings
+(``Variable._execution_engine.queue_callback``) for the backward's end; each notes the ``.grad`` its
+parameter holds. At the end the ``.grad`` that changed are reduced together in a few batched torch
+calls per device and dtype (:mod:`hookviz.watching.reduce`). hookviz's own recordings
 (``Session.run()``, re-runs, ``fill_details()``) are marked (:mod:`hookviz.record.own_pass`) and
 never a step. ``outputs=True`` also puts a Node pre-hook on each module output's Node (a forward
 hook per module), which sees the gradient the Node receives, after the user's tensor hooks. No full
-backward hook is used: forward hooks, tensor hooks and Node pre-hooks leave every gradient
-bit-identical (``docs/architecture.md``).
+backward hook is used: forward hooks, tensor hooks and Node pre-hooks leave every gradient bit-
+identical (``docs/architecture.md``).
 
 A *step* is one backward that changed a watched parameter's ``.grad`` (or, with ``outputs=True``,
 reached a module output), counted when it ends; two threads' backwards are two steps. With
-``optimizer=``, a step is one ``optimizer.step()`` instead, with the gradients it reads, its
-update-to-weight ratios and learning rates (:mod:`hookviz.watching.optimizer_steps`).
+``optimizer=``, a step is one ``optimizer.step()`` instead, with the gradients it reads, its update-
+to-weight ratios and learning rates (:mod:`hookviz.watching.optimizer_steps`).
 
 Statistics per name and step: ``norm`` (2-norm), ``max_abs``, ``nonfinite`` (NaN + Inf count) and
 ``zero_fraction`` (exactly-zero elements). Norms are read every step; a parameter's other three
-every ``stats_every`` steps of a stream (its first step first) and at once on
-any step where a parameter's norm is not finite, above the ``exploding_norm`` threshold or exactly 0,
-so no NaN, explosion or dead gradient goes unmeasured. On the other steps ``max_abs`` and
-``zero_fraction`` are NaN (not measured) and ``nonfinite`` 0 (a finite norm proves there is none);
-:attr:`History.full_steps` lists the steps that have every statistic.
-A parameter's statistics are those of its ``.grad`` as the step left it (accumulated when the loop
-does not zero it); a module's those of the gradient w.r.t. its outputs, over its calls.
+every ``stats_every`` steps of a stream (its first step first) and at once on any step where a
+parameter's norm is not finite, above the ``exploding_norm`` threshold or exactly 0, so no NaN,
+explosion or dead gradient goes unmeasured. On the other steps ``max_abs`` and ``zero_fraction`` are
+NaN (not measured) and ``nonfinite`` 0 (a finite norm proves there is none);
+:attr:`History.full_steps` lists the steps that have every statistic. A parameter's statistics are
+those of its ``.grad`` as the step left it (accumulated when the loop does not zero it); a module's
+those of the gradient w.r.t. its outputs, over its calls.
 
 Every step is read; :class:`~hookviz.watching.kept_steps.KeptSteps` decides which are kept, per
 stream (each optimizer; without one, each kind of backward in an iteration): ``every=k`` records a
@@ -36,9 +36,9 @@ kept step and from then on records every other one. A step with NaN/Inf, an expl
 skipped by the ``GradScaler`` is always kept.
 
 Limits: ``torch.autograd.grad`` changes no ``.grad``: not a step (unless ``outputs=True``). A
-replaced parameter is followed to its new tensor (:mod:`hookviz.watching.structure`); one added
-or unfrozen after the watch opened is not watched, and a warning names it. Parameter names are listed nearest
-the loss first in definition order reversed.
+replaced parameter is followed to its new tensor (:mod:`hookviz.watching.structure`); one added or
+unfrozen after the watch opened is not watched, and a warning names it. Parameter names are listed
+nearest the loss first in definition order reversed.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from hookviz.advice import advice
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS, check_thresholds
 from hookviz.analysis.findings import Finding
 from hookviz.analysis.onset import onsets
@@ -67,11 +66,17 @@ from hookviz.watching import hooks as watch_hooks
 from hookviz.watching import plots
 from hookviz.watching.backward_steps import Backward, reduce_pairs
 from hookviz.watching.handles import Handles
-from hookviz.watching.history import STATISTICS, History, StepInfo
+from hookviz.watching.history import History, StepInfo
 from hookviz.watching.kept_steps import KeptSteps, Streams
 from hookviz.watching.optimizer_steps import SCALE_NOTE, OptimizerSteps, step_notes, warn_nothing_kept
 from hookviz.watching.scaler_listeners import check_scaler
-from hookviz.watching.structure import check_at_open, owner_of, structure_of
+from hookviz.watching.structure import (
+    check_options,
+    grad_and_version,
+    owner_of,
+    structure_of,
+    trainable_at_open,
+)
 
 if TYPE_CHECKING:  # annotations only
     from plotly.graph_objects import Figure
@@ -124,33 +129,9 @@ class Watch:
         path: str | os.PathLike | None = None,
         save_every_seconds: float = watch_autosave.SAVE_EVERY_SECONDS,
     ):
-        if not isinstance(model, torch.nn.Module):
-            raise WatchError(f"watch() needs a torch.nn.Module, got {type(model).__name__}")
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise WatchError(f"every={every!r} must be a positive int (1 = every step)")
-        if isinstance(stats_every, bool) or not isinstance(stats_every, int) or stats_every < 1:
-            raise WatchError(
-                f"stats_every={stats_every!r} must be a positive int (1 = every statistic every step)"
-            )
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 2:
-            raise WatchError(f"capacity={capacity!r} must be an int of at least 2 (steps kept)")
-        if not parameters and not outputs:
-            raise WatchError("parameters=False and outputs=False leaves nothing to watch: keep one")
+        check_options(model, every, stats_every, capacity, parameters, outputs)
         saved_to = None if path is None else watch_autosave.checked(path, save_every_seconds)
-        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        if not trainable:
-            raise WatchError(
-                f"{type(model).__name__} has no parameter that requires grad, so training it makes no "
-                "gradients to watch; set requires_grad=True on the parameters you train (or unfreeze them)"
-            )
-        previous = _OPEN.get(id(model))
-        if previous is not None and previous() is not None and not previous().closed:
-            raise WatchError(
-                f"{type(model).__name__} is already watched by an open watch; close it first "
-                f"({advice('close_watch')}, or open watches with `with {advice('watch')} as watch:` so "
-                "they close)"
-            )
-        check_at_open(model, [w() for w in list(_OPEN.values()) if w() is not None and w().model is not None])
+        trainable = trainable_at_open(model, [w() for w in _OPEN.values() if w() is not None])
         self.model = model  # None once closed (see close)
         self.model_name = type(model).__name__
         self.every = every
@@ -173,7 +154,7 @@ class Watch:
         self._column_of = {id(p): c for c, p in enumerate(self._parameters)}
         self._backwards_seen = 0  # backwards (not hookviz's own) that reached a watched parameter
         # weakly: the watch keeps no gradient alive (only to tell which .grad changed while open)
-        self._grads_at_open = [_grad_and_version(p) for _, p in trainable]
+        self._grads_at_open = [grad_and_version(p) for _, p in trainable]
         self._trainable = [p for _, p in trainable]
         self._frozen = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
         self._outputs_row: torch.Tensor | None = None  # optimizer=: the last backward's module outputs
@@ -341,20 +322,7 @@ class Watch:
     def history(self) -> History:
         """The kept steps as a :class:`History` (``.to_pandas()`` when pandas is installed); a
         consistent copy also while another thread trains."""
-        steps, rows, ratios, pre_clip, info = self.kept.snapshot()
-        return History(
-            steps,
-            list(self.names),
-            list(self.kinds),
-            *(rows[:, :, i] for i in range(len(STATISTICS))),
-            update_ratio=ratios,
-            optimizers=[i.optimizer for i in info],
-            skipped=[i.skipped for i in info],
-            learning_rates=[list(i.learning_rates) for i in info],
-            loss_scales=[i.loss_scale for i in info],
-            pre_clip_norm=pre_clip if self._optimizer_steps is not None else None,
-            pre_clip_total=[i.pre_clip_total for i in info] if self._optimizer_steps is not None else [],
-        )
+        return self.kept.history(self.names, self.kinds, pre_clip=self._optimizer_steps is not None)
 
     def _row(self, step: int | None) -> tuple[int, torch.Tensor]:
         found = self.kept.row(step)  # a copy, consistent while another thread trains and thins
@@ -676,11 +644,3 @@ def watch(
         path=path,
         save_every_seconds=save_every_seconds,
     )
-
-
-# ---------------------------------------------------------------------------- helpers
-
-
-def _grad_and_version(parameter: torch.Tensor) -> tuple[weakref.ref | None, int]:
-    grad = parameter.grad
-    return (None, -1) if grad is None else (weakref.ref(grad), grad._version)
