@@ -1,4 +1,4 @@
-"""The documentation site's live examples work in a browser with no kernel (issue 42 point 3).
+"""The documentation site's live examples work in a browser with no kernel.
 
 The site is built with ``mkdocs build`` (or taken from ``HOOKVIZ_DOCS_SITE``, a folder a build
 wrote), served from 127.0.0.1 by ``http.server`` and opened in headless Chromium. On each page that

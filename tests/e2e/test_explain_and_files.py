@@ -62,13 +62,10 @@ v
 """
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("explain_files")
-    harness.write_notebook(root / "explain.ipynb", [GATED, FROM_FILES])
-    with harness.jupyter_lab(root) as base:
-        yield base
+@pytest.fixture
+def lab(lab_folder):
+    harness.write_notebook(lab_folder.root / "explain.ipynb", [GATED, FROM_FILES])
+    return lab_folder
 
 
 def test_why_no_gradient_and_a_run_opened_from_a_file(lab):

@@ -21,14 +21,13 @@ pytestmark = pytest.mark.e2e
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
 
-@pytest.fixture(scope="module")
-def notebook_server(tmp_path_factory):
-    harness.require_browser()
+@pytest.fixture
+def notebook_server(lab_folder):
+    """This test's folder in the shared server, whose ``notebook`` server extension serves Notebook
+    7's pages (``/notebooks/<path>``, the pages ``jupyter notebook`` serves) beside JupyterLab's."""
     pytest.importorskip("notebook", minversion="7")
-    root = tmp_path_factory.mktemp("notebook7")
-    harness.write_notebook(root / "canonical.ipynb", [harness.CANONICAL])
-    with harness.jupyter_lab(root, app="notebook") as base:
-        yield base
+    harness.write_notebook(lab_folder.root / "canonical.ipynb", [harness.CANONICAL])
+    return lab_folder
 
 
 def test_edit_and_rerun_in_notebook7(notebook_server):
@@ -37,7 +36,9 @@ def test_edit_and_rerun_in_notebook7(notebook_server):
         harness.chromium_page() as page,
         harness.diagnostics(page, ARTIFACTS / "notebook7_failure.png") as console,
     ):
-        page.goto(f"{notebook_server}/notebooks/canonical.ipynb?token={harness.TOKEN}")
+        page.goto(
+            f"{notebook_server.base}/notebooks/{notebook_server.path}/canonical.ipynb?token={harness.TOKEN}"
+        )
         page.wait_for_selector(".jp-Notebook .jp-Cell", state="visible", timeout=60_000)
         # Notebook 7 shows the kernel's state in its toolbar; a cell run before it is idle is lost.
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]", timeout=90_000)
