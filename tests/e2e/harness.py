@@ -19,8 +19,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -239,6 +241,8 @@ class SharedLab:
         self.base: str | None = None
         self.process: subprocess.Popen | None = None
         self._count = 0
+        self._shutdowns: list[threading.Thread] = []
+        self.shutdown_errors: list[str] = []
 
     @contextmanager
     def running(self):
@@ -252,7 +256,13 @@ class SharedLab:
             try:
                 yield self
             finally:
+                for thread in self._shutdowns:
+                    thread.join(timeout=60)
                 self.base = self.process = None
+        if self.shutdown_errors:
+            warnings.warn(
+                "kernels left to the server's stop: " + "; ".join(self.shutdown_errors), stacklevel=1
+            )
 
     def reset_settings(self) -> None:
         """Put the user settings back to ``SETTINGS`` (a theme switched by a test goes)."""
@@ -295,10 +305,20 @@ class SharedLab:
         return json.loads(body) if body else None
 
     def shutdown_kernels(self, path: str) -> None:
-        """Shut down the kernel of every notebook session under ``path`` (relative to the root)."""
-        for session in self._api("GET", "sessions"):
-            if session["path"].startswith(path + "/"):
-                self._api("DELETE", f"sessions/{session['id']}")
+        """Shut down the kernel of every notebook session under ``path`` (relative to the root), in
+        a thread: a kernel takes seconds to exit, and the next test need not wait for it."""
+        ids = [s["id"] for s in self._api("GET", "sessions") if s["path"].startswith(path + "/")]
+
+        def shutdown() -> None:
+            for id in ids:
+                try:
+                    self._api("DELETE", f"sessions/{id}")
+                except OSError as error:  # the server's stop shuts it down in any case
+                    self.shutdown_errors.append(f"{path}: {error}")
+
+        thread = threading.Thread(target=shutdown, name=f"shutdown {path}", daemon=True)
+        thread.start()
+        self._shutdowns.append(thread)
 
 
 @contextmanager

@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 SAVED_PAGE_LIMIT = 8_000_000  # bytes: under a mail attachment limit

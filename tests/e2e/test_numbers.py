@@ -21,7 +21,7 @@ import harness  # noqa: E402
 
 from hookviz.colors import NAN_COLOR  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 

@@ -20,7 +20,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 TITLE = ".hookviz-widget .hv-inspector .hv-title"
