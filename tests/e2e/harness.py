@@ -5,7 +5,7 @@ is started on 127.0.0.1 with a fixed token, a free port, a temporary root folder
 and workspaces folders, and no calls out (news, update checks).
 
 The browser tests share one server per test session (``SharedLab``, started by the ``lab_folder``
-fixture of ``tests/e2e/conftest.py``): each test gets its own folder under the server's root
+fixture of ``tests/conftest.py``): each test gets its own folder under the server's root
 (``Lab``), writes its notebooks there, and at its end its kernels are shut down and the server's
 settings are put back, so no test sees another's kernel, tabs or theme.
 """
@@ -310,9 +310,9 @@ class SharedLab:
         ids = [s["id"] for s in self._api("GET", "sessions") if s["path"].startswith(path + "/")]
 
         def shutdown() -> None:
-            for id in ids:
+            for session in ids:
                 try:
-                    self._api("DELETE", f"sessions/{id}")
+                    self._api("DELETE", f"sessions/{session}")
                 except OSError as error:  # the server's stop shuts it down in any case
                     self.shutdown_errors.append(f"{path}: {error}")
 

@@ -62,7 +62,14 @@ def test_edit_and_rerun_in_notebook7(notebook_server):
         )
         assert root.locator(".hv-rerun.hv-pending").count() == 0
         assert root.locator(".hv-error:not(:empty)").count() == 0
-        # Notebook 7.6 itself throws "reading 'schema'" while loading its settings; the widget
-        # throws nothing.
-        assert not [line for line in console if line.startswith("pageerror") and "schema" not in line]
+        # Notebook 7.6 itself throws "reading 'schema'" while loading its settings, and, for a
+        # notebook in a folder (each test has its own), at times "Command 'filebrowser:open-path'
+        # not registered" while it restores its file browser to that folder; the widget throws
+        # nothing.
+        notebook7_own = ("schema", "Command 'filebrowser:open-path' not registered")
+        assert not [
+            line
+            for line in console
+            if line.startswith("pageerror") and not any(known in line for known in notebook7_own)
+        ]
         root.screenshot(path=str(ARTIFACTS / "notebook7.png"))
