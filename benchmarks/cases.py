@@ -47,7 +47,7 @@ class Case:
 
 
 def mlp(device: str = "cpu") -> Case:
-    """Issue 11's MLP: 20 Linear layers of width 256 with sigmoids, 64 inputs, 10 classes, batch 64,
+    """The MLP: 20 Linear layers of width 256 with sigmoids, 64 inputs, 10 classes, batch 64,
     cross-entropy (41 parameters)."""
     torch.manual_seed(0)
     model = sigmoid_mlp(depth=20, width=256, inputs=64, classes=10).to(device)

@@ -7,7 +7,7 @@ show(), the kernel's wall clock when ``hookviz.show()`` starts:
 1. the canonical example: first paint after ``render()``, click-to-inspector, edit -> re-run ->
    repaint;
 2. a GPT-2-small-sized model (12 x 768, 1 x 128 tokens, built from its config): from the kernel
-   entering ``hookviz.show()`` to the fitted first paint (target < 2 s, issue 40); then opening
+   entering ``hookviz.show()`` to the fitted first paint (target < 2 s); then opening
    and closing a block, from the page's toggle request to the new layout on screen (target <
    300 ms; the 300 ms animation that follows is not counted), the first
    time (ELK in the worker) and again (cached layout); one replay-slider step drawn in the page;

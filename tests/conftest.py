@@ -1,6 +1,18 @@
-"""Shared fixtures: the canonical example and a snapshot of everything a run must leave untouched."""
+"""Shared fixtures: the canonical example, a snapshot of everything a run must leave untouched, and
+the browser tests' one JupyterLab.
+
+The browser tests (tests/e2e/) share one ``jupyter lab`` per test session, started by the first
+test that asks for ``lab_folder`` and stopped at the session's end (``harness.SharedLab``). Each
+such test gets its own folder under the server's root (a ``harness.Lab``) and writes its notebooks
+there. When a test that used it fails, its report gets the server's log of that test (kernel
+starts, the tracebacks the server saw) beside the browser console ``harness.diagnostics`` adds.
+(Here and not in tests/e2e/conftest.py: test files import this one as ``conftest``.)
+"""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +20,46 @@ import torch.nn.functional as F
 
 import hookviz
 from hookviz.examples import Canonical, canonical_inputs
+
+E2E = Path(__file__).parent / "e2e"
+_LOG_START = pytest.StashKey[int]()
+_SERVER = pytest.StashKey[object]()
+
+
+def _harness():
+    """tests/e2e/harness.py, imported only by the tests that start a browser or a server."""
+    if str(E2E) not in sys.path:
+        sys.path.insert(0, str(E2E))
+    import harness
+
+    return harness
+
+
+@pytest.fixture(scope="session")
+def shared_lab(tmp_path_factory):
+    """The session's ``jupyter lab`` (skips without a browser; fails in CI, see ``require_browser``)."""
+    harness = _harness()
+    harness.require_browser()
+    with harness.SharedLab(tmp_path_factory.mktemp("jupyter")).running() as server:
+        yield server
+
+
+@pytest.fixture
+def lab_folder(shared_lab, request):
+    """This test's folder in the shared JupyterLab; its kernels are shut down when the test ends."""
+    request.node.stash[_SERVER] = shared_lab
+    request.node.stash[_LOG_START] = shared_lab.log.stat().st_size
+    with shared_lab.folder(request.node.name) as lab:
+        yield lab
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    server = item.stash.get(_SERVER, None)
+    if report.failed and server is not None and server.log.exists():
+        report.sections.append((f"jupyter lab log ({server.log})", server.log_tail(item.stash[_LOG_START])))
+    return report
 
 
 @pytest.fixture

@@ -29,7 +29,11 @@ from hookviz import text
 from hookviz.record import torch_compat
 from hookviz.widget.payload import json_float
 
-pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+pytestmark = [
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+    pytest.mark.e2e,
+    pytest.mark.distributed,
+]
 WORLD = 2
 
 

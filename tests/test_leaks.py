@@ -262,6 +262,8 @@ def test_a_kept_closed_ddp_watch_lets_its_model_go_before_the_process_group(tmp_
         dist.destroy_process_group()
 
 
+@pytest.mark.e2e
+@pytest.mark.soak
 def test_a_thousand_backward_only_reruns_do_not_grow_memory():
     session = hookviz.Session(_relu_mlp(64), (torch.randn(8, 64),), loss_fn=lambda out: out.sum())
     for _ in range(20):  # warm up the allocator and the caches

@@ -39,6 +39,9 @@ def test_the_course_is_complete():
     assert [p.name for p in PATHS] == EXPECTED
 
 
+# Minutes of kernels: left out of the fast loop (-m "not e2e"); CI's full command runs them.
+@pytest.mark.e2e
+@pytest.mark.notebook
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
 def test_notebook_runs(path: Path, tmp_path: Path):
     copied = tmp_path / "notebooks"  # outside the repository: no ../examples, no ../anything

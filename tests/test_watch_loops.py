@@ -560,5 +560,7 @@ def _ddp_accumulation(rank, device):
         assert compared == 2 * 6
 
 
+@pytest.mark.e2e
+@pytest.mark.distributed
 def test_ddp_with_no_sync_accumulation_keeps_one_step_per_optimizer_step():
     spawn(_ddp_accumulation)

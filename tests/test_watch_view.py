@@ -1,4 +1,4 @@
-"""The watch answers "when did it start, and where" (issue 41, point 3): the onset of NaN/Inf and of
+"""The watch answers "when did it start, and where": the onset of NaN/Inf and of
 exploding norms checked against plain PyTorch's ``.grad`` in the same loop, the banner and heatmap
 that carry it, per-layer lines told apart, ``show(watch, on=run)``, and "not watched" beside "no grad".
 """

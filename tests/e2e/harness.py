@@ -1,8 +1,13 @@
 """A real JupyterLab server and a headless Debian Chromium for the widget's browser tests and benchmark.
 
-Setup facts (see the project's STACK notes): Chromium is ``/usr/bin/chromium`` from Debian (never
-``playwright install``); JupyterLab is started on 127.0.0.1 with a fixed token, a free port, a
-temporary root folder, and no calls out (news, update checks). The caller stops it in a ``finally``.
+Setup facts: Chromium is ``/usr/bin/chromium`` from Debian (never ``playwright install``); JupyterLab
+is started on 127.0.0.1 with a fixed token, a free port, a temporary root folder, its own settings
+and workspaces folders, and no calls out (news, update checks).
+
+The browser tests share one server per test session (``SharedLab``, started by the ``lab_folder``
+fixture of ``tests/conftest.py``): each test gets its own folder under the server's root
+(``Lab``), writes its notebooks there, and at its end its kernels are shut down and the server's
+settings are put back, so no test sees another's kernel, tabs or theme.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -114,14 +121,36 @@ def write_notebook(path: Path, cells: list[str]) -> None:
 
 
 @contextmanager
-def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "lab"):
+def jupyter_lab(
+    root: Path,
+    timeout: float = 90.0,
+    app: str = "lab",
+    settings: Path | None = None,
+    workspaces: Path | None = None,
+    log: Path | None = None,
+):
     """Start ``jupyter lab`` (or ``app="notebook"``: Notebook 7) serving ``root``; yields its base
-    URL; stops it on exit."""
+    URL; stops it on exit. ``settings`` and ``workspaces``: JupyterLab's user settings and
+    workspaces folders (default: the user's own); ``log``: where its output goes (default
+    ``root / "jupyter.log"``)."""
+    with _jupyter_process(root, timeout, app, settings, workspaces, log) as (base, _process):
+        yield base
+
+
+@contextmanager
+def _jupyter_process(root, timeout, app, settings, workspaces, log):
     port = free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.setdefault("JUPYTER_PLATFORM_DIRS", "1")
-    log = open(root / "jupyter.log", "wb")
+    log = log or root / "jupyter.log"
+    lab_options = [
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        *([f"--LabApp.user_settings_dir={settings}"] if settings else []),
+        *([f"--LabApp.workspaces_dir={workspaces}"] if workspaces else []),
+    ]
+    output = open(log, "wb")
     process = subprocess.Popen(
         [
             sys.executable,
@@ -134,18 +163,11 @@ def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "lab"):
             f"--port={port}",
             f"--IdentityProvider.token={TOKEN}",
             f"--ServerApp.root_dir={root}",
-            *(
-                [
-                    "--LabApp.news_url=None",
-                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                ]
-                if app == "lab"
-                else []
-            ),
+            *(lab_options if app == "lab" else []),
         ],
         cwd=root,
         env=env,
-        stdout=log,
+        stdout=output,
         stderr=subprocess.STDOUT,
     )
     try:
@@ -154,7 +176,7 @@ def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "lab"):
         while True:
             if process.poll() is not None:
                 raise RuntimeError(
-                    f"jupyter lab exited with {process.returncode}: {(root / 'jupyter.log').read_text()[-3000:]}"
+                    f"jupyter {app} exited with {process.returncode}: {log.read_text()[-3000:]}"
                 )
             try:
                 with urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2) as response:
@@ -163,41 +185,140 @@ def jupyter_lab(root: Path, timeout: float = 90.0, app: str = "lab"):
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError("jupyter lab did not answer in time")
+                raise TimeoutError(
+                    f"jupyter {app} did not answer in {timeout:.0f} s: {log.read_text()[-3000:]}"
+                )
             time.sleep(0.3)
-        yield base
+        yield base, process
     finally:
         process.terminate()
         try:
-            process.wait(timeout=15)
+            process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        log.close()
+        output.close()
 
 
-@contextmanager
-def jupyter_lab_every_cell(root: Path, settings: Path):
-    """``jupyter_lab(root)`` with every notebook cell in the page: JupyterLab 4 draws only the cells
-    near the viewport ("windowing"), so a widget far down a notebook would not be in the page until
-    scrolled to. Windowing is turned off in ``settings`` (an empty folder) for this server only."""
-    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
-    tracker.parent.mkdir(parents=True)
-    tracker.write_text(json.dumps({"windowingMode": "none"}))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JUPYTERLAB_SETTINGS_DIR", str(settings))
-        with jupyter_lab(root) as base:
-            yield base
+class Lab:
+    """One browser test's folder in the shared JupyterLab (``SharedLab.folder``).
+
+    Attributes:
+        base: the server's URL (``http://127.0.0.1:<port>``).
+        root: the folder on disk: the test writes its notebooks here; a kernel started for a
+            notebook here runs in it.
+        path: the same folder relative to the server's root, as it appears in URLs and in the
+            server's sessions.
+    """
+
+    def __init__(self, base: str, root: Path, path: str):
+        self.base, self.root, self.path = base, root, path
+
+    def __repr__(self) -> str:
+        return f"Lab({self.base}/tree/{self.path})"
 
 
-@contextmanager
-def jupyter_lab_with(notebook: Path, tmp_path_factory):
-    """``jupyter_lab_every_cell`` serving a copy of ``notebook`` alone (skips without a browser)."""
-    require_browser()
-    root = tmp_path_factory.mktemp("lab")
-    shutil.copy(notebook, root / notebook.name)
-    with jupyter_lab_every_cell(root, tmp_path_factory.mktemp("lab-settings")) as base:
-        yield base
+class SharedLab:
+    """One ``jupyter lab`` for every browser test of a session (Notebook 7's pages too: the
+    ``notebook`` server extension serves ``/notebooks/...`` from the same process).
+
+    Every cell of a notebook is in the page: JupyterLab 4 draws only the cells near the viewport
+    ("windowing"), so a widget far down a notebook would not be there until scrolled to; windowing
+    is turned off in this server's own settings folder. The settings and workspaces folders are
+    this server's alone: a test that switches the theme writes there, not into the user's.
+    """
+
+    # JupyterLab's settings as every test starts with them: windowing off (see the class docstring).
+    SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"}}
+
+    def __init__(self, folder: Path):
+        self.root = folder / "root"
+        self.settings = folder / "settings"
+        self.workspaces = folder / "workspaces"
+        self.log = folder / "jupyter.log"
+        for path in (self.root, self.settings, self.workspaces):
+            path.mkdir(parents=True, exist_ok=True)
+        self.base: str | None = None
+        self.process: subprocess.Popen | None = None
+        self._count = 0
+        self._shutdowns: list[threading.Thread] = []
+        self.shutdown_errors: list[str] = []
+
+    @contextmanager
+    def running(self):
+        """Start the server; stop it (and so its kernels) on exit."""
+        self.reset_settings()
+        with _jupyter_process(self.root, 120.0, "lab", self.settings, self.workspaces, self.log) as (
+            base,
+            process,
+        ):
+            self.base, self.process = base, process
+            try:
+                yield self
+            finally:
+                for thread in self._shutdowns:
+                    thread.join(timeout=60)
+                self.base = self.process = None
+        if self.shutdown_errors:
+            warnings.warn(
+                "kernels left to the server's stop: " + "; ".join(self.shutdown_errors), stacklevel=1
+            )
+
+    def reset_settings(self) -> None:
+        """Put the user settings back to ``SETTINGS`` (a theme switched by a test goes)."""
+        shutil.rmtree(self.settings)
+        for name, values in self.SETTINGS.items():
+            (self.settings / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.settings / name).write_text(json.dumps(values))
+
+    def alive(self) -> None:
+        """Raise with the end of the server's log when it is not running any more."""
+        if self.process is None or self.process.poll() is not None:
+            code = None if self.process is None else self.process.returncode
+            raise RuntimeError(f"the shared jupyter lab is not running (exit {code}): {self.log_tail()}")
+
+    def log_tail(self, start: int = 0, limit: int = 6000) -> str:
+        """The server's log from byte ``start`` on, its last ``limit`` characters."""
+        with open(self.log, "rb") as f:
+            f.seek(start)
+            return f.read().decode(errors="replace")[-limit:]
+
+    @contextmanager
+    def folder(self, name: str):
+        """A new folder under the server's root for one test (``Lab``); on exit, the kernels of
+        every notebook in it are shut down and the settings are put back."""
+        self.alive()
+        self._count += 1
+        path = f"{self._count:02d}-{re.sub(r'[^A-Za-z0-9_-]+', '-', name)[:60]}"
+        (self.root / path).mkdir()
+        try:
+            yield Lab(self.base, self.root / path, path)
+        finally:
+            self.alive()
+            self.shutdown_kernels(path)
+            self.reset_settings()
+
+    def _api(self, method: str, route: str):
+        request = urllib.request.Request(f"{self.base}/api/{route}?token={TOKEN}", method=method)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def shutdown_kernels(self, path: str) -> None:
+        """Shut down the kernel of every notebook session under ``path`` (relative to the root), in
+        a thread: a kernel takes seconds to exit, and the next test need not wait for it."""
+        ids = [s["id"] for s in self._api("GET", "sessions") if s["path"].startswith(path + "/")]
+
+        def shutdown() -> None:
+            for session in ids:
+                try:
+                    self._api("DELETE", f"sessions/{session}")
+                except OSError as error:  # the server's stop shuts it down in any case
+                    self.shutdown_errors.append(f"{path}: {error}")
+
+        thread = threading.Thread(target=shutdown, name=f"shutdown {path}", daemon=True)
+        thread.start()
+        self._shutdowns.append(thread)
 
 
 @contextmanager
@@ -214,10 +335,12 @@ def chromium_page(width: int = 1500, height: int = 1400):
             browser.close()
 
 
-def open_notebook(page, base: str, name: str) -> None:
-    """Open a notebook alone in its own workspace (no tabs restored from an earlier page)."""
-    workspace = Path(name).stem
-    page.goto(f"{base}/lab/workspaces/{workspace}/tree/{name}?token={TOKEN}")
+def open_notebook(page, lab: Lab | str, name: str) -> None:
+    """Open notebook ``name`` of ``lab`` (a test's ``Lab``, or a server's base URL and a name
+    relative to its root) alone in its own workspace (no tabs restored from an earlier page)."""
+    base, path = (lab.base, f"{lab.path}/{name}") if isinstance(lab, Lab) else (lab, name)
+    workspace = re.sub(r"[^A-Za-z0-9_-]+", "-", str(Path(path).with_suffix("")))
+    page.goto(f"{base}/lab/workspaces/{workspace}/tree/{path}?token={TOKEN}")
     page.wait_for_selector(".jp-Notebook", state="visible", timeout=60_000)
     page.wait_for_selector(".jp-Notebook .jp-Cell", state="visible", timeout=60_000)
     # Lab's "official Jupyter news?" toast would sit over the widget in screenshots.

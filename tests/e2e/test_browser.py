@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -35,14 +35,11 @@ w = hookviz.show(model, (x,), loss_fn=lambda out: F.cross_entropy(out, labels))
 w"""
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("lab")
-    harness.write_notebook(root / "canonical.ipynb", [harness.CANONICAL])
-    harness.write_notebook(root / "vanishing.ipynb", [VANISHING, "w.show_watch(watch, step=0);"])
-    with harness.jupyter_lab(root) as base:
-        yield base
+@pytest.fixture
+def lab(lab_folder):
+    harness.write_notebook(lab_folder.root / "canonical.ipynb", [harness.CANONICAL])
+    harness.write_notebook(lab_folder.root / "vanishing.ipynb", [VANISHING, "w.show_watch(watch, step=0);"])
+    return lab_folder
 
 
 def _leaf_text(page, name: str) -> str:

@@ -24,7 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = harness.REPO / "build" / "e2e"
 # page -> the saved page it embeds, from the site's root: the guides' examples, and a notebook's

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -62,13 +62,10 @@ v
 """
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("explain_files")
-    harness.write_notebook(root / "explain.ipynb", [GATED, FROM_FILES])
-    with harness.jupyter_lab(root) as base:
-        yield base
+@pytest.fixture
+def lab(lab_folder):
+    harness.write_notebook(lab_folder.root / "explain.ipynb", [GATED, FROM_FILES])
+    return lab_folder
 
 
 def test_why_no_gradient_and_a_run_opened_from_a_file(lab):

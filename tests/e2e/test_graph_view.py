@@ -18,16 +18,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
+@pytest.fixture
+def lab(lab_folder):
     pytest.importorskip("transformers")
-    root = tmp_path_factory.mktemp("lab")
+    root = lab_folder.root
     harness.write_notebook(root / "gpt2.ipynb", [harness.GPT2, 'w.search("c_fc.weight")'])
     harness.write_notebook(root / "mlp.ipynb", [harness.MLP])
     # As a run past the cheap-details limit (GPT-2 small, a 20,000-Node graph) is shown: drawn from
@@ -41,8 +40,7 @@ def lab(tmp_path_factory):
             'w.diagnosis = diagnosis_json([], "run")',
         ],
     )
-    with harness.jupyter_lab(root) as base:
-        yield base
+    return lab_folder
 
 
 def assert_readable(report: dict, what: str) -> None:

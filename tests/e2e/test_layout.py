@@ -25,7 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -116,19 +116,12 @@ _EDGES = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
+@pytest.fixture
+def lab(lab_folder):
     pytest.importorskip("transformers")
-    root = tmp_path_factory.mktemp("lab")
     for name, source in {"gpt2": harness.GPT2, "bert": BERT, "cnn": CNN, "mlp": harness.MLP}.items():
-        harness.write_notebook(root / f"{name}.ipynb", [source])
-    # The theme switch writes user settings: this JupyterLab keeps them in its own folder.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JUPYTERLAB_SETTINGS_DIR", str(tmp_path_factory.mktemp("layout-settings")))
-        patch.setenv("JUPYTERLAB_WORKSPACES_DIR", str(tmp_path_factory.mktemp("layout-workspaces")))
-        with harness.jupyter_lab(root) as base:
-            yield base
+        harness.write_notebook(lab_folder.root / f"{name}.ipynb", [source])
+    return lab_folder
 
 
 def open_model(page, lab, name: str):

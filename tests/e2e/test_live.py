@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 SAVED_PAGE_LIMIT = 8_000_000  # bytes: under a mail attachment limit
@@ -150,13 +150,10 @@ _SAMPLER = """() => {
 STDOUT = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stdout"]'
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("live-lab")
-    harness.write_notebook(root / "live.ipynb", [TRAINING])
-    with harness.jupyter_lab(root) as base:
-        yield base
+@pytest.fixture
+def lab(lab_folder):
+    harness.write_notebook(lab_folder.root / "live.ipynb", [TRAINING])
+    return lab_folder
 
 
 def test_a_watch_shown_live_updates_while_the_cell_trains(lab):

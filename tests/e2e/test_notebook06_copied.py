@@ -8,7 +8,7 @@ the numbers the kernel holds for every rank and step (``history.local`` / ``hist
 findings of each rank at each step). Then the rank picker and the step slider are used in the
 page, and every part of the view is checked against those numbers: the watch bar's words, the
 graph's colours, the chart, the heatmap (its rows, title and step marker), the banner's findings,
-the legend, and the leaf table. Issue 41, points 3 and 5.
+the legend, and the leaf table.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 NOTEBOOK = harness.REPO / "notebooks" / "06_distributed.ipynb"
@@ -95,19 +95,16 @@ PAGE_STATE = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("lab06")
+@pytest.fixture
+def lab(lab_folder):
+    root = lab_folder.root
     assert not root.resolve().is_relative_to(harness.REPO), "the copy must sit outside the repository"
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     # nothing reached by a path into the repository: the notebook writes the script it starts
     assert not [c.source for c in notebook.cells if c.cell_type == "code" and "../" in c.source]
     notebook.cells.append(nbformat.v4.new_code_cell(KERNEL_NUMBERS))
     nbformat.write(notebook, root / NOTEBOOK.name)
-    settings = tmp_path_factory.mktemp("lab06-settings")
-    with harness.jupyter_lab_every_cell(root, settings) as base:
-        yield base, root
+    return lab_folder
 
 
 def _words(rank: str) -> str:
@@ -206,13 +203,13 @@ def _pick_rank(root, rank: str) -> None:
 
 
 def test_notebook_06_from_a_copied_folder_follows_the_picker(lab):
-    base, folder = lab
+    folder = lab.root
     ARTIFACTS.mkdir(exist_ok=True)
     with (
         harness.chromium_page() as page,
         harness.diagnostics(page, ARTIFACTS / "notebook06_failure.png") as console,
     ):
-        harness.open_notebook(page, base, NOTEBOOK.name)
+        harness.open_notebook(page, lab, NOTEBOOK.name)
         harness.run_all_cells(page)
         printed = page.locator(".jp-OutputArea-output").filter(has_text=MARK)
         printed.wait_for(timeout=400_000)

@@ -3,12 +3,13 @@
 Run all of ``notebooks/07_live_training.ipynb``; the cell that trains with ``lr=3.0`` prints the
 first step whose gradient held NaN (found from ``.grad`` by the notebook's own loop over
 ``diagnose``); the second widget's banner must name that step (not only the last one), and its
-heatmap must mark it. Issue 41, points 3 and 5.
+heatmap must mark it.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,17 +18,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 NOTEBOOK = harness.REPO / "notebooks" / "07_live_training.ipynb"
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+@pytest.fixture
+def lab(lab_folder):
     pytest.importorskip("sklearn")
-    with harness.jupyter_lab_with(NOTEBOOK, tmp_path_factory) as base:
-        yield base
+    shutil.copy(NOTEBOOK, lab_folder.root / NOTEBOOK.name)
+    return lab_folder
 
 
 def test_exploding_banner_names_the_onset_step(lab):

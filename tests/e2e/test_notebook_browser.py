@@ -9,6 +9,7 @@ hook computes. Uses the browser harness of ``tests/e2e/harness.py``.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,17 +18,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 NOTEBOOK = harness.REPO / "notebooks" / "01_module_hooks.ipynb"
 LEAF_AFTER = '.hookviz-widget tr[data-leaf="{}"] .hv-leaf-after'
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with harness.jupyter_lab_with(NOTEBOOK, tmp_path_factory) as base:
-        yield base
+@pytest.fixture
+def lab(lab_folder):
+    shutil.copy(NOTEBOOK, lab_folder.root / NOTEBOOK.name)
+    return lab_folder
 
 
 def _run_all_cells(page) -> None:

@@ -1,4 +1,4 @@
-"""Colours and numbers of the widget in a real JupyterLab and headless Chromium (issue 41 point 4).
+"""Colours and numbers of the widget in a real JupyterLab and headless Chromium.
 
 - Red (hookviz.colors.NAN_COLOR, and the error colour) appears only on NaN/Inf elements and
   error text: checked over every element's computed colours and every cytoscape node's style of a
@@ -21,7 +21,7 @@ import harness  # noqa: E402
 
 from hookviz.colors import NAN_COLOR  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -45,13 +45,10 @@ print("INSIDE", inside)
 deep"""
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("numbers-lab")
-    harness.write_notebook(root / "numbers.ipynb", [harness.CANONICAL, NAN_RUN, SELECTED])
-    with harness.jupyter_lab(root) as base:
-        yield base
+@pytest.fixture
+def lab(lab_folder):
+    harness.write_notebook(lab_folder.root / "numbers.ipynb", [harness.CANONICAL, NAN_RUN, SELECTED])
+    return lab_folder
 
 
 def _rgb(hex_color: str) -> str:

@@ -23,7 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -47,19 +47,17 @@ w = hookviz.show(transformers.BertForMaskedLM(config), (), kwargs={"input_ids": 
 w"""
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
+@pytest.fixture
+def lab(lab_folder):
     pytest.importorskip("transformers")
-    root = tmp_path_factory.mktemp("lab")
+    root = lab_folder.root
     harness.write_notebook(
         root / "gpt2.ipynb",
         [GPT2, 'w.select("transformer.h.2.mlp")', "import os\nos.getpid()"],
     )
     harness.write_notebook(root / "bert.ipynb", [BERT])
     harness.write_notebook(root / "canonical.ipynb", [harness.CANONICAL])
-    with harness.jupyter_lab(root) as base:
-        yield base
+    return lab_folder
 
 
 def _open(page, base, name):

@@ -28,7 +28,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -75,21 +75,15 @@ for name in w.run.leaf_grads:
 print("CHANGE", json.dumps(change))"""
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
+@pytest.fixture
+def lab(lab_folder):
     pytest.importorskip("transformers")
-    root = tmp_path_factory.mktemp("panels-lab")
+    root = lab_folder.root
     harness.write_notebook(root / "gpt2.ipynb", [harness.GPT2, "import json\n" + INSIDE_ATTENTION])
     harness.write_notebook(root / "mlp.ipynb", [harness.MLP, FINDINGS, 'w.toggle_group("0")', harness.MLP])
     harness.write_notebook(root / "deep.ipynb", [DEEP, DEEP_EDIT])
-    # The theme switch writes user settings: this JupyterLab keeps them in its own folder.
-    settings = tmp_path_factory.mktemp("panels-settings")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JUPYTERLAB_SETTINGS_DIR", str(settings))
-        patch.setenv("JUPYTERLAB_WORKSPACES_DIR", str(tmp_path_factory.mktemp("panels-workspaces")))
-        with harness.jupyter_lab(root) as base:
-            yield base
+    # The theme switch writes the shared server's user settings; they are put back after the test.
+    return lab_folder
 
 
 def printed(page, marker: str, cell: int):

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 import harness  # noqa: E402
 from test_export_escaping import HOSTILE_NAMES, hostile_widget  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
 def test_a_page_with_hostile_module_names_is_drawn(tmp_path):

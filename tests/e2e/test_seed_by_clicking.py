@@ -20,7 +20,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 TITLE = ".hookviz-widget .hv-inspector .hv-title"
@@ -102,13 +102,10 @@ def _leaf_text(page, name: str) -> str:
     return page.locator(f'.hookviz-widget tr[data-leaf="{name}"] .hv-leaf-after').inner_text()
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("lab")
-    harness.write_notebook(root / "seed.ipynb", [harness.CANONICAL])
-    with harness.jupyter_lab(root) as base:
-        yield base
+@pytest.fixture
+def lab(lab_folder):
+    harness.write_notebook(lab_folder.root / "seed.ipynb", [harness.CANONICAL])
+    return lab_folder
 
 
 def test_the_seed_experiment_by_clicking_only(lab):
