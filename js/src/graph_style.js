@@ -79,6 +79,9 @@ export function styleFor(t) {
         "text-wrap": "none",
         "font-weight": "bold",
         padding: BOX_PADDING.side,
+        // The title sits above the box's body, where cytoscape takes no click unless its label
+        // does: a click on the title selects the box, as on its border.
+        "text-events": "yes",
       },
     },
     {
