@@ -17,12 +17,12 @@ from hookviz.advice import advice
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.analysis.gradient_stats import module_of
 from hookviz.colors import (
-    NO_GRAD_COLOR,
+    NOT_WATCHED_COLOR,
     SKIPPED_COLOR,
     learning_rate_color,
     update_ratio_color,
 )
-from hookviz.text import MISSING, number
+from hookviz.text import MISSING, module_name, number
 
 SKIPPED_TEXT = "skipped by the GradScaler (Inf/NaN found): optimizer.step() did not run"
 # Reading ‖Δw‖/‖w‖ copies every weight before the step: it comes with the other statistics only.
@@ -69,6 +69,8 @@ def step_rows(history, picked: list[int] | None = None) -> dict:
             {"color": update_ratio_color(low / 10), "text": f"update ratio below {number(low)}: too small"},
             {"color": update_ratio_color(1e-3), "text": "near 1e-3: healthy"},
             {"color": update_ratio_color(high * 10), "text": f"above {number(high)}: too large"},
+            # every colour drawn has its key: a cell with no ratio is "not measured", never "no grad"
+            {"color": NOT_WATCHED_COLOR, "text": "not measured at this step"},
         ]
         if any(row["kind"] == "update_ratio" for row in rows)
         else [],
@@ -99,12 +101,12 @@ def _ratio_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
     read = set(history.full_steps)  # the ratios are read with every statistic of a step
     rows = []
     for layer, positions in layers.items():
-        label = f"‖Δw‖/‖w‖ of {layer or '(root)'}"
+        label = f"‖Δw‖/‖w‖ of {module_name(layer)}"
         colors, text = [], []
         for step, row, skip in zip(steps, table, skipped):
             values = [(history.names[parameters[p]], row[p]) for p in positions]
             shown = next((v for _, v in values if math.isfinite(v)), math.nan)
-            colors.append(NO_GRAD_COLOR if math.isnan(shown) else update_ratio_color(shown))
+            colors.append(NOT_WATCHED_COLOR if math.isnan(shown) else update_ratio_color(shown))
             if skip:
                 said = SKIPPED_TEXT
             elif math.isnan(shown) and step not in read:
@@ -139,7 +141,7 @@ def _rate_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
             fraction = (
                 0.5 if hi <= lo or rate is None or not rate > 0 else (math.log10(rate) - lo) / (hi - lo)
             )
-            colors.append(NO_GRAD_COLOR if rate is None else learning_rate_color(fraction))
+            colors.append(NOT_WATCHED_COLOR if rate is None else learning_rate_color(fraction))
             said = "another optimizer's step" if rate is None else number(rate)
             text.append(
                 f"step {history.steps[i]}<br>{label}: {said}" + (" (skipped)" if skipped[cell] else "")
