@@ -42,7 +42,11 @@ export function layoutOptions(aspect, wrap = false, direction = "DOWN") {
     ...wrapping(aspect, wrap),
     // The Module tree: its boxes (the root, "(loss)" beside it) apart, its edges' elbows room
     ...(direction === "RIGHT"
-      ? { "elk.layered.spacing.nodeNodeBetweenLayers": "40", "elk.spacing.componentComponent": "40" }
+      ? {
+          "elk.layered.spacing.nodeNodeBetweenLayers": "40",
+          "elk.spacing.nodeNode": "24",
+          "elk.spacing.componentComponent": "40",
+        }
       : {}),
   };
 }
