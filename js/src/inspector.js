@@ -205,7 +205,9 @@ export function renderInspector(el, data, summary = null, note = "") {
     add(el, tensorList("forward output", data.output_list, null, null, null, "", null, colors));
     add(el, hookViews(data, before, changed, none, colors));
   } else {
-    add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), forwardValue(data)));
+    // a leaf's value is what forward used (an input, a weight); an op's, what it computed
+    const heading = data.node_kind === "leaf" ? "value (as forward used it)" : "forward value";
+    add(el, h("div", { class: "hv-section" }, h("h4", {}, heading), forwardValue(data)));
     add(
       el,
       tensorList(
