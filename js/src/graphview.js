@@ -207,8 +207,12 @@ export class GraphView {
    * view's size now: fitted, but never below the zoom at which labels are readable (viewportFor).
    */
   frame(
-    { ids = null, around = null, maxZoom = this.tree ? TREE_FIT_ZOOM : MAX_FIT_ZOOM, minZoom = READABLE_ZOOM } = this
-      .subject || {},
+    {
+      ids = null,
+      around = null,
+      maxZoom = this.tree && !ids?.length ? TREE_FIT_ZOOM : MAX_FIT_ZOOM,
+      minZoom = READABLE_ZOOM,
+    } = this.subject || {},
   ) {
     // ELK's boxes hold their children and their title (top padding): their union is exact.
     const all = this.positions || {};

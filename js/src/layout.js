@@ -44,7 +44,6 @@ export function layoutOptions(aspect, wrap = false, direction = "DOWN") {
     ...(direction === "RIGHT"
       ? {
           "elk.layered.spacing.nodeNodeBetweenLayers": "40",
-          "elk.spacing.nodeNode": "24",
           "elk.spacing.componentComponent": "40",
         }
       : {}),
