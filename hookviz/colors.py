@@ -14,32 +14,40 @@ from hookviz.text import as_number, number
 
 # Red: NaN/Inf only (graph, heatmaps, chart), and error text in the page.
 NAN_COLOR = "#e53935"
-NO_GRAD_COLOR = "#bdbdbd"  # no gradient reached it
+NO_GRAD_COLOR = "#9e9e9e"  # no gradient reached it
 ZERO_GRAD_COLOR = "#263238"  # a gradient of exact zeros (no place on a log scale)
-NOT_WATCHED_COLOR = "#eceff1"  # the watch view: an element the watch recorded nothing for
+NOT_WATCHED_COLOR = "#cfd8dc"  # the watch view: an element the watch recorded nothing for
 WARNING_COLOR = "#fb8c00"  # the warning orange of the page (style.css --hv-warn-line): thresholds
 EXPLODING_COLOR = WARNING_COLOR
+# The page's marks (js/src/colors.js holds the same two, checked by tests/test_colors.py): an edit
+# of hookviz's (magenta, a hue neither the norm scale nor a warning uses), a user's hook (brown).
+EDIT_COLOR = "#d500f9"
+HOOK_COLOR = "#795548"
+# The selection: JupyterLab's brand colour (--jp-brand-color1), this its light theme's value; no
+# chart line, heatmap or mark is blue (the scale's blues are darker and greener).
+SELECTION_COLOR = "#1e88e5"
+# "This run" in the gradient-flow chart: green, not the selection's blue nor zero's near-black.
+RUN_LINE_COLOR = "#2ca02c"
 # The step on screen, marked on a watch's figures (not a finding: no red); the page's muted text
 # colour (style.css --hv-muted): 5.40:1 on white by WCAG 2.x's contrast ratio of relative
 # luminances (https://www.w3.org/TR/WCAG21/#dfn-contrast-ratio), over AA's 4.5 for text.
 STEP_COLOR = "#546e7a"
-# Lines told apart (a watch's per-layer lines): Tableau 10 without its red, which means NaN/Inf.
+# Lines told apart (a watch's per-layer lines): Tableau 10 without the colours that mean
+# something on the page: its red (NaN/Inf), orange (warning), blue (selection) and grey (not
+# measured, no grad).
 LINE_COLORS = (
-    "#1f77b4",
-    "#ff7f0e",
     "#2ca02c",
     "#9467bd",
-    "#8c564b",
+    "#393b79",
     "#e377c2",
     "#17becf",
     "#bcbd22",
-    "#7f7f7f",
 )
 
 # The inspector's heatmaps of a tensor's values: white at 0, shading to blue below and to brown
 # above (ColorBrewer's BrBG ends: no red, which means NaN/Inf, drawn in NAN_COLOR). A block
 # overview (root mean squares, never negative) shades from white to brown only.
-HEATMAP_COLORS = {"negative": "#2166ac", "zero": "#ffffff", "positive": "#8c510a", "nan": NAN_COLOR}
+HEATMAP_COLORS = {"negative": "#01665e", "zero": "#ffffff", "positive": "#8c510a", "nan": NAN_COLOR}
 
 # Viridis at 10 evenly spaced stops (matplotlib's table), from the smallest norm to the largest.
 VIRIDIS = (
@@ -54,6 +62,19 @@ VIRIDIS = (
     (180, 222, 44),
     (253, 231, 37),
 )
+
+# Each meaning the page draws in colour, and its one colour: no two meanings share one
+# (tests/test_colors.py checks them pairwise apart, and apart from the norm scale's stops).
+MEANINGS = {
+    "NaN/Inf": NAN_COLOR,
+    "edited": EDIT_COLOR,
+    "exploding / warning": WARNING_COLOR,
+    "not measured": NOT_WATCHED_COLOR,
+    "selection": SELECTION_COLOR,
+    "no grad": NO_GRAD_COLOR,
+    "zero grad": ZERO_GRAD_COLOR,
+    "user hook": HOOK_COLOR,
+}
 
 # The scale as plotly takes it (``colorscale``): [[fraction, colour], ...].
 PLOTLY_COLORSCALE = [

@@ -1,4 +1,4 @@
-"""How hookviz writes numbers for people: the one home of every number format.
+"""How hookviz writes numbers and module names for people: the one home of every number format.
 
 The findings' messages and the widget's page show the same numbers; both take their text from here
 (the page draws the text the payload carries, it formats nothing itself), so a percentage or a
@@ -11,6 +11,18 @@ import math
 
 # What a missing number (None: not recorded, no gradient) shows as.
 MISSING = "–"
+# What the root module is called in views, after its class: "Canonical (root)".
+ROOT_MARK = "(root)"
+
+
+def module_name(module: str, root_type: str = "") -> str:
+    """The one name a module has in every view and message: its qualified name (``"fc1"``,
+    ``"h.0.attn"``); the root module, whose name in the API is ``""`` (as ``named_modules()``
+    gives it), by its class with ``"(root)"``: ``"Canonical (root)"`` (``"(root)"`` when the
+    class is unknown). ``root_type``: the root module's class name."""
+    if module:
+        return module
+    return f"{root_type} {ROOT_MARK}" if root_type else ROOT_MARK
 
 
 def as_number(value) -> float | None:
@@ -24,10 +36,11 @@ def as_number(value) -> float | None:
         return None
 
 
-def number(value) -> str:
+def number(value, extra: int = 0) -> str:
     """A number in short: whole numbers below 1e9 as they are (``1777792``), 4 significant digits
     from 1e-3 up to 1e5 (``0.5``, ``12.35``), else 3 in exponent form (``1.00e-7``, ``2.50e+6``);
-    ``"NaN"``, ``"inf"``, ``"-inf"``; None as ``"–"``. ``value``: a float or JSON's form of one."""
+    ``"NaN"``, ``"inf"``, ``"-inf"``; None as ``"–"``. ``value``: a float or JSON's form of one;
+    ``extra``: significant digits more (:func:`apart` asks for them to tell numbers apart)."""
     n = as_number(value)
     if n is None:
         return MISSING
@@ -40,8 +53,23 @@ def number(value) -> str:
     if n.is_integer() and abs(n) < 1e9:
         return str(int(n))
     if abs(n) >= 1e5 or abs(n) < 1e-3:
-        return _exponent(n)
-    return format(float(f"{n:.4g}"), "g")
+        return _exponent(n, extra)
+    return format(float(f"{n:.{4 + extra}g}"), "g")
+
+
+def apart(values, form=None) -> list[str]:
+    """Numbers written by ``form`` (:func:`number` by default, or :func:`column`, which take
+    ``extra``) with as few more significant digits as tell every two different numbers apart:
+    ``apart([1777792.4, 1777764.1])`` is ``["1.77779e+6", "1.77776e+6"]``, never two equal
+    ``1.78e+6``. Equal numbers keep equal texts; at most 17 digits (a float's all)."""
+    form = form or (lambda vs, extra: [number(v, extra) for v in vs])
+    numbers = [as_number(v) for v in values]
+    for extra in range(0, 15):
+        texts = form(values, extra)
+        seen: dict[str, float] = {}
+        if all(n is None or math.isnan(n) or seen.setdefault(t, n) == n for t, n in zip(texts, numbers)):
+            return texts
+    return texts
 
 
 def value(values) -> str:
@@ -105,18 +133,33 @@ def size(nbytes) -> str:
     raise AssertionError("unreachable")  # the loop returns at GiB
 
 
-def _exponent(n: float) -> str:
-    mantissa, exponent = f"{n:.2e}".split("e")
+def _exponent(n: float, extra: int = 0) -> str:
+    mantissa, exponent = f"{n:.{2 + extra}e}".split("e")
     return f"{mantissa}e{int(exponent):+d}"
 
 
-def column(values) -> list[str]:
+def column(values, extra: int = 0) -> list[str]:
     """The numbers of one table column (floats, JSON's forms of them, None) in one format: each
     as :func:`number` writes it when every finite non-zero one lies in [1e-3, 1e5), else each in
     exponent form (``2.51e+6`` and ``5.50e+6``, never ``2.51e+6`` over ``5499721``); 0, NaN,
-    inf and None as :func:`number` writes them."""
+    inf and None as :func:`number` writes them. ``extra``: significant digits more."""
     numbers = [as_number(v) for v in values]
     finite = [n for n in numbers if n is not None and math.isfinite(n) and n != 0]
     if all(1e-3 <= abs(n) < 1e5 for n in finite):
-        return [number(n) for n in numbers]
-    return [_exponent(n) if n is not None and math.isfinite(n) and n != 0 else number(n) for n in numbers]
+        return [number(n, extra) for n in numbers]
+    return [
+        _exponent(n, extra) if n is not None and math.isfinite(n) and n != 0 else number(n) for n in numbers
+    ]
+
+
+def log_ticks(values) -> dict:
+    """A plotly log axis's ticks written by :func:`number`: ``{"tickvals", "ticktext"}`` at the
+    powers of ten that span the finite positive ``values`` (``1.00e-5``, ``0.001``, ``1``,
+    ``1000``), so an axis reads as every other number on the page; ``{}`` when none is positive."""
+    positive = [n for n in (as_number(v) for v in values) if n is not None and math.isfinite(n) and n > 0]
+    if not positive:
+        return {}
+    lo, hi = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+    step = max(1, math.ceil((hi - lo + 1) / 8))  # at most about 8 ticks
+    powers = [10.0**k for k in range(lo, hi + 1, step)]
+    return {"tickmode": "array", "tickvals": powers, "ticktext": [number(p) for p in powers]}

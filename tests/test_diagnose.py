@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import hookviz
+from hookviz import text
 from hookviz.analysis.diagnose import diagnose
 from hookviz.analysis.findings import Finding, percent
 from hookviz.analysis.gradient_stats import gradient_stats
@@ -81,7 +82,7 @@ def test_a_run_of_vanishing_layers_is_one_finding_with_its_range(depth):
     first, last = (layer_norm(grads, m) / nearest for m in (below[0], below[-1]))
     assert finding.message.startswith(
         f"the gradient vanishes from module '{below[0]}' down to module '0' ({len(below)} Linear layers "
-        f"in a row): {first:.3g} … {last:.3g} x that of module '{layers[0]}' (Linear)"
+        f"in a row): {text.number(first)} … {text.number(last)} x that of module '{layers[0]}' (Linear)"
     )
     worst = min(below, key=lambda m: layer_norm(grads, m))
     assert finding.module == worst and finding.node == f"{worst}.weight"
@@ -210,7 +211,7 @@ def test_badly_initialised_deep_net_explodes():
     assert grouped.modules == tuple(str(i) for i in range(22, -1, -2))
     assert grouped.message.startswith(
         f"the gradient explodes from module '22' down to module '0' (12 Linear layers in a row): norms "
-        f"{expected['22']:.3g} … {expected['0']:.3g}"
+        f"{text.number(expected['22'])} … {text.number(expected['0'])}"
     )
 
 

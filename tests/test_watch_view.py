@@ -216,7 +216,7 @@ def test_the_watch_view_draws_update_ratio_and_learning_rate_rows_and_marks_skip
     for row, layer in zip(ratio_rows, layers):
         for step, (color, text) in enumerate(zip(row["colors"], row["text"])):
             if step == 3:
-                assert color == NO_GRAD_COLOR and SKIPPED_TEXT in text
+                assert color == NOT_WATCHED_COLOR and SKIPPED_TEXT in text
                 continue
             weight, bias = plain[step][f"{layer}.weight"], plain[step][f"{layer}.bias"]
             assert color == update_ratio_color(w.update_ratios(step)[f"{layer}.weight"])
@@ -268,10 +268,10 @@ def test_a_ratio_the_watch_did_not_read_says_so_and_is_not_coloured_as_a_value()
             ratio = w.update_ratios(step).get(f"{layer}.weight")
             if step % 2:
                 assert ratio is None or math.isnan(ratio)
-                assert NOT_READ_TEXT in text and color == NO_GRAD_COLOR
+                assert NOT_READ_TEXT in text and color == NOT_WATCHED_COLOR
             else:
                 assert ratio == pytest.approx(plain[step][f"{layer}.weight"], rel=1e-5)
-                assert NOT_READ_TEXT not in text and color != NO_GRAD_COLOR
+                assert NOT_READ_TEXT not in text and color != NOT_WATCHED_COLOR
             compared += 1
     assert compared == 3 * 5
 

@@ -980,7 +980,7 @@ def test_chart_figure_is_the_gradient_flow_chart():
     baseline, current, zeros = figure.data
     assert (baseline.name, current.name) == ("baseline", "this run")
     chart = widget.chart
-    assert list(current.x) == [m or "(root)" for m in chart["modules"]]
+    assert list(current.x) == [hookviz.text.module_name(m, chart["root_type"]) for m in chart["modules"]]
     assert list(baseline.y) == [v if v and v > 0 else None for v in chart["baseline"]]
     # Zero norms cannot sit on a log axis: they are drawn at the floor, marked as zeros.
     index = chart["modules"].index("blocks.0.fc")
@@ -1464,30 +1464,35 @@ def _tensor_records(data):
             yield from _tensor_records(value)
 
 
-def test_saved_page_keeps_values_only_of_the_opened_and_pinned_inspectors(widget, tmp_path):
+def test_saved_page_keeps_small_values_everywhere_and_large_ones_of_the_opened_and_pinned(widget, tmp_path):
+    from hookviz.widget.export import SMALL_TENSOR_ELEMENTS
+
     widget.select("SubBackward0_0")
-    inspectors = _saved_state(widget.save_html(tmp_path / "opened.html", pinned=["x"]))["__inspectors"]
+    inspectors = _saved_state(widget.save_html(tmp_path / "opened.html"))["__inspectors"]
     x_grad, _, _ = plain_grads()
     opened = inspectors["SubBackward0_0"]["grad_inputs"][0]
     # the opened node's values are there, as PyTorch computes them: x.grad = 2 * d loss / d(2x + 3y)
     assert opened["value"] == (x_grad / 2).tolist() == [8.0, -6.0]
-    assert "value" in inspectors["x"]["grad_outputs"][0]
+    # every other tensor of the canonical run has 2 elements: its values are kept too, the
+    # leaf x's own value [2, 3] among them, and no note to the page's author is shown
     elsewhere = [
-        r
-        for key, data in inspectors.items()
-        if key not in ("SubBackward0_0", "x")
-        for r in _tensor_records(data)
+        r for key, data in inspectors.items() if key != "SubBackward0_0" for r in _tensor_records(data)
     ]
-    assert elsewhere and not [r for r in elsewhere if "value" in r]
-    # the reason the page shows for a value it left out is the true one: not opened, not pinned
-    from hookviz.widget.export import NOT_SAVED_NOTE
-
-    left_out = [r for r in elsewhere if r["numel"] <= 16]  # small enough for the run to keep
-    assert left_out and all(r["note"] == NOT_SAVED_NOTE for r in left_out)
-    assert "full_tensor_limit" not in NOT_SAVED_NOTE and "pinned" in NOT_SAVED_NOTE
-    assert "note" not in opened
+    assert elsewhere and all(r["numel"] <= SMALL_TENSOR_ELEMENTS and "value" in r for r in elsewhere)
+    assert inspectors["x"]["output"]["value"] == [2.0, 3.0]
+    assert not [r for r in elsewhere if "note" in r]
     # every tensor keeps its statistics: the norm of the opened gradient
     assert opened["norm"] == pytest.approx(math.hypot(8, 6), rel=1e-4)
+
+    # a larger tensor (an 8 x 16 weight) keeps its values when opened or pinned, or with "all"
+    torch.manual_seed(0)
+    big = show(nn.Sequential(nn.Linear(16, 8)), (torch.randn(3, 16),), loss_fn=lambda out: out.sum())
+    big.select("0.bias")
+    large = _saved_state(big.save_html(tmp_path / "big.html"))["__inspectors"]
+    assert "value" not in large["0.weight"]["output"] and "note" not in large["0.weight"]["output"]
+    assert large["0.bias"]["output"]["value"] == big.run.nodes["0.bias"].output.value.tolist()
+    pinned = _saved_state(big.save_html(tmp_path / "pinned.html", pinned=["0.weight"]))["__inspectors"]
+    assert pinned["0.weight"]["output"]["numel"] == 128 and "value" in pinned["0.weight"]["output"]
     everything = _saved_state(widget.save_html(tmp_path / "all.html", values="all"))["__inspectors"]
     kept = [r for data in everything.values() for r in _tensor_records(data)]
     assert kept and all("value" in r for r in kept if r["numel"] <= 16)

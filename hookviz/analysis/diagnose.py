@@ -36,6 +36,7 @@ from hookviz.analysis.nan_origin import nan_findings
 from hookviz.data.run import require_run
 from hookviz.data.tensors import TensorRecord
 from hookviz.errors import HookvizError
+from hookviz.text import number
 
 if TYPE_CHECKING:  # for annotations only: the analysis needs no Run at import time
     import hookviz.data.run
@@ -65,19 +66,19 @@ def check_thresholds(thresholds: dict) -> dict:
     if unknown:
         raise HookvizError(
             f"unknown threshold(s) {', '.join(sorted(map(repr, unknown)))}; the thresholds are "
-            f"{', '.join(f'{k}={v:g}' for k, v in DEFAULT_THRESHOLDS.items())}"
+            f"{', '.join(f'{k}={number(v)}' for k, v in DEFAULT_THRESHOLDS.items())}"
         )
     merged = {**DEFAULT_THRESHOLDS, **thresholds}
     for name, value in merged.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise HookvizError(
                 f"threshold {name}={value!r} must be a positive number, e.g. "
-                f"{name}={DEFAULT_THRESHOLDS[name]:g}"
+                f"{name}={number(DEFAULT_THRESHOLDS[name])}"
             )
         if name in ("dead", "saturated") and value > 1:
             raise HookvizError(
                 f"threshold {name}={value!r} is a fraction of elements: give a "
-                f"number in (0, 1], e.g. {name}={DEFAULT_THRESHOLDS[name]:g}"
+                f"number in (0, 1], e.g. {name}={number(DEFAULT_THRESHOLDS[name])}"
             )
     return merged
 
@@ -194,7 +195,8 @@ def diagnose(
                 record.id,
                 (
                     f"{percent(fraction)} of the {name} outputs of {module_label(record.module, types)} "
-                    f"({record.id}) are within {limits['saturation_margin']:g} of {low:g} or {high:g}, "
+                    f"({record.id}) are within {number(limits['saturation_margin'])} of {number(low)} "
+                    f"or {number(high)}, "
                     "where its gradient is nearly zero: the pre-activations are too large (scale the "
                     "initialisation down or normalise the layer's input)"
                 ),
@@ -206,7 +208,7 @@ def diagnose(
         lambda run_: (
             f"saturated activations from {run_span(run_, types, 'modules', 'to')}: "
             f"{percent(run_[0].value)} … {percent(run_[-1].value)} of each one's outputs are within "
-            f"{limits['saturation_margin']:g} of its limits, where the gradient is nearly zero: the "
+            f"{number(limits['saturation_margin'])} of its limits, where the gradient is nearly zero: the "
             "pre-activations are too large (scale the initialisation down or normalise the layer's input)"
         ),
         group,

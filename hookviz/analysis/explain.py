@@ -14,6 +14,7 @@ import torch
 from hookviz.advice import advice
 from hookviz.data.run import Run, require_run
 from hookviz.errors import TargetError
+from hookviz.text import module_name
 
 
 def explain(run: Run, target: str) -> str:
@@ -218,8 +219,9 @@ def _compiled_region(run, name: str) -> str:
         except AttributeError:
             return ""
         if isinstance(getattr(module, "_orig_mod", None), torch.nn.Module):
+            region = module_name(prefix, type(model).__name__)
             return (
-                f" Note: it runs inside the torch.compile'd region {prefix or '<root>'!r}; hookviz "
+                f" Note: it runs inside the torch.compile'd region {region!r}; hookviz "
                 "recorded it eagerly, but in the compiled model a hook added after compiling may not "
                 "fire until torch._dynamo.reset()."
             )

@@ -12,6 +12,7 @@ import math
 
 from hookviz.analysis.findings import Finding, grouped, module_label, percent, run_span
 from hookviz.analysis.gradient_stats import ratio_of
+from hookviz.text import number
 
 # Layers whose parameter gradient is mostly zero by design (only the rows looked up get one): their
 # zeros are not dead updates.
@@ -111,16 +112,17 @@ def layer_findings(
                     module,
                     node,
                     (
-                        f"the gradient explodes at {label}: its norm is {norm:.3g}"
+                        f"the gradient explodes at {label}: its norm is {number(norm)}"
                         + (
                             " (the layer nearest the loss)"
                             if module == nearest
-                            else f", {ratio:.3g} x that of {nearest_label}, the layer nearest the loss"
+                            else f", {number(ratio)} x that of {nearest_label}, the layer nearest the loss"
                             if ratio is not None
                             else ""
                         )
                         + f" (thresholds: norm above "
-                        f"{thresholds['exploding_norm']:g} or above {thresholds['exploding']:g} x)"
+                        f"{number(thresholds['exploding_norm'])} or above "
+                        f"{number(thresholds['exploding'])} x)"
                     ),
                     norm,
                     step,
@@ -133,9 +135,10 @@ def layer_findings(
                     module,
                     node,
                     (
-                        f"the gradient vanishes at {label}: its norm is {norm:.3g}, {ratio:.3g} x that of "
+                        f"the gradient vanishes at {label}: its norm is {number(norm)}, "
+                        f"{number(ratio)} x that of "
                         f"{nearest_label}, the layer nearest the loss (threshold: below "
-                        f"{thresholds['vanishing']:g} x)"
+                        f"{number(thresholds['vanishing'])} x)"
                     ),
                     ratio,
                     step,
@@ -148,13 +151,15 @@ def layer_findings(
         first, last, span = run[0].value, run[-1].value, run_span(run, types)
         if run[0].kind == "vanishing":
             return (
-                f"the gradient vanishes from {span}: {first:.3g} … {last:.3g} x that of {nearest_label}, "
-                f"the layer nearest the loss (threshold: below {thresholds['vanishing']:g} x)"
+                f"the gradient vanishes from {span}: {number(first)} … {number(last)} x that of "
+                f"{nearest_label}, "
+                f"the layer nearest the loss (threshold: below {number(thresholds['vanishing'])} x)"
             )
         if run[0].kind == "exploding":
             return (
-                f"the gradient explodes from {span}: norms {first:.3g} … {last:.3g} (thresholds: norm "
-                f"above {thresholds['exploding_norm']:g} or above {thresholds['exploding']:g} x that of "
+                f"the gradient explodes from {span}: norms {number(first)} … {number(last)} "
+                f"(thresholds: norm above {number(thresholds['exploding_norm'])} or above "
+                f"{number(thresholds['exploding'])} x that of "
                 f"{nearest_label}, the layer nearest the loss)"
             )
         return (

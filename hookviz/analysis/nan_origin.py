@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from hookviz.analysis.findings import Finding, module_label
 from hookviz.data.tensors import TensorRecord
+from hookviz.text import number
 
 if TYPE_CHECKING:  # for annotations only: the analysis needs no Run at import time
     import hookviz.data.run
@@ -49,7 +50,7 @@ def _describe(record: TensorRecord | None) -> str:
     if record.inf_count:
         parts.append(f"{record.inf_count} Inf")
     if record.min is not None:
-        parts.append(f"min {record.min:.3g}, max {record.max:.3g}")
+        parts.append(f"min {number(record.min)}, max {number(record.max)}")
     return ", ".join(parts) or "no values"
 
 

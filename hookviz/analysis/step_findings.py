@@ -255,7 +255,7 @@ def update_findings(
                 (
                     f"step {step}: the updates of {module_label(layer, types)} are {size}: every "
                     f"parameter's update-to-weight ratio ‖Δw‖/‖w‖ is {bound} {number(ratio)} ({side} "
-                    f"{thresholds[limit]:g}; healthy near 1e-3): {why}"
+                    f"{number(thresholds[limit])}; healthy near 1e-3): {why}"
                 ),
                 ratio,
                 step,
@@ -267,7 +267,7 @@ def update_findings(
         return (
             f"step {step}: the updates are {size} from {run_span(run, types)}: update-to-weight "
             f"ratios ‖Δw‖/‖w‖ {number(run[0].value)} … {number(run[-1].value)} ({side} "
-            f"{thresholds[limit]:g}; healthy near 1e-3): {why}"
+            f"{number(thresholds[limit])}; healthy near 1e-3): {why}"
         )
 
     return grouped(findings, describe, group)

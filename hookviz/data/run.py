@@ -21,6 +21,7 @@ from hookviz.advice import advice
 from hookviz.data.deferred import PENDING, Deferrable, Fillable, deferrable
 from hookviz.data.tensors import ComparedByValue, TensorRecord, combined_norm
 from hookviz.errors import DetailsUnavailable, HookvizError, TargetError, unknown_name
+from hookviz.text import module_name, number
 
 LOSS_MODULE = "(loss)"
 """The ``module`` of the Nodes that ``loss_fn`` made, outside the model (not a module name: it has
@@ -569,17 +570,25 @@ class Run(ComparedByValue, Deferrable):
         self.node(node_id)
         return [h for h in self.hook_calls if h.node == node_id]
 
+    @property
+    def root_type(self) -> str:
+        """The class name of the root module (``"Canonical"``), which views name
+        ``"Canonical (root)"`` (:func:`hookviz.text.module_name`); "" when the model did not run
+        as a module. In the API the root module is ``""``, as ``named_modules()`` names it."""
+        return next((call.type for call in self.calls if call.module == ""), "")
+
     def print_log(self) -> None:
         """Print what the user's hooks printed during this run (a run loaded from a file saved
         by a hookviz that kept a copy; nothing for a new run), prefixed by hook and place."""
         for entry in self.log:
             for line in entry.text.rstrip("\n").splitlines():
-                print(f"[{entry.hook} @ {entry.where or '<root>'}] {line}")
+                where = module_name(entry.where, self.root_type)
+                print(f"[{entry.hook} @ {where}] {line}")
 
     def __repr__(self) -> str:
         pending = f", details pending: {advice('fill_details')} records them" if self.details_pending else ""
         return (
-            f"Run(loss={self.loss.item():.6g}, device={self.device!r}, nodes={len(self.nodes)}, "
+            f"Run(loss={number(self.loss.item())}, device={self.device!r}, nodes={len(self.nodes)}, "
             f"leaves={len(self.leaf_grads)}, edits={len(self.edits)}, "
             f"forward_reused={self.forward_reused}"
             f"{pending})"

@@ -17,6 +17,7 @@ import torch
 from hookviz.advice import advice
 from hookviz.data.deferred import Fillable
 from hookviz.stats.reduce import combined_norm as combined_norm  # where its callers import it
+from hookviz.text import number
 
 _LOG = logging.getLogger("hookviz.data")
 
@@ -180,7 +181,7 @@ class TensorRecord(ComparedByValue, Fillable):
 
     def __repr__(self) -> str:
         if self.pending:
-            shown = "" if self.norm is None else f", norm={self.norm:.4g}"
+            shown = "" if self.norm is None else f", norm={number(self.norm)}"
             return (
                 f"TensorRecord(shape={list(self.shape)}, dtype={self.dtype}{shown}, "
                 f"pending={list(self.pending)}: {advice('fill_details')} records them)"
@@ -188,7 +189,7 @@ class TensorRecord(ComparedByValue, Fillable):
         if self.value is not None:
             return f"TensorRecord({self.value.tolist()}, dtype={self.dtype}, device={self.device})"
         return (
-            f"TensorRecord(shape={list(self.shape)}, dtype={self.dtype}, norm={self.norm:.4g}, "
+            f"TensorRecord(shape={list(self.shape)}, dtype={self.dtype}, norm={number(self.norm)}, "
             f"min={self.min}, max={self.max}, nan={self.nan_count}, inf={self.inf_count})"
             if self.norm is not None
             else f"TensorRecord(shape={list(self.shape)}, dtype={self.dtype}, {self.note or 'empty'})"

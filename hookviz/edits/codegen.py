@@ -20,6 +20,7 @@ from hookviz.data.run import LOSS_MODULE, Run
 from hookviz.edits.edit import Edit
 from hookviz.edits.expression import Expression
 from hookviz.errors import ExpressionError
+from hookviz.text import module_name
 
 
 def _path(run: Run, start: str, target: str) -> str | None:
@@ -208,7 +209,7 @@ def edits_as_code(run: Run | None, edits=None) -> str:
         helpers += [
             f"def {hook}(module, args, output):",
             f"    # {_comment(target)} ({_comment(node.op)}) is reached from the output of module "
-            f"{node.module or '<root>'!r}",
+            f"{node.module!r} ({_comment(module_name(node.module, run.root_type))})",
             "    first = _first_tensor(output)",
             f"    _node(first.grad_fn, first.output_nr{path}).{register}",
             "",

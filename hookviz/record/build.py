@@ -230,7 +230,7 @@ class _PendingRecords:
         post_edits, lazy = recorder.post_edits, details is not None
         for node_id, fields in self.node_fields.items():
             # The record gets its own dict of the template's fields, then its own containers.
-            lazy_op = lazy and fields["kind"] == "op"
+            lazy_op = lazy and fields["kind"] in ("op", "leaf")  # a leaf's output: its value
             record = details.pending(NodeRecord, fields) if lazy_op else NodeRecord.from_fields(fields)
             own = record.__dict__
             own["order"] = order.get(node_id)

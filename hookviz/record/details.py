@@ -38,6 +38,7 @@ from hookviz.advice import advice
 from hookviz.data.tensors import same_values
 from hookviz.errors import DetailsChanged, DetailsNotReproduced, DetailsUnavailable
 from hookviz.record import module_tree
+from hookviz.text import module_name, number
 
 _NEW_RUN = (
     f"record a new run ({advice('new_forward')}) to see its details, or use {advice('eager_session')} "
@@ -188,7 +189,9 @@ def _model_marks(model: torch.nn.Module) -> dict[str, tuple]:
     for name, buffer in module_tree.named_buffers(model, remove_duplicate=False):
         marks[f"buffer {name!r}"] = _tensor_marks(buffer)
     for name, module in module_tree.named_modules(model, remove_duplicate=False):
-        marks[f"{_MODE}{name or '<root>'!r}"] = ("train" if module.training else "eval",)
+        marks[f"{_MODE}{module_name(name, type(model).__name__)!r}"] = (
+            "train" if module.training else "eval",
+        )
     return marks
 
 
@@ -272,7 +275,7 @@ def _different_results(run, full) -> list[str]:
     leaf gradient, compared bit for bit (NaN equal to NaN: :func:`~hookviz.data.tensors.same_values`)."""
     differ = []
     if not same_values(run.loss, full.loss):
-        differ.append(f"the loss ({run.loss.item():.6g} then {full.loss.item():.6g})")
+        differ.append(f"the loss ({number(run.loss.item())} then {number(full.loss.item())})")
     for name in dict.fromkeys([*run.leaf_grads, *full.leaf_grads]):
         mine, theirs = run.leaf_grads.get(name), full.leaf_grads.get(name)
         if (mine is None) != (theirs is None) or (mine is not None and not same_values(mine, theirs)):

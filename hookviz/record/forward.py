@@ -307,6 +307,8 @@ def _record_forward(
             node.call = forward_recorder.call_of(node.sequence_nr)
             node.saved, node.constants = _saved(node.fn, saved_recorder, operand_names)
             node.output = summary[0].get(node.id)
+        elif node.kind == "leaf":
+            node.output = summary[0].get(node.id)
     return RetainedForward(
         device=device,
         model=model,
@@ -484,6 +486,10 @@ def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch)
         for fn_id, (tensor, version) in recorder.outputs.items()
         if fn_id in walk.id_of
     }
+    # A leaf's value (an input, a parameter) as forward used it: the learner knows x = [2, 3].
+    for node in walk.nodes.values():
+        if node.kind == "leaf" and isinstance(node.tensor, torch.Tensor):
+            output_keys[node.id] = batch.add(node.tensor, node.tensor._version)
     input_keys = [_call_input_keys(batch, call, recorder) for call in recorder.calls]
     returned_keys = [
         [None if e is None else batch.add(*recorder.seen(e.tensor, e.version)) for e in call.returned]

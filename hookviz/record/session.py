@@ -446,7 +446,11 @@ class Session:
         new = Edit.make(target, slot, transform)
         if self.last_run is None:
             self.run()
-        new = dataclasses.replace(new, target=self.last_run.canonical_name(target))
+        # Ids count within the session's edits: after clear_edits the first edit is e1 again.
+        taken = [int(e.id[1:]) for e in self.edits if e.id[:1] == "e" and e.id[1:].isdigit()]
+        new = dataclasses.replace(
+            new, target=self.last_run.canonical_name(target), id=f"e{max(taken, default=0) + 1}"
+        )
         self._check_edit(new, self.last_run)
         for i, existing in enumerate(self.edits):
             if (existing.target, existing.slot) == (new.target, new.slot):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
-from hookviz.colors import WARNING_COLOR, ZERO_GRAD_COLOR, norm_color
+from hookviz.colors import RUN_LINE_COLOR, WARNING_COLOR, ZERO_GRAD_COLOR, norm_color
 from hookviz.data.run import Run
+from hookviz.text import log_ticks, module_name, norm, number
 from hookviz.widget.graph import color_range
 from hookviz.widget.payload import json_float
 
@@ -49,10 +50,13 @@ def chart_json(run: Run, baseline: Run | None = None, vanishing: float = VANISHI
     floor = 10 ** (math.floor(math.log10(min(positive))) - 1) if positive else 1e-12
     chart = {
         "modules": modules,
+        "root_type": run.root_type,  # the root module ("") is named by its class: "Canonical (root)"
         "current": [json_float(current[m]) for m in modules],
         "baseline": [json_float(before.get(m)) for m in modules],
         "threshold": json_float(threshold),
-        "rule": f"vanishing below {vanishing:g} x the layer nearest the loss ({nearest})" if usable else "",
+        "rule": (
+            f"vanishing below {number(vanishing)} x the layer nearest the loss ({nearest})" if usable else ""
+        ),
         "floor": floor,
     }
     scale = color_range(run, baseline)
@@ -82,7 +86,7 @@ def chart_spec(chart: dict) -> dict:
             out.append(None if v is None or not math.isfinite(v) else (floor if v <= 0 else v))
         return out
 
-    labels = [m or "(root)" for m in chart.get("modules", [])]
+    labels = [module_name(m, chart.get("root_type", "")) for m in chart.get("modules", [])]
     current = chart.get("current", [])
     zeros = [label for label, v in zip(labels, current) if v is not None and float(v) == 0]
     mode = "lines" if len(labels) > CHART_MARKERS else "lines+markers"
@@ -94,6 +98,9 @@ def chart_spec(chart: dict) -> dict:
             "y": on_log_axis(chart.get("baseline", [])),
             "name": "baseline",
             "mode": mode,
+            # the numbers as hookviz writes them everywhere (hookviz.text), not plotly's own format
+            "customdata": [norm(v) for v in chart.get("baseline", [])],
+            "hovertemplate": "%{x}<br>‖grad‖ %{customdata}<extra>baseline</extra>",
             "line": {"color": "#90a4ae", "dash": "dot"},
         },
         {
@@ -102,7 +109,9 @@ def chart_spec(chart: dict) -> dict:
             "y": on_log_axis(current),
             "name": "this run",
             "mode": mode,
-            "line": {"color": "#1e88e5"},
+            "customdata": [norm(v) for v in current],
+            "hovertemplate": "%{x}<br>‖grad‖ %{customdata}<extra>this run</extra>",
+            "line": {"color": RUN_LINE_COLOR},
             # each layer's point in its box's colour on the graph (chart_json's ``colors``)
             **({"marker": {"color": chart["colors"], "size": 8}} if chart.get("colors") else {}),
         },
@@ -131,7 +140,11 @@ def chart_spec(chart: dict) -> dict:
                 else "layer (input → output)"
             },
         },
-        "yaxis": {"type": "log", "title": {"text": "‖grad‖ (log)"}, "exponentformat": "e"},
+        "yaxis": {
+            "type": "log",
+            "title": {"text": "‖grad‖ (log)"},
+            **log_ticks([*on_log_axis(chart.get("baseline", [])), *on_log_axis(current), threshold]),
+        },
         # at the left: plotly's toolbar takes the top right corner (it covered the legend there)
         "legend": {"orientation": "h", "y": 1.12, "x": 0, "xanchor": "left"},
         "shapes": [],
@@ -154,7 +167,7 @@ def chart_spec(chart: dict) -> dict:
                 "xref": "paper",
                 "x": 0,
                 "y": math.log10(threshold),  # annotations on a log axis are placed in log10 units
-                "text": chart.get("rule") or f"vanishing < {threshold:g}",
+                "text": chart.get("rule") or f"vanishing < {number(threshold)}",
                 "showarrow": False,
                 "font": {"color": WARNING_COLOR, "size": 10},
                 "xanchor": "left",

@@ -41,12 +41,9 @@ EXPORT_OVERVIEW_BLOCKS = 12
 # the page would say "zeros 100%" (the page's percentages never round a part to all or nothing).
 _STATISTICS = ("norm", "mean", "min", "max")
 
-# Why a tensor in a saved page has no values when the run kept them: the page was saved with
-# values="opened" and this tensor was neither on screen nor pinned (the page shows the note).
-NOT_SAVED_NOTE = (
-    "values not saved in this page: it keeps those of the inspector that was open and of pinned "
-    f"nodes ({advice('save_html_pinned')} or {advice('save_html_all')} keeps more)"
-)
+# A saved page keeps the values of every tensor of at most this many elements, whatever
+# ``values`` says: a reader who clicks x = [2, 3] sees [2, 3], not statistics of two numbers.
+SMALL_TENSOR_ELEMENTS = 64
 
 STATIC_NOTE = (
     "Saved page: no Python kernel behind it, so edits and re-run are off. "
@@ -102,13 +99,13 @@ def _merged_histogram(histogram: dict) -> dict:
 
 def _compact_tensor(record: dict, keep_values: bool) -> dict:
     """A tensor's JSON (``TensorRecord.to_dict``) as a saved page keeps it: its statistics to
-    STATISTIC_DIGITS, histogram edges to EDGE_DIGITS, a coarser overview, and its values only when
-    ``keep_values`` (else a value it had leaves :data:`NOT_SAVED_NOTE` in its ``note``, the reason
-    the page shows); fields that say nothing (None, "", no pending fields) are left out (the page
-    reads a missing field as absent)."""
+    STATISTIC_DIGITS, histogram edges to EDGE_DIGITS, a coarser overview, and its values when
+    ``keep_values`` or when it has at most :data:`SMALL_TENSOR_ELEMENTS` elements (else the page
+    shows its statistics, with no note: what the author chose to keep is no news to the reader);
+    fields that say nothing (None, "", no pending fields) are left out (the page reads a missing
+    field as absent)."""
     out = {}
-    if not keep_values and record.get("value") is not None:
-        record = {**record, "note": "; ".join(filter(None, (record.get("note"), NOT_SAVED_NOTE)))}
+    keep_values = keep_values or (record.get("numel") or 0) <= SMALL_TENSOR_ELEMENTS
     for name, value in record.items():
         if name == "value" and not keep_values:
             continue
@@ -180,6 +177,7 @@ def save_html(widget, path, title: str = "hookviz", values: str = "opened", pinn
     The file needs no kernel and no network: the bundle and the state are inside it. Graph,
     inspector, replay, chart and search work; edits and re-run are disabled with a note.
     Every tensor keeps its statistics, histogram and overview; its values (the numbers) are kept
+    for every tensor of at most :data:`SMALL_TENSOR_ELEMENTS` (64) elements, and of larger ones
     for the inspector on screen and the ``pinned`` node ids or module names with
     ``values="opened"`` (the default), for every tensor the run recorded with ``values="all"``
     (GPT-2 small, 12 layers x 128 tokens: about 7.6 MB by default, 14 MB with "all").

@@ -218,7 +218,7 @@ _DEFAULTS = {("alpha", 1), ("beta", 1), ("padding_idx", -1)}
 
 
 def _number(value) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+    return text.number(value) if isinstance(value, float) else str(value)
 
 
 def _leaf_shapes(run: Run) -> dict[str, tuple]:
@@ -287,7 +287,10 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
             "size": size,
             "norm": json_float(norm if norm is not None else _combine(norms)),
             "nan": nan,
-            "edited": module in edited_targets or edited,
+            # its own sites edited; an edit of a node inside marks the box only while it is closed
+            # (the page: edits_inside), so an open root box is not "edited" for its Sub's edit
+            "edited": module in edited_targets,
+            "edits_inside": edited,
             "user_hooks": module_hooks.get(module, 0) + hooks,
         }
         if module == "":

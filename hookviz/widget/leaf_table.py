@@ -66,7 +66,16 @@ LEAF_COLUMNS = ("norm", "min", "max")
 def _column_texts(rows: list[dict]) -> None:
     """Give each row its ``text``: the cells of :data:`LEAF_COLUMNS` and the ratio, one number
     format per column over every row (a column never mixes ``2.51e+6`` with ``5499721``)."""
-    columns = {name: text.column([(row["after"] or {}).get(name) for row in rows]) for name in LEAF_COLUMNS}
+    values = {name: [(row["after"] or {}).get(name) for row in rows] for name in LEAF_COLUMNS}
+    columns = {name: text.column(values[name]) for name in LEAF_COLUMNS}
+    # a row's min and max that differ never read equal: more digits in both columns until not
+    for extra in range(1, 15):
+        if all(
+            a != b or text.as_number(lo) == text.as_number(hi)
+            for a, b, lo, hi in zip(columns["min"], columns["max"], values["min"], values["max"])
+        ):
+            break
+        columns["min"], columns["max"] = (text.column(values[name], extra) for name in ("min", "max"))
     ratios = text.column([row["ratio"] for row in rows])
     for i, row in enumerate(rows):
         row["text"] = {name: columns[name][i] for name in LEAF_COLUMNS}

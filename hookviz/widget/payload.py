@@ -30,7 +30,10 @@ def tensor_text(data: dict) -> dict:
     at most :data:`SHOWN_ELEMENTS` elements whose values are kept), ``histogram`` (its first and
     last edge, ``"lo … hi"``), ``overview_max`` (the largest block of its overview). Keys of
     fields the JSON lacks are left out."""
-    out = {name: text.number(data[name]) for name in ("norm", "mean", "min", "max") if name in data}
+    out = {name: text.number(data[name]) for name in ("norm", "mean") if name in data}
+    if "min" in data and "max" in data:  # never two equal texts for a min and a max that differ
+        out["min"], out["max"] = text.apart([data["min"], data["max"]])
+    out |= {name: text.number(data[name]) for name in ("min", "max") if name in data and name not in out}
     extremes = [text.as_number(data.get(name)) for name in ("min", "max")]
     if None not in extremes:
         out["abs_max"] = text.number(max(abs(v) for v in extremes))

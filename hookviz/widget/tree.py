@@ -12,24 +12,22 @@ from __future__ import annotations
 import hashlib
 from collections import Counter, defaultdict
 
+from hookviz import text
+
 GROUP_PREFIX = "group:"
 MODULE_PREFIX = "module:"
-ROOT_MARK = "(root)"
+ROOT_MARK = text.ROOT_MARK
 
 
 def module_label(module: str, root_type: str = "") -> str:
-    """The name the page shows for a module: its qualified name; the root module (``""``) by its
-    class, ``"Canonical (root)"`` (``"(root)"`` when the class is unknown). ``w.select`` and the
-    page's search take it."""
-    if module:
-        return module
-    return f"{root_type} {ROOT_MARK}" if root_type else ROOT_MARK
+    """The name the page shows for a module (:func:`hookviz.text.module_name`: the root module by
+    its class, ``"Canonical (root)"``). ``w.select`` and the page's search take it."""
+    return text.module_name(module, root_type)
 
 
 def root_type(run) -> str:
-    """The class name of the run's root module (``"Canonical"``); "" when the model did not run
-    as a module."""
-    return next((call.type for call in run.calls if call.module == ""), "")
+    """The class name of the run's root module (``Run.root_type``)."""
+    return run.root_type
 
 
 def group_id(module: str) -> str:

@@ -218,11 +218,14 @@ def live_watch_figure(history, title: str) -> dict:
                 "mode": "lines",
                 "x": steps,
                 "y": [float(f"{v:.4g}") if math.isfinite(v) and v > 0 else None for v in layer],
-                "name": module or "(root)",
+                "name": text.module_name(module),
                 "line": {"width": 1.5},  # its colour: line_styles below
                 "xaxis": "x2",
                 "yaxis": "y2",
-                "hovertemplate": "step %{x}<br>" + (module or "(root)") + " %{y:.3g}<extra></extra>",
+                "customdata": [text.norm(v) for v in layer],
+                "hovertemplate": "step %{x}<br>"
+                + text.module_name(module)
+                + " ‖grad‖ %{customdata}<extra></extra>",
             }
         )
     # lines told apart: distinct colours, at most LINES_SHOWN drawn at once (the legend toggles the rest)
@@ -259,7 +262,9 @@ def live_watch_figure(history, title: str) -> dict:
                 "zmin": scale["lo"],
                 "zmax": scale["hi"],
                 "colorbar": {"title": {"text": "log10 ‖grad‖"}, "len": 0.55, "y": 1, "yanchor": "top"},
-                "hovertemplate": "step %{x}<br>%{y}<br>log10 ‖grad‖ %{z:.3g}<extra></extra>",
+                # the norm itself, as hookviz writes it everywhere (the colour is its log10)
+                "customdata": [[text.norm(v) for v in row] for row in norms.T.tolist()],
+                "hovertemplate": "step %{x}<br>%{y}<br>‖grad‖ %{customdata}<extra></extra>",
             },
             *traces,
         ],
@@ -275,7 +280,7 @@ def live_watch_figure(history, title: str) -> dict:
                 "domain": [0, 0.3],
                 "type": "log",
                 "title": {"text": "layer ‖grad‖"},
-                "exponentformat": "power",
+                **text.log_ticks(v for t in traces if t["type"] == "scatter" for v in t["y"]),
             },
         },
     }

@@ -21,12 +21,12 @@ from hookviz.colors import (
     EXPLODING_COLOR,
     LEARNING_RATE_COLORS,
     NAN_COLOR,
-    NO_GRAD_COLOR,
+    NOT_WATCHED_COLOR,
     SKIPPED_COLOR,
     learning_rate_color,
     update_ratio_color,
 )
-from hookviz.text import MISSING, number
+from hookviz.text import MISSING, module_name, number
 
 SKIPPED_TEXT = "skipped (Inf/NaN found): optimizer.step() did not run"
 # a step's total norm this much below the one before clipping: clipped (float32 sums differ less)
@@ -78,6 +78,8 @@ def step_rows(history, picked: list[int] | None = None) -> dict:
             {"color": update_ratio_color(low / 10), "text": f"update ratio below {number(low)}: too small"},
             {"color": update_ratio_color(1e-3), "text": "near 1e-3: healthy"},
             {"color": update_ratio_color(high * 10), "text": f"above {number(high)}: too large"},
+            # every colour drawn has its key: a cell with no ratio is "not measured", never "no grad"
+            {"color": NOT_WATCHED_COLOR, "text": "not measured at this step"},
         ]
         if any(row["kind"] == "update_ratio" for row in rows)
         else [],
@@ -107,7 +109,8 @@ def _norm_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
         before, after = totals[i], norms[i]
         clipped = math.isfinite(before) and after < before * (1 - CLIPPED)
         if skip or not math.isfinite(before):
-            colors.append(NAN_COLOR if skip else NO_GRAD_COLOR)
+            # skipped: the skipped steps' colour; NaN: not read at this step; Inf: non-finite
+            colors.append(SKIPPED_COLOR if skip else NOT_WATCHED_COLOR if math.isnan(before) else NAN_COLOR)
             said = SKIPPED_TEXT if skip else f"before clipping {number(before)}"
         elif clipped:
             colors.append(EXPLODING_COLOR)
@@ -137,12 +140,12 @@ def _ratio_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
     read = set(history.full_steps)  # the ratios are read with every statistic of a step
     rows = []
     for layer, positions in layers.items():
-        label = f"‖Δw‖/‖w‖ of {layer or '(root)'}"
+        label = f"‖Δw‖/‖w‖ of {module_name(layer)}"
         colors, text = [], []
         for step, row, skip in zip(steps, table, skipped):
             values = [(history.names[parameters[p]], row[p]) for p in positions]
             shown = next((v for _, v in values if math.isfinite(v)), math.nan)
-            colors.append(NO_GRAD_COLOR if math.isnan(shown) else update_ratio_color(shown))
+            colors.append(NOT_WATCHED_COLOR if math.isnan(shown) else update_ratio_color(shown))
             if skip:
                 said = SKIPPED_TEXT
             elif math.isnan(shown) and step not in read:
@@ -177,7 +180,7 @@ def _rate_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
             fraction = (
                 0.5 if hi <= lo or rate is None or not rate > 0 else (math.log10(rate) - lo) / (hi - lo)
             )
-            colors.append(NO_GRAD_COLOR if rate is None else learning_rate_color(fraction))
+            colors.append(NOT_WATCHED_COLOR if rate is None else learning_rate_color(fraction))
             said = "another optimizer's step" if rate is None else number(rate)
             text.append(
                 f"step {history.steps[i]}<br>{label}: {said}" + (" (skipped)" if skipped[cell] else "")

@@ -72,7 +72,8 @@ export function renderChart(el, chart) {
   const text = css.getPropertyValue("--jp-ui-font-color1").trim() || "#212121";
   const grid = css.getPropertyValue("--jp-border-color2").trim() || "#e0e0e0";
   // The widget's error red for the theme (style.css --hv-error): readable on light and dark.
-  const red = css.getPropertyValue("--hv-error").trim() || "#c62828";
+  // a threshold's label is a warning (orange, as its line), not an error: red means NaN/Inf
+  const warn = css.getPropertyValue("--hv-warn").trim() || "#a84300";
   const given = figure.layout || {};
   const layout = {
     ...given,
@@ -85,7 +86,7 @@ export function renderChart(el, chart) {
     margin: { l: 60, r: 20, t: 36, b: 70 },
     xaxis: { ...given.xaxis, gridcolor: grid },
     yaxis: { ...given.yaxis, gridcolor: grid },
-    annotations: (given.annotations || []).map((a) => ({ ...a, font: { ...a.font, color: red } })),
+    annotations: (given.annotations || []).map((a) => ({ ...a, font: { ...a.font, color: warn } })),
   };
   drawWith(el, (Plotly) => {
     Plotly.react(el, figure.data, layout, { displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] });

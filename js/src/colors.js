@@ -2,8 +2,11 @@
 // text colour that reads on a fill, the watch overlay's colour of an element. A norm's colour is
 // Python's (hookviz.colors), sent with the payload. No DOM.
 
-export const EDIT_COLOR = "#ff6d00";
-export const HOOK_COLOR = "#d500f9";
+// hookviz.colors.EDIT_COLOR and HOOK_COLOR (tests/test_colors.py checks they are the same).
+export const EDIT_COLOR = "#d500f9";
+export const HOOK_COLOR = "#795548";
+// hookviz.colors.SELECTION_COLOR: the selection's overlay where the theme gives no brand colour.
+export const SELECTION_COLOR = "#1e88e5";
 
 /** Black or white, whichever reads better on a background colour "#rrggbb" (WCAG luminance). */
 export function textColorOn(background) {

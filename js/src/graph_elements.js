@@ -2,7 +2,7 @@
 // with its label, tooltip title, colours, marks and size. `measure(text)` gives a label's width
 // in px (graph_style.textWidth in the page). No DOM.
 import { overlayColor, textColorOn } from "./colors.js";
-import { opLabel } from "./names.js";
+import { moduleName, opLabel } from "./names.js";
 import { moduleTree, visibleGraph } from "./visible_graph.js";
 
 /**
@@ -47,7 +47,8 @@ function boxData(paint, pending, measure) {
       isGroup: true,
       collapsed,
       module: group.module,
-      edited: !!group.edited,
+      // its own sites edited, or (closed) an edit of something it hides
+      edited: !!group.edited || (collapsed && !!group.edits_inside),
       pending: pending.has(group.module),
       hooks: group.user_hooks > 0,
       width: Math.ceil(measure(label)) + 16,
@@ -73,7 +74,7 @@ export function elementsFor(graph, collapsed, overlay, editState, measure) {
       data: {
         id: n.id,
         label,
-        title: n.kind === "leaf" ? n.id : `${n.id} in ${n.module || "(root)"}`,
+        title: n.kind === "leaf" ? n.id : `${n.id} in ${moduleName(graph, n.module)}`,
         ...paint(n),
         kind: n.kind,
         edited: !!n.edited,

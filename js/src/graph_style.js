@@ -1,7 +1,7 @@
 // How the graph view looks: its font (labels are measured in it), the theme's colours read from
 // JupyterLab's CSS variables, and cytoscape's style sheet.
 import { BOX_PADDING } from "./layout.js";
-import { EDIT_COLOR, HOOK_COLOR } from "./colors.js";
+import { EDIT_COLOR, HOOK_COLOR, SELECTION_COLOR } from "./colors.js";
 
 export const FONT_SIZE = 12;
 // Labels are measured (node widths, box titles) in the font they are drawn in.
@@ -29,7 +29,7 @@ export function theme(container) {
     edge: v("--jp-border-color1", "#9e9e9e"),
     box: v("--jp-layout-color2", "#eceff1"),
     boxBorder: v("--jp-border-color1", "#90a4ae"),
-    select: v("--jp-brand-color1", "#1e88e5"),
+    select: v("--jp-brand-color1", SELECTION_COLOR),
   };
 }
 
@@ -79,6 +79,9 @@ export function styleFor(t) {
         "text-wrap": "none",
         "font-weight": "bold",
         padding: BOX_PADDING.side,
+        // The title sits above the box's body, where cytoscape takes no click unless its label
+        // does: a click on the title selects the box, as on its border.
+        "text-events": "yes",
       },
     },
     {

@@ -1,6 +1,6 @@
 // What the inspector can say of an element from the graph on the page alone, before (or
 // without) the kernel's answer. No DOM.
-import { MODULE_PREFIX, opLabel, ROOT_MARK, shortName } from "./names.js";
+import { MODULE_PREFIX, moduleName, opLabel, shortName } from "./names.js";
 
 /**
  * What the inspector can say about an element from the graph alone (no kernel): for a node its op,
@@ -43,7 +43,7 @@ export function graphSummary(graph, id) {
       kind: "module",
       id,
       module,
-      label: group.label || (module === "" ? ROOT_MARK : module),
+      label: group.label || moduleName(graph, module),
       type: group.type,
       norm: group.norm,
       nan: group.nan,
@@ -68,6 +68,8 @@ export function graphSummary(graph, id) {
     label: opLabel(node),
     op: node.op,
     module: node.module,
+    // the module that holds it, as every view names it ("Canonical (root)" for the root's ops)
+    module_name: moduleName(graph, node.module),
     norm: node.norm,
     nan: node.nan,
     norm_text: node.norm_text,

@@ -13,6 +13,9 @@ warmUp();
 
 // A fit never zooms in further than this: a small graph is drawn at its natural size.
 const MAX_FIT_ZOOM = 1.4;
+// The Module tree view's boxes are few and hold one short label each: a small tree is drawn
+// larger (two boxes, a root and "(loss)", filled a corner of the canvas at 1.4).
+const TREE_FIT_ZOOM = 2.5;
 // A view the page chooses (first view, an opened box, a found node) never zooms out below this:
 // labels stay readable; a drawing too large for it is shown from its top, where data enters.
 const READABLE_ZOOM = (MIN_LABEL_PX / FONT_SIZE) * 1.05;
@@ -100,6 +103,7 @@ export class GraphView {
     if (!graph || !graph.nodes) return Promise.resolve();
     if (selected !== undefined) this.selectedId = selected;
     const tree = view === "modules";
+    this.tree = tree;
     const key = JSON.stringify([graph.structure, [...(collapsed || [])].sort(), tree]);
     const t0 = performance.now();
     const { els, representative } = (tree ? treeElementsFor : elementsFor)(
@@ -202,7 +206,14 @@ export class GraphView {
    * a node brought into view, else the whole drawing, kept `around` a box just closed), in the
    * view's size now: fitted, but never below the zoom at which labels are readable (viewportFor).
    */
-  frame({ ids = null, around = null, maxZoom = MAX_FIT_ZOOM, minZoom = READABLE_ZOOM } = this.subject || {}) {
+  frame(
+    {
+      ids = null,
+      around = null,
+      maxZoom = this.tree && !ids?.length ? TREE_FIT_ZOOM : MAX_FIT_ZOOM,
+      minZoom = READABLE_ZOOM,
+    } = this.subject || {},
+  ) {
     // ELK's boxes hold their children and their title (top padding): their union is exact.
     const all = this.positions || {};
     const drawn = (ids || []).filter((id) => all[id]);

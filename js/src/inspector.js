@@ -1,6 +1,6 @@
 // The inspector: what one node (or module) saw during the run, before -> after, and its hooks.
 import { add, h } from "./dom.js";
-import { shortName } from "./names.js";
+import { ROOT_MARK, shortName } from "./names.js";
 import { moduleTitle, opTitle, structureSections, watchNote } from "./inspector_sections.js";
 import { tensorList, tensorView } from "./tensor_view.js";
 
@@ -16,13 +16,19 @@ function forwardValue(data) {
  * per tensor input of forward, by name) and the legacy hook's (the grad_inputs of the module's
  * last op, each named by the op's argument and the Node that made it), with their grad_output.
  */
+/** A snake_case name that wraps only after an underscore (register_full_ / backward_hook), never
+ * inside a word: a line-break opportunity (<wbr>) after each "_"; its text is unchanged. */
+export function wrapAtUnderscores(name) {
+  return name.split(/(?<=_)/).flatMap((part, i, parts) => (i < parts.length - 1 ? [part, h("wbr")] : [part]));
+}
+
 function hookViews(data, before, changed, none = {}, colors = null) {
   const legacyAt = data.output_node ? `the module's last op, ${data.output_node}` : "the module's last op";
   const column = (cls, title, note, sections) =>
     h(
       "div",
       { class: `hv-hook-view ${cls}` },
-      h("h4", {}, title),
+      h("h4", {}, ...wrapAtUnderscores(title)),
       h("div", { class: "hv-muted hv-small" }, note),
       ...sections,
     );
@@ -99,7 +105,7 @@ export function renderInspector(el, data, summary = null, note = "") {
     return;
   }
   if (!data || !data.id) {
-    const module = summary.label || (summary.module === "" ? "(root)" : summary.module);
+    const module = summary.kind === "module" ? summary.label : summary.module_name;
     const isModule = summary.kind === "module";
     const meta = isModule
       ? [
@@ -133,7 +139,8 @@ export function renderInspector(el, data, summary = null, note = "") {
     );
     return;
   }
-  const moduleName = data.label || (data.module === "" ? "(root)" : data.module);
+  // the root module's box is titled by its label ("Canonical (root)")
+  const rootName = data.label || summary?.label || ROOT_MARK;
   // A container's type is its op.
   const type = data.kind === "module" ? data.type || data.op : null;
   const badges = [
@@ -143,11 +150,11 @@ export function renderInspector(el, data, summary = null, note = "") {
       : null,
   ];
   // A module is titled as its box is labelled on the graph (what the page drew, else its short name).
-  const boxLabel =
-    summary?.kind === "module" ? summary.label : data.module === "" ? moduleName : shortName(data.module);
+  const boxLabel = summary?.kind === "module" ? summary.label : data.module === "" ? rootName : shortName(data.module);
   const meta = [
     ["id", data.id],
-    ["module", data.kind === "module" ? null : data.module !== "" ? moduleName : summary?.label || "(root)"],
+    // the module that holds the op (the graph's name for it), never the op's own label
+    ["module", data.kind === "module" ? null : summary?.module_name || data.module || ROOT_MARK],
     ["kind", data.node_kind],
     ["type", type],
     ["backward order", data.kind === "module" ? null : (data.order ?? "did not run")],
@@ -198,7 +205,9 @@ export function renderInspector(el, data, summary = null, note = "") {
     add(el, tensorList("forward output", data.output_list, null, null, null, "", null, colors));
     add(el, hookViews(data, before, changed, none, colors));
   } else {
-    add(el, h("div", { class: "hv-section" }, h("h4", {}, "forward value"), forwardValue(data)));
+    // a leaf's value is what forward used (an input, a weight); an op's, what it computed
+    const heading = data.node_kind === "leaf" ? "value (as forward used it)" : "forward value";
+    add(el, h("div", { class: "hv-section" }, h("h4", {}, heading), forwardValue(data)));
     add(
       el,
       tensorList(

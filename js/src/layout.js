@@ -40,6 +40,13 @@ export function layoutOptions(aspect, wrap = false, direction = "DOWN") {
     "elk.layered.considerModelOrder.strategy": "NODES_AND_EDGES",
     "elk.padding": "[top=10,left=10,bottom=10,right=10]",
     ...wrapping(aspect, wrap),
+    // The Module tree: its boxes (the root, "(loss)" beside it) apart, its edges' elbows room
+    ...(direction === "RIGHT"
+      ? {
+          "elk.layered.spacing.nodeNodeBetweenLayers": "40",
+          "elk.spacing.componentComponent": "40",
+        }
+      : {}),
   };
 }
 

@@ -1,6 +1,6 @@
 // The legend under the graph: the colour scale Python sent and the marks the page draws.
 import { h } from "./dom.js";
-import { EDIT_COLOR, HOOK_COLOR } from "./colors.js";
+import { EDIT_COLOR, HOOK_COLOR, SELECTION_COLOR } from "./colors.js";
 
 /** The legend's parts for `spec` ({title, stops: [{color, text}], keys: [{color, text}]}:
  * hookviz.colors.legend, or the watch view's). */
@@ -24,7 +24,9 @@ export function legend(spec) {
       { class: "hv-legend-keys" },
       (spec?.keys || []).map((k) => sw(k.color, k.text)),
       sw("#fff", "edited", `border:3px solid ${EDIT_COLOR}`),
+      sw("#fff", "edit not yet run", `border:3px dashed ${EDIT_COLOR}`),
       sw("#fff", "user hook", `border:3px dashed ${HOOK_COLOR}`),
+      sw(SELECTION_COLOR, "selected", "opacity:0.5"),
       h(
         "span",
         { class: "hv-sw" },

@@ -11,6 +11,16 @@ export const ROOT_MARK = "(root)";
 // (Linear, Sigmoid, Linear, …) repeat too, but a mark on every box tells nothing apart.
 export const IDENTICAL_BLOCKS_MIN = 3;
 
+/**
+ * The name every view gives the module `module` of `graph`: its qualified name, the root module
+ * ("") by its box's label, its class with ROOT_MARK ("Canonical (root)", as hookviz sends it).
+ */
+export function moduleName(graph, module) {
+  if (module) return module;
+  const root = (graph?.groups || []).find((g) => g.module === "");
+  return root?.label || ROOT_MARK;
+}
+
 /** "a.b.c" -> "a.b", "a" -> null (the name's own parent; the root module's box, "", holds the
  * top-level modules in the payload's `parent` links). */
 export function parentModule(module) {

@@ -73,7 +73,7 @@ export function heatmap(value, caption = null, top = "", colors = null) {
     h(
       "div",
       { class: "hv-muted hv-small" },
-      caption ? `${caption}, max ${top}` : `${rows}×${cols}: blue < 0 < brown, |max| ${top}`,
+      caption ? `${caption}, max ${top}` : `${rows}×${cols}: teal < 0 < brown, |max| ${top}`,
     ),
   );
 }

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hookviz.colors import NO_GRAD_COLOR, NOT_WATCHED_COLOR
+
 sys.path.insert(0, str(Path(__file__).parent))
 import harness  # noqa: E402
 
@@ -218,11 +220,13 @@ def test_diagnosis_banner_and_watch_view(lab):
         assert "0 (1/3 kept)" in root.locator(".hv-watch-step").inner_text()
         assert "Watch step 0" in banner.inner_text()
         page.wait_for_function(
-            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:(loss)').data('color') === '#eceff1'",
+            "() => document.querySelector('.hookviz-widget').cy.getElementById('group:(loss)').data('color') === '"
+            + NOT_WATCHED_COLOR
+            + "'",
             timeout=10_000,
         )
-        assert _color(page, "group:0") != "#bdbdbd"
-        assert _color(page, "30.weight") != "#bdbdbd"  # opened by the finding's click
+        assert _color(page, "group:0") != NO_GRAD_COLOR
+        assert _color(page, "30.weight") != NO_GRAD_COLOR  # opened by the finding's click
         # optimizer=: under the heatmap, a row of each layer's update ratio and one of the learning
         # rate, drawn by plotly with the colours Python sent; the notes say what a step is
         rows = page.evaluate(
@@ -239,7 +243,7 @@ def test_diagnosis_banner_and_watch_view(lab):
             "() => document.querySelector('.hookviz-widget .hv-watch-step').textContent.startsWith('2 (3/3')",
             timeout=10_000,
         )
-        assert _color(page, "group:0") != "#bdbdbd"
+        assert _color(page, "group:0") != NO_GRAD_COLOR
         page.wait_for_timeout(500)
         root.screenshot(path=str(ARTIFACTS / "watch.png"))
         root.locator(".hv-heatmap").scroll_into_view_if_needed()
