@@ -252,11 +252,18 @@ describe("watch view", () => {
   });
 
   it("draws a watch's step rows under its heatmap and marks the skipped steps", () => {
-    // A watch with optimizer= and a GradScaler that skipped step 3, written by
+    // A watch with optimizer= and a GradScaler that skipped step 3 (the total norm before and after
+    // clipping first, then the update ratios and the learning rate), written by
     // tests/test_watch_view.py::test_the_watch_view_draws_update_ratio_and_learning_rate_rows...
     const figure = payload("watch_rows");
     const rows = figure.step_rows.rows;
-    expect(rows.map((r) => r.kind)).toEqual(["update_ratio", "update_ratio", "update_ratio", "learning_rate"]);
+    expect(rows.map((r) => r.kind)).toEqual([
+      "grad_norm",
+      "update_ratio",
+      "update_ratio",
+      "update_ratio",
+      "learning_rate",
+    ]);
     const plain = heatmapWithStep({ ...figure, step_rows: undefined }, 2);
     const { data, layout } = heatmapWithStep(figure, 2);
     // one trace per row after the figure's own, on the rows' axis, cells as Python coloured them
@@ -271,7 +278,7 @@ describe("watch view", () => {
       expect(trace.text).toBe(row.text);
       compared += 1;
     }
-    expect(compared).toBe(4);
+    expect(compared).toBe(5);
     // the figure's own plot moves up; the rows take the bottom and add their height
     expect(layout.height).toBeGreaterThan(plain.layout.height);
     expect(layout.yaxis.domain[0]).toBeGreaterThan(layout.yaxis9.domain[1]);
