@@ -34,7 +34,7 @@ def _is_folder(path: Path) -> bool:
 
 
 def as_path(path: str | os.PathLike, example: str = "run.hookviz") -> Path:
-    """``path`` as a :class:`~pathlib.Path`, when it is a ``str`` or an ``os.PathLike`` (``bytes``
+    """``path`` as a ``pathlib.Path``, when it is a ``str`` or an ``os.PathLike`` (``bytes``
     too, as ``open`` takes).
 
     Raises:

@@ -29,7 +29,7 @@ While it runs, the autosave holds the watch (and so the model) alive: ``hookviz.
 path=...)`` unassigned still writes its file. Several processes (ranks) given the same path
 overwrite each other's file, whole: give each rank its own path, or a path on rank 0 only.
 
-The file format lives in :mod:`hookviz.files`, a layer after this one: :mod:`hookviz.files.saving`
+The file format lives in the files layer, after this one: :mod:`hookviz.files.saving`
 registers its path check and its ``save`` here when hookviz is imported (:func:`write_with`).
 """
 

@@ -237,7 +237,11 @@ class Watch:
         self.handles.add_start(parameter, parameter.register_hook(hook))
 
     def start_hook(self, column: int) -> Callable[[torch.Tensor], None]:
-        """The step-start tensor hook of ``column`` (to move it to a replaced parameter)."""
+        """The step-start tensor hook of ``column`` (to move it to a replaced parameter).
+
+        Args:
+            column: the parameter's column in :attr:`names`.
+        """
         return watch_hooks.step_start_hook(weakref.ref(self), column)
 
     # ------------------------------------------------------------------ lifetime

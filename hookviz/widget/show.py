@@ -72,8 +72,12 @@ def show(
         baseline: the run ``model`` (a Run) is compared with: another run of the same model.
         on: the run or :class:`hookviz.Session` whose graph a watch or a watch history is
             drawn on (same model, same parameter names).
-        input_grads, full_tensor_limit, histogram_bins, details: the :class:`hookviz.Session`'s
-            options; a model only.
+        input_grads: also the gradients of inputs that do not require grad (as
+            :class:`hookviz.Session`); a model only.
+        full_tensor_limit: tensors up to this many elements keep their values (as
+            :class:`hookviz.Session`); a model only.
+        histogram_bins: bins of each tensor's histogram (as :class:`hookviz.Session`); a model only.
+        details: ``"auto"``, ``"eager"`` or ``"lazy"`` (as :class:`hookviz.Session`); a model only.
         visible_budget: the most nodes the graph opens with (see :class:`Widget`).
         vanishing_threshold: the ratio under which a layer's gradient reads as vanishing.
         every_steps: a live watch's view updates at most every this many kept steps; a watch only.
