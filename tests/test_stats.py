@@ -403,16 +403,15 @@ def test_norms_in_range_are_norm_column_bit_for_bit_and_float64_accurate(dtype):
 
 
 def test_norms_in_range_leave_every_doubtful_norm_to_the_general_path():
-    # None, and nothing taken as read, wherever the one call cannot prove the engine's norm: the
-    # general path (norm_column, measure) then keeps NaN and Inf and sums tiny or huge values in
-    # float64 (no underflow, no overflow).
+    # None, and nothing taken as read, wherever the one call cannot tell the norm from an alarm
+    # (NaN, Inf, 0, an overflow): the general path (norm_column, measure) then keeps NaN and Inf
+    # and sums tiny or huge values in float64 (no underflow, no overflow).
     plain = torch.randn(64, 64)
     floor32 = 2.0**-61 * math.sqrt(1000)
     cases = {
         "NaN": (torch.tensor([1.0, math.nan]), math.nan),
         "Inf": (torch.tensor([1.0, math.inf]), math.inf),
         "float32 squares overflow": (torch.full((4,), 3e30), 6e30),
-        "below the float32 floor": (torch.full((1000,), floor32 / 40), floor32 / 40 * math.sqrt(1000)),
         "float32 squares underflow": (torch.full((1000,), 1e-25), 1e-25 * math.sqrt(1000)),
         "tiny float64": (torch.full((10,), 1e-300, dtype=torch.float64), 1e-300 * math.sqrt(10)),
         "huge float64": (torch.full((4,), 1e300, dtype=torch.float64), 2e300),
@@ -425,6 +424,13 @@ def test_norms_in_range_leave_every_doubtful_norm_to_the_general_path():
         assert general == pytest.approx(norm, rel=1e-6, abs=0, nan_ok=True), name
         compared += 1
     assert compared == len(cases)
+    # a norm below the float32 floor (a vanishing gradient) is not an alarm: summed again in float64
+    # by itself, as norm_column sums it, bit for bit
+    tiny = torch.full((1000,), floor32 / 40)
+    found = norms_in_range([plain, tiny], math.inf)
+    assert found is not None
+    assert list(map(_bits, found.tolist())) == list(map(_bits, norm_column([plain, tiny]).tolist()))
+    assert found[1].item() == pytest.approx(torch.linalg.vector_norm(tiny.double()).item(), rel=1e-12, abs=0)
     # above the alarm, or read only after preparation: the general path too
     assert norms_in_range([plain], torch.linalg.vector_norm(plain).item() / 2) is None
     assert norms_in_range([plain], torch.linalg.vector_norm(plain).item()) is not None

@@ -394,12 +394,21 @@ def _norms(values: list[torch.Tensor], device: torch.device, dtype: torch.dtype)
         for i, norm in enumerate(own.tolist())
         if not (math.isfinite(norm) and norm >= floor * math.sqrt(values[i].numel()))
     ]
+    _sum_again(own, values, redo, dtype)
+    return own
+
+
+def _sum_again(
+    own: torch.Tensor, values: Sequence[torch.Tensor], redo: list[int], dtype: torch.dtype
+) -> None:
+    """Replace ``own[i]`` for each ``i`` of ``redo`` (a norm ``torch._foreach_norm`` summed that
+    does not prove itself accurate) by the norm of ``values[i]`` summed in float64, or scaled
+    first when ``values[i]`` is float64 (module docstring)."""
     if redo:
         wide = partial(torch.linalg.vector_norm, dtype=torch.float64)
         again = _scaled_norm if dtype == torch.float64 else wide
         for i in redo:
             own[i] = again(values[i])
-    return own
 
 
 def _scaled_norm(tensor: torch.Tensor) -> torch.Tensor:
@@ -447,13 +456,14 @@ _PLAIN_ACCUMULATE = {
 def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Tensor | None:
     """float64 CPU ``[k]``: the 2-norm :func:`norm_column` gives each tensor, bit for bit, when every
     tensor is a dense, real, floating CPU tensor of one dtype (no ZeroTensor, no negative view) and
-    every norm is proven accurate (finite, at least the float32 or float64 floor times
-    ``sqrt(numel)``: module docstring) and in ``(0, highest]``. None otherwise (a NaN or Inf, a norm
-    of 0 or above ``highest``, a tensor needing preparation): nothing is read then, and the caller
-    takes the general path (:func:`norm_column`, :func:`measure`).
+    every norm is in ``(0, highest]``. None otherwise (a NaN or Inf, a norm of 0 or above
+    ``highest``, a tensor needing preparation): the caller takes the general path
+    (:func:`norm_column`, :func:`measure`).
 
     One ``torch._foreach_norm`` call and one host transfer, no per-tensor preparation: a watch's
-    steps that keep only norms (:class:`hookviz.watching.reduce.StepReducer`).
+    steps that keep only norms (:class:`hookviz.watching.reduce.StepReducer`). A norm that does not
+    prove itself accurate (below the float32 or float64 floor times ``sqrt(numel)``: a vanishing
+    gradient; module docstring) is summed again as :func:`norm_column` sums it, that one alone.
 
     Args:
         tensors: the tensors (a backward's ``.grad``), at least one.
@@ -490,9 +500,17 @@ def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Ten
     ):
         return found
     sqrt, inf = math.sqrt, math.inf
-    for norm, tensor in zip(norms, tensors):
+    redo = []
+    for index, (norm, tensor) in enumerate(zip(norms, tensors)):
         # NaN fails every comparison; a tensor with no elements has norm 0; an Inf may be an overflow
-        if not (0.0 < norm <= highest and floor * sqrt(tensor.numel()) <= norm < inf):
+        if not 0.0 < norm <= highest or norm == inf:
+            return None
+        if norm < floor * sqrt(tensor.numel()):  # tiny (a vanishing gradient): as _norms sums it
+            redo.append(index)
+    if redo:
+        with torch.no_grad():
+            _sum_again(found, tensors, redo, dtype)
+        if not all(0.0 < found[i].item() <= highest for i in redo):
             return None
     return found
 
