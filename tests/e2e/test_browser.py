@@ -227,16 +227,17 @@ def test_diagnosis_banner_and_watch_view(lab):
         )
         assert _color(page, "group:0") != NO_GRAD_COLOR
         assert _color(page, "30.weight") != NO_GRAD_COLOR  # opened by the finding's click
-        # optimizer=: under the heatmap, a row of each layer's update ratio and one of the learning
-        # rate, drawn by plotly with the colours Python sent; the notes say what a step is
+        # optimizer=: under the heatmap, a row of the total gradient norm before and after clipping,
+        # one of each layer's update ratio and one of the learning rate, drawn by plotly with the
+        # colours Python sent; the notes say what a step is
         rows = page.evaluate(
             "() => document.querySelector('.hookviz-widget .hv-heatmap').data"
             ".filter((t) => t.yaxis === 'y9').map((t) => [t.name, t.marker.color.length])"
         )
         ratio_rows = [name for name, _ in rows if name.startswith("‖Δw‖/‖w‖ of ")]
-        assert len(ratio_rows) == 20 and rows[-1] == ["lr SGD", 3] and len(rows) == 21
-        assert all(cells == 3 for _, cells in rows)
-        assert root.locator(".hv-heatmap .scatterlayer .point").count() == 21 * 3
+        assert rows[0] == ["‖grad‖ total", 3] and len(ratio_rows) == 20 and rows[-1] == ["lr SGD", 3]
+        assert len(rows) == 22 and all(cells == 3 for _, cells in rows)
+        assert root.locator(".hv-heatmap .scatterlayer .point").count() == 22 * 3
         assert "optimizer.step() of SGD" in root.locator(".hv-watch-notes").inner_text()
         root.locator(".hv-watch-slider").fill("2")
         page.wait_for_function(

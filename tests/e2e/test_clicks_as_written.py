@@ -33,14 +33,12 @@ class Canonical(nn.Module):
         return 2 * x + 3 * y - 5 * z
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    harness.require_browser()
-    root = tmp_path_factory.mktemp("lab")
+@pytest.fixture
+def lab(lab_folder):
+    """The teaching notebooks, copied into this test's folder of the session's JupyterLab."""
     for name in NOTEBOOKS:
-        shutil.copy(harness.REPO / "notebooks" / f"{name}.ipynb", root / f"{name}.ipynb")
-    with harness.jupyter_lab_every_cell(root, tmp_path_factory.mktemp("lab-settings")) as base:
-        yield base
+        shutil.copy(harness.REPO / "notebooks" / f"{name}.ipynb", lab_folder.root / f"{name}.ipynb")
+    return lab_folder
 
 
 def _label_point(page, element_id: str) -> dict:
