@@ -87,6 +87,15 @@ def _wait_title(page, text: str) -> None:
 def _run_notebook(page, lab: str, name: str):
     harness.open_notebook(page, lab, f"{name}.ipynb")
     harness.run_all_cells(page)
+    # every cell done, as a reader who ran the notebook clicks: a later cell's output or selection
+    # must not move the graph or change the inspector under the click
+    page.wait_for_function(
+        """() => {
+            const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
+            return /\\[\\d+\\]/.test(prompts[prompts.length - 1]?.textContent || '');
+        }""",
+        timeout=180_000,
+    )
     root = harness.widget_root(page)
     root.scroll_into_view_if_needed()
     harness.wait_painted(page)

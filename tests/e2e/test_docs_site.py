@@ -129,7 +129,10 @@ def test_an_embedded_example_paints_and_answers_a_click(served, page_path):
         assert iframe.count() == 1
         iframe.scroll_into_view_if_needed()
         frame = iframe.element_handle().content_frame()
-        assert frame is not None and frame.url.endswith("/" + EMBEDDED[page_path]), frame
+        assert frame is not None
+        # a lazily loaded frame starts loading once scrolled into view: wait for it to arrive
+        frame.wait_for_url(f"**/{EMBEDDED[page_path]}", timeout=30_000)
+        assert frame.url.endswith("/" + EMBEDDED[page_path]), frame
         harness.wait_painted(frame, 1, timeout=120_000)
         drawn = frame.evaluate("() => document.querySelector('.hookviz-widget').cy.nodes(':visible').length")
         assert drawn > 0
