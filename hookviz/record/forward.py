@@ -478,6 +478,15 @@ def _call_model(model, args, kwargs, recorder: ForwardRecorder, edit_hooks: bool
         ) from error
 
 
+def _holds_data(tensor: torch.Tensor) -> bool:
+    """False for a tensor whose storage was freed after forward: FSDP2 frees the unsharded
+    parameters it gathered for the forward, so a leaf's value is not there to read."""
+    try:
+        return tensor.numel() == 0 or tensor.untyped_storage().nbytes() > 0
+    except (RuntimeError, NotImplementedError, TypeError):  # a subclass without storage: the batch reads it
+        return True
+
+
 def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch):
     """Statistics of every op's output and of what module hooks saw, right after forward
     (so the activations need not be held through backward)."""
@@ -488,7 +497,7 @@ def _summarise_forward(walk: Walk, recorder: ForwardRecorder, batch: StatsBatch)
     }
     # A leaf's value (an input, a parameter) as forward used it: the learner knows x = [2, 3].
     for node in walk.nodes.values():
-        if node.kind == "leaf" and isinstance(node.tensor, torch.Tensor):
+        if node.kind == "leaf" and isinstance(node.tensor, torch.Tensor) and _holds_data(node.tensor):
             output_keys[node.id] = batch.add(node.tensor, node.tensor._version)
     input_keys = [_call_input_keys(batch, call, recorder) for call in recorder.calls]
     returned_keys = [
