@@ -71,6 +71,20 @@ def canonical():
     return session, model, (x, y, z), target
 
 
+def watched_mlp() -> tuple:
+    """``(model, data, labels, watch)``: a small MLP watched (closed) over three plain PyTorch
+    steps, and the ``hookviz.Session`` of it on the same data (a fresh one per call)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    data, labels = torch.randn(16, 4), torch.randint(0, 2, (16,))
+    with hookviz.watch(model) as watch:
+        for _ in range(3):
+            model.zero_grad()
+            F.cross_entropy(model(data), labels).backward()
+    session = hookviz.Session(model, (data,), loss_fn=lambda out: F.cross_entropy(out, labels))
+    return model, data, watch, session
+
+
 def model_state(model: torch.nn.Module, tensors=()) -> list:
     """Everything about a model (and some tensors) that hookviz must not change."""
     state = []

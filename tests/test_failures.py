@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
+from conftest import watched_mlp
 
 import hookviz
 from hookviz.data.tensors import equal_values
@@ -51,15 +51,8 @@ def test_equal_values_that_cannot_compare_reads_not_equal_and_says_why(caplog):
 
 @pytest.fixture
 def watched():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
-    data, labels = torch.randn(16, 4), torch.randint(0, 2, (16,))
-    with hookviz.watch(model) as watch:
-        for _ in range(3):
-            model.zero_grad()
-            F.cross_entropy(model(data), labels).backward()
-    run = hookviz.Session(model, (data,), loss_fn=lambda out: F.cross_entropy(out, labels)).run()
-    return watch, run
+    _, _, watch, session = watched_mlp()
+    return watch, session.run()
 
 
 def test_an_onset_that_fails_is_logged_and_named_in_the_banner(watched, caplog, monkeypatch):

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-import torch.nn.functional as F
+from conftest import watched_mlp
 from torch import nn
 
 import hookviz
@@ -23,14 +23,7 @@ def _sum(out: torch.Tensor) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def trained():
     """A small MLP watched over three plain PyTorch steps, a run of it and the watch's history."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
-    data, labels = torch.randn(16, 4), torch.randint(0, 2, (16,))
-    with hookviz.watch(model) as watch:
-        for _ in range(3):
-            model.zero_grad()
-            F.cross_entropy(model(data), labels).backward()
-    session = hookviz.Session(model, (data,), loss_fn=lambda out: F.cross_entropy(out, labels))
+    model, data, watch, session = watched_mlp()
     return model, data, watch, session, session.run(), from_watch(watch)
 
 

@@ -395,16 +395,22 @@ def apply_edit(root, page, slot: str, expression: str, edits: int) -> None:
     )
 
 
-def click_node(page, node_id: str, index: int = 0) -> None:
-    """Click a cytoscape node where it is drawn: renderedPosition + the container's page position."""
-    page.locator(".hookviz-widget").nth(index).locator(".hv-cy").scroll_into_view_if_needed()
-    # Where it is drawn at rest: opening a box moves the view to it for 300 ms.
+def wait_at_rest(page, index: int = 0) -> None:
+    """Wait until widget ``index``'s graph and every node in it have stopped moving (opening a box
+    or fitting the view animates them): what is drawn is where a click lands."""
     page.wait_for_function(
         "(i) => { const cy = document.querySelectorAll('.hookviz-widget')[i].cy;"
         " return !cy.animated() && !cy.nodes().some((n) => n.animated()); }",
         arg=index,
         timeout=10_000,
     )
+
+
+def click_node(page, node_id: str, index: int = 0) -> None:
+    """Click a cytoscape node where it is drawn: renderedPosition + the container's page position."""
+    page.locator(".hookviz-widget").nth(index).locator(".hv-cy").scroll_into_view_if_needed()
+    # Where it is drawn at rest: opening a box moves the view to it for 300 ms.
+    wait_at_rest(page, index)
     point = page.evaluate(
         """([id, index]) => {
             const root = document.querySelectorAll('.hookviz-widget')[index];

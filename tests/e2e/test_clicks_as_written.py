@@ -44,11 +44,7 @@ def lab(lab_folder):
 def _label_point(page, element_id: str) -> dict:
     """The page coordinates of the middle of an element's drawn label (its text), and whether
     that point lies outside the element's body (a box title does)."""
-    page.wait_for_function(
-        "() => { const cy = document.querySelector('.hookviz-widget').cy;"
-        " return !cy.animated() && !cy.nodes().some((n) => n.animated()); }",
-        timeout=10_000,
-    )
+    harness.wait_at_rest(page)
     point = page.evaluate(
         """(id) => {
             const root = document.querySelector('.hookviz-widget');

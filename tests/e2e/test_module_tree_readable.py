@@ -38,11 +38,7 @@ def test_a_small_module_tree_is_drawn_large_and_apart(tmp_path):
         page.goto(path.as_uri())
         harness.widget_root(page)
         harness.wait_painted(page)
-        page.wait_for_function(
-            "() => { const cy = document.querySelector('.hookviz-widget').cy;"
-            " return !cy.animated() && !cy.nodes().some((n) => n.animated()); }",
-            timeout=10_000,
-        )
+        harness.wait_at_rest(page)
         drawn = page.evaluate(
             """() => { const cy = document.querySelector('.hookviz-widget').cy;
                 return { zoom: cy.zoom(), boxes: Object.fromEntries(

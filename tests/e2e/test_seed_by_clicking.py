@@ -57,11 +57,7 @@ def _numbers(values: list[float]) -> str:
 def _click_box(page, group_id: str) -> None:
     """Click a module box inside its border, just below its top edge: an open box's middle is
     covered by the ops it holds."""
-    page.wait_for_function(
-        "() => { const cy = document.querySelector('.hookviz-widget').cy;"
-        " return !cy.animated() && !cy.nodes().some((n) => n.animated()); }",
-        timeout=10_000,
-    )
+    harness.wait_at_rest(page)
     point = page.evaluate(
         """(id) => {
             const root = document.querySelector('.hookviz-widget');
