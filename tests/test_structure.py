@@ -286,3 +286,65 @@ def test_the_private_api_check_sees_each_form(tmp_path):
         "torch.utils._pytree",
     ]
     assert _private_torch_uses(FILES[PRIVATE_HOME])  # the home itself does call them
+
+
+# A Watch's private state has one owner: watching/watch.py. Other modules ask its owners
+# (``watch.kept``, ``watch.handles``, ``watch.columns``, ``watch.backwards``) through public names.
+WATCH_HOME = "hookviz.watching.watch"
+
+
+def _watch_privates(path: Path) -> set[str]:
+    """The private names of class ``Watch`` in ``path``: each ``self._x`` it assigns and each
+    ``_method`` it defines (``__dunder__`` names are not private)."""
+    tree = ast.parse(path.read_text())
+    watch = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Watch")
+    names = {n.name for n in watch.body if isinstance(n, ast.FunctionDef) and _is_private(n.name)}
+    for node in ast.walk(watch):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id == "self" and _is_private(node.attr):
+                names.add(node.attr)
+    return names
+
+
+def _private_watch_reaches(path: Path, privates: set[str]) -> list[str]:
+    """Where ``path`` reaches one of ``privates`` on anything but ``self`` (an attribute, or by
+    name through ``getattr``/``setattr``/``hasattr``/``delattr``), as ``"line: name"``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in privates:
+            if not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in privates
+        ):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+WATCH_PRIVATES = _watch_privates(FILES[WATCH_HOME])
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_no_module_but_the_watchs_own_reaches_a_private_attribute_of_a_watch(module):
+    if module == WATCH_HOME:
+        return
+    found = _private_watch_reaches(FILES[module], WATCH_PRIVATES)
+    assert not found, f"{module} reaches private attributes of a Watch: {found}; ask the owner instead"
+
+
+def test_the_watch_private_check_sees_a_planted_access(tmp_path):
+    assert {"_row", "_closed_numels"} <= WATCH_PRIVATES and "__init__" not in WATCH_PRIVATES
+    source = tmp_path / "reaches.py"
+    source.write_text(
+        "class Other:\n    def f(self, watch):\n        self._row = watch._row(None)\n"
+        "        return getattr(watch, '_closed_numels', None), watch.kept, self._row\n"
+    )
+    assert _private_watch_reaches(source, WATCH_PRIVATES) == [
+        "3: watch._row",
+        "4: getattr(watch, '_closed_numels', None)",
+    ]

@@ -606,7 +606,7 @@ def test_backwards_that_raise_are_not_steps_and_are_not_kept():
         for _ in range(100):  # each begins a step at the model's output, then raises deep inside
             with pytest.raises(RuntimeError, match="boom"):
                 model(x).sum().backward()
-        assert w.step == 0 and 0 < len(w._backwards) <= 32
+        assert w.step == 0 and 0 < len(w.backwards.pending) <= 32
         failing.remove()
         model(x).sum().backward()
     assert w.steps == [0]

@@ -24,7 +24,6 @@ from hookviz.record.own_pass import in_own_pass
 from hookviz.stats.reduce import Measured, summary_of
 from hookviz.watching.history import StepInfo
 from hookviz.watching.reduce import EXPLODING, StepReducer, finite_max_abs, is_alarm
-from hookviz.watching.structure import follow_replaced
 
 # Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
 # this many newer ones have begun.
@@ -57,22 +56,53 @@ class Backward:
     read_all: bool = False
 
 
+class Backwards:
+    """The one owner of a watch's backwards whose end has not come yet: graph task -> its
+    :class:`Backward` (at most :data:`PENDING_BACKWARDS`), and how many backwards began.
+
+    Attributes:
+        pending: ``{graph task id: Backward}``; hooks read it (``pending.get(task)``).
+        seen: backwards (not hookviz's own) that reached a watched parameter, refused ones too.
+    """
+
+    def __init__(self) -> None:
+        self.pending: dict[int, Backward] = {}
+        self.seen = 0
+
+    def add(self, task: int, state: Backward) -> None:
+        """Note backward ``task``'s state; the oldest is dropped when too many are pending (it
+        raised: its end never comes)."""
+        if len(self.pending) >= PENDING_BACKWARDS:
+            del self.pending[next(iter(self.pending))]
+        self.pending[task] = state
+
+    def pop(self, task: int) -> Backward | None:
+        """Backward ``task`` ended: its state, no longer pending (None: dropped or closed)."""
+        return self.pending.pop(task, None)
+
+    def clear(self) -> None:
+        """The watch closed: no pending backward will be a step."""
+        self.pending.clear()
+
+
 def begin(watch) -> Backward | None:
     """Called by every hook during backward: this backward's state (None once closed).
 
-    A replaced parameter is followed first, outside the lock (:func:`follow_replaced` takes it)."""
+    A replaced parameter is followed first, outside the lock
+    (:meth:`~hookviz.watching.structure.WatchedParameters.follow_replaced` takes it)."""
     task = torch_compat.graph_task_id()
-    state = watch._backwards.get(task)
+    pending = watch.backwards.pending
+    state = pending.get(task)
     if state is None and not watch.closed:
-        follow_replaced(watch)
+        watch.columns.follow_replaced()
         with watch.kept.lock:  # hooks of one backward may run on several autograd threads
-            state = watch._backwards.get(task)
+            state = pending.get(task)
             new = state is None
             if new:
                 state = _new_backward(watch, task)
-        if new and not state.own and watch._optimizer_steps is not None:
+        if new and not state.own and watch.optimizer_steps is not None:
             # outside the lock: it may keep the step an earlier backward left unstepped
-            watch._optimizer_steps.backward_began()
+            watch.optimizer_steps.backward_began()
     return state
 
 
@@ -80,12 +110,10 @@ def _new_backward(watch, task: int) -> Backward:
     """The first hook of backward ``task`` ran: queue the end-of-backward callback."""
     state = Backward(own=in_own_pass())
     if not state.own:
-        watch._backwards_seen += 1  # seen, even when refused: close() warns of no unseen gradient
+        watch.backwards.seen += 1  # seen, even when refused: close() warns of no unseen gradient
         check_compiled_autograd()
         check_reentrant()
-    if len(watch._backwards) >= PENDING_BACKWARDS:  # the oldest is one that raised: never a step
-        del watch._backwards[next(iter(watch._backwards))]
-    watch._backwards[task] = state
+    watch.backwards.add(task, state)
     torch_compat.queue_end_of_backward(partial(finish, weakref.ref(watch), task))
     return state
 
@@ -143,10 +171,10 @@ def finish(reference: weakref.ref, task: int) -> None:
 
 def _finish(watch, task: int) -> None:
     """End of backward ``task``: read what it left, and keep it as a step when the kept steps say so."""
-    state = watch._backwards.pop(task, None)
+    state = watch.backwards.pop(task)
     if state is None or watch.closed or state.own or not state.reached:
         return  # hookviz's own, or a backward that reached no watched parameter: not a step
-    steps = watch._optimizer_steps
+    steps = watch.optimizer_steps
     if steps is not None:  # the optimizer's step is the step: hand it what this backward left
         changed = _changed(watch, state)
         outputs = state.reducer.finish(len(watch.names)) if watch.module_names else None
@@ -161,8 +189,8 @@ def _finish(watch, task: int) -> None:
     if watch.scaler is not None and watch.scaler.is_enabled():
         info = StepInfo(loss_scale=float(watch.scaler.get_scale()))
     if watch.kept.keep(plan, row, info, alarm, state.arrived, len(watch.parameter_names)):
-        if watch._ranks is not None:
-            watch._ranks.finish(plan.step)
+        if watch.ranks is not None:
+            watch.ranks.finish(plan.step)
 
 
 def _changed(watch, state: Backward) -> tuple[list[int], list[torch.Tensor], bool]:
@@ -170,10 +198,10 @@ def _changed(watch, state: Backward) -> tuple[list[int], list[torch.Tensor], boo
     column order, and whether one of them had been reset since the last backward (None, another
     tensor or written in place: a new iteration)."""
     columns, grads, seen = [], [], set()
-    tensors = watch._parameters
+    tensors = watch.columns.parameters
     # in column order (a stable sort: a column's first note first), so that the usual step's norms
     # are the row's first lines as they are (StepReducer.finish), not scattered into it
-    before = sorted(state.before, key=_first) if watch._ranks is None else ()
+    before = sorted(state.before, key=_first) if watch.ranks is None else ()
     fresh = False
     left = watch.streams.left
     for column, grad, version in before:
@@ -185,7 +213,7 @@ def _changed(watch, state: Backward) -> tuple[list[int], list[torch.Tensor], boo
             if now.numel():
                 columns.append(column)
                 grads.append(now)
-    if watch._ranks is not None:  # DDP / FSDP2: the parameters measured in their hooks
+    if watch.ranks is not None:  # DDP / FSDP2: the parameters measured in their hooks
         columns = sorted({c for c, _ in state.local})
         fresh = True
     watch.streams.note_left(columns, grads)
@@ -197,7 +225,7 @@ def _row_of(watch, state: Backward, changed: tuple, full: bool) -> tuple[torch.T
     accumulated into and the module-output gradients its hooks handed over, reduced together), and
     whether a gradient holds NaN/Inf or a norm is above ``exploding_norm``."""
     columns, grads, _ = changed
-    if grads and watch._ranks is None:
+    if grads and watch.ranks is None:
         state.read_all = state.reducer.add_all(columns, grads, full, EXPLODING)
     row = state.reducer.finish(len(watch.names))
     if state.local:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce

@@ -489,7 +489,7 @@ def gather(watch, dst: int = 0, group=None) -> RankHistory | None:
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     history = watch.history
     steps, names = len(history.steps), len(history.names)
-    recorder = getattr(watch, "_ranks", None)
+    recorder = getattr(watch, "ranks", None)
     check = zlib.crc32("\n".join(history.names).encode())
     header = torch.tensor([steps, names, check], dtype=torch.int64, device=device)
     headers = [torch.empty_like(header) for _ in ranks]

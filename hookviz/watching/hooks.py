@@ -19,7 +19,6 @@ from hookviz.record.torch_compat import pytree
 from hookviz.stats.reduce import measure
 from hookviz.watching import gather as watch_gather
 from hookviz.watching.backward_steps import begin, check_compiled_autograd
-from hookviz.watching.structure import check_structure, check_unfrozen, follow_replaced
 
 _graph_task_id = torch_compat.graph_task_id
 
@@ -73,12 +72,12 @@ def _on_parameter_grad(reference: weakref.ref, column: int, grad: torch.Tensor) 
     if self is None:
         return
     # runs once per parameter per backward: begin()'s lookup inlined, begin() for the first only
-    state = self._backwards.get(_graph_task_id()) or begin(self)
+    state = self.backwards.pending.get(_graph_task_id()) or begin(self)
     if state is None or state.own:
         return
     state.reached = True
     if column >= 0:
-        held = self._parameters[column].grad
+        held = self.columns.parameters[column].grad
         state.before.append((column, held, -1 if held is None else held._version))
 
 
@@ -103,9 +102,9 @@ def on_model_forward(reference: weakref.ref, module, args, output) -> None:
     if self is None or self.closed or in_own_pass():
         return
     check_compiled_autograd()
-    check_structure(self)
-    check_unfrozen(self)
-    follow_replaced(self)
+    self.columns.check_structure()
+    self.columns.check_unfrozen()
+    self.columns.follow_replaced()
 
 
 def on_forward(reference: weakref.ref, column: int, module, args, output) -> None:

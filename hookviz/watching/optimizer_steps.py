@@ -157,7 +157,7 @@ class OptimizerSteps:
             if unstepped is None or watch is None:
                 return
             _, columns = unstepped
-            parameters = watch._parameters
+            parameters = watch.columns.parameters
             same = all(
                 parameters[c].grad is not None
                 and (id(parameters[c].grad), parameters[c].grad._version) == self._left.get(c)
@@ -171,7 +171,7 @@ class OptimizerSteps:
     def keep_unstepped(self, watch, unstepped: tuple[torch.Tensor, list[int]]) -> None:
         """Keep a backward that left NaN/Inf and was followed by no step, marked skipped."""
         row, columns = unstepped
-        index = self.owner(columns, watch._column_of)
+        index = self.owner(columns, watch.columns.column_of)
         keep_step(watch, index, skipped=True, read=(row, columns))
 
     def backward_ended(self, changed: tuple, outputs: torch.Tensor | None, local: dict) -> None:
@@ -286,7 +286,7 @@ def _before_step(reference: weakref.ref, index: int, optimizer, args, kwargs):
         return None
     recorded, full = watch.kept.peek(index)
     if recorded and full:
-        steps._before[index] = _weights(watch, steps.columns(index, watch._column_of))
+        steps._before[index] = _weights(watch, steps.columns(index, watch.columns.column_of))
     pending = [True]  # LBFGS calls the closure several times a step: the first call's .grad is kept
 
     def closure_then_keep():
@@ -303,7 +303,7 @@ def _before_step(reference: weakref.ref, index: int, optimizer, args, kwargs):
 
 def _weights(watch, columns: list[int]) -> list[torch.Tensor]:
     with torch.no_grad():
-        return [_local(watch._parameters[c]).clone() for c in columns]
+        return [_local(watch.columns.parameters[c]).clone() for c in columns]
 
 
 def _local(parameter: torch.Tensor) -> torch.Tensor:
@@ -318,7 +318,7 @@ def _keep_before_step(steps: OptimizerSteps, watch, index: int) -> None:
     if kept is not None:
         step, columns, read_all = kept
         if read_all:  # the update ratios come with the other statistics (an alarm's step too)
-            all_columns = steps.columns(index, watch._column_of)
+            all_columns = steps.columns(index, watch.columns.column_of)
             if before is not None and len(before) == len(all_columns):
                 place = dict(zip(all_columns, before))
                 before = [place[c] for c in columns]
@@ -336,7 +336,7 @@ def _after_step(reference: weakref.ref, index: int, optimizer, args, kwargs) -> 
         return
     step, columns, before = pending
     with torch.no_grad():
-        after = [_local(watch._parameters[c]) for c in columns]
+        after = [_local(watch.columns.parameters[c]) for c in columns]
         torch._foreach_sub_(before, after)  # the update, negated: the same norm
         found = norms_in_range(before + after, math.inf)  # one call, when every norm is plain
         if found is not None:
@@ -419,10 +419,10 @@ def keep_step(
     parameters now (or take ``read``: the row and columns of a backward that left NaN/Inf and was
     never stepped on) and keep the step when the kept steps say so. Returns ``(step, its columns,
     whether every statistic was read)`` when it was kept."""
-    steps = watch._optimizer_steps
+    steps = watch.optimizer_steps
     plan = watch.kept.plan(index)
     width = len(watch.names)
-    columns = steps.columns(index, watch._column_of)
+    columns = steps.columns(index, watch.columns.column_of)
     outputs, local, pre_clip, _ = steps.take_backward(columns)
     row = torch.full((width, len(STATISTICS)), math.nan, dtype=torch.float64) if outputs is None else outputs
     row[: len(watch.parameter_names)] = math.nan  # the parameters: as the optimizer reads them
@@ -431,7 +431,7 @@ def keep_step(
         found, columns = read
         row[columns] = found[columns]
     else:
-        pairs = [(c, watch._parameters[c].grad) for c in columns]
+        pairs = [(c, watch.columns.parameters[c].grad) for c in columns]
         # FSDP2: a sharded parameter's .grad is a DTensor; this rank's shard is read (the gather
         # combines the shards into the full gradient's statistics)
         pairs = [(c, g.to_local() if is_shard(g) else g) for c, g in pairs if g is not None]
@@ -460,23 +460,18 @@ def keep_step(
     info = StepInfo(steps.names[index], skipped, steps.learning_rates(index), float(scale), total)
     if not watch.kept.keep(plan, row, info, alarm, [], len(watch.parameter_names), pre_clip):
         return None
-    if watch._ranks is not None:  # the row: local gradients before the all-reduce; .grad: reduced
-        watch._ranks.reduced[plan.step] = StepReducer()(pairs, width)
+    if watch.ranks is not None:  # the row: local gradients before the all-reduce; .grad: reduced
+        watch.ranks.reduced[plan.step] = StepReducer()(pairs, width)
     return plan.step, columns, read_all
 
 
 def warn_nothing_kept(watch) -> None:
     """A watch that closes with no step kept while its parameters got gradients says why."""
-    changed = [
-        name
-        for (name, parameter), (grad, version) in zip(
-            ((n, p) for n, p in watch.model.named_parameters() if p.requires_grad), watch._grads_at_open
-        )
-        if parameter.grad is not None
-        and (grad is None or parameter.grad is not grad() or parameter.grad._version != version)
-    ]
     why = nothing_kept_reason(
-        type(watch.model).__name__, watch._backwards_seen, watch._optimizer_steps, changed
+        type(watch.model).__name__,
+        watch.backwards.seen,
+        watch.optimizer_steps,
+        watch.columns.changed_since_open(),
     )
     if why:
         warnings.warn(why, RuntimeWarning, stacklevel=4)

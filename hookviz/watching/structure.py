@@ -1,6 +1,7 @@
 """The parameters a watch watches, followed: a parameter or module replaced mid-training is followed to
 its new tensor (its step-start hook moves with it); one added after the watch opened is named in a
-warning. Functions of a :class:`hookviz.watching.watch.Watch`, called from its hooks."""
+warning. :class:`WatchedParameters` owns a :class:`hookviz.watching.watch.Watch`'s parameter
+columns; the watch's hooks ask it."""
 
 from __future__ import annotations
 
@@ -96,80 +97,150 @@ def check_at_open(model: torch.nn.Module, others: list) -> None:
             )
 
 
-def check_unfrozen(watch) -> None:
-    """At each forward: warn once, naming them, about parameters frozen when the watch opened that
-    now require grad (gradual unfreezing): the watch has no column for them."""
-    if not watch._frozen or not any(p.requires_grad for _, p in watch._frozen):
-        return
-    thawed = [n for n, p in watch._frozen if p.requires_grad]
-    watch._frozen = [(n, p) for n, p in watch._frozen if not p.requires_grad]
-    listed = ", ".join(repr(n) for n in thawed[:5]) + (" ..." if len(thawed) > 5 else "")
-    warnings.warn(
-        f"hookviz.watch: {len(thawed)} parameter(s) of {watch.model_name} ({listed}) were frozen "
-        "when the watch opened and now require grad: they are not watched (no column, no step "
-        "reads them). Open the watch after unfreezing, or close this one and open a new one "
-        f"({advice('watch')}) to watch them",
-        RuntimeWarning,
-        stacklevel=4,
-    )
+class WatchedParameters:
+    """The one owner of a watch's parameter columns: the parameter each column reads (followed when
+    replaced), the module and attribute that hold it, the parameters frozen at open, the model's
+    structure as last seen and the names already warned about. Others ask it (:meth:`column`,
+    :meth:`follow_replaced`, ...); hooks read :attr:`parameters` (a list indexed by column).
 
+    Attributes:
+        names: the watched parameters' qualified names, one per column (``[]`` under
+            ``parameters=False``).
+        parameters: the tensor each column reads now (``names[c]``'s parameter).
+        column_of: ``{id(parameter): column}``.
+        owners: ``(module, attribute name)`` that holds each column's parameter.
+        grads_at_open: per trainable parameter, :func:`grad_and_version` of its ``.grad`` at open.
+        hooked_modules: the modules whose outputs are watched (``outputs=True``).
+        sharded: FSDP2, which swaps sharded and unsharded parameters itself: none is followed.
+    """
 
-def check_structure(watch) -> None:
-    """At each forward of the model: when a module gained or lost a parameter or a
-    submodule since the watch opened (or the last check), follow the columns' parameters to
-    their modules now and warn, naming what this watch cannot see."""
-    modules, counts, children = watch._structure
-    # every forward: two list comparisons, their elements compared in C (a dict by its items)
-    if [len(m._parameters) for m in modules] == counts and [m._modules for m in modules] == children:
-        return
-    watch._structure = structure_of(watch.model)
-    owners = dict(watch.model.named_modules())
-    for column, name in enumerate(watch.parameter_names):  # a replaced module's parameters
-        path, _, attribute = name.rpartition(".")
-        if path in owners and attribute in owners[path]._parameters:
-            watch._owners[column] = (owners[path], attribute)
-    unseen: dict[str, str] = {}  # name -> "parameter" or "module"
-    if watch.parameter_names:
-        watched = set(watch.parameter_names)
-        for name, parameter in watch.model.named_parameters():
-            if parameter.requires_grad and name not in watched:
-                unseen[name] = "parameter"
-    if watch.module_names:
-        hooked = set(map(id, watch._hooked_modules))
-        unseen.update((name, "module") for name, m in owners.items() if id(m) not in hooked)
-    new = {name: kind for name, kind in unseen.items() if name not in watch._warned}
-    if new:
-        watch._warned.update(new)
-        listed = ", ".join(f"{kind} {name!r}" for name, kind in new.items())
-        one = len(new) == 1
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        trainable: list[tuple[str, torch.nn.Parameter]],
+        parameters: bool,
+        lock,
+        handles,
+        start_hook,
+    ):
+        self.model: torch.nn.Module | None = model
+        self.names = [n for n, _ in trainable] if parameters else []
+        self.parameters = [p for _, p in trainable] if parameters else []
+        self.owners = [owner_of(model, n) for n in self.names]
+        self.column_of = {id(p): c for c, p in enumerate(self.parameters)}
+        # weakly: the watch keeps no gradient alive (only to tell which .grad changed while open)
+        self.grads_at_open = [grad_and_version(p) for _, p in trainable]
+        self.hooked_modules: list[torch.nn.Module] = []
+        self.sharded = False
+        self._trainable = [p for _, p in trainable]
+        self._frozen = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
+        self._structure = structure_of(model)  # to notice parameters and modules added or replaced
+        self._warned: set[str] = set()  # names already named in a warning
+        self._lock, self._handles, self._start_hook = lock, handles, start_hook
+
+    def add_start_hooks(self) -> None:
+        """Put the step-start tensor hook on every trainable parameter (column -1 for each under
+        ``parameters=False``: it starts steps, but has no column)."""
+        for column, parameter in enumerate(self._trainable):
+            hook = self._start_hook(column if self.names else -1)
+            self._handles.add_start(parameter, parameter.register_hook(hook))
+
+    def column(self, tensor: torch.Tensor) -> int | None:
+        """The column of ``tensor`` (None: not a watched parameter)."""
+        return self.column_of.get(id(tensor))
+
+    def numels(self) -> list[int]:
+        """Each column's parameter's element count."""
+        return [p.numel() for p in self.parameters]
+
+    def changed_since_open(self) -> list[str]:
+        """The names of the trainable parameters whose ``.grad`` changed since the watch opened."""
+        trainable = ((n, p) for n, p in self.model.named_parameters() if p.requires_grad)
+        return [
+            name
+            for (name, parameter), (grad, version) in zip(trainable, self.grads_at_open)
+            if parameter.grad is not None
+            and (grad is None or parameter.grad is not grad() or parameter.grad._version != version)
+        ]
+
+    def release(self) -> None:
+        """The watch closed: let go of the model and its parameters (callers hold the lock)."""
+        self.model, self.parameters, self.owners, self._structure = None, [], [], ([], [], [])
+        self.hooked_modules, self._trainable, self.grads_at_open, self._frozen = [], [], [], []
+
+    def check_unfrozen(self) -> None:
+        """At each forward: warn once, naming them, about parameters frozen when the watch opened
+        that now require grad (gradual unfreezing): the watch has no column for them."""
+        if not self._frozen or not any(p.requires_grad for _, p in self._frozen):
+            return
+        thawed = [n for n, p in self._frozen if p.requires_grad]
+        self._frozen = [(n, p) for n, p in self._frozen if not p.requires_grad]
+        listed = ", ".join(repr(n) for n in thawed[:5]) + (" ..." if len(thawed) > 5 else "")
         warnings.warn(
-            f"hookviz.watch: {listed} of {type(watch.model).__name__} {'was' if one else 'were'} "
-            f"added or replaced after the watch opened and {'is' if one else 'are'} not watched; "
-            f"close this watch and open a new one ({advice('watch')}) to watch "
-            f"{'it' if one else 'them'}",
+            f"hookviz.watch: {len(thawed)} parameter(s) of {type(self.model).__name__} ({listed}) were "
+            "frozen when the watch opened and now require grad: they are not watched (no column, no "
+            "step reads them). Open the watch after unfreezing, or close this one and open a new one "
+            f"({advice('watch')}) to watch them",
+            RuntimeWarning,
             stacklevel=4,
         )
 
+    def check_structure(self) -> None:
+        """At each forward of the model: when a module gained or lost a parameter or a submodule
+        since the watch opened (or the last check), follow the columns' parameters to their
+        modules now and warn, naming what this watch cannot see."""
+        modules, counts, children = self._structure
+        # every forward: two list comparisons, their elements compared in C (a dict by its items)
+        if [len(m._parameters) for m in modules] == counts and [m._modules for m in modules] == children:
+            return
+        model = self.model
+        self._structure = structure_of(model)
+        owners = dict(model.named_modules())
+        for column, name in enumerate(self.names):  # a replaced module's parameters
+            path, _, attribute = name.rpartition(".")
+            if path in owners and attribute in owners[path]._parameters:
+                self.owners[column] = (owners[path], attribute)
+        unseen: dict[str, str] = {}  # name -> "parameter" or "module"
+        if self.names:
+            watched = set(self.names)
+            for name, parameter in model.named_parameters():
+                if parameter.requires_grad and name not in watched:
+                    unseen[name] = "parameter"
+        if self.hooked_modules:
+            hooked = set(map(id, self.hooked_modules))
+            unseen.update((name, "module") for name, m in owners.items() if id(m) not in hooked)
+        new = {name: kind for name, kind in unseen.items() if name not in self._warned}
+        if new:
+            self._warned.update(new)
+            listed = ", ".join(f"{kind} {name!r}" for name, kind in new.items())
+            one = len(new) == 1
+            warnings.warn(
+                f"hookviz.watch: {listed} of {type(model).__name__} {'was' if one else 'were'} "
+                f"added or replaced after the watch opened and {'is' if one else 'are'} not watched; "
+                f"close this watch and open a new one ({advice('watch')}) to watch "
+                f"{'it' if one else 'them'}",
+                stacklevel=4,
+            )
 
-def follow_replaced(watch) -> None:
-    """Point a column whose parameter was replaced on its module at the new one, and move its
-    step-start hook there. FSDP2 swaps its sharded and unsharded parameters itself: left alone (its
-    unsharded parameters' hooks start the steps, :mod:`hookviz.watching.gather`)."""
-    if watch._ranks is not None and watch._ranks.strategy == "fsdp":
-        return
-    held = [owner._parameters.get(attribute) for owner, attribute in watch._owners]
-    if all(map(operator.is_, held, watch._parameters)):  # every backward: none replaced
-        return
-    with watch.kept.lock:  # two threads' backwards may both find it: one moves it, under the lock
-        for column, (owner, attribute) in enumerate(watch._owners):
-            current = owner._parameters.get(attribute)
-            if current is not watch._parameters[column] and current is not None:
-                old = watch._parameters[column]
-                watch._parameters[column] = current
-                watch._column_of.pop(id(old), None)
-                watch._column_of[id(current)] = column
-                hook = watch.start_hook(column) if current.requires_grad else None
-                watch.handles.move_start(old, current if hook else None, hook)
+    def follow_replaced(self) -> None:
+        """Point a column whose parameter was replaced on its module at the new one, and move its
+        step-start hook there. FSDP2 swaps its sharded and unsharded parameters itself: left alone
+        (its unsharded parameters' hooks start the steps, :mod:`hookviz.watching.gather`)."""
+        if self.sharded:
+            return
+        held = [owner._parameters.get(attribute) for owner, attribute in self.owners]
+        if all(map(operator.is_, held, self.parameters)):  # every backward: none replaced
+            return
+        with self._lock:  # two threads' backwards may both find it: one moves it, under the lock
+            for column, (owner, attribute) in enumerate(self.owners):
+                current = owner._parameters.get(attribute)
+                if current is not self.parameters[column] and current is not None:
+                    old = self.parameters[column]
+                    self.parameters[column] = current
+                    self.column_of.pop(id(old), None)
+                    self.column_of[id(current)] = column
+                    hook = self._start_hook(column) if current.requires_grad else None
+                    self._handles.move_start(old, current if hook else None, hook)
 
 
 def owner_of(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
@@ -180,6 +251,6 @@ def owner_of(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
 
 def structure_of(model: torch.nn.Module) -> tuple[list[torch.nn.Module], list[int], list[dict]]:
     """Each module, its parameter count and a copy of its submodules by name: what
-    :func:`check_structure` compares."""
+    :meth:`WatchedParameters.check_structure` compares."""
     modules = list(model.modules())
     return modules, [len(m._parameters) for m in modules], [dict(m._modules) for m in modules]

@@ -64,19 +64,13 @@ from hookviz.watching import autosave as watch_autosave
 from hookviz.watching import gather as watch_gather
 from hookviz.watching import hooks as watch_hooks
 from hookviz.watching import plots
-from hookviz.watching.backward_steps import Backward, reduce_pairs
+from hookviz.watching.backward_steps import Backwards, reduce_pairs
 from hookviz.watching.handles import Handles
 from hookviz.watching.history import History, StepInfo
 from hookviz.watching.kept_steps import KeptSteps, Streams
 from hookviz.watching.optimizer_steps import SCALE_NOTE, OptimizerSteps, step_notes, warn_nothing_kept
 from hookviz.watching.scaler_listeners import check_scaler
-from hookviz.watching.structure import (
-    check_options,
-    grad_and_version,
-    owner_of,
-    structure_of,
-    trainable_at_open,
-)
+from hookviz.watching.structure import WatchedParameters, check_options, trainable_at_open
 
 if TYPE_CHECKING:  # annotations only
     from plotly.graph_objects import Figure
@@ -148,32 +142,23 @@ class Watch:
         self.kept = KeptSteps(capacity, len(self.names), every, stats_every)
         # the one owner of every hook handle this watch adds; close() removes them
         self.handles = Handles()
-        # Each parameter column's owner and attribute name, to follow a replaced parameter.
-        self._parameters = [p for _, p in trainable] if parameters else []
-        self._owners = [owner_of(model, n) for n in self.parameter_names]
-        self._column_of = {id(p): c for c, p in enumerate(self._parameters)}
-        self._backwards_seen = 0  # backwards (not hookviz's own) that reached a watched parameter
-        # weakly: the watch keeps no gradient alive (only to tell which .grad changed while open)
-        self._grads_at_open = [grad_and_version(p) for _, p in trainable]
-        self._trainable = [p for _, p in trainable]
-        self._frozen = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
-        self._outputs_row: torch.Tensor | None = None  # optimizer=: the last backward's module outputs
-        self._local_rows: dict[int, tuple] = {}  # optimizer= on DDP / FSDP2: local statistics
+        # the one owner of the watched parameters' columns (followed when replaced)
+        start_hook = partial(watch_hooks.step_start_hook, weakref.ref(self))
+        self.columns = WatchedParameters(
+            model, trainable, parameters, self.kept.lock, self.handles, start_hook
+        )
+        self.backwards = Backwards()  # the one owner of the backwards whose end has not come yet
         if scaler is not None:
             check_scaler(scaler)
         self.scaler = scaler
         self.streams = Streams()  # without optimizer=: which stream a backward's step belongs to
-        self._optimizer_steps: OptimizerSteps | None = None
-        self._structure = structure_of(model)  # to notice parameters and modules added or replaced
-        self._backwards: dict[int, Backward] = {}  # graph task id -> its state
-        self._warned: set[str] = set()  # names already named in a warning
-        self._hooked_modules: list[torch.nn.Module] = []
-        self._ranks: watch_gather.RankRecorder | None = None
+        self.optimizer_steps: OptimizerSteps | None = None  # with optimizer=: the step's other half
+        self.ranks: watch_gather.RankRecorder | None = None  # DDP / FSDP2
         self.gathered: watch_gather.RankHistory | None = None  # set by gather() on dst
         self.autosave: watch_autosave.Autosave | None = None
         try:
             # DDP / FSDP2: local statistics before the all-reduce, reduced ones after (watch_gather)
-            self._ranks = watch_gather.attach(
+            self.ranks = watch_gather.attach(
                 self,
                 model,
                 trainable if parameters else [],
@@ -181,24 +166,24 @@ class Watch:
                 self.handles,
                 reduce_pairs,
             )
-            if self._ranks is not None:
-                for column, parameter in enumerate(self._parameters):
+            if self.ranks is not None:
+                self.columns.sharded = self.ranks.strategy == "fsdp"
+                for column, parameter in enumerate(self.columns.parameters):
                     hook = watch_hooks.parameter_hook(weakref.ref(self), column)
                     self.handles.add(parameter.register_post_accumulate_grad_hook(hook))
-            for column, parameter in enumerate(self._trainable):
-                self._hook_start(column if parameters else -1, parameter)
+            self.columns.add_start_hooks()
             if optimizer is not None:
                 optimizers = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
                 if not optimizers:
                     raise WatchError("optimizer=[] lists no optimizer; pass one, a list, or leave it out")
-                self._optimizer_steps = OptimizerSteps(
-                    self, optimizers, scaler, self.handles, self._column_of
+                self.optimizer_steps = OptimizerSteps(
+                    self, optimizers, scaler, self.handles, self.columns.column_of
                 )
-                self.scaler = self._optimizer_steps.scaler
+                self.scaler = self.optimizer_steps.scaler
             self.handles.add(
                 model.register_forward_hook(partial(watch_hooks.on_model_forward, weakref.ref(self)))
             )
-            self._hooked_modules = [module for _, module in modules]
+            self.columns.hooked_modules = [module for _, module in modules]
             for offset, (_, module) in enumerate(modules):
                 self.handles.add(
                     module.register_forward_hook(
@@ -216,7 +201,7 @@ class Watch:
     @property
     def notes(self) -> list[str]:
         """What a reader of this watch's numbers must know: what a step is, and the loss scale."""
-        return step_notes(self._optimizer_steps, self.scaler, self.looks_scaled())
+        return step_notes(self.optimizer_steps, self.scaler, self.looks_scaled())
 
     def looks_scaled(self) -> bool:
         """Whether no ``scaler=`` was given and, at a kept step, every watched gradient's norm
@@ -226,23 +211,11 @@ class Watch:
         if self.scaler is not None or not self.parameter_names:
             return False
         _, rows, _, pre_clip, _ = self.kept.snapshot()
-        norms = pre_clip if self._optimizer_steps is not None else rows[:, :, 0]
+        norms = pre_clip if self.optimizer_steps is not None else rows[:, :, 0]
         norms = norms[:, : len(self.parameter_names)]
         read = ~norms.isnan()
         big = (norms > DEFAULT_THRESHOLDS["exploding_norm"]) | ~read
         return bool((big.all(1) & read.any(1)).any())
-
-    def _hook_start(self, column: int, parameter: torch.Tensor) -> None:
-        hook = watch_hooks.step_start_hook(weakref.ref(self), column)
-        self.handles.add_start(parameter, parameter.register_hook(hook))
-
-    def start_hook(self, column: int) -> Callable[[torch.Tensor], None]:
-        """The step-start tensor hook of ``column`` (to move it to a replaced parameter).
-
-        Args:
-            column: the parameter's column in :attr:`names`.
-        """
-        return watch_hooks.step_start_hook(weakref.ref(self), column)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -254,20 +227,19 @@ class Watch:
         already = self.closed
         self.closed = True
         self.handles.remove()
-        self._backwards = {}
+        self.backwards.clear()
         if _OPEN.get(id(self.model), lambda: None)() is self:
             del _OPEN[id(self.model)]
         if not already and not len(self.kept):
             warn_nothing_kept(self)  # it reads the model: before the watch lets it go
         with self.kept.lock:  # a backward's first hook reads these under the lock
             self._closed_numels = self._numels()  # what reading the history needs of the parameters
-            self.model, self._parameters, self._owners, self._structure = None, [], [], ([], [], [])
-            self._hooked_modules, self._trainable, self._grads_at_open = [], [], []
-            self._frozen = []
-        if self._optimizer_steps is not None:  # an optimizer holds the parameters and their state
-            self._optimizer_steps.close(self)
-        if self._ranks is not None:
-            self._ranks.close()
+            self.model = None
+            self.columns.release()
+        if self.optimizer_steps is not None:  # an optimizer holds the parameters and their state
+            self.optimizer_steps.close(self)
+        if self.ranks is not None:
+            self.ranks.close()
         if not already:
             self.kept.close()
 
@@ -326,7 +298,7 @@ class Watch:
     def history(self) -> History:
         """The kept steps as a :class:`History` (``.to_pandas()`` when pandas is installed); a
         consistent copy also while another thread trains."""
-        return self.kept.history(self.names, self.kinds, pre_clip=self._optimizer_steps is not None)
+        return self.kept.history(self.names, self.kinds, pre_clip=self.optimizer_steps is not None)
 
     def _row(self, step: int | None) -> tuple[int, torch.Tensor]:
         found = self.kept.row(step)  # a copy, consistent while another thread trains and thins
@@ -454,11 +426,11 @@ class Watch:
         limits = check_thresholds(thresholds)
         step, row = self._row(step)
         scale = self._step_info(step).loss_scale
-        if self._optimizer_steps is None and scale > 0 and math.isfinite(scale):
+        if self.optimizer_steps is None and scale > 0 and math.isfinite(scale):
             # the gradients carry GradScaler's scale: a norm is an explosion only once divided by it
             limits["exploding_norm"] *= scale
         values, ratios = self.kept.values(step, row)
-        if self._optimizer_steps is not None:  # exploding / vanishing read the norms before clipping
+        if self.optimizer_steps is not None:  # exploding / vanishing read the norms before clipping
             for column, norm in enumerate(self.kept.pre_clip(step)[: len(self.parameter_names)]):
                 if not math.isnan(norm):
                     values[column][0] = norm
@@ -485,7 +457,7 @@ class Watch:
         """Each watched parameter's element count (kept at close, when the parameters are let go)."""
         if self.model is None:
             return self._closed_numels
-        return [p.numel() for p in self._parameters]
+        return self.columns.numels()
 
     # ------------------------------------------------------------------ plots
 
