@@ -323,3 +323,28 @@ def test_compiled_autograd_is_refused_at_the_forward_naming_the_fix():
                 model(x)
         F.cross_entropy(model(x), y).backward()  # without it, the watch works on
     assert w.steps == [0]
+
+
+@pytest.mark.parametrize("how", ["enable", "config"])
+def test_compiled_autograd_around_backward_only_is_refused_there_and_the_loop_goes_on(how):
+    compiled_autograd = pytest.importorskip("torch._dynamo.compiled_autograd")
+    model = Tiny()
+    [(x, y)] = data(1)[0]
+    compiled = torch.compile(model, backend="eager")
+    with watch(model) as w:
+        loss = F.cross_entropy(compiled(x), y)  # the forward ran without compiled autograd
+        with pytest.raises(WatchError, match="does not support compiled autograd.*without compiled autograd"):
+            if how == "enable":
+                with compiled_autograd._enable(torch.compile(backend="eager")):
+                    loss.backward()
+            else:
+                torch._dynamo.config.compiled_autograd = True
+                try:
+                    loss.backward()
+                finally:
+                    torch._dynamo.config.compiled_autograd = False
+        assert all(p.grad is None for p in model.parameters())  # the refused backward wrote nothing
+        assert w.steps == [] and not w.closed
+        F.cross_entropy(model(x), y).backward()  # without it, the watch works on
+        expected = {n: p.grad.norm().item() for n, p in model.named_parameters()}
+    assert w.steps == [0] and w.norms(0) == pytest.approx(expected, rel=1e-6)

@@ -119,19 +119,23 @@ def _new_backward(watch, task: int) -> Backward:
 
 
 def check_compiled_autograd() -> None:
-    """Refuse compiled autograd, at the model's forward and at a backward's first eager hook: it
-    traces the watch's hooks into a graph, where the watch cannot queue its end-of-backward
-    callback. (A backward whose compiled autograd was enabled after the forward raises
-    PyTorch's own AssertionError from ``queue_callback`` while tracing: it cannot be caught there.)
+    """Refuse compiled autograd, at the model's forward and at a backward's first hook: it traces
+    the watch's hooks into a graph, where the watch cannot queue its end-of-backward callback
+    (PyTorch's own AssertionError from ``queue_callback``). A backward whose compiled autograd was
+    enabled only around ``backward()`` runs the hooks while Dynamo traces its graph, with
+    ``compiled_autograd_enabled`` off and ``in_compiled_autograd_region`` on: refused there, before
+    the callback is queued and before any ``.grad`` is written, so the next eager backward is a step.
+    (With ``fullgraph=True`` Dynamo stops first, at the graph task id hookviz reads.)
 
     Raises:
-        WatchError: compiled autograd is enabled (``torch._dynamo.compiled_autograd``).
+        WatchError: compiled autograd is enabled or running (``torch._dynamo.compiled_autograd``).
     """
     compiled = sys.modules.get("torch._dynamo.compiled_autograd")  # not imported: not enabled
     config = sys.modules.get("torch._dynamo.config")
-    if (compiled is not None and compiled.compiled_autograd_enabled) or getattr(
-        config, "compiled_autograd", False
-    ):
+    if (
+        compiled is not None
+        and (compiled.compiled_autograd_enabled or getattr(compiled, "in_compiled_autograd_region", False))
+    ) or getattr(config, "compiled_autograd", False):
         raise WatchError(
             "hookviz.watch does not support compiled autograd (torch._dynamo.config.compiled_autograd "
             "or torch._dynamo.compiled_autograd.enable): it traces the watch's hooks, where the watch "
