@@ -333,6 +333,50 @@ def test_watch_gather_keeps_only_the_steps_every_and_capacity_keep():
     spawn(_watch_thinned)
 
 
+def _pre_clip_ddp(rank, device):
+    plain = mlp().to(device)
+    model = DDP(copy.deepcopy(plain))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    expected_local, totals = [], []
+    with hookviz.watch(model, optimizer=optimizer) as w:
+        for step in range(3):
+            x, y = batch(rank, step, device, scale=4.0)
+            mine = local_grads(plain, x, y)  # this rank's gradients, before the all-reduce
+            expected_local.append({n: torch.linalg.vector_norm(g).item() for n, g in mine.items()})
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            totals.append(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.01).item())
+            optimizer.step()
+            with torch.no_grad():
+                for p, q in zip(plain.parameters(), model.parameters()):
+                    p.copy_(q)
+    history = w.history
+    assert history.steps == [0, 1, 2] and history.pre_clip_norm is not None
+    compared = 0
+    for step in range(3):
+        # the loop clipped: what the step read is below the norms before clipping
+        assert totals[step] > 0.01 and history.pre_clip_total[step] == pytest.approx(totals[step], rel=1e-5)
+        for column, name in enumerate(w.parameter_names):
+            expected = expected_local[step][name.removeprefix("module.")]
+            assert history.pre_clip_norm[step, column].item() == pytest.approx(expected, rel=1e-5), (
+                step,
+                name,
+                history.pre_clip_norm[step].tolist(),
+                expected_local[step],
+                history.norm[step].tolist(),
+            )
+            compared += 1
+    assert compared == 3 * len(w.parameter_names)
+    # the total is the all-reduced gradients': the same on both ranks, unlike the local norms
+    both = [torch.empty(3, dtype=torch.float64) for _ in range(WORLD)]
+    dist.all_gather(both, torch.tensor(history.pre_clip_total, dtype=torch.float64))
+    assert torch.equal(both[0], both[1])
+
+
+def test_ddp_pre_clip_norms_are_each_ranks_and_the_total_is_what_clip_grad_norm_returns():
+    spawn(_pre_clip_ddp)
+
+
 class Branchy(nn.Module):
     """An MLP whose ``extra`` layer only rank 0 uses (the find_unused_parameters trap)."""
 

@@ -117,6 +117,8 @@ class OptimizerSteps:
         # per column: its norm as the last backward left it (unscaled) and that .grad's identity
         self._pre_clip = torch.full((len(watch.names),), math.nan, dtype=torch.float64)
         self._left: dict[int, tuple[int, int]] = {}
+        # DDP: per column, the norm of the all-reduced .grad the last backward left (what clipping sees)
+        self._reduced = torch.full((len(watch.names),), math.nan, dtype=torch.float64)
         self._parameter_count = len(watch.parameter_names)
         # a backward that left NaN/Inf and no step yet: (its row, its columns)
         self._unstepped: tuple[torch.Tensor, list[int]] | None = None
@@ -177,7 +179,9 @@ class OptimizerSteps:
     def backward_ended(self, changed: tuple, outputs: torch.Tensor | None, local: dict) -> None:
         """A backward ended: note what it left for the next step (module outputs, DDP / FSDP2 local
         rows), read each changed ``.grad``'s norm as it left it (the pre-clip norm, unscaled when
-        the scaler is known), and keep its row when a gradient holds NaN/Inf."""
+        the scaler is known), and keep its row when a gradient holds NaN/Inf. DDP / FSDP2: the
+        pre-clip norms are this rank's, read in the parameters' hooks before the all-reduce
+        (``local``)."""
         columns, grads, _ = changed
         norms, finite = None, True
         if grads:  # one batched call for plain CPU gradients, else the general path; bit for bit alike
@@ -185,6 +189,8 @@ class OptimizerSteps:
             if norms is None:
                 norms = norm_column(grads)
                 finite = bool(norms.isfinite().all())
+        elif local and columns:
+            norms = torch.tensor([local[c][0] for c in columns], dtype=torch.float64)
         unstepped = None
         if not finite:
             reducer = StepReducer()
@@ -208,6 +214,31 @@ class OptimizerSteps:
                 self._left.update(zip(columns, ((id(g), g._version) for g in grads)))
             if unstepped is not None:
                 self._unstepped = unstepped
+
+    def read_reduced(self, columns: list[int]) -> None:
+        """DDP, at the end of a backward, after DDP's own end-of-backward callback wrote the
+        all-reduced gradients to ``.grad``: note their norms (unscaled when the scaler is known), the
+        ones ``clip_grad_norm_`` reads before the step."""
+        watch = self._watch()
+        if watch is None or watch.closed:
+            return
+        parameters = watch.columns.parameters
+        pairs = [(c, parameters[c].grad) for c in columns]
+        pairs = [(c, g) for c, g in pairs if g is not None and g.numel()]
+        if not pairs:
+            return
+        norms = norm_column([g for _, g in pairs])
+        if self.scaler is not None and self.scaler.is_enabled():
+            norms = norms / float(self.scaler.get_scale())
+        with self._lock:
+            self._reduced[[c for c, _ in pairs]] = norms
+
+    def reduced_total(self, columns: list[int]) -> float:
+        """DDP: the 2-norm of ``columns``' all-reduced gradients as the last backward left them (what
+        ``clip_grad_norm_`` returns on every rank); NaN where none was read."""
+        with self._lock:
+            read = [v for v in self._reduced[columns].tolist() if not math.isnan(v)]
+        return math.sqrt(sum(v * v for v in read)) if read else math.nan
 
     def unchanged(self, pairs: list[tuple[int, torch.Tensor]], pre_clip: torch.Tensor) -> bool:
         """Whether each ``.grad`` of ``pairs`` is the one the last backward left, unchanged since,
@@ -457,6 +488,8 @@ def keep_step(
     scale = watch.scaler.get_scale() if watch.scaler is not None and watch.scaler.is_enabled() else math.nan
     read = [v for v in pre_clip.tolist() if not math.isnan(v)]
     total = math.sqrt(sum(v * v for v in read)) if read and columns else math.nan
+    if watch.ranks is not None:  # the local norms add up to no norm clipping reads: the reduced ones do
+        total = steps.reduced_total(columns) if watch.ranks.strategy == "ddp" and columns else math.nan
     info = StepInfo(steps.names[index], skipped, steps.learning_rates(index), float(scale), total)
     if not watch.kept.keep(plan, row, info, alarm, [], len(watch.parameter_names), pre_clip):
         return None
