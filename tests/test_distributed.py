@@ -333,9 +333,15 @@ def test_watch_gather_keeps_only_the_steps_every_and_capacity_keep():
     spawn(_watch_thinned)
 
 
-def _pre_clip_ddp(rank, device):
+def _pre_clip(rank, device, use_fsdp):
     plain = mlp().to(device)
-    model = DDP(copy.deepcopy(plain))
+    model = copy.deepcopy(plain)
+    if use_fsdp:
+        fully_shard = torch_compat.fsdp2().fully_shard
+        fully_shard(model[0])
+        fully_shard(model)
+    else:
+        model = DDP(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
     expected_local, totals = [], []
     with hookviz.watch(model, optimizer=optimizer) as w:
@@ -345,36 +351,36 @@ def _pre_clip_ddp(rank, device):
             expected_local.append({n: torch.linalg.vector_norm(g).item() for n, g in mine.items()})
             optimizer.zero_grad()
             F.cross_entropy(model(x), y).backward()
-            totals.append(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.01).item())
+            total = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.01)
+            totals.append((total.full_tensor() if use_fsdp else total).item())
             optimizer.step()
             with torch.no_grad():
                 for p, q in zip(plain.parameters(), model.parameters()):
-                    p.copy_(q)
+                    p.copy_(q.full_tensor() if use_fsdp else q)
     history = w.history
     assert history.steps == [0, 1, 2] and history.pre_clip_norm is not None
     compared = 0
     for step in range(3):
-        # the loop clipped: what the step read is below the norms before clipping
-        assert totals[step] > 0.01 and history.pre_clip_total[step] == pytest.approx(totals[step], rel=1e-5)
         for column, name in enumerate(w.parameter_names):
             expected = expected_local[step][name.removeprefix("module.")]
-            assert history.pre_clip_norm[step, column].item() == pytest.approx(expected, rel=1e-5), (
-                step,
-                name,
-                history.pre_clip_norm[step].tolist(),
-                expected_local[step],
-                history.norm[step].tolist(),
-            )
+            assert history.pre_clip_norm[step, column].item() == pytest.approx(expected, rel=1e-5)
             compared += 1
     assert compared == 3 * len(w.parameter_names)
-    # the total is the all-reduced gradients': the same on both ranks, unlike the local norms
-    both = [torch.empty(3, dtype=torch.float64) for _ in range(WORLD)]
-    dist.all_gather(both, torch.tensor(history.pre_clip_total, dtype=torch.float64))
-    assert torch.equal(both[0], both[1])
+    gathered = w.gather(dst=0)
+    # the loop clipped: what the steps read is below the norms before clipping, whose total is the
+    # all-reduced gradients' (DDP: on each rank; FSDP2: the shards' combined by gather)
+    assert all(t > 0.01 for t in totals)
+    if use_fsdp:  # a rank holds shards of the reduced gradients: only gather knows their total
+        assert all(math.isnan(t) for t in history.pre_clip_total)
+    else:
+        assert history.pre_clip_total == pytest.approx(totals, rel=1e-5)
+    if rank == 0:
+        assert gathered.pre_clip_total == pytest.approx(totals, rel=1e-5)
 
 
-def test_ddp_pre_clip_norms_are_each_ranks_and_the_total_is_what_clip_grad_norm_returns():
-    spawn(_pre_clip_ddp)
+@pytest.mark.parametrize("use_fsdp", [False, pytest.param(True, marks=cpu_fsdp2)], ids=["ddp", "fsdp2"])
+def test_pre_clip_norms_are_each_ranks_and_their_total_is_what_clip_grad_norm_returns(use_fsdp):
+    spawn(_pre_clip, use_fsdp)
 
 
 class Branchy(nn.Module):

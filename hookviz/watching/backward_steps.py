@@ -183,9 +183,9 @@ def _finish(watch, task: int) -> None:
         changed = _changed(watch, state)
         outputs = state.reducer.finish(len(watch.names)) if watch.module_names else None
         steps.backward_ended(changed, outputs, measure_rows(state.local))
-        if watch.ranks is not None and watch.ranks.strategy == "ddp":
-            # queued now, so after DDP's callback (queued once its last bucket was ready) wrote the
-            # all-reduced gradients to .grad: the norms that clipping reads
+        if watch.ranks is not None:
+            # queued now, so after DDP's callback (queued once its last bucket was ready) or FSDP2's
+            # wrote the reduced gradients to .grad: the norms that clipping reads
             torch_compat.queue_end_of_backward(partial(steps.read_reduced, changed[0]))
         return
     changed = _changed(watch, state)

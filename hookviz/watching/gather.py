@@ -76,6 +76,9 @@ class RankRecorder:
             step's all-reduce (FSDP2: of this rank's shard; NaN for module outputs).
         shard_numel: float64 ``[names]``: elements of this rank's ``.grad`` per parameter (FSDP2:
             the shard), used to combine shards; 0 for module outputs.
+        pre_clip_shares: FSDP2 with ``optimizer=``: ``{step: 2-norm of this rank's shards of the
+            gradients the step read, before clipping}``; :func:`gather` combines them into the total
+            ``clip_grad_norm_`` returns.
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class RankRecorder:
         self.columns = {name: column for column, (name, _) in enumerate(parameters)}
         self.parameters = [p for _, p in parameters]
         self.reduced: dict[int, torch.Tensor] = {}
+        self.pre_clip_shares: dict[int, float] = {}
         self.shard_numel = torch.zeros(len(watch.names), dtype=torch.float64)
         for column, parameter in enumerate(self.parameters):
             local = parameter.to_local() if is_shard(parameter) else parameter
@@ -125,6 +129,19 @@ class RankRecorder:
         """End of a recorded backward: queue reading the reduced ``.grad`` after the all-reduce
         (DDP's and FSDP2's own end-of-backward callbacks were queued earlier, so they run first)."""
         torch_compat.queue_end_of_backward(lambda: self._read_reduced(step))
+
+    def note_step(self, step: int, reduced: torch.Tensor, share: float) -> None:
+        """``optimizer=``: optimizer step ``step`` was kept, with ``reduced`` (the statistics of the
+        ``.grad`` it read) and ``share`` (FSDP2: see :attr:`pre_clip_shares`); those of steps no
+        longer kept are dropped."""
+        watch = self._watch()
+        self.reduced[step] = reduced
+        if self.strategy == "fsdp":
+            self.pre_clip_shares[step] = share
+        kept = set(watch.steps) if watch is not None else {step}
+        for table in (self.reduced, self.pre_clip_shares):
+            for old in [s for s in table if s not in kept and s != step]:
+                del table[old]
 
     def _read_reduced(self, step: int) -> None:
         """Read the reduced ``.grad`` as the statistics of ``step``."""
@@ -501,7 +518,7 @@ def gather(watch, dst: int = 0, group=None) -> RankHistory | None:
             f"(names per rank: {[h[1] for h in headers]})"
         )
     most = max(h[0] for h in headers)
-    payload = torch.full((most * (1 + 8 * names) + 2 * names,), math.nan, dtype=torch.float64)
+    payload = torch.full((most * (2 + 8 * names) + 2 * names,), math.nan, dtype=torch.float64)
     local = torch.stack([getattr(history, s) for s in STATISTICS], dim=-1)  # [steps, names, 4]
     reduced = torch.full_like(local, math.nan)
     if recorder is not None:
@@ -513,6 +530,9 @@ def gather(watch, dst: int = 0, group=None) -> RankHistory | None:
     view.steps[:steps] = torch.tensor(history.steps, dtype=torch.float64)
     view.local[:steps], view.reduced[:steps] = local, reduced
     view.numel[:], view.order[:] = numel, _order_row(watch)
+    if recorder is not None and recorder.pre_clip_shares:
+        shares = [recorder.pre_clip_shares.get(s, math.nan) for s in history.steps]
+        view.shares[:steps] = torch.tensor(shares, dtype=torch.float64)
     payload = payload.to(device)
     received = [torch.empty_like(payload) for _ in ranks] if dist.get_rank() == dst else None
     dist.gather(payload, received, dst=dst, group=group)
@@ -536,7 +556,8 @@ class _Payload:
         self.local = self.flat[s : s + 4 * s * n].view(s, n, 4)
         self.reduced = self.flat[s + 4 * s * n : s + 8 * s * n].view(s, n, 4)
         self.numel = self.flat[s + 8 * s * n : s + 8 * s * n + n]
-        self.order = self.flat[s + 8 * s * n + n :]
+        self.order = self.flat[s + 8 * s * n + n : s + 8 * s * n + 2 * n]
+        self.shares = self.flat[s + 8 * s * n + 2 * n :]
 
 
 def _combine(views: list[_Payload], ranks: list[int], history, watch, strategy: str) -> RankHistory:
@@ -550,8 +571,11 @@ def _combine(views: list[_Payload], ranks: list[int], history, watch, strategy: 
         local[i, at] = view.local[: len(kept)]
         parts[i, at] = view.reduced[: len(kept)]
     numel = torch.stack([v.numel for v in views])  # [ranks, names]
+    extras = _step_extras(watch, steps)
     if strategy == "fsdp":
         reduced = _combine_shards(parts, numel)
+        if extras["pre_clip_total"]:
+            extras["pre_clip_total"] = _combine_totals(views, rows, steps)
     else:  # DDP: every rank holds the same reduced gradient; take the first rank that recorded the step
         reduced = torch.full(parts.shape[1:], math.nan, dtype=torch.float64)
         for i in reversed(range(len(ranks))):
@@ -568,8 +592,20 @@ def _combine(views: list[_Payload], ranks: list[int], history, watch, strategy: 
         dict(watch.module_types),
         strategy,
         watch.every,
-        **_step_extras(watch, steps),
+        **extras,
     )
+
+
+def _combine_totals(views: list[_Payload], rows: list[list[int]], steps: list[int]) -> list[float]:
+    """FSDP2: per step, the 2-norm of the full gradients from each rank's shares
+    (:attr:`RankRecorder.pre_clip_shares`), as ``clip_grad_norm_`` combines them; NaN where a rank
+    has none."""
+    shares = [dict(zip(kept, view.shares[: len(kept)].tolist())) for view, kept in zip(views, rows)]
+    totals = []
+    for step in steps:
+        found = [share.get(step, math.nan) for share in shares]
+        totals.append(math.sqrt(sum(v * v for v in found)))  # NaN when one is
+    return totals
 
 
 def _combine_shards(parts: torch.Tensor, numel: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,9 @@ class StepInfo:
             gradients carry it; with one they were unscaled before the step read them.
         pre_clip_total: with ``optimizer=``, the 2-norm of all the step's gradients as the last
             backward left them (before clipping; unscaled when the scaler is known), as
-            ``torch.nn.utils.clip_grad_norm_`` returns it; NaN where not read.
+            ``torch.nn.utils.clip_grad_norm_`` returns it; NaN where not read. DDP: the all-reduced
+            gradients' (the same on every rank); FSDP2: NaN (a rank holds shards: ``gather()``
+            combines them).
     """
 
     optimizer: str = ""
@@ -52,8 +54,10 @@ class History:
         pre_clip_norm: float64 ``[len(steps), len(names)]`` with ``optimizer=``: each gradient's
             2-norm as the backward left it, before clipping (unscaled when the ``GradScaler`` is
             known); NaN where not read; None without ``optimizer=`` (there ``norm`` is that already).
+            DDP / FSDP2: this rank's own gradient's, before the all-reduce (as ``norm`` is).
         pre_clip_total: per step, the total of ``pre_clip_norm`` over the step's parameters (what
-            ``clip_grad_norm_`` returns); empty without ``optimizer=`` or in older files.
+            ``clip_grad_norm_`` returns; DDP / FSDP2: as :class:`StepInfo` says); empty without
+            ``optimizer=`` or in older files.
     """
 
     steps: list[int]

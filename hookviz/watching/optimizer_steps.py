@@ -216,15 +216,16 @@ class OptimizerSteps:
                 self._unstepped = unstepped
 
     def read_reduced(self, columns: list[int]) -> None:
-        """DDP, at the end of a backward, after DDP's own end-of-backward callback wrote the
-        all-reduced gradients to ``.grad``: note their norms (unscaled when the scaler is known), the
-        ones ``clip_grad_norm_`` reads before the step."""
+        """DDP / FSDP2, at the end of a backward, after their own end-of-backward callbacks wrote the
+        reduced gradients to ``.grad``: note their norms (FSDP2: of this rank's shards; unscaled when
+        the scaler is known), the ones ``clip_grad_norm_`` reads before the step."""
         watch = self._watch()
         if watch is None or watch.closed:
             return
         parameters = watch.columns.parameters
         pairs = [(c, parameters[c].grad) for c in columns]
-        pairs = [(c, g) for c, g in pairs if g is not None and g.numel()]
+        pairs = [(c, g.to_local() if is_shard(g) else g) for c, g in pairs if g is not None]
+        pairs = [(c, g) for c, g in pairs if g.numel()]
         if not pairs:
             return
         norms = norm_column([g for _, g in pairs])
@@ -234,8 +235,9 @@ class OptimizerSteps:
             self._reduced[[c for c, _ in pairs]] = norms
 
     def reduced_total(self, columns: list[int]) -> float:
-        """DDP: the 2-norm of ``columns``' all-reduced gradients as the last backward left them (what
-        ``clip_grad_norm_`` returns on every rank); NaN where none was read."""
+        """The 2-norm of ``columns``' reduced gradients as the last backward left them: DDP, what
+        ``clip_grad_norm_`` returns on every rank; FSDP2, this rank's shards' share of it. NaN where
+        none was read."""
         with self._lock:
             read = [v for v in self._reduced[columns].tolist() if not math.isnan(v)]
         return math.sqrt(sum(v * v for v in read)) if read else math.nan
@@ -488,13 +490,15 @@ def keep_step(
     scale = watch.scaler.get_scale() if watch.scaler is not None and watch.scaler.is_enabled() else math.nan
     read = [v for v in pre_clip.tolist() if not math.isnan(v)]
     total = math.sqrt(sum(v * v for v in read)) if read and columns else math.nan
+    share = math.nan
     if watch.ranks is not None:  # the local norms add up to no norm clipping reads: the reduced ones do
-        total = steps.reduced_total(columns) if watch.ranks.strategy == "ddp" and columns else math.nan
+        share = steps.reduced_total(columns) if columns else math.nan
+        total = share if watch.ranks.strategy == "ddp" else math.nan  # FSDP2: gather combines the shares
     info = StepInfo(steps.names[index], skipped, steps.learning_rates(index), float(scale), total)
     if not watch.kept.keep(plan, row, info, alarm, [], len(watch.parameter_names), pre_clip):
         return None
     if watch.ranks is not None:  # the row: local gradients before the all-reduce; .grad: reduced
-        watch.ranks.reduced[plan.step] = StepReducer()(pairs, width)
+        watch.ranks.note_step(plan.step, StepReducer()(pairs, width), share)
     return plan.step, columns, read_all
 
 
