@@ -100,8 +100,9 @@ def check_at_open(model: torch.nn.Module, others: list) -> None:
 class WatchedParameters:
     """The one owner of a watch's parameter columns: the parameter each column reads (followed when
     replaced), the module and attribute that hold it, the parameters frozen at open, the model's
-    structure as last seen and the names already warned about. Others ask it (:meth:`column`,
-    :meth:`follow_replaced`, ...); hooks read :attr:`parameters` (a list indexed by column).
+    structure as last seen and the names already warned about. Others ask it
+    (:meth:`follow_replaced`, :meth:`check_structure`, ...); hooks read :attr:`parameters` (a list
+    indexed by column) and the optimizer steps :attr:`column_of`.
 
     Attributes:
         names: the watched parameters' qualified names, one per column (``[]`` under
@@ -144,10 +145,6 @@ class WatchedParameters:
         for column, parameter in enumerate(self._trainable):
             hook = self._start_hook(column if self.names else -1)
             self._handles.add_start(parameter, parameter.register_hook(hook))
-
-    def column(self, tensor: torch.Tensor) -> int | None:
-        """The column of ``tensor`` (None: not a watched parameter)."""
-        return self.column_of.get(id(tensor))
 
     def numels(self) -> list[int]:
         """Each column's parameter's element count."""
