@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -48,6 +49,10 @@ for __id in __hookviz_render_ids:
 with open(__hookviz_render_out, "w", encoding="utf-8") as __f:
     __json.dump(__states, __f, allow_nan=False, separators=(",", ":"))
 """
+
+
+# where the renderer's Python keeps its packages ("/root/.pyenv/.../site-packages/"), as a warning prints it
+_INSTALL_PREFIX = re.compile(r"/[^\s:'\"]*?/site-packages/")
 
 
 def source_hash(notebook) -> str:
@@ -109,7 +114,10 @@ def render(source: Path) -> Path:
             # gzip (mtime 0: the same bytes for the same state): a page's state is mostly repeated keys
             (RENDERED / pages[model_id]).write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
     for cell in notebook.cells:
+        cell.metadata.pop("execution", None)  # when it ran: every render would differ from the last
         for output in cell.get("outputs", []):
+            if "text" in output:  # a library's warning names the file that warned: not the renderer's disk
+                output["text"] = _INSTALL_PREFIX.sub("site-packages/", output["text"])
             data = output.get("data", {})
             if WIDGET_VIEW in data:
                 model_id = data.pop(WIDGET_VIEW)["model_id"]

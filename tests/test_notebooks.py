@@ -108,6 +108,9 @@ def test_the_docs_show_the_notebook_as_it_is(path: Path):
     pages = [o.data[renderer.SAVED_PAGE]["page"] for o in outputs if renderer.SAVED_PAGE in o.get("data", {})]
     assert all((renderer.RENDERED / page).is_file() for page in pages), pages
     assert not [o for o in outputs if renderer.WIDGET_VIEW in o.get("data", {})]
+    # No path of the machine that rendered it: a reader's site-packages is elsewhere.
+    texts = [o.text for o in outputs if "text" in o]
+    assert not [t for t in texts if "/site-packages/" in t], f"{fix}: an output names the renderer's disk"
 
 
 def test_the_hash_sees_a_changed_cell():
