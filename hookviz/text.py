@@ -11,6 +11,10 @@ import math
 
 # What a missing number (None: not recorded, no gradient) shows as.
 MISSING = "–"
+# What a statistic the watch did not read at a step shows as (``stats_every``: only norms then),
+# apart from a real NaN ("NaN") and from a name that got no gradient (NO_GRADIENT).
+NOT_MEASURED = "—"
+NO_GRADIENT = "no grad"
 # What the root module is called in views, after its class: "Canonical (root)".
 ROOT_MARK = "(root)"
 
