@@ -92,8 +92,17 @@ def onsets(history, order: dict[int, int] | None = None, **thresholds: float) ->
         if (i >= len(optimizers) or not optimizers[i]) and scale > 0 and math.isfinite(scale):
             limit[i] *= scale
     exploding = (history.norm > limit[:, None]) & ~bad  # a NaN norm compares False
-    flags["exploding"] = (exploding, history.norm, number(limits["exploding_norm"]))
-    for kind, (found, values) in _layer_flags(history, order, limits).items():
+    layered = _layer_flags(history, order, limits, limit)
+    # a name's own norm above the limit (an alarm), or a layer the diagnosis says explodes
+    by_layer, layer_norms = layered.pop("exploding")
+    norms = torch.where(by_layer & ~exploding, layer_norms, history.norm)
+    flags["exploding"] = (
+        exploding | by_layer,
+        norms,
+        f"a norm above exploding_norm={number(limits['exploding_norm'])}, or a layer's above "
+        f"exploding={number(limits['exploding'])} x that of the layer nearest the loss",
+    )
+    for kind, (found, values) in layered.items():
         flags[kind] = (
             found,
             values,
@@ -116,13 +125,15 @@ def onsets(history, order: dict[int, int] | None = None, **thresholds: float) ->
 
 
 def _layer_flags(
-    history, order: dict[int, int], limits: dict
+    history, order: dict[int, int], limits: dict, exploding_norm: torch.Tensor
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """``{"vanishing" | "dead": (bool [steps, names], float64 [steps, names])}``: where each step's
-    own diagnosis (:func:`step_findings`, one finding per layer) found a vanishing gradient or dead
-    gradients, set on the columns of the layer (or module output) it names, with its value. Only
-    steps that may have one are diagnosed: a vanishing layer's norm is below ``vanishing`` times
-    the step's total norm, a dead one has a column at least ``dead`` zero."""
+    """``{"vanishing" | "dead" | "exploding": (bool [steps, names], float64 [steps, names])}``:
+    where each step's own diagnosis (:func:`step_findings`, one finding per layer, its
+    ``exploding_norm`` that of the step: ``exploding_norm`` [steps]) found a vanishing, dead or
+    exploding gradient, set on the columns of the layer (or module output) it names, with its
+    value. Only steps that may have one are diagnosed: a vanishing layer's norm is below
+    ``vanishing`` times the step's total norm, an exploding one above ``exploding`` times the
+    smallest or above ``exploding_norm``, a dead one has a column at least ``dead`` zero."""
     names, kinds = history.names, history.kinds
     parameters = [c for c, k in enumerate(kinds) if k == "parameter"]
     norm = history.norm.clone()
@@ -138,13 +149,18 @@ def _layer_flags(
     finite = norm[:, parameters].where(norm[:, parameters].isfinite(), math.nan)
     total = finite.nan_to_num(0.0).square().sum(1).sqrt()
     smallest = finite.nan_to_num(math.inf).min(1).values if parameters else total
-    maybe = (smallest < limits["vanishing"] * total) | (zeros >= limits["dead"]).any(1)
+    maybe = (
+        (smallest < limits["vanishing"] * total)
+        | (smallest * limits["exploding"] < total)
+        | (total > exploding_norm)
+        | (zeros >= limits["dead"]).any(1)
+    )
     result = {
         kind: (
             torch.zeros(norm.shape, dtype=torch.bool),
             torch.full(norm.shape, math.nan, dtype=torch.float64),
         )
-        for kind in ("vanishing", "dead")
+        for kind in ("vanishing", "dead", "exploding")
     }
     columns_of: dict[str, list[int]] = {}
     for column in parameters:
@@ -153,7 +169,15 @@ def _layer_flags(
     outputs = {n for n, k in zip(names, kinds) if k == "output"}
     for row in maybe.nonzero().flatten().tolist():
         for finding in step_findings(
-            names, kinds, numels, types, table[row].tolist(), order, limits, history.steps[row], False
+            names,
+            kinds,
+            numels,
+            types,
+            table[row].tolist(),
+            order,
+            dict(limits, exploding_norm=exploding_norm[row].item()),
+            history.steps[row],
+            False,
         ):
             if finding.kind not in result:
                 continue
@@ -245,10 +269,7 @@ def _first(
             f"({number(value)} elements; {len(columns)} names had some then)"
         )
     elif kind == "exploding":
-        head = (
-            f"the gradient norm first passed exploding_norm={limit} {at}: {place} first "
-            f"(norm {number(value)}; {len(columns)} names passed it then)"
-        )
+        head = f"the gradient first exploded {at}: {place} first (norm {number(value)}; thresholds: {limit})"
     elif kind == "vanishing":
         head = (
             f"the gradient first vanished {at}: that of {module_label(module, types)} was "
