@@ -156,6 +156,16 @@ def column(values, extra: int = 0) -> list[str]:
     ]
 
 
+def plotted(value) -> float | None:
+    """A positive value as a log axis's coordinate: rounded to 4 significant digits (a drawn
+    position needs no more; its text comes from :func:`number`), None (a gap) for NaN, inf, 0 and
+    negatives."""
+    n = as_number(value)
+    if n is None or not math.isfinite(n) or n <= 0:
+        return None
+    return float(f"{n:.4g}")
+
+
 def log_ticks(values) -> dict:
     """A plotly log axis's ticks written by :func:`number`: ``{"tickvals", "ticktext"}`` at the
     powers of ten that span the finite positive ``values`` (``1.00e-5``, ``0.001``, ``1``,

@@ -156,3 +156,15 @@ def test_the_measured_mask_survives_a_file_and_an_older_file_reads_without_it(tm
     assert older.update_measured is None and older.numels == []
     ratios = older.history(0).update_ratio
     assert torch.equal(older.history(0).measured("update_ratio"), ~ratios.isnan())
+
+
+def test_the_watch_plots_hover_with_the_history_text():
+    w, _ = _train()
+    texts = w.history.text("zero_fraction")
+    figure = w.heatmap(statistic="zero_fraction")
+    hover = [list(row) for row in figure.data[0].text]
+    assert hover == [[texts[step][column] for step in range(STEPS)] for column in range(4)]
+    assert NOT_MEASURED in hover[0] and NO_GRADIENT in hover[2] and "%{text}" in figure.data[0].hovertemplate
+    lines = w.lines(["fc.weight"], statistic="norm")
+    assert list(lines.data[0].text) == [row[0] for row in w.history.text("norm")]
+    assert lines.data[0].text[NAN_STEP] == "NaN" and "%{text}" in lines.data[0].hovertemplate

@@ -48,6 +48,7 @@ from hookviz.colors import PLOTLY_COLORSCALE
 from hookviz.errors import WatchError
 from hookviz.record import torch_compat
 from hookviz.stats.reduce import COLUMN, combine, combined_norm, summary_of
+from hookviz.text import module_name
 from hookviz.watching.history import STATISTICS, History
 from hookviz.watching.plots import color_range
 from hookviz.watching.rank_findings import diverging_findings, nan_findings, unused_findings
@@ -390,7 +391,7 @@ class RankHistory:
             go.Heatmap(
                 z=z,
                 x=history.steps,
-                y=[history.names[i] or "(root)" for i in columns],
+                y=[module_name(history.names[i]) for i in columns],
                 colorscale=PLOTLY_COLORSCALE,  # hookviz's one scale, on its one range
                 zmin=scale["lo"],
                 zmax=scale["hi"],

@@ -175,6 +175,30 @@ class History:
             ) from None
         return pandas.DataFrame.from_records(self.to_records())
 
+    def text(self, statistic: str = "norm") -> list[list[str]]:
+        """``statistic``'s values as people read them, ``[len(steps)][len(names)]`` strings: a
+        number by :func:`hookviz.text.number` (``"NaN"`` / ``"inf"`` only for values read so),
+        :data:`hookviz.text.NOT_MEASURED` where not measured, :data:`hookviz.text.NO_GRADIENT`
+        where a name got no gradient (for the gradient statistics). What ``print(history)`` and
+        the watch's plots' hovers show.
+
+        Raises:
+            WatchError: ``statistic`` is not one of :data:`MEASURED`, or this history has none
+            of it (``update_ratio`` / ``pre_clip_norm`` without ``optimizer=``).
+        """
+        measured = self.measured(statistic)
+        table = getattr(self, statistic)
+        if table is None:
+            raise WatchError(f"this history has no {statistic} (it is kept with optimizer=)")
+        got = self.gradient().tolist() if statistic in STATISTICS else None
+        return [
+            [
+                NO_GRADIENT if got is not None and not got[r][c] else number(v) if known else NOT_MEASURED
+                for c, (v, known) in enumerate(zip(values, row))
+            ]
+            for r, (values, row) in enumerate(zip(table.tolist(), measured.tolist()))
+        ]
+
     def __str__(self) -> str:
         """Each statistic as a table, names x steps (the first and last of many), numbers by
         :func:`hookviz.text.number`: ``"—"`` not measured, ``"no grad"`` no gradient, ``"NaN"`` /
@@ -189,7 +213,6 @@ class History:
         if not count or not names:
             return "\n".join(lines)
         rows, columns = _shown(count, SHOWN_STEPS), _shown(names, SHOWN_NAMES)
-        got = self.gradient()
         reads = []
         for statistic in MEASURED:
             table = getattr(self, statistic)
@@ -202,7 +225,7 @@ class History:
                 continue  # said in the legend: no gradient read held NaN/Inf
             if statistic == "update_ratio" and not read:
                 continue
-            lines += ["", statistic] + _table(self, table, measured, got, statistic, rows, columns)
+            lines += ["", statistic] + _table(self, statistic, rows, columns)
         nonfinite = self.nonfinite[self.measured("nonfinite")]
         lines[1:1] = [
             "measured: " + ", ".join(reads),
@@ -223,25 +246,15 @@ def _shown(count: int, limit: int) -> list[int | None]:
     return [*range(half), None, *range(count - half, count)]
 
 
-def _table(history: History, table, measured, got, statistic: str, rows, columns) -> list[str]:
+def _table(history: History, statistic: str, rows, columns) -> list[str]:
     """One statistic's lines: a name column, then one right-aligned column per shown step."""
+    texts = history.text(statistic)
     cells = [["step", *("…" if r is None else str(history.steps[r]) for r in rows)]]
-    per_gradient = statistic in STATISTICS
     for column in columns:
         if column is None:
             cells.append(["…"] * (len(rows) + 1))
             continue
-        line = [history.names[column]]
-        for row in rows:
-            if row is None:
-                line.append("…")
-            elif per_gradient and not got[row, column]:
-                line.append(NO_GRADIENT)
-            elif not measured[row, column]:
-                line.append(NOT_MEASURED)
-            else:
-                line.append(number(table[row, column].item()))
-        cells.append(line)
+        cells.append([history.names[column], *("…" if r is None else texts[r][column] for r in rows)])
     widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
     return [
         "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))

@@ -223,7 +223,7 @@ def live_watch_figure(history, title: str) -> dict:
                 "type": "scatter",
                 "mode": "lines",
                 "x": steps,
-                "y": [float(f"{v:.4g}") if math.isfinite(v) and v > 0 else None for v in layer],
+                "y": [text.plotted(v) for v in layer],
                 "name": text.module_name(module),
                 "line": {"width": 1.5},  # its colour: line_styles below
                 "xaxis": "x2",
