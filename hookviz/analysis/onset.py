@@ -82,6 +82,7 @@ def onsets(history, order: dict[int, int] | None = None, **thresholds: float) ->
         return []
     order = order or {}
     flags: dict[str, tuple[torch.Tensor, torch.Tensor, str]] = {}  # kind -> (flags, values, limit)
+    preferred = {}  # kind -> the flags to name first
     bad = history.nonfinite > 0  # [steps, names]
     flags["nan"] = (bad, history.nonfinite, "")
     limit = torch.full((len(steps),), float(limits["exploding_norm"]), dtype=torch.float64)
@@ -95,6 +96,7 @@ def onsets(history, order: dict[int, int] | None = None, **thresholds: float) ->
     layered = _layer_flags(history, order, limits, limit)
     # a name's own norm above the limit (an alarm), or a layer the diagnosis says explodes
     by_layer, layer_norms = layered.pop("exploding")
+    preferred["exploding"] = exploding
     norms = torch.where(by_layer & ~exploding, layer_norms, history.norm)
     flags["exploding"] = (
         exploding | by_layer,
@@ -118,7 +120,7 @@ def onsets(history, order: dict[int, int] | None = None, **thresholds: float) ->
             flags[kind] = (wide, ratios, number(limits[limit_name]))
     found = []
     for kind, (where, values, limit_text) in flags.items():
-        finding = _first(history, order, where, kind, values, limit_text)
+        finding = _first(history, order, where, kind, values, limit_text, preferred.get(kind))
         if finding is not None:
             found.append(finding)
     return sorted(found, key=lambda f: f.step)  # the story in order: what started first
@@ -214,16 +216,28 @@ def _span(flagged: list[str], present: list[str], types: dict[str, str]) -> str:
 
 
 def _first(
-    history, order, flags: torch.Tensor, kind: str, values: torch.Tensor, limit: str
+    history,
+    order,
+    flags: torch.Tensor,
+    kind: str,
+    values: torch.Tensor,
+    limit: str,
+    preferred: torch.Tensor | None = None,
 ) -> Finding | None:
     """The onset finding of ``flags`` ([steps, names] bool), or None when none is set; ``limit``:
-    the threshold's text."""
+    the threshold's text; ``preferred`` ([steps, names] bool, within ``flags``): the names to
+    point at first (an exploding name's own norm, before the layer it is in)."""
     rows = flags.any(1).nonzero().flatten().tolist()
     if not rows:
         return None
     first, last = rows[0], rows[-1]
     columns = flags[first].nonzero().flatten().tolist()
-    column = min(columns, key=lambda c: (order.get(c, math.inf), c))
+    named = (
+        columns
+        if preferred is None or not preferred[first].any()
+        else preferred[first].nonzero().flatten().tolist()
+    )
+    column = min(named, key=lambda c: (order.get(c, math.inf), c))
     name, what = history.names[column], history.kinds[column]
     module = module_of(name) if what == "parameter" else name
     place = f"parameter {name!r}" if what == "parameter" else f"the output of module {name!r}"

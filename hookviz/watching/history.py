@@ -186,18 +186,7 @@ class History:
             WatchError: ``statistic`` is not one of :data:`MEASURED`, or this history has none
             of it (``update_ratio`` / ``pre_clip_norm`` without ``optimizer=``).
         """
-        measured = self.measured(statistic)
-        table = getattr(self, statistic)
-        if table is None:
-            raise WatchError(f"this history has no {statistic} (it is kept with optimizer=)")
-        got = self.gradient().tolist() if statistic in STATISTICS else None
-        return [
-            [
-                NO_GRADIENT if got is not None and not got[r][c] else number(v) if known else NOT_MEASURED
-                for c, (v, known) in enumerate(zip(values, row))
-            ]
-            for r, (values, row) in enumerate(zip(table.tolist(), measured.tolist()))
-        ]
+        return _texts(self, statistic, range(len(self.steps)), range(len(self.names)))
 
     def __str__(self) -> str:
         """Each statistic as a table, names x steps (the first and last of many), numbers by
@@ -246,15 +235,38 @@ def _shown(count: int, limit: int) -> list[int | None]:
     return [*range(half), None, *range(count - half, count)]
 
 
+def _texts(history: History, statistic: str, rows, columns) -> list[list[str]]:
+    """:meth:`History.text` of the steps ``rows`` and the names ``columns`` only (indices)."""
+    table = getattr(history, statistic)
+    if table is None:
+        raise WatchError(f"this history has no {statistic} (it is kept with optimizer=)")
+    rows, columns = list(rows), list(columns)
+    measured = history.measured(statistic)[rows][:, columns].tolist()
+    values = table[rows][:, columns].tolist()
+    got = history.gradient()[rows][:, columns].tolist() if statistic in STATISTICS else None
+    return [
+        [
+            NO_GRADIENT if got is not None and not got[r][c] else number(v) if known else NOT_MEASURED
+            for c, (v, known) in enumerate(zip(line, read))
+        ]
+        for r, (line, read) in enumerate(zip(values, measured))
+    ]
+
+
 def _table(history: History, statistic: str, rows, columns) -> list[str]:
-    """One statistic's lines: a name column, then one right-aligned column per shown step."""
-    texts = history.text(statistic)
+    """One statistic's lines: a name column, then one right-aligned column per shown step (None
+    in ``rows`` / ``columns``: "…")."""
+    steps, names = [r for r in rows if r is not None], [c for c in columns if c is not None]
+    texts = _texts(history, statistic, steps, names)
     cells = [["step", *("…" if r is None else str(history.steps[r]) for r in rows)]]
     for column in columns:
         if column is None:
             cells.append(["…"] * (len(rows) + 1))
             continue
-        cells.append([history.names[column], *("…" if r is None else texts[r][column] for r in rows)])
+        at = names.index(column)
+        cells.append(
+            [history.names[column], *("…" if r is None else texts[steps.index(r)][at] for r in rows)]
+        )
     widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
     return [
         "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
