@@ -19,6 +19,10 @@ ZERO_GRAD_COLOR = "#263238"  # a gradient of exact zeros (no place on a log scal
 NOT_WATCHED_COLOR = "#cfd8dc"  # the watch view: an element the watch recorded nothing for
 WARNING_COLOR = "#fb8c00"  # the warning orange of the page (style.css --hv-warn-line): thresholds
 EXPLODING_COLOR = WARNING_COLOR
+# Too small (a vanishing gradient, an update too small for the weights): a deep blue, darker
+# than the selection's; a healthy update: light green (off the norms' viridis).
+TOO_SMALL_COLOR = "#0039cb"
+HEALTHY_COLOR = "#a5d6a7"
 # The page's marks (js/src/colors.js holds the same two, checked by tests/test_colors.py): an edit
 # of hookviz's (magenta, a hue neither the norm scale nor a warning uses), a user's hook (brown).
 EDIT_COLOR = "#d500f9"
@@ -74,6 +78,8 @@ MEANINGS = {
     "no grad": NO_GRAD_COLOR,
     "zero grad": ZERO_GRAD_COLOR,
     "user hook": HOOK_COLOR,
+    "too small (vanishing, update)": TOO_SMALL_COLOR,
+    "healthy update": HEALTHY_COLOR,
 }
 
 # The scale as plotly takes it (``colorscale``): [[fraction, colour], ...].
@@ -161,11 +167,10 @@ def legend(color_range: dict, title: str, stops: int = 5) -> dict:
 # The watch view's step rows (hookviz.widget.watch_rows), each off the norms' scale (no viridis):
 # a step the GradScaler skipped, marked across the figure.
 SKIPPED_COLOR = "#3949ab"
-# An update-to-weight ratio: green near the healthy 1e-3, shading to blue as it falls to the
-# finding's lower threshold and to the warning orange as it rises to the upper one (both two
-# decades away: hookviz.analysis.step_findings.update_findings), those two beyond them.
-UPDATE_RATIO_COLORS = {"small": "#2166ac", "healthy": "#a5d6a7", "large": WARNING_COLOR}
-HEALTHY_UPDATE_RATIO = 1e-3
+# An update-to-weight ratio in one of three categories, as the update findings judge a layer
+# (hookviz.analysis.step_findings.update_flags: below update_ratio_low, between, above
+# update_ratio_high): too small in blue, healthy in light green, too large in the warning orange.
+UPDATE_RATIO_COLORS = {"small": TOO_SMALL_COLOR, "healthy": HEALTHY_COLOR, "large": WARNING_COLOR}
 # A learning rate: light to dark blue-grey from the smallest to the largest of its row.
 LEARNING_RATE_COLORS = ("#cfd8dc", "#455a64")
 
@@ -176,19 +181,6 @@ def _blend(a: str, b: str, fraction: float) -> str:
     pa = [int(a[i : i + 2], 16) for i in (1, 3, 5)]
     pb = [int(b[i : i + 2], 16) for i in (1, 3, 5)]
     return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(pa, pb))
-
-
-def update_ratio_color(ratio: float, decades: float = 2.0) -> str:
-    """The colour of an update-to-weight ratio ``‖Δw‖ / ‖w‖`` (a positive float):
-    :data:`UPDATE_RATIO_COLORS`, ``decades`` decades from :data:`HEALTHY_UPDATE_RATIO` reaching the
-    "small" or "large" end; NaN/Inf in :data:`NAN_COLOR`, 0 as "small"."""
-    if math.isnan(ratio) or math.isinf(ratio):
-        return NAN_COLOR
-    if ratio <= 0:
-        return UPDATE_RATIO_COLORS["small"]
-    t = math.log10(ratio / HEALTHY_UPDATE_RATIO) / decades
-    end = UPDATE_RATIO_COLORS["large" if t > 0 else "small"]
-    return _blend(UPDATE_RATIO_COLORS["healthy"], end, abs(t))
 
 
 def learning_rate_color(fraction: float) -> str:

@@ -11,6 +11,10 @@ import math
 
 # What a missing number (None: not recorded, no gradient) shows as.
 MISSING = "–"
+# What a statistic the watch did not read at a step shows as (``stats_every``: only norms then),
+# apart from a real NaN ("NaN") and from a name that got no gradient (NO_GRADIENT).
+NOT_MEASURED = "—"
+NO_GRADIENT = "no grad"
 # What the root module is called in views, after its class: "Canonical (root)".
 ROOT_MARK = "(root)"
 
@@ -150,6 +154,16 @@ def column(values, extra: int = 0) -> list[str]:
     return [
         _exponent(n, extra) if n is not None and math.isfinite(n) and n != 0 else number(n) for n in numbers
     ]
+
+
+def plotted(value) -> float | None:
+    """A positive value as a log axis's coordinate: rounded to 4 significant digits (a drawn
+    position needs no more; its text comes from :func:`number`), None (a gap) for NaN, inf, 0 and
+    negatives."""
+    n = as_number(value)
+    if n is None or not math.isfinite(n) or n <= 0:
+        return None
+    return float(f"{n:.4g}")
 
 
 def log_ticks(values) -> dict:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import hookviz
+from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.colors import NAN_COLOR, NO_GRAD_COLOR, NOT_WATCHED_COLOR
 from hookviz.errors import WatchError
 from hookviz.examples import sigmoid_mlp
@@ -198,7 +199,7 @@ def _digits_with_optimizer(steps: int = 6, skip: int | None = 3, stats_every: in
 
 
 def test_the_watch_view_draws_update_ratio_and_learning_rate_rows_and_marks_skipped_steps():
-    from hookviz.colors import SKIPPED_COLOR, update_ratio_color
+    from hookviz.colors import SKIPPED_COLOR, UPDATE_RATIO_COLORS
     from hookviz.text import number
     from hookviz.widget.watch_json import live_watch_figure
     from hookviz.widget.watch_rows import SKIPPED_TEXT
@@ -219,12 +220,18 @@ def test_the_watch_view_draws_update_ratio_and_learning_rate_rows_and_marks_skip
                 assert color == NOT_WATCHED_COLOR and SKIPPED_TEXT in text
                 continue
             weight, bias = plain[step][f"{layer}.weight"], plain[step][f"{layer}.bias"]
-            assert color == update_ratio_color(w.update_ratios(step)[f"{layer}.weight"])
+            # three categories, as the update findings judge a layer: every parameter beyond one
+            low, high = DEFAULT_THRESHOLDS["update_ratio_low"], DEFAULT_THRESHOLDS["update_ratio_high"]
+            category = (
+                "large" if min(weight, bias) > high else "small" if max(weight, bias) < low else "healthy"
+            )
+            assert color == UPDATE_RATIO_COLORS[category]
             assert w.update_ratios(step)[f"{layer}.weight"] == pytest.approx(weight, rel=1e-5)
             assert text == (
                 f"step {step}<br>‖Δw‖/‖w‖ of {layer}: {layer}.weight "
                 f"{number(w.update_ratios(step)[f'{layer}.weight'])}, {layer}.bias "
-                f"{number(w.update_ratios(step)[f'{layer}.bias'])}"
+                f"{number(w.update_ratios(step)[f'{layer}.bias'])} "
+                + {"large": "(too large)", "small": "(too small)", "healthy": "(healthy)"}[category]
             )
             assert w.update_ratios(step)[f"{layer}.bias"] == pytest.approx(bias, rel=1e-5)
             compared += 1
@@ -233,7 +240,12 @@ def test_the_watch_view_draws_update_ratio_and_learning_rate_rows_and_marks_skip
     assert rate["label"] == "lr Adam" and rate["text"][0] == "step 0<br>lr Adam: 0.001"
     assert rate["text"][3].endswith("(skipped)")
     assert rows["skipped"] == {"steps": [3], "color": SKIPPED_COLOR, "text": SKIPPED_TEXT}
-    assert [k["text"] for k in rows["legend"]][1] == "near 1e-3: healthy"
+    # the legend names the thresholds the categories (and the findings) use
+    assert [k["text"] for k in rows["legend"]][:3] == [
+        "‖Δw‖/‖w‖ below 1.00e-5: too small",
+        "1.00e-5 to 0.1: healthy",
+        "above 0.1: too large",
+    ]
     # the step on screen says it was skipped; the watch's notes are shown with it
     assert view.watch_view["step_note"] == SKIPPED_TEXT and view.watch_view["notes"] == w.notes
     assert any("update-to-weight ratio" in part for part in view.watch_view["parts"])

@@ -156,7 +156,7 @@ def _findings_table(title: str, findings: list[dict]) -> Table:
         table.add_column(name, **options)
     for f in findings:
         modules = f["modules"]
-        where = f"{modules[0]} … {modules[-1]}" if len(modules) > 1 else (f["module"] or "(root)")
+        where = f"{modules[0]} … {modules[-1]}" if len(modules) > 1 else text.module_name(f["module"])
         cells = (
             f["kind"],
             "" if f["step"] is None else str(f["step"]),
@@ -183,7 +183,7 @@ def _layers_table(data: dict) -> Table:
             if row.get(f"{k}_nonfinite"):
                 cell = f"NaN/Inf ({text.number(row[f'{k}_nonfinite'])})"
             cells.append(cell)
-        table.add_row(*map(Text, (row["layer"] or "(root)", *cells)))
+        table.add_row(*map(Text, (text.module_name(row["layer"]), *cells)))
     return table
 
 
@@ -301,7 +301,13 @@ def print_comparison(comparison, console: Console) -> None:
         for layer in comparison.layers:
             a, b = at_a.get(layer), at_b.get(layer)
             p = parted.get(layer)
-            cells = (layer or "(root)", text.norm(a), text.norm(b), _ratio(a, b), str(p.step) if p else "–")
+            cells = (
+                text.module_name(layer),
+                text.norm(a),
+                text.norm(b),
+                _ratio(a, b),
+                str(p.step) if p else "–",
+            )
             table.add_row(*map(Text, cells))
         console.print(table)
     for run in data["runs"]:

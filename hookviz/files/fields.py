@@ -246,7 +246,7 @@ def record_problem(types: Schema, name: str, record: dict) -> tuple[str, str] | 
     that ``pending`` does not name (a file before version 3 has none pending); as
     ``(field, problem in words)``, or None."""
     for field, shape in types.shapes.get(name, {}).items():
-        problem = wrong_shape(record[field], shape, record)
+        problem = wrong_shape(record.get(field), shape, record)  # a field newer than the file: None
         if problem:
             return field, problem
     for field in types.not_empty.get(name, ()):

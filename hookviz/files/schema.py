@@ -36,14 +36,18 @@ Version history:
 * 5: a watch history keeps, with ``optimizer=``, each step's gradient norms before clipping
   (``RankHistory.pre_clip_norm``) and their total (``pre_clip_total``). Files of versions 1 to 4
   hold none: read as None and an empty list.
+* 6: a watch history keeps where each update ratio was read (``RankHistory.update_measured``, a
+  bool tensor: a ratio read may be NaN) and each parameter's element count (``numels``: a layer's
+  zero fraction, for dead-update onsets). Files of versions 1 to 5 hold neither: read as None (a
+  ratio then counts as read where it is not NaN) and an empty list.
 """
 
 from __future__ import annotations
 
 from hookviz.errors import FileFormatError
 
-VERSION = 5
-READABLE = ("1", "2", "3", "4", "5")
+VERSION = 6
+READABLE = ("1", "2", "3", "4", "5", "6")
 
 # The object at the top of a file, by the kind its header says.
 KINDS = {"run": "Run", "watch": "RankHistory"}
@@ -203,12 +207,15 @@ RECORDS: dict[str, tuple[str, dict[str, str]]] = {
             "notes": "list[str]",
             "pre_clip_norm": "torch.Tensor | None",
             "pre_clip_total": "list[float]",
+            "update_measured": "torch.Tensor | None",
+            "numels": "list[int]",
         },
     ),
 }
 
 _ADDED_IN_4 = ("update_ratio", "optimizers", "skipped", "learning_rates", "loss_scales", "notes")
 _ADDED_IN_5 = ("pre_clip_norm", "pre_clip_total")
+_ADDED_IN_6 = ("update_measured", "numels")
 
 # What a value must be beyond its type: a crafted file could otherwise hold values that no run has
 # and that break a later read (a norm of 10**400 that no float holds, a loss of three elements).
@@ -223,7 +230,7 @@ COUNTS = {
     "ModuleCall": ("call",),
     "Slot": ("index",),
     "Run": ("edges",),
-    "RankHistory": ("ranks", "steps", "every"),
+    "RankHistory": ("ranks", "steps", "every", "numels"),
 }
 # ... every float in these is from 0 to 1 ...
 FRACTIONS = {"TensorRecord": ("zero_fraction",)}
@@ -237,6 +244,7 @@ SHAPES = {
         "local": ("ranks", "steps", "names", 4),
         "reduced": ("steps", "names", 4),
         "order": ("ranks", "names"),
+        "update_measured": ("steps", "names"),
     },
 }
 # ... these sequences hold at least one item ...
@@ -269,9 +277,10 @@ def records(version: str) -> dict[str, tuple[str, dict[str, str]]]:
             f"file-format version {version!r} is not one this hookviz reads ({', '.join(READABLE)}); "
             "upgrade hookviz to read a newer file"
         )
-    if version == "5":
+    if version == "6":
         return RECORDS
-    added = {"RankHistory": _ADDED_IN_5 + (_ADDED_IN_4 if version != "4" else ())}
+    later = {"5": (), "4": _ADDED_IN_5}.get(version, _ADDED_IN_5 + _ADDED_IN_4)
+    added = {"RankHistory": _ADDED_IN_6 + later}
     if version not in ("3", "4"):
         added.update({"TensorRecord": ("pending",), "NodeRecord": ("pending",), "ModuleCall": ("pending",)})
         added["Run"] = ("input_names",)

@@ -32,9 +32,10 @@ from __future__ import annotations
 import math
 
 from hookviz.analysis.gradient_stats import module_of
+from hookviz.text import ROOT_MARK
 
 PREFIX = "hookviz/"
-ROOT = "(root)"  # the root module's layer name in a scalar's name (its qualified name is "")
+ROOT = ROOT_MARK  # the root module's layer name in a scalar's name (its qualified name is "")
 
 
 def _layer(name: str) -> str:

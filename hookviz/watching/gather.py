@@ -48,6 +48,7 @@ from hookviz.colors import PLOTLY_COLORSCALE
 from hookviz.errors import WatchError
 from hookviz.record import torch_compat
 from hookviz.stats.reduce import COLUMN, combine, combined_norm, summary_of
+from hookviz.text import module_name
 from hookviz.watching.history import STATISTICS, History
 from hookviz.watching.plots import color_range
 from hookviz.watching.rank_findings import diverging_findings, nan_findings, unused_findings
@@ -230,6 +231,11 @@ class RankHistory:
             None without ``optimizer=`` and in older files.
         pre_clip_total: per step, their total (what ``clip_grad_norm_`` returns); empty without
             ``optimizer=`` and in older files.
+        update_measured: bool ``[len(steps), len(names)]``: where an update ratio was read
+            (:attr:`hookviz.watching.history.History.update_measured`); None without
+            ``optimizer=`` and in older files.
+        numels: each parameter column's element count (weights a layer's zero fraction in its
+            diagnosis); empty in older files.
     """
 
     ranks: list[int]
@@ -251,6 +257,8 @@ class RankHistory:
     notes: list[str] = field(default_factory=list)
     pre_clip_norm: torch.Tensor | None = None
     pre_clip_total: list[float] = field(default_factory=list)
+    update_measured: torch.Tensor | None = None
+    numels: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -335,6 +343,9 @@ class RankHistory:
             loss_scales=list(self.loss_scales),
             pre_clip_norm=None if self.pre_clip_norm is None else self.pre_clip_norm.clone(),
             pre_clip_total=list(self.pre_clip_total),
+            update_measured=None if self.update_measured is None else self.update_measured.clone(),
+            numels=list(self.numels),
+            module_types=dict(self.module_types),
         )
 
     def total_norms(self) -> torch.Tensor:
@@ -397,7 +408,7 @@ class RankHistory:
             go.Heatmap(
                 z=z,
                 x=history.steps,
-                y=[history.names[i] or "(root)" for i in columns],
+                y=[module_name(history.names[i]) for i in columns],
                 colorscale=PLOTLY_COLORSCALE,  # hookviz's one scale, on its one range
                 zmin=scale["lo"],
                 zmax=scale["hi"],
@@ -444,11 +455,13 @@ def _step_extras(watch, steps: list[int]) -> dict:
     history = watch.history
     at = {s: i for i, s in enumerate(history.steps)}
     ratio = torch.full((len(steps), len(history.names)), math.nan, dtype=torch.float64)
+    read = torch.zeros(ratio.shape, dtype=torch.bool)
     pre_clip = None if history.pre_clip_norm is None else torch.full_like(ratio, math.nan)
     rows = [at.get(s) for s in steps]
     for i, row in enumerate(rows):
         if row is not None:
             ratio[i] = history.update_ratio[row]
+            read[i] = history.update_measured[row]
             if pre_clip is not None:
                 pre_clip[i] = history.pre_clip_norm[row]
 
@@ -464,6 +477,8 @@ def _step_extras(watch, steps: list[int]) -> dict:
         "notes": list(watch.notes),
         "pre_clip_norm": pre_clip,
         "pre_clip_total": per_step(history.pre_clip_total, math.nan) if history.pre_clip_total else [],
+        "update_measured": read,
+        "numels": list(history.numels),
     }
 
 

@@ -66,7 +66,8 @@ class KeptSteps:
     """The kept steps of one watch and the lock that guards them (module docstring).
 
     Rows are float64 CPU ``[names, 4]`` (:data:`STATISTICS`); per kept step also its update ratios
-    ``[names]``, its pre-clip norms ``[names]`` (NaN where not read) and its :class:`StepInfo`.
+    ``[names]`` with a bool ``[names]`` of the ones read (a ratio read may be NaN: weights of norm 0
+    or NaN), its pre-clip norms ``[names]`` (NaN where not read) and its :class:`StepInfo`.
 
     Attributes:
         lock: a ``threading.Lock`` held for every read and write of the kept steps (hooks of one
@@ -83,6 +84,7 @@ class KeptSteps:
         self._rows = torch.full((capacity, width, len(STATISTICS)), math.nan, dtype=torch.float64)
         self._ratios = torch.full((capacity, width), math.nan, dtype=torch.float64)
         self._pre_clip = torch.full((capacity, width), math.nan, dtype=torch.float64)
+        self._ratio_read = torch.zeros((capacity, width), dtype=torch.bool)
         self._steps: list[int] = []
         self._info: list[StepInfo] = []
         # per kept step: (stream, index in the stream, alarm)
@@ -170,10 +172,11 @@ class KeptSteps:
             at = bisect.bisect(self._steps, plan.step)
             count = len(self._steps)
             if at < count:
-                for table in (self._rows, self._ratios, self._pre_clip):
+                for table in (self._rows, self._ratios, self._pre_clip, self._ratio_read):
                     table[at + 1 : count + 1] = table[at:count].clone()
             self._rows[at] = row
             self._ratios[at] = math.nan
+            self._ratio_read[at] = False
             self._pre_clip[at] = math.nan if pre_clip is None else pre_clip
             self._steps.insert(at, plan.step)
             self._info.insert(at, info)
@@ -215,6 +218,8 @@ class KeptSteps:
         for table in (self._rows, self._ratios, self._pre_clip):
             table[: len(keep)] = table[keep].clone()
             table[len(keep) :] = math.nan
+        self._ratio_read[: len(keep)] = self._ratio_read[keep].clone()
+        self._ratio_read[len(keep) :] = False
         self._steps = [self._steps[i] for i in keep]
         self._info = [self._info[i] for i in keep]
         self._where = [self._where[i] for i in keep]
@@ -223,7 +228,9 @@ class KeptSteps:
         """The update-to-weight ratios of kept step ``step`` (from the optimizer's post-hook)."""
         with self.lock:
             if step in self._steps:
-                self._ratios[self._steps.index(step), columns] = torch.tensor(ratios, dtype=torch.float64)
+                index = self._steps.index(step)
+                self._ratios[index, columns] = torch.tensor(ratios, dtype=torch.float64)
+                self._ratio_read[index, columns] = True
                 self.version += 1
 
     def set_info(self, step: int, **changes) -> None:
@@ -283,9 +290,12 @@ class KeptSteps:
         with self.lock:
             return [s for s, i in zip(self._steps, self._info) if i.skipped]
 
-    def snapshot(self) -> tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor, list[StepInfo]]:
-        """``(steps, rows [k, width, 4], ratios [k, width], pre_clip [k, width], infos)``: copies,
-        consistent with one another also while another thread keeps steps."""
+    def snapshot(
+        self,
+    ) -> tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor, list[StepInfo], torch.Tensor]:
+        """``(steps, rows [k, width, 4], ratios [k, width], pre_clip [k, width], infos, ratios
+        read [k, width] bool)``: copies, consistent with one another also while another thread
+        keeps steps."""
         with self.lock:
             count = len(self._steps)
             return (
@@ -294,13 +304,21 @@ class KeptSteps:
                 self._ratios[:count].clone(),
                 self._pre_clip[:count].clone(),
                 list(self._info),
+                self._ratio_read[:count].clone(),
             )
 
-    def history(self, names: list[str], kinds: list[str], pre_clip: bool) -> History:
+    def history(
+        self,
+        names: list[str],
+        kinds: list[str],
+        pre_clip: bool,
+        numels: list[int] | None = None,
+        module_types: dict[str, str] | None = None,
+    ) -> History:
         """The kept steps as a :class:`~hookviz.watching.history.History` of columns ``names`` of
         ``kinds``, a consistent copy also while another thread trains; ``pre_clip``: with the
-        norms before clipping (``optimizer=``)."""
-        steps, rows, ratios, pre_clip_norm, info = self.snapshot()
+        norms before clipping (``optimizer=``); ``numels``, ``module_types``: as History keeps them."""
+        steps, rows, ratios, pre_clip_norm, info, ratio_read = self.snapshot()
         return History(
             steps,
             list(names),
@@ -313,6 +331,9 @@ class KeptSteps:
             loss_scales=[i.loss_scale for i in info],
             pre_clip_norm=pre_clip_norm if pre_clip else None,
             pre_clip_total=[i.pre_clip_total for i in info] if pre_clip else [],
+            update_measured=ratio_read,
+            numels=list(numels or []),
+            module_types=dict(module_types or {}),
         )
 
     def values(self, step: int, row: torch.Tensor) -> tuple[list[list[float]], list[float]]:

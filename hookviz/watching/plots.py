@@ -11,6 +11,7 @@ from hookviz.analysis.findings import Finding
 from hookviz.analysis.gradient_stats import module_of
 from hookviz.colors import LINE_COLORS, PLOTLY_COLORSCALE, log_range
 from hookviz.errors import WatchError
+from hookviz.text import module_name
 from hookviz.watching.history import STATISTICS, History
 
 
@@ -69,7 +70,9 @@ def heatmap(history: History, kind: str = "parameter", statistic: str = "norm"):
     if logarithmic:
         values = torch.log10(values.where(values > 0, torch.tensor(math.nan, dtype=torch.float64)))
     z = [[None if math.isnan(v) or math.isinf(v) else v for v in row] for row in values.tolist()]
-    names = [history.names[i] or "(root)" for i in columns]
+    names = [module_name(history.names[i]) for i in columns]
+    texts = history.text(statistic)  # the hover's number, written as everywhere else
+    hover = [[texts[row][column] for row in range(len(history.steps))] for column in columns]
     scale = color_range(history, statistic) if logarithmic else {"lo": None, "hi": None}
     figure = go.Figure(
         go.Heatmap(
@@ -80,7 +83,8 @@ def heatmap(history: History, kind: str = "parameter", statistic: str = "norm"):
             zmin=scale["lo"],
             zmax=scale["hi"],
             colorbar={"title": f"log10 {statistic}" if logarithmic else statistic},
-            hovertemplate="step %{x}<br>%{y}<br>%{z:.3g}<extra></extra>",
+            text=hover,
+            hovertemplate="step %{x}<br>%{y}<br>%{text}<extra></extra>",
         )
     )
     figure.update_layout(
@@ -115,17 +119,20 @@ def lines(
                 seen.add(module)
                 names.append(name)
     figure = go.Figure()
+    texts = history.text(statistic)
     for name, (color, visible) in zip(names, line_styles(len(names))):
         values = [None if math.isnan(v) else v for v in history.column(name, statistic)]
+        column = history.names.index(name)
         figure.add_trace(
             go.Scatter(
                 x=history.steps,
                 y=values,
                 mode="lines",
-                name=name or "(root)",
+                name=module_name(name),
                 line={"color": color},
                 visible=visible,
-                hovertemplate=f"step %{{x}}<br>{name or '(root)'} %{{y:.3g}}<extra></extra>",
+                text=[row[column] for row in texts],
+                hovertemplate=f"step %{{x}}<br>{module_name(name)} %{{text}}<extra></extra>",
             )
         )
     figure.update_layout(
@@ -148,7 +155,7 @@ def diagnosis_over_time(findings: list[Finding]):
             figure.add_trace(
                 go.Scatter(
                     x=[f.step for f in chosen],
-                    y=[f.module or "(root)" for f in chosen],
+                    y=[module_name(f.module) for f in chosen],
                     mode="markers",
                     name=kind,
                     text=[f.message for f in chosen],

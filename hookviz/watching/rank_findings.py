@@ -13,6 +13,7 @@ import torch
 from hookviz.advice import advice
 from hookviz.analysis.findings import Finding
 from hookviz.analysis.gradient_stats import module_of
+from hookviz.text import number
 
 
 class RankStatistics(Protocol):
@@ -114,8 +115,8 @@ def diverging_findings(history: RankStatistics, diverge: float) -> list[Finding]
                 (
                     f"rank {rank} diverges from the others: from step {step} its local gradient "
                     f"norm (all "
-                    f"parameters) is {word} than {diverge:g}x away from the median of the other ranks' "
-                    f"({count} of {len(history.steps)} kept steps; at worst {extreme:.3g}x). Its batches "
+                    f"parameters) is {word} than {number(diverge)}x away from the median of the other ranks' "
+                    f"({count} of {len(history.steps)} kept steps; at worst {number(extreme)}x). Its batches "
                     "differ from the others' (data, or a bad shard), or its replica differs"
                 ),
                 extreme,

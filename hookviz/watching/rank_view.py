@@ -52,8 +52,8 @@ class RankView:
         reads a step: this rank's (or the reduced) statistics by a run's rules
         (:func:`hookviz.analysis.step_findings.step_findings`, with ``thresholds``: ``vanishing``,
         ``exploding``, ...), then the cross-rank findings of that step (``diverge``, see
-        :meth:`RankHistory.diagnose`). A gathered history keeps no element counts, so a layer's
-        zero fraction (dead updates) is not known here: no dead-update finding.
+        :meth:`RankHistory.diagnose`). A history saved before it kept element counts has no
+        layer's zero fraction (dead updates): no dead-update finding there.
 
         Raises:
             WatchError / HookvizError: an unknown step, or a bad threshold.
@@ -66,14 +66,17 @@ class RankView:
         index = history.steps.index(step)
         values = torch.stack([getattr(history, s)[index] for s in STATISTICS], dim=-1).tolist()
         parameters = [c for c, k in enumerate(self.source.kinds) if k == "parameter"]
-        for column in parameters:
-            values[column][3] = math.nan  # element counts unknown: see above
+        numels = list(history.numels)
+        if len(numels) != len(parameters):  # element counts unknown: see above
+            numels = [1] * len(parameters)
+            for column in parameters:
+                values[column][3] = math.nan
         order_row = self.source.order[0 if self.rank is None else self.source.ranks.index(self.rank)].tolist()
         order = {c: position for c, position in enumerate(order_row) if not math.isnan(position)}
         found = step_findings(
             self.source.names,
             self.source.kinds,
-            [1] * len(parameters),
+            numels,
             self.source.module_types,
             values,
             order,

@@ -210,7 +210,7 @@ class Watch:
         ``scaler=``."""
         if self.scaler is not None or not self.parameter_names:
             return False
-        _, rows, _, pre_clip, _ = self.kept.snapshot()
+        _, rows, _, pre_clip, _, _ = self.kept.snapshot()
         norms = pre_clip if self.optimizer_steps is not None else rows[:, :, 0]
         norms = norms[:, : len(self.parameter_names)]
         read = ~norms.isnan()
@@ -298,7 +298,9 @@ class Watch:
     def history(self) -> History:
         """The kept steps as a :class:`History` (``.to_pandas()`` when pandas is installed); a
         consistent copy also while another thread trains."""
-        return self.kept.history(self.names, self.kinds, pre_clip=self.optimizer_steps is not None)
+        return self.kept.history(
+            self.names, self.kinds, self.optimizer_steps is not None, self._numels(), self.module_types
+        )
 
     def _row(self, step: int | None) -> tuple[int, torch.Tensor]:
         found = self.kept.row(step)  # a copy, consistent while another thread trains and thins
@@ -499,13 +501,9 @@ class Watch:
         return plots.diagnosis_over_time(findings)
 
     def onset(self, **thresholds: float) -> list[Finding]:
-        """Since when and where: the first kept step with NaN/Inf, and the first with a norm above
-        ``exploding_norm``, each naming the name backward reached first then
-        (:func:`~hookviz.analysis.onset.onsets`).
-
-        Args:
-            **thresholds: ``exploding_norm`` (default that of :func:`hookviz.analysis.diagnose.diagnose`).
-        """
+        """Since when and where: the first kept step of each kind of finding :meth:`diagnose` makes,
+        and the places that had it then (:func:`~hookviz.analysis.onset.onsets`, which takes
+        ``**thresholds`` as :meth:`diagnose` does)."""
         return onsets(self._history_or_error(), self.arrival_order, **thresholds)
 
     def gather(self, dst: int = 0, group: ProcessGroup | None = None) -> watch_gather.RankHistory | None:

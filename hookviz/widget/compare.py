@@ -100,7 +100,7 @@ class Comparison:
             )
         p = self.first
         return (
-            f"{a} and {b} first part at step {p.step}, layer {p.layer or '(root)'!r}: gradient norm "
+            f"{a} and {b} first part at step {p.step}, layer {text.module_name(p.layer)!r}: gradient norm "
             f"{text.norm(p.a)} in {a}, {text.norm(p.b)} in {b} ({_apart(p.ratio)}; factor "
             f"{text.number(self.factor)}×); {len(self.partings)} of {len(self.layers)} layers part"
         )
@@ -161,7 +161,7 @@ class Comparison:
         figure = make_subplots(
             rows=rows,
             cols=columns,
-            subplot_titles=[layer or "(root)" for layer in layers],
+            subplot_titles=[text.module_name(layer) for layer in layers],
             vertical_spacing=min(0.3 / rows, 0.08) if rows > 1 else 0.1,
         )
         for position, layer in enumerate(layers):
@@ -379,7 +379,7 @@ def show_comparison(
     for trace in figure["data"]:
         if trace.get("yaxis") != "y2" or trace.get("type") != "scatter":
             continue
-        layer = "" if trace["name"] == "(root)" else trace["name"]
+        layer = "" if trace["name"] == text.ROOT_MARK else trace["name"]
         if layer not in norms_b.layers:
             continue
         column = norms_b.layers.index(layer)
@@ -388,10 +388,12 @@ def show_comparison(
         added.append(
             {
                 **trace,
-                "y": [float(f"{v:.4g}") if math.isfinite(v) and v > 0 else None for v in values],
+                "y": [text.plotted(v) for v in values],
                 "name": f"{trace['name']} ({second.label})",
                 "line": {**trace["line"], "dash": "dash"},
-                "hovertemplate": f"step %{{x}}<br>{trace['name']} ({second.label}) %{{y:.3g}}<extra></extra>",
+                "customdata": [text.norm(v) for v in values],
+                "hovertemplate": f"step %{{x}}<br>{trace['name']} ({second.label}) "
+                "%{customdata}<extra></extra>",
             }
         )
     figure["data"].extend(added)
@@ -417,7 +419,7 @@ def show_comparison(
                 "yref": "paper",
                 "yanchor": "bottom",
                 "showarrow": False,
-                "text": f"part at step {comparison.first.step} ({comparison.first.layer or '(root)'})",
+                "text": f"part at step {comparison.first.step} ({text.module_name(comparison.first.layer)})",
                 "hovertext": comparison.summary(),
                 "font": {"color": STEP_COLOR, "size": 11},
             }

@@ -13,7 +13,9 @@ from hookviz.colors import (
     NAN_COLOR,
     PLOTLY_COLORSCALE,
     STEP_COLOR,
+    TOO_SMALL_COLOR,
     UPDATE_RATIO_COLORS,
+    ZERO_GRAD_COLOR,
     norm_color,
 )
 from hookviz.watching.plots import color_range, line_styles
@@ -109,12 +111,16 @@ STEP_MARKER = {"line": {"color": STEP_COLOR, "width": 2}}
 ONSET_COLORS = {
     "nan": NAN_COLOR,
     "exploding": EXPLODING_COLOR,
+    "vanishing": TOO_SMALL_COLOR,
+    "dead": ZERO_GRAD_COLOR,
     "update_too_large": UPDATE_RATIO_COLORS["large"],
     "update_too_small": UPDATE_RATIO_COLORS["small"],
 }
 ONSET_LABELS = {
     "nan": "NaN/Inf from step {step}",
     "exploding": "exploding from step {step}",
+    "vanishing": "vanishing from step {step}",
+    "dead": "dead from step {step}",
     "update_too_large": "updates too large from step {step}",
     "update_too_small": "updates too small from step {step}",
 }
@@ -135,7 +141,7 @@ def with_onsets(figure: dict, onsets: list) -> dict:
     layout = figure.setdefault("layout", {})
     shapes, notes = list(layout.get("shapes") or []), list(layout.get("annotations") or [])
     for i, onset in enumerate(onsets):
-        color = ONSET_COLORS.get(onset.kind, NAN_COLOR)
+        color = ONSET_COLORS[onset.kind]  # every kind onsets() makes has its colour
         shapes.append(
             {
                 "type": "line",
@@ -157,7 +163,7 @@ def with_onsets(figure: dict, onsets: list) -> dict:
                 "yanchor": "bottom",
                 "yshift": 2 + 14 * i,  # two onsets a step or two apart do not overlap
                 "showarrow": False,
-                "text": ONSET_LABELS.get(onset.kind, "{step}").format(step=onset.step),
+                "text": ONSET_LABELS[onset.kind].format(step=onset.step),
                 "hovertext": onset.message,
                 "font": {"color": color, "size": 11},
             }
@@ -217,7 +223,7 @@ def live_watch_figure(history, title: str) -> dict:
                 "type": "scatter",
                 "mode": "lines",
                 "x": steps,
-                "y": [float(f"{v:.4g}") if math.isfinite(v) and v > 0 else None for v in layer],
+                "y": [text.plotted(v) for v in layer],
                 "name": text.module_name(module),
                 "line": {"width": 1.5},  # its colour: line_styles below
                 "xaxis": "x2",

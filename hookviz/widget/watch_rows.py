@@ -17,14 +17,15 @@ import math
 from hookviz.advice import advice
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.analysis.gradient_stats import module_of
+from hookviz.analysis.step_findings import update_flags
 from hookviz.colors import (
     EXPLODING_COLOR,
     LEARNING_RATE_COLORS,
     NAN_COLOR,
     NOT_WATCHED_COLOR,
     SKIPPED_COLOR,
+    UPDATE_RATIO_COLORS,
     learning_rate_color,
-    update_ratio_color,
 )
 from hookviz.text import MISSING, module_name, number
 
@@ -55,9 +56,10 @@ def step_rows(history, picked: list[int] | None = None) -> dict:
         ``"update_ratio"`` (one per layer, nearest the input first, as
         the heatmap lists parameters: its first parameter's ratio, the others on hover) or
         ``"learning_rate"`` (one per optimizer and param group); ``colors`` and ``text``: one per
-        step (:func:`hookviz.colors.update_ratio_color`, :func:`hookviz.colors.learning_rate_color`,
-        :func:`hookviz.text.number`). ``skipped``: ``{steps, color, text}``, the steps the
-        ``GradScaler`` skipped. ``legend``: ``[{color, text}]`` of the ratio colours.
+        step (an update ratio's category, :func:`update_categories`;
+        :func:`hookviz.colors.learning_rate_color`; :func:`hookviz.text.number`). ``skipped``:
+        ``{steps, color, text}``, the steps the ``GradScaler`` skipped. ``legend``: ``[{color,
+        text}]`` of the ratio colours, naming the thresholds.
     """
     indices = list(range(len(history.steps))) if picked is None else picked
     steps = [history.steps[i] for i in indices]
@@ -75,9 +77,10 @@ def step_rows(history, picked: list[int] | None = None) -> dict:
             "text": SKIPPED_TEXT,
         },
         "legend": [
-            {"color": update_ratio_color(low / 10), "text": f"update ratio below {number(low)}: too small"},
-            {"color": update_ratio_color(1e-3), "text": "near 1e-3: healthy"},
-            {"color": update_ratio_color(high * 10), "text": f"above {number(high)}: too large"},
+            {"color": UPDATE_RATIO_COLORS["small"], "text": f"‖Δw‖/‖w‖ below {number(low)}: too small"},
+            {"color": UPDATE_RATIO_COLORS["healthy"], "text": f"{number(low)} to {number(high)}: healthy"},
+            {"color": UPDATE_RATIO_COLORS["large"], "text": f"above {number(high)}: too large"},
+            {"color": NAN_COLOR, "text": "NaN/Inf"},
             # every colour drawn has its key: a cell with no ratio is "not measured", never "no grad"
             {"color": NOT_WATCHED_COLOR, "text": "not measured at this step"},
         ]
@@ -125,35 +128,65 @@ def _norm_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
     return [{"label": label, "kind": "grad_norm", "colors": colors, "text": text}]
 
 
+CATEGORY_WORDS = {"small": "too small", "healthy": "healthy", "large": "too large"}
+
+
+def update_categories(history, indices: list[int]) -> list[dict[str, str]]:
+    """Per picked step (``indices`` of the kept steps), ``{layer: "small" | "healthy" |
+    "large"}`` of each layer with an update ratio read then: as the update findings judge it
+    (:func:`hookviz.analysis.step_findings.update_flags` at the default thresholds, every
+    parameter of the layer beyond one), so a cell's colour says what the finding says."""
+    parameters = [c for c, kind in enumerate(history.kinds) if kind == "parameter"]
+    names = [history.names[c] for c in parameters]
+    ratios = history.update_ratio[indices][:, parameters]
+    flags = {kind: table.tolist() for kind, table in update_flags(names, ratios, DEFAULT_THRESHOLDS).items()}
+    read = history.measured("update_ratio")[indices][:, parameters].tolist()
+    found = []
+    for cell in range(len(indices)):
+        layers: dict[str, str] = {}
+        for position, name in enumerate(names):
+            if not read[cell][position]:
+                continue
+            layer = module_of(name)
+            if flags["update_too_large"][cell][position]:
+                layers[layer] = "large"
+            elif flags["update_too_small"][cell][position]:
+                layers[layer] = "small"
+            else:
+                layers.setdefault(layer, "healthy")
+        found.append(layers)
+    return found
+
+
 def _ratio_rows(history, indices: list[int], skipped: list[bool]) -> list[dict]:
     ratios = getattr(history, "update_ratio", None)
-    if ratios is None or not ratios.numel() or ratios.shape[0] != len(history.steps):
+    if ratios is None or not ratios.numel() or ratios.shape[0] != len(history.steps) or not indices:
         return []
     parameters = [c for c, kind in enumerate(history.kinds) if kind == "parameter"]
-    table = ratios[indices][:, parameters].tolist() if indices else []
-    if not any(math.isfinite(v) for row in table for v in row):
+    read = history.measured("update_ratio")[indices][:, parameters].tolist()
+    if not any(any(row) for row in read):
         return []
+    table = ratios[indices][:, parameters].tolist()
     layers: dict[str, list[int]] = {}
     for position, column in enumerate(parameters):
         layers.setdefault(module_of(history.names[column]), []).append(position)
     steps = [history.steps[i] for i in indices]
-    read = set(history.full_steps)  # the ratios are read with every statistic of a step
+    categories = update_categories(history, indices)
     rows = []
     for layer, positions in layers.items():
         label = f"‖Δw‖/‖w‖ of {module_name(layer)}"
         colors, text = [], []
-        for step, row, skip in zip(steps, table, skipped):
-            values = [(history.names[parameters[p]], row[p]) for p in positions]
-            shown = next((v for _, v in values if math.isfinite(v)), math.nan)
-            colors.append(NOT_WATCHED_COLOR if math.isnan(shown) else update_ratio_color(shown))
-            if skip:
-                said = SKIPPED_TEXT
-            elif math.isnan(shown) and step not in read:
-                said = NOT_READ_TEXT
-            elif math.isnan(shown):
-                said = "not updated"
+        for cell, (step, skip) in enumerate(zip(steps, skipped)):
+            values = [(history.names[parameters[p]], table[cell][p], read[cell][p]) for p in positions]
+            category = categories[cell].get(layer)
+            if category is None:  # no ratio of this layer read at this step
+                colors.append(NOT_WATCHED_COLOR)
+                said = SKIPPED_TEXT if skip else "not updated" if any(read[cell]) else NOT_READ_TEXT
             else:
-                said = ", ".join(f"{name} {number(v) if math.isfinite(v) else MISSING}" for name, v in values)
+                finite = any(math.isfinite(v) for _, v, known in values if known)
+                colors.append(UPDATE_RATIO_COLORS[category] if finite else NAN_COLOR)
+                said = ", ".join(f"{name} {number(v) if known else MISSING}" for name, v, known in values)
+                said += f" ({CATEGORY_WORDS[category]})" if finite else ""
             text.append(f"step {step}<br>{label}: {said}")
         rows.append({"label": label, "kind": "update_ratio", "colors": colors, "text": text})
     return rows
