@@ -205,18 +205,17 @@ def _changed(watch, state: Backward) -> tuple[list[int], list[torch.Tensor], boo
     """``(columns, their .grad, fresh)``: the parameters whose ``.grad`` this backward changed, in
     column order, and whether one of them had been reset since the last backward (None, another
     tensor or written in place: a new iteration)."""
-    columns, grads = [], []
+    columns, grads, seen = [], [], set()
     tensors = watch.columns.parameters
-    # in column order (a stable sort: a column's first note first, its later notes next), so that the
-    # usual step's norms are the row's first lines as they are (StepReducer.finish), not scattered
+    # in column order (a stable sort: a column's first note first), so that the usual step's norms
+    # are the row's first lines as they are (StepReducer.finish), not scattered into it
     before = sorted(state.before, key=_first) if watch.ranks is None else ()
     fresh = False
     left = watch.streams.left
-    counted = -1  # the last column counted: its later notes (a hook moved to a replaced parameter) are not
     for column, grad, version in before:
         now = tensors[column].grad
-        if now is not None and (now is not grad or now._version != version) and column != counted:
-            counted = column
+        if now is not None and (now is not grad or now._version != version) and column not in seen:
+            seen.add(column)
             if grad is None or left.get(column) != (id(grad), version):
                 fresh = True
             if now.numel():

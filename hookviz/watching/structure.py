@@ -14,8 +14,6 @@ import torch
 from hookviz.advice import advice
 from hookviz.errors import WatchError
 
-_PARAMETERS, _MODULES = operator.attrgetter("_parameters"), operator.attrgetter("_modules")
-
 
 def check_options(
     model: torch.nn.Module, every: int, stats_every: int, capacity: int, parameters: bool, outputs: bool
@@ -111,7 +109,7 @@ class WatchedParameters:
             ``parameters=False``).
         parameters: the tensor each column reads now (``names[c]``'s parameter).
         column_of: ``{id(parameter): column}``.
-        owners: the module that holds each column's parameter; attributes: its name there.
+        owners: ``(module, attribute name)`` that holds each column's parameter.
         grads_at_open: per trainable parameter, :func:`grad_and_version` of its ``.grad`` at open.
         hooked_modules: the modules whose outputs are watched (``outputs=True``).
         sharded: FSDP2, which swaps sharded and unsharded parameters itself: none is followed.
@@ -129,8 +127,7 @@ class WatchedParameters:
         self.model: torch.nn.Module | None = model
         self.names = [n for n, _ in trainable] if parameters else []
         self.parameters = [p for _, p in trainable] if parameters else []
-        self.owners = [model.get_submodule(n.rpartition(".")[0]) for n in self.names]
-        self.attributes = [n.rpartition(".")[2] for n in self.names]
+        self.owners = [owner_of(model, n) for n in self.names]
         self.column_of = {id(p): c for c, p in enumerate(self.parameters)}
         # weakly: the watch keeps no gradient alive (only to tell which .grad changed while open)
         self.grads_at_open = [grad_and_version(p) for _, p in trainable]
@@ -165,8 +162,7 @@ class WatchedParameters:
 
     def release(self) -> None:
         """The watch closed: let go of the model and its parameters (callers hold the lock)."""
-        self.model, self.parameters, self.owners, self.attributes = None, [], [], []
-        self._structure = ([], [], [])
+        self.model, self.parameters, self.owners, self._structure = None, [], [], ([], [], [])
         self.hooked_modules, self._trainable, self.grads_at_open, self._frozen = [], [], [], []
 
     def check_unfrozen(self) -> None:
@@ -191,8 +187,8 @@ class WatchedParameters:
         since the watch opened (or the last check), follow the columns' parameters to their
         modules now and warn, naming what this watch cannot see."""
         modules, counts, children = self._structure
-        # every forward: two list comparisons, their elements read and compared in C (a dict by its items)
-        if list(map(len, map(_PARAMETERS, modules))) == counts and list(map(_MODULES, modules)) == children:
+        # every forward: two list comparisons, their elements compared in C (a dict by its items)
+        if [len(m._parameters) for m in modules] == counts and [m._modules for m in modules] == children:
             return
         model = self.model
         self._structure = structure_of(model)
@@ -200,7 +196,7 @@ class WatchedParameters:
         for column, name in enumerate(self.names):  # a replaced module's parameters
             path, _, attribute = name.rpartition(".")
             if path in owners and attribute in owners[path]._parameters:
-                self.owners[column] = owners[path]
+                self.owners[column] = (owners[path], attribute)
         unseen: dict[str, str] = {}  # name -> "parameter" or "module"
         if self.names:
             watched = set(self.names)
@@ -229,12 +225,11 @@ class WatchedParameters:
         (its unsharded parameters' hooks start the steps, :mod:`hookviz.watching.gather`)."""
         if self.sharded:
             return
-        # every forward and backward: each held parameter read and compared in C
-        held = map(dict.get, map(_PARAMETERS, self.owners), self.attributes)
-        if all(map(operator.is_, held, self.parameters)):  # none replaced
+        held = [owner._parameters.get(attribute) for owner, attribute in self.owners]
+        if all(map(operator.is_, held, self.parameters)):  # every backward: none replaced
             return
         with self._lock:  # two threads' backwards may both find it: one moves it, under the lock
-            for column, (owner, attribute) in enumerate(zip(self.owners, self.attributes)):
+            for column, (owner, attribute) in enumerate(self.owners):
                 current = owner._parameters.get(attribute)
                 if current is not self.parameters[column] and current is not None:
                     old = self.parameters[column]
@@ -243,6 +238,12 @@ class WatchedParameters:
                     self.column_of[id(current)] = column
                     hook = self._start_hook(column) if current.requires_grad else None
                     self._handles.move_start(old, current if hook else None, hook)
+
+
+def owner_of(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
+    """The module that holds parameter ``name`` and its attribute name there."""
+    path, _, attribute = name.rpartition(".")
+    return model.get_submodule(path), attribute
 
 
 def structure_of(model: torch.nn.Module) -> tuple[list[torch.nn.Module], list[int], list[dict]]:
