@@ -400,6 +400,11 @@ def test_norms_in_range_are_norm_column_bit_for_bit_and_float64_accurate(dtype):
         assert norm == pytest.approx(exact, rel=rel, abs=0) and norm > 0
         compared += 1
     assert compared == 12
+    # gradients that require grad (a backward with create_graph=True): read, never recorded
+    tracked = [g.detach().requires_grad_() for g in grads]
+    again = norms_in_range(tracked, math.inf)
+    assert not again.requires_grad and again.grad_fn is None
+    assert list(map(_bits, again.tolist())) == list(map(_bits, found.tolist()))
 
 
 def test_norms_in_range_leave_every_doubtful_norm_to_the_general_path():

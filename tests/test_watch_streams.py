@@ -113,3 +113,25 @@ def test_each_position_in_an_iteration_keeps_its_share_and_its_full_statistics(k
     assert parities == {0, 1}  # both positions of the iteration
     assert {s % 2 for s in w.history.full_steps} == {0, 1}
     assert len(w.steps) >= 4 and _assert_kept_equal(w, expected) == 4 * len(w.steps)
+
+
+def test_a_step_kept_after_thinning_has_no_ratio_or_pre_clip_norm_of_a_dropped_one():
+    # A step added last finds its ratios and pre-clip norms NaN: the rows past the kept steps are
+    # NaN from the start and again after each thinning, so keep() writes none there.
+    from hookviz.watching.history import StepInfo
+    from hookviz.watching.kept_steps import KeptSteps
+
+    kept = KeptSteps(capacity=4, width=3)
+    row = torch.ones(3, 4, dtype=torch.float64)
+    for _ in range(4):
+        plan = kept.plan("stream")
+        assert kept.keep(plan, row, StepInfo(), pre_clip=torch.full((3,), 2.0, dtype=torch.float64))
+        kept.set_ratios(plan.step, [0, 1, 2], [1e-3, 2e-3, 3e-3])
+    compared = 0
+    for _ in range(4):  # thinned at the first of these: the later steps land where dropped ones were
+        plan = kept.plan("stream")
+        if kept.keep(plan, row, StepInfo()):
+            assert all(math.isnan(r) for r in kept.ratios(plan.step)), plan.step
+            assert all(math.isnan(n) for n in kept.pre_clip(plan.step)), plan.step
+            compared += 1
+    assert compared == 2 and len(kept) == 4

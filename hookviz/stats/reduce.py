@@ -471,6 +471,9 @@ def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Ten
     """
     if not tensors:
         return None
+    if torch.is_grad_enabled():  # a backward with create_graph=True: read without recording
+        with torch.no_grad():
+            return norms_in_range(tensors, highest)
     dtype = tensors[0].dtype
     accumulate = _PLAIN_ACCUMULATE.get(dtype)
     if accumulate is None:
@@ -485,8 +488,8 @@ def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Ten
             or tensor._is_zerotensor()
         ):
             return None
-    with torch.no_grad():  # the same call as _norms on CPU: the same bits
-        found = torch.stack(torch._foreach_norm(tensors, dtype=accumulate)).double()
+    # the same call as _norms on CPU: the same bits
+    found = torch.stack(torch._foreach_norm(tensors, dtype=accumulate)).double()
     norms = found.tolist()
     floor = _FLOAT64_FLOOR if dtype == torch.float64 else _FLOAT32_FLOOR
     # The usual step in three C loops: a NaN makes the sum NaN and an Inf makes it Inf (norms are
@@ -508,8 +511,7 @@ def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Ten
         if norm < floor * sqrt(tensor.numel()):  # tiny (a vanishing gradient): as _norms sums it
             redo.append(index)
     if redo:
-        with torch.no_grad():
-            _sum_again(found, tensors, redo, dtype)
+        _sum_again(found, tensors, redo, dtype)
         if not all(0.0 < found[i].item() <= highest for i in redo):
             return None
     return found

@@ -174,10 +174,14 @@ class KeptSteps:
             if at < count:
                 for table in (self._rows, self._ratios, self._pre_clip, self._ratio_read):
                     table[at + 1 : count + 1] = table[at:count].clone()
+                self._ratios[at] = math.nan
+                self._ratio_read[at] = False
+                self._pre_clip[at] = math.nan
+            # past the kept steps every table is NaN / False (made so, and _thin refills it): a step
+            # added last, the usual one, has its ratios and pre-clip norms NaN and no ratio read already
             self._rows[at] = row
-            self._ratios[at] = math.nan
-            self._ratio_read[at] = False
-            self._pre_clip[at] = math.nan if pre_clip is None else pre_clip
+            if pre_clip is not None:
+                self._pre_clip[at] = pre_clip
             self._steps.insert(at, plan.step)
             self._info.insert(at, info)
             self._where.insert(at, (plan.stream, plan.index, alarm))
