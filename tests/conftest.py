@@ -2,7 +2,9 @@
 the browser tests' one JupyterLab.
 
 The browser tests (tests/e2e/) share one ``jupyter lab`` per test session, started by the first
-test that asks for ``lab_folder`` and stopped at the session's end (``harness.SharedLab``). Each
+test that asks for ``lab_folder`` and stopped at the session's end (``harness.SharedLab``), and one
+headless Chromium, started by the first page a test opens (``harness.chromium_page``, a fresh
+browser context per page). Each
 such test gets its own folder under the server's root (a ``harness.Lab``) and writes its notebooks
 there. When a test that used it fails, its report gets the server's log of that test (kernel
 starts, the tracebacks the server saw) beside the browser console ``harness.diagnostics`` adds.
@@ -42,6 +44,15 @@ def shared_lab(tmp_path_factory):
     harness.require_browser()
     with harness.SharedLab(tmp_path_factory.mktemp("jupyter")).running() as server:
         yield server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_browser():
+    """The browser tests' one Chromium (``harness.chromium_page``: a fresh context per page),
+    stopped at the session's end; never started by a session without a browser test."""
+    yield
+    if "harness" in sys.modules:
+        sys.modules["harness"].close_browser()
 
 
 @pytest.fixture
