@@ -73,6 +73,20 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+@pytest.fixture(scope="session")
+def gathered_files(tmp_path_factory) -> Path:
+    """A folder holding what one spawn of 2 gloo ranks saved (tests/test_distributed.py's
+    ``findings_and_run``): ``findings.hookviz``, a watch whose rank 1 explodes at step 2 and holds
+    NaN at step 3, and ``run.hookviz``, rank 0's run of its first batch. Made once per session for
+    the distributed tests and the command line's (``hookviz report`` of a gathered watch)."""
+    pytest.importorskip("torch.distributed")
+    from test_distributed import findings_and_run, spawn
+
+    directory = tmp_path_factory.mktemp("gathered")
+    spawn(findings_and_run, str(directory))
+    return directory
+
+
 @pytest.fixture
 def canonical():
     """(session, model, (x, y, z), target) for ``2*x + 3*y - 5*z`` with MSE against [9, -1]."""

@@ -388,13 +388,18 @@ def _run_of_last_batch(rank, device, directory):
         hookviz.save(run, os.path.join(directory, "run"))
 
 
+def findings_and_run(rank, device, directory):
+    """``_findings`` then ``_run_of_last_batch`` in one process group (one spawn of the ranks for
+    both files: the session's ``gathered_files``, tests/conftest.py)."""
+    _findings(rank, device, directory)
+    _run_of_last_batch(rank, device, directory)
+
+
 @pytest.fixture(scope="module")
-def gathered(tmp_path_factory):
+def gathered(gathered_files):
     """A gathered history of 2 gloo ranks and rank 0's run, saved by the ranks and opened here (one
     process, no process group): ``(history, run, directory)``."""
-    directory = tmp_path_factory.mktemp("gathered")
-    spawn(_findings, str(directory))
-    spawn(_run_of_last_batch, str(directory))
+    directory = gathered_files
     return hookviz.load(directory / "findings.hookviz"), hookviz.load(directory / "run.hookviz"), directory
 
 
