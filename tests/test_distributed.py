@@ -1,6 +1,6 @@
 """DDP and FSDP2 on two real processes over gloo: every number checked against plain PyTorch.
 
-Each test spawns 2 CPU processes (``torch.multiprocessing.spawn``) that join a process group on a
+Each test starts 2 CPU processes (``spawn``: forked from a fork server) that join a process group on a
 free local port; the checks run inside the workers (a failing assert fails the test with the
 worker's traceback). Each rank trains on its own batch, so local and reduced gradients differ.
 CUDA/NCCL variants run the same workers on 2 GPUs and are skipped without them.
@@ -44,8 +44,15 @@ def free_port() -> int:
 
 
 def spawn(worker, *args, backend: str = "gloo") -> None:
-    """Run ``worker(rank, backend, port, *args)`` on WORLD processes; raises if any worker raised."""
-    mp.spawn(_run, args=(worker, backend, free_port(), args), nprocs=WORLD, join=True)
+    """Run ``worker(rank, backend, port, *args)`` on WORLD processes; raises if any worker raised.
+
+    The processes are forked from a fork server that imported this module (and so torch and
+    hookviz) once for the session, not started and made to import them anew for every test; the
+    server itself never ran torch, so a fork of it starts clean (no threads, no CUDA)."""
+    mp.set_forkserver_preload([__name__])
+    mp.start_processes(
+        _run, args=(worker, backend, free_port(), args), nprocs=WORLD, join=True, start_method="forkserver"
+    )
 
 
 def _run(rank: int, worker, backend: str, port: int, args: tuple) -> None:
