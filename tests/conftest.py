@@ -55,6 +55,15 @@ def _one_browser():
         sys.modules["harness"].close_browser()
 
 
+def pytest_runtest_setup(item):
+    # While Playwright's sync API lives, its event loop counts as running in this thread
+    # (asyncio.get_running_loop() returns it): a test outside tests/e2e/ would run as if in a
+    # kernel (hookviz's IPython hooks wait on that loop). The browser tests come first and
+    # together, so the shared Chromium stops once, at the first test after them.
+    if "harness" in sys.modules and E2E not in Path(item.path).parents:
+        sys.modules["harness"].close_browser()
+
+
 @pytest.fixture
 def lab_folder(shared_lab, request):
     """This test's folder in the shared JupyterLab; its kernels are shut down when the test ends."""
