@@ -2,7 +2,9 @@
 the browser tests' one JupyterLab.
 
 The browser tests (tests/e2e/) share one ``jupyter lab`` per test session, started by the first
-test that asks for ``lab_folder`` and stopped at the session's end (``harness.SharedLab``). Each
+test that asks for ``lab_folder`` and stopped at the session's end (``harness.SharedLab``), and one
+headless Chromium, started by the first page a test opens (``harness.chromium_page``, a fresh
+browser context per page). Each
 such test gets its own folder under the server's root (a ``harness.Lab``) and writes its notebooks
 there. When a test that used it fails, its report gets the server's log of that test (kernel
 starts, the tracebacks the server saw) beside the browser console ``harness.diagnostics`` adds.
@@ -44,6 +46,24 @@ def shared_lab(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_browser():
+    """The browser tests' one Chromium (``harness.chromium_page``: a fresh context per page),
+    stopped at the session's end; never started by a session without a browser test."""
+    yield
+    if "harness" in sys.modules:
+        sys.modules["harness"].close_browser()
+
+
+def pytest_runtest_setup(item):
+    # While Playwright's sync API lives, its event loop counts as running in this thread
+    # (asyncio.get_running_loop() returns it): a test outside tests/e2e/ would run as if in a
+    # kernel (hookviz's IPython hooks wait on that loop). The browser tests come first and
+    # together, so the shared Chromium stops once, at the first test after them.
+    if "harness" in sys.modules and E2E not in Path(item.path).parents:
+        sys.modules["harness"].close_browser()
+
+
 @pytest.fixture
 def lab_folder(shared_lab, request):
     """This test's folder in the shared JupyterLab; its kernels are shut down when the test ends."""
@@ -60,6 +80,20 @@ def pytest_runtest_makereport(item, call):
     if report.failed and server is not None and server.log.exists():
         report.sections.append((f"jupyter lab log ({server.log})", server.log_tail(item.stash[_LOG_START])))
     return report
+
+
+@pytest.fixture(scope="session")
+def gathered_files(tmp_path_factory) -> Path:
+    """A folder holding what one spawn of 2 gloo ranks saved (tests/test_distributed.py's
+    ``findings_and_run``): ``findings.hookviz``, a watch whose rank 1 explodes at step 2 and holds
+    NaN at step 3, and ``run.hookviz``, rank 0's run of its first batch. Made once per session for
+    the distributed tests and the command line's (``hookviz report`` of a gathered watch)."""
+    pytest.importorskip("torch.distributed")
+    from test_distributed import findings_and_run, spawn
+
+    directory = tmp_path_factory.mktemp("gathered")
+    spawn(findings_and_run, str(directory))
+    return directory
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,19 @@ def runs(tmp_path_factory):
     }
 
 
+def hookviz_cli_each(*commands: tuple, env: dict | None = None) -> list[subprocess.CompletedProcess]:
+    """Several commands at once, each its own ``python -m hookviz`` process (``hookviz_cli``),
+    their results in the order given: a test's commands do not wait for each other's start-up."""
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda args: hookviz_cli(*args, env=env), commands))
+
+
 def report(path, *options) -> tuple[dict, subprocess.CompletedProcess]:
-    done = hookviz_cli("report", path, "--json", *options)
+    return as_report(hookviz_cli("report", path, "--json", *options))
+
+
+def as_report(done: subprocess.CompletedProcess) -> tuple[dict, subprocess.CompletedProcess]:
+    """What ``hookviz report --json`` printed, read (it exits 0, or 1 for a ``--fail-on`` kind)."""
     assert done.returncode in (0, 1), done.stderr
     return json.loads(done.stdout), done
 
@@ -58,7 +70,13 @@ def report(path, *options) -> tuple[dict, subprocess.CompletedProcess]:
 def test_report_names_the_onsets_plain_pytorch_saw_and_fails_on_them(runs):
     run = runs["exploding"]
     assert run.first_big is not None and run.first_nonfinite is not None  # the run does explode
-    data, done = report(run.path)
+    done, gate, passed, bad = hookviz_cli_each(
+        ("report", run.path, "--json"),
+        ("report", run.path, "--fail-on", "exploding,nan"),
+        ("report", run.path, "--fail-on", "vanishing"),
+        ("report", run.path, "--fail-on", "nan,bogus"),
+    )
+    data, done = as_report(done)
     assert done.returncode == 0 and data["kind"] == "watch" and data["steps"] == 40
     onsets = {f["kind"]: f for f in data["onsets"]}
     assert onsets["nan"]["step"] == run.first_nonfinite
@@ -70,10 +88,8 @@ def test_report_names_the_onsets_plain_pytorch_saw_and_fails_on_them(runs):
     assert "nan" in {f["kind"] for f in data["findings"][1]["findings"]}
     # --fail-on: exit 1 exactly when a kind named was found
     assert "vanishing" not in data["kinds"] and {"nan", "exploding"} <= set(data["kinds"])
-    gate = hookviz_cli("report", run.path, "--fail-on", "exploding,nan")
     assert gate.returncode == 1 and "found exploding, nan" in gate.stderr
-    assert hookviz_cli("report", run.path, "--fail-on", "vanishing").returncode == 0
-    bad = hookviz_cli("report", run.path, "--fail-on", "nan,bogus")
+    assert passed.returncode == 0
     assert bad.returncode == 2 and "unknown kinds bogus" in bad.stderr
 
 
@@ -180,12 +196,14 @@ def test_a_corrupt_file_exits_2_with_the_file_format_message(tmp_path, runs):
     corrupt.write_bytes(runs["healthy"].path.read_bytes()[:-100])  # a job killed mid-write
     with pytest.raises(hookviz.FileFormatError) as error:
         hookviz.load(corrupt)
-    for command in ("report", "html", "view"):
-        done = hookviz_cli(command, corrupt)
+    commands = ("report", "html", "view")
+    *each, missing = hookviz_cli_each(
+        *[(c, corrupt) for c in commands], ("report", tmp_path / "nothing.hookviz")
+    )
+    for command, done in zip(commands, each, strict=True):
         assert done.returncode == 2, command
         assert done.stderr.strip() == f"hookviz: error: {error.value}"
         assert "Traceback" not in done.stderr and done.stdout == ""
-    missing = hookviz_cli("report", tmp_path / "nothing.hookviz")
     assert (
         missing.returncode == 2 and "no such file" in missing.stderr and "nothing.hookviz" in missing.stderr
     )
@@ -193,7 +211,9 @@ def test_a_corrupt_file_exits_2_with_the_file_format_message(tmp_path, runs):
 
 def test_html_writes_the_offline_page_and_prints_its_path(tmp_path, runs):
     out = tmp_path / "page.html"
-    done = hookviz_cli("html", runs["exploding"].path, "-o", out)
+    done, beside = hookviz_cli_each(
+        ("html", runs["exploding"].path, "-o", out), ("html", runs["healthy"].path)
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(out)
     page = out.read_text()
@@ -201,8 +221,7 @@ def test_html_writes_the_offline_page_and_prints_its_path(tmp_path, runs):
     state = json.loads(page.split('id="hookviz-state">')[1].split("</script>")[0])
     assert state["watch_view"]["steps"] == list(range(40)) and state["watch_view"]["step"] == 39
     # default: beside the file
-    done = hookviz_cli("html", runs["healthy"].path)
-    assert done.returncode == 0 and Path(done.stdout.strip()) == runs["healthy"].path.with_suffix(".html")
+    assert beside.returncode == 0 and Path(beside.stdout.strip()) == runs["healthy"].path.with_suffix(".html")
 
 
 def test_view_opens_the_browser_or_says_where_the_page_is(tmp_path, runs):
@@ -229,26 +248,27 @@ def test_the_console_script_is_declared():
     assert callable(main)
 
 
-def test_report_and_html_of_a_gathered_watch(tmp_path):
-    pytest.importorskip("torch.distributed")
-    from test_distributed import _findings, spawn
-
-    spawn(_findings, str(tmp_path))  # 2 gloo ranks: rank 1 explodes at step 2, holds NaN at step 3
-    path = tmp_path / "findings.hookviz"
-    data, done = report(path)
+def test_report_and_html_of_a_gathered_watch(tmp_path, gathered_files):
+    path = gathered_files / "findings.hookviz"  # 2 gloo ranks: rank 1 explodes at step 2, holds NaN at step 3
+    html = tmp_path / "gathered.html"
+    done, one, wrong, page = hookviz_cli_each(
+        ("report", path, "--json"),
+        ("report", path, "--json", "--rank", "1"),
+        ("report", path, "--rank", "5"),
+        ("html", path, "-o", html),
+    )
+    data, done = as_report(done)
     assert done.returncode == 0 and data["gathered"] and data["ranks"] == [0, 1] and data["rank"] is None
     assert {f["kind"]: f["step"] for f in data["onsets"]}["nan"] == 3 and data["worst_step"] == 3
     across = [s for s in data["findings"] if s["title"].startswith("Across ranks")][0]["findings"]
     expected = hookviz.load(path).diagnose()
     assert [(f["kind"], f["rank"], f["step"]) for f in across] == [(f.kind, f.rank, f.step) for f in expected]
     assert ("nan", 1, 3) in [(f["kind"], f["rank"], f["step"]) for f in across]
-    one, _ = report(path, "--rank", "1")
+    one, _ = as_report(one)
     assert one["rank"] == 1 and one["layers"]["rows"]
     local = hookviz.load(path).history(1)
     assert one["steps"] == len(local.steps)
-    wrong = hookviz_cli("report", path, "--rank", "5")
     assert wrong.returncode == 2 and "rank 5 is not in this history" in wrong.stderr
-    done = hookviz_cli("html", path, "-o", tmp_path / "gathered.html")
-    assert done.returncode == 0, done.stderr
-    state = (tmp_path / "gathered.html").read_text().split('id="hookviz-state">')[1].split("</script>")[0]
+    assert page.returncode == 0, page.stderr
+    state = html.read_text().split('id="hookviz-state">')[1].split("</script>")[0]
     assert json.loads(state)["watch_ranks"] == [0, 1]

@@ -1,6 +1,6 @@
 """DDP and FSDP2 on two real processes over gloo: every number checked against plain PyTorch.
 
-Each test spawns 2 CPU processes (``torch.multiprocessing.spawn``) that join a process group on a
+Each test starts 2 CPU processes (``spawn``: forked from a fork server) that join a process group on a
 free local port; the checks run inside the workers (a failing assert fails the test with the
 worker's traceback). Each rank trains on its own batch, so local and reduced gradients differ.
 CUDA/NCCL variants run the same workers on 2 GPUs and are skipped without them.
@@ -44,8 +44,15 @@ def free_port() -> int:
 
 
 def spawn(worker, *args, backend: str = "gloo") -> None:
-    """Run ``worker(rank, backend, port, *args)`` on WORLD processes; raises if any worker raised."""
-    mp.spawn(_run, args=(worker, backend, free_port(), args), nprocs=WORLD, join=True)
+    """Run ``worker(rank, backend, port, *args)`` on WORLD processes; raises if any worker raised.
+
+    The processes are forked from a fork server that imported this module (and so torch and
+    hookviz) once for the session, not started and made to import them anew for every test; the
+    server itself never ran torch, so a fork of it starts clean (no threads, no CUDA)."""
+    mp.set_forkserver_preload([__name__])
+    mp.start_processes(
+        _run, args=(worker, backend, free_port(), args), nprocs=WORLD, join=True, start_method="forkserver"
+    )
 
 
 def _run(rank: int, worker, backend: str, port: int, args: tuple) -> None:
@@ -438,13 +445,18 @@ def _run_of_last_batch(rank, device, directory):
         hookviz.save(run, os.path.join(directory, "run"))
 
 
+def findings_and_run(rank, device, directory):
+    """``_findings`` then ``_run_of_last_batch`` in one process group (one spawn of the ranks for
+    both files: the session's ``gathered_files``, tests/conftest.py)."""
+    _findings(rank, device, directory)
+    _run_of_last_batch(rank, device, directory)
+
+
 @pytest.fixture(scope="module")
-def gathered(tmp_path_factory):
+def gathered(gathered_files):
     """A gathered history of 2 gloo ranks and rank 0's run, saved by the ranks and opened here (one
     process, no process group): ``(history, run, directory)``."""
-    directory = tmp_path_factory.mktemp("gathered")
-    spawn(_findings, str(directory))
-    spawn(_run_of_last_batch, str(directory))
+    directory = gathered_files
     return hookviz.load(directory / "findings.hookviz"), hookviz.load(directory / "run.hookviz"), directory
 
 

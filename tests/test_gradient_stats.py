@@ -11,6 +11,8 @@ from torch import nn
 
 import hookviz
 from hookviz.analysis.gradient_stats import gradient_stats, layer_norms, module_norm, module_of
+from hookviz.colors import NOT_WATCHED_COLOR, norm_color
+from hookviz.widget.chart import chart_json
 from hookviz.widget.graph import graph_json
 from hookviz.widget.watch_json import watch_chart_json, watch_node_norms
 
@@ -99,6 +101,50 @@ def test_a_run_its_graph_its_findings_and_a_watch_group_parameters_alike():
     assert colours["group:block"] == pytest.approx(block, rel=1e-6)
     assert module_norm("block", layer_norms(step)) == pytest.approx(block, rel=1e-6)
     assert colours["group:"] == pytest.approx(math.sqrt(sum(v**2 for v in norms.values())), rel=1e-6)
+
+
+def test_a_run_graphs_module_boxes_take_the_layer_norm_watches_and_findings_take():
+    # One definition of a module's norm: a box of the run's graph takes the 2-norm of the gradients
+    # of the layers it is or encloses, as the watch view colours it and as the findings' layer rows
+    # give it, all three checked against plain PyTorch's .grad of the same step.
+    torch.manual_seed(0)
+    model, ids = TiedAndNested(), torch.randint(0, 10, (3, 5))
+    with hookviz.watch(model) as watch:
+        model.zero_grad()
+        _loss(model(ids)).backward()
+    grads = {n: p.grad.detach().double() for n, p in model.named_parameters()}
+    run = hookviz.Session(model, (ids,), loss_fn=_loss).run()
+    graph = graph_json(run)
+    step = watch.norms(kind="parameter")
+    watch_colours = watch_node_norms(graph, step, {})
+    findings = {s.name: s.grad_norm for s in gradient_stats(run, model) if s.kind == "layer"}
+    assert findings == pytest.approx(watch.layer_norms(), rel=1e-6)
+    compared = set()
+    for group in graph["groups"]:
+        module = group["module"]
+        inside = [
+            g
+            for n, g in grads.items()
+            if module_of(n) == module or n.startswith(f"{module}." if module else "")
+        ]
+        if not inside:  # the loss box; head, whose tied weight is embed's (its first name)
+            assert group["norm"] is None and group["norm_text"] == "no parameters", module
+            assert group["color"] == NOT_WATCHED_COLOR and group["id"] not in watch_colours, module
+            continue
+        expected = torch.linalg.vector_norm(torch.cat([g.flatten() for g in inside])).item()
+        assert group["norm"] == pytest.approx(expected, rel=1e-6), module
+        assert watch_colours[group["id"]] == pytest.approx(expected, rel=1e-6), module
+        assert module_norm(module, findings) == pytest.approx(expected, rel=1e-6), module
+        assert group["color"] == norm_color(group["norm"], graph["color_range"]), module
+        compared.add(module)
+    assert compared == {"", "embed", "block", "block.inner"}
+    # A layer that encloses no other layer: its box and its point in the gradient-flow chart share
+    # one colour (block's box holds block.inner too, the root's every layer).
+    chart = chart_json(run)
+    points = dict(zip(chart["modules"], chart["colors"]))
+    boxes = {g["module"]: g["color"] for g in graph["groups"]}
+    assert set(points) == {"", "embed", "block", "block.inner"}
+    assert {m: points[m] for m in ("embed", "block.inner")} == {m: boxes[m] for m in ("embed", "block.inner")}
 
 
 def test_a_parameter_of_a_module_never_called_is_drawn_in_the_module_that_used_it():

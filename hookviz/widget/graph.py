@@ -16,9 +16,9 @@ import math
 from collections import defaultdict
 
 from hookviz import text
-from hookviz.colors import beyond_range, legend, norm_color, range_of
+from hookviz.analysis.gradient_stats import layer_norms, module_norm, parameter_names
+from hookviz.colors import NOT_WATCHED_COLOR, beyond_range, legend, norm_color, range_of
 from hookviz.data.run import LOSS_MODULE, Run
-from hookviz.data.tensors import combined_norm
 from hookviz.widget.payload import json_float
 from hookviz.widget.tree import group_id, mark_signatures, module_label, natural_key, parent_module
 
@@ -50,27 +50,32 @@ def _edges_json(run: Run) -> list[list]:
     return [[u, v, slot] for u in run.nodes for v, slot in succ.get(u, {}).items()]
 
 
-def boundary_norms(run: Run) -> dict[str, float | None]:
-    """Norm of the gradient into each module's inputs (what a full backward hook's ``grad_input``
-    holds), over all its calls: ``sqrt(sum of squared norms)``; None when no input got a gradient.
-
-    This is the gradient at the module's boundary in the graph, which a run's module box shows;
-    not a layer's gradient norm (its parameters' gradients together), whose one definition is
-    :func:`hookviz.analysis.gradient_stats.layer_norms`."""
-    norms: dict[str, list[float]] = {}
-    for call in run.calls:
-        for record in call.grad_input:
-            if record is not None and record.norm is not None:
-                norms.setdefault(call.module, []).append(float(record.norm))
-    return {module: combined_norm(values) for module, values in norms.items()}
+def module_norms(run: Run) -> dict[str, float | None]:
+    """Each module's gradient norm, by the one rule runs, watches and findings share: the 2-norm
+    of the gradients of the layers it is or encloses, taken together
+    (:func:`hookviz.analysis.gradient_stats.module_norm` of the run's
+    :func:`~hookviz.analysis.gradient_stats.layer_norms`, from its parameters' gradient norms).
+    Only modules that hold some parameter, themselves or inside them (``""``, the root module,
+    holds them all); None for one whose parameters got no gradient. A module left out holds no
+    parameter: it has no layer norm."""
+    layers = layer_norms(
+        {n: run.nodes[n].grad_norm if n in run.nodes else None for n in parameter_names(run, None)}
+    )
+    holding = {""} if layers else set()
+    for layer in layers:
+        module = layer
+        while module and module not in holding:
+            holding.add(module)
+            module = parent_module(module) or ""
+    return {module: module_norm(module, layers) for module in holding}
 
 
 def color_range(run: Run, baseline: Run | None = None) -> dict:
     """The colour range ``{lo, hi}`` (log10, whole decades: :func:`hookviz.colors.range_of`) of
-    the norms of ``baseline`` (else ``run``): its nodes' and its modules' boundary norms. One range
-    for every run of a session, so one colour means one norm in each of them."""
+    the norms of ``baseline`` (else ``run``): its nodes' and its modules' (:func:`module_norms`).
+    One range for every run of a session, so one colour means one norm in each of them."""
     scale = baseline if baseline is not None else run
-    return range_of([*node_norms(scale).values(), *boundary_norms(scale).values()])
+    return range_of([*node_norms(scale).values(), *module_norms(scale).values()])
 
 
 def graph_json(run: Run, baseline: Run | None = None, structure: str | None = None) -> dict:
@@ -92,8 +97,10 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
         module that made it except for :attr:`~hookviz.data.run.Run.loss_ops`; hint:
         :func:`operand_hint`); edge:
         ``[source, target, slot]`` in forward direction; group: ``{id, module, parent, type,
-        size, norm, nan, edited, user_hooks, signature, color, beyond, norm_text}`` (signature: see
-        :func:`hookviz.widget.tree.mark_signatures`; the page adds labels and identical blocks),
+        size, norm, nan, edited, user_hooks, signature, color, beyond, norm_text}`` (norm: the
+        module's layer norm, :func:`module_norms`, None for a box that holds no parameter, drawn
+        "not measured"; signature: see :func:`hookviz.widget.tree.mark_signatures`; the page adds
+        labels and identical blocks),
         the root module's (``module ""``, present when the model ran as a module) with its
         ``label`` (:func:`hookviz.widget.tree.module_label`).
     """
@@ -124,20 +131,22 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
     for item in nodes:
         by_module[item["module"]].append(item)
 
-    boundary = boundary_norms(run)
+    modules = module_norms(run)
     module_hooks = defaultdict(int)
     types = {}
     for call in run.calls:
         module_hooks[call.module] += len(call.user_hooks)
         types.setdefault(call.module, call.type)
-    groups = _groups(by_module, boundary, edited_targets, module_hooks, types)
+    groups = _groups(by_module, modules, edited_targets, module_hooks, types)
     mark_signatures(groups, nodes, _leaf_shapes(run))
     if baseline is None or baseline is run:
-        scale = range_of([*norms.values(), *boundary.values()])
+        scale = range_of([*norms.values(), *modules.values()])
     else:
         scale = color_range(run, baseline)
-    for item in (*nodes, *groups):
+    for item in nodes:
         paint(item, scale)
+    for group in groups:
+        paint(group, scale, measured=group["module"] in modules)
     return {
         "structure": key,
         "nodes": nodes,
@@ -148,12 +157,17 @@ def graph_json(run: Run, baseline: Run | None = None, structure: str | None = No
     }
 
 
-def paint(item: dict, scale: dict) -> None:
+def paint(item: dict, scale: dict, measured: bool = True) -> None:
     """Give a node's or a group's JSON (with its ``norm`` and ``nan``) the colour, the
-    beyond-the-range mark and the norm's text the page shows; changes ``item`` in place."""
+    beyond-the-range mark and the norm's text the page shows; changes ``item`` in place.
+    ``measured=False``: a module box that holds no parameter, so has no layer norm
+    (:func:`module_norms`): drawn as "not measured", as the watch view draws it, unless a
+    gradient inside it holds NaN/Inf."""
     item["color"] = norm_color(item["norm"], scale, item["nan"])
     item["beyond"] = beyond_range(item["norm"], scale)
     item["norm_text"] = text.norm(item["norm"], item["nan"])
+    if not measured and not item["nan"]:
+        item["color"], item["norm_text"] = NOT_WATCHED_COLOR, "no parameters"
 
 
 def operand_hint(record) -> str:
@@ -232,12 +246,7 @@ def _leaf_shapes(run: Run) -> dict[str, tuple]:
     return out
 
 
-def _combine(norms) -> float | None:
-    norm = combined_norm(norms)
-    return math.inf if norm is not None and math.isnan(norm) else norm  # NaN is drawn red elsewhere
-
-
-def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[dict]:
+def _groups(by_module, modules, edited_targets, module_hooks, types) -> list[dict]:
     """One group per module that created nodes, plus every enclosing module, plus the root
     module's (``""``, when the model ran as a module: ``types`` has it) around every top-level one
     but ``(loss)``; outer before inner, siblings in the order the forward first called them
@@ -258,26 +267,23 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
             module = enclosing(module)
     # Each module's own nodes summed once, then added to it and every enclosing module: a walk
     # up per module, not per node (20,000 nodes three modules deep).
-    totals: dict[str, list] = {}  # module -> [size, op norms, nan, edited, user hooks]
+    totals: dict[str, list] = {}  # module -> [size, nan, edited, user hooks]
     for module, items in by_module.items():
-        norms = [text.as_number(i["norm"]) for i in items if i["kind"] == "op"]
         nan, edited = any(i["nan"] for i in items), any(i["edited"] for i in items)
         hooks = sum(i["user_hooks"] for i in items)
         name = module if module or root else None
         while name is not None:
             total = totals.get(name)
             if total is None:
-                totals[name] = [len(items), list(norms), nan, edited, hooks]
+                totals[name] = [len(items), nan, edited, hooks]
             else:
                 total[0] += len(items)
-                total[1] += norms
-                total[2], total[3], total[4] = total[2] or nan, total[3] or edited, total[4] + hooks
+                total[1], total[2], total[3] = total[1] or nan, total[2] or edited, total[3] + hooks
             name = enclosing(name)
     groups = []
     order = sorted(totals, key=lambda m: (m != "", m.count("."), called.get(m, len(called)), natural_key(m)))
     for module in order:
-        size, norms, nan, edited, hooks = totals[module]
-        norm = boundary.get(module)
+        size, nan, edited, hooks = totals[module]
         parent = enclosing(module)
         group = {
             "id": group_id(module),
@@ -285,7 +291,7 @@ def _groups(by_module, boundary, edited_targets, module_hooks, types) -> list[di
             "parent": None if parent is None else group_id(parent),
             "type": types.get(module, ""),
             "size": size,
-            "norm": json_float(norm if norm is not None else _combine(norms)),
+            "norm": json_float(modules.get(module)),
             "nan": nan,
             # its own sites edited; an edit of a node inside marks the box only while it is closed
             # (the page: edits_inside), so an open root box is not "edited" for its Sub's edit

@@ -111,7 +111,7 @@ export function renderInspector(el, data, summary = null, note = "") {
       ? [
           ["id", summary.id],
           ["type", summary.type || "module"],
-          ["‖grad‖ at its boundary", summary.norm_text],
+          ["‖grad‖ of its parameters", summary.norm_text],
           ["elements inside", summary.size],
         ]
       : [

@@ -12,6 +12,7 @@ settings are put back, so no test sees another's kernel, tabs or theme.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -321,18 +322,55 @@ class SharedLab:
         self._shutdowns.append(thread)
 
 
+# The process's one headless Chromium (Playwright and the browser), started by the first
+# chromium_page and stopped by close_browser (the test session's end: tests/conftest.py; atexit for
+# a script). Each page gets a context of its own, so no page sees another's cookies, storage or cache.
+_browser: list = []
+
+
+def _shared_browser():
+    if _browser and not _browser[1].is_connected():  # a crashed browser: start a new one
+        close_browser()
+    if not _browser:
+        from playwright.sync_api import sync_playwright
+
+        playwright = sync_playwright().start()
+        try:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        except BaseException:
+            playwright.stop()
+            raise
+        if not _browser_atexit:
+            atexit.register(close_browser)
+            _browser_atexit.append(True)
+        _browser.extend((playwright, browser))
+    return _browser[1]
+
+
+_browser_atexit: list = []
+
+
+def close_browser() -> None:
+    """Stop the shared Chromium (if started) and its Playwright driver."""
+    if not _browser:
+        return
+    playwright, browser = _browser
+    _browser.clear()
+    try:
+        browser.close()
+    finally:
+        playwright.stop()
+
+
 @contextmanager
 def chromium_page(width: int = 1500, height: int = 1400):
-    """A headless Debian Chromium page (Playwright sync API)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            yield page
-        finally:
-            browser.close()
+    """A headless Debian Chromium page (Playwright sync API) in a fresh browser context (its own
+    cookies, storage and cache) of the process's one Chromium; the context is closed on exit."""
+    context = _shared_browser().new_context(viewport={"width": width, "height": height})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def open_notebook(page, lab: Lab | str, name: str) -> None:
