@@ -502,8 +502,15 @@ class Watch:
 
     def onset(self, **thresholds: float) -> list[Finding]:
         """Since when and where: the first kept step of each kind of finding :meth:`diagnose` makes,
-        and the places that had it then (:func:`~hookviz.analysis.onset.onsets`, which takes
-        ``**thresholds`` as :meth:`diagnose` does)."""
+        and the places that had it then (:func:`~hookviz.analysis.onset.onsets`).
+
+        Args:
+            **thresholds: as :meth:`diagnose` takes them (``vanishing``, ``exploding_norm``, ``dead``, ...).
+
+        Raises:
+            WatchError: no step was kept yet.
+            HookvizError: an unknown or out-of-range threshold.
+        """
         return onsets(self._history_or_error(), self.arrival_order, **thresholds)
 
     def gather(self, dst: int = 0, group: ProcessGroup | None = None) -> watch_gather.RankHistory | None:
