@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import hookviz
-from hookviz.analysis.gradient_stats import gradient_stats, layer_norms, module_norm, module_of
+from hookviz.analysis.gradient_stats import gradient_stats, layer_norms, module_norm, module_norms, module_of
 from hookviz.colors import NOT_WATCHED_COLOR, norm_color
 from hookviz.widget.chart import chart_json
 from hookviz.widget.graph import graph_json
@@ -159,3 +159,24 @@ def test_a_parameter_of_a_module_never_called_is_drawn_in_the_module_that_used_i
     run = hookviz.Session(UsesItsChildsWeight(), (torch.randn(4, 3),)).run()
     assert module_of("child.weight") == "child"
     assert module_of("child.weight", {""}) == "" == run.nodes["child.weight"].module
+
+
+def test_every_modules_norm_at_once_is_each_modules_norm_by_the_one_rule():
+    # module_norms (one pass over the layers, what a big graph's boxes take) gives each module
+    # exactly what a filter over every layer gives (math.hypot of their norms in the same order),
+    # None, NaN and Inf included; module_norm of one module is the same number.
+    names = ["a.b.c", "a.b", "a.bb", "a", "d.0", "d.10.x", "e"]
+    norms = dict(zip(names, [3.0, 4.0, None, 1e-30, math.inf, 2.5, math.nan]))
+    every = module_norms(norms)
+    assert set(every) == {"", "a", "a.b", "a.b.c", "a.bb", "d", "d.0", "d.10", "d.10.x", "e"}
+    compared = []
+    for module in [*every, "a.b.c.z", "f"]:
+        prefix = f"{module}." if module else ""
+        present = [
+            n for layer, n in norms.items() if (layer == module or layer.startswith(prefix)) and n is not None
+        ]
+        expected = repr(math.hypot(*present)) if present else "None"
+        assert repr(every.get(module)) == expected, module
+        assert repr(module_norm(module, norms)) == expected, module
+        compared.append(expected)
+    assert {"nan", "inf", "None", "5.0"} <= set(compared)

@@ -84,11 +84,23 @@ def layer_norms(parameter_norms: Mapping[str, float | None]) -> dict[str, float 
 def module_norm(module: str, norms_of_layers: Mapping[str, float | None]) -> float | None:
     """The gradient norm of ``module`` and everything inside it: the layers ``module`` is or
     encloses, taken together (``""``, the root module, encloses every layer); from
-    :func:`layer_norms`. None when none of them has a norm."""
-    prefix = f"{module}." if module else ""
-    return combined_norm(
-        norm for layer, norm in norms_of_layers.items() if layer == module or layer.startswith(prefix)
-    )
+    :func:`layer_norms`. None when none of them has a norm (or ``module`` holds no layer)."""
+    return module_norms(norms_of_layers).get(module)
+
+
+def module_norms(norms_of_layers: Mapping[str, float | None]) -> dict[str, float | None]:
+    """:func:`module_norm` of every module that is or encloses a layer (``""`` included), in one
+    pass over the layers: each layer's norm goes to itself and each module above it, in the
+    order of ``norms_of_layers`` (the order :func:`module_norm` takes them in)."""
+    parts: dict[str, list[float | None]] = {}
+    for layer, norm in norms_of_layers.items():
+        module = layer
+        while True:
+            parts.setdefault(module, []).append(norm)
+            if not module:
+                break
+            module = module.rpartition(".")[0]
+    return {module: combined_norm(norms) for module, norms in parts.items()}
 
 
 def combine_layer(parts: Iterable[tuple[float | None, int, float]]) -> tuple[float | None, float]:

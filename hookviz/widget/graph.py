@@ -16,7 +16,8 @@ import math
 from collections import defaultdict
 
 from hookviz import text
-from hookviz.analysis.gradient_stats import layer_norms, module_norm, parameter_names
+from hookviz.analysis import gradient_stats
+from hookviz.analysis.gradient_stats import layer_norms, parameter_names
 from hookviz.colors import NOT_WATCHED_COLOR, beyond_range, legend, norm_color, range_of
 from hookviz.data.run import LOSS_MODULE, Run
 from hookviz.widget.payload import json_float
@@ -53,21 +54,16 @@ def _edges_json(run: Run) -> list[list]:
 def module_norms(run: Run) -> dict[str, float | None]:
     """Each module's gradient norm, by the one rule runs, watches and findings share: the 2-norm
     of the gradients of the layers it is or encloses, taken together
-    (:func:`hookviz.analysis.gradient_stats.module_norm` of the run's
+    (:func:`hookviz.analysis.gradient_stats.module_norms` of the run's
     :func:`~hookviz.analysis.gradient_stats.layer_norms`, from its parameters' gradient norms).
     Only modules that hold some parameter, themselves or inside them (``""``, the root module,
     holds them all); None for one whose parameters got no gradient. A module left out holds no
     parameter: it has no layer norm."""
-    layers = layer_norms(
-        {n: run.nodes[n].grad_norm if n in run.nodes else None for n in parameter_names(run, None)}
+    return gradient_stats.module_norms(
+        layer_norms(
+            {n: run.nodes[n].grad_norm if n in run.nodes else None for n in parameter_names(run, None)}
+        )
     )
-    holding = {""} if layers else set()
-    for layer in layers:
-        module = layer
-        while module and module not in holding:
-            holding.add(module)
-            module = parent_module(module) or ""
-    return {module: module_norm(module, layers) for module in holding}
 
 
 def color_range(run: Run, baseline: Run | None = None) -> dict:

@@ -7,7 +7,7 @@ import math
 import torch
 
 from hookviz import text
-from hookviz.analysis.gradient_stats import layer_norms, module_norm, module_of
+from hookviz.analysis.gradient_stats import layer_norms, module_norms, module_of
 from hookviz.colors import (
     EXPLODING_COLOR,
     NAN_COLOR,
@@ -35,7 +35,7 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
     modules too. Elements left out have no value (drawn grey): what ``loss_fn`` built, a module
     without parameters when outputs were not watched.
     """
-    layers = layer_norms(parameter_norms)
+    modules = module_norms(layer_norms(parameter_norms))
     out = {}
     for item in graph_data.get("nodes", []):
         if item["kind"] == "leaf" and item["id"] in parameter_norms:
@@ -45,7 +45,7 @@ def watch_node_norms(graph_data: dict, parameter_norms: dict, output_norms: dict
         if module in output_norms:
             norm = output_norms[module]
         else:  # the root module ("") holds every parameter
-            norm = module_norm(module, layers)
+            norm = modules.get(module)
         if norm is not None:
             out[group["id"]] = json_float(norm)
     return out
