@@ -245,16 +245,20 @@ def test_fsdp2_run_names_leaves_and_gives_full_reduced_gradients():
 # ---------------------------------------------------------------------------- watch across ranks
 
 
+def _distributed_copy(plain: nn.Module, use_fsdp: bool) -> nn.Module:
+    """A copy of ``plain`` sharded by FSDP2 (its first layer and the whole) or wrapped in DDP."""
+    model = copy.deepcopy(plain)
+    if not use_fsdp:
+        return DDP(model)
+    fully_shard = torch_compat.fsdp2().fully_shard
+    fully_shard(model[0])
+    fully_shard(model)
+    return model
+
+
 def _watch_gather(rank, device, directory, use_fsdp, by_optimizer=False):
     plain = mlp().to(device)
-    model = copy.deepcopy(plain)
-    if use_fsdp:
-        fully_shard = torch_compat.fsdp2().fully_shard
-        fully_shard(model[0])
-        fully_shard(model)
-        wrapped = model
-    else:
-        wrapped = DDP(model)
+    wrapped = _distributed_copy(plain, use_fsdp)
     optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.2)
     expected_local, expected_reduced = [], []
     # by_optimizer: a step is opt.step(), whose pre-hook reads the sharded (DTensor) .grad on FSDP2
@@ -278,7 +282,7 @@ def _watch_gather(rank, device, directory, use_fsdp, by_optimizer=False):
     if use_fsdp:  # closing the watch removed the hooks it put on FSDP2's unsharded parameters too
         from hookviz.record.distributed import fsdp_parameters
 
-        assert all(not p._unsharded_param._post_accumulate_grad_hooks for _, p in fsdp_parameters(model))
+        assert all(not p._unsharded_param._post_accumulate_grad_hooks for _, p in fsdp_parameters(wrapped))
     assert not any(m._forward_hooks for m in wrapped.modules() if not use_fsdp)
     assert not by_optimizer or all(w.update_ratios(s) for s in w.steps)
     # every rank's expected local norms, to check rank 0's gathered view of the others
@@ -342,13 +346,7 @@ def test_watch_gather_keeps_only_the_steps_every_and_capacity_keep():
 
 def _pre_clip(rank, device, use_fsdp):
     plain = mlp().to(device)
-    model = copy.deepcopy(plain)
-    if use_fsdp:
-        fully_shard = torch_compat.fsdp2().fully_shard
-        fully_shard(model[0])
-        fully_shard(model)
-    else:
-        model = DDP(model)
+    model = _distributed_copy(plain, use_fsdp)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
     expected_local, totals = [], []
     with hookviz.watch(model, optimizer=optimizer) as w:
