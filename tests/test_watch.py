@@ -535,6 +535,41 @@ def test_a_parameter_replaced_mid_training_is_followed_to_its_new_tensor():
     assert w.history.norm[1, column].item() == expected
 
 
+def test_a_parameter_replaced_without_a_registration_is_read_from_its_first_step():
+    # module._parameters[name] = p runs no registration hook: the backward that reaches the new
+    # parameter (and not the old one) follows it at its end and reads the .grad it wrote
+    model = small_mlp()
+    x = torch.randn(8, 8)
+    with watch(model) as w:
+        model(x).sum().backward()
+        model[0]._parameters["weight"] = nn.Parameter(torch.randn_like(model[0].weight) * 5)
+        model.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+        model.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+    column = w.names.index("0.weight")
+    expected = torch.linalg.vector_norm(model[0].weight.grad).item()
+    assert w.steps == [0, 1, 2]
+    assert w.history.norm[1, column].item() == expected and w.history.norm[2, column].item() == expected
+
+
+def test_the_registration_hooks_a_watch_counts_with_are_removed_when_the_last_watch_closes():
+    from torch.nn.modules import module as torch_module
+
+    before = (
+        dict(torch_module._global_parameter_registration_hooks),
+        dict(torch_module._global_module_registration_hooks),
+    )
+    first, second = small_mlp(), small_mlp()
+    with watch(first), watch(second):
+        assert len(torch_module._global_parameter_registration_hooks) == len(before[0]) + 1
+    after = (
+        dict(torch_module._global_parameter_registration_hooks),
+        dict(torch_module._global_module_registration_hooks),
+    )
+    assert after == before
+
+
 def test_a_module_replaced_mid_training_has_its_new_parameters_followed():
     model = small_mlp()
     x = torch.randn(8, 8)

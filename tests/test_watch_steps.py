@@ -313,16 +313,18 @@ def test_a_torchscript_model_is_refused_at_open_naming_the_eager_model():
         watch(scripted)
 
 
-def test_compiled_autograd_is_refused_at_the_forward_naming_the_fix():
+def test_compiled_autograd_around_forward_and_backward_is_refused_at_the_backward_naming_the_fix():
     compiled_autograd = pytest.importorskip("torch._dynamo.compiled_autograd")
     model = Tiny()
     [(x, y)] = data(1)[0]
     with watch(model) as w:
         with compiled_autograd._enable(torch.compile(backend="eager")):
+            loss = F.cross_entropy(model(x), y)
             with pytest.raises(
                 WatchError, match="does not support compiled autograd.*without compiled autograd"
             ):
-                model(x)
+                loss.backward()
+        assert all(p.grad is None for p in model.parameters())  # the refused backward wrote nothing
         F.cross_entropy(model(x), y).backward()  # without it, the watch works on
     assert w.steps == [0]
 

@@ -40,6 +40,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import repeat
+from operator import attrgetter, le, methodcaller, mul
 
 import torch
 
@@ -453,6 +455,10 @@ _PLAIN_ACCUMULATE = {
 }
 
 
+_DTYPE_LAYOUT_CPU = attrgetter("dtype", "layout", "is_cpu")
+_IS_ZERO_TENSOR = methodcaller("_is_zerotensor")  # a ZeroTensor holds no memory to read
+
+
 def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Tensor | None:
     """float64 CPU ``[k]``: the 2-norm :func:`norm_column` gives each tensor, bit for bit, when every
     tensor is a dense, real, floating CPU tensor of one dtype (no ZeroTensor, no negative view) and
@@ -478,30 +484,24 @@ def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Ten
     accumulate = _PLAIN_ACCUMULATE.get(dtype)
     if accumulate is None:
         return None
-    strided = torch.strided
-    for tensor in tensors:
-        if (
-            tensor.dtype is not dtype
-            or not tensor.is_cpu
-            or tensor.layout is not strided
-            or tensor.is_neg()
-            or tensor._is_zerotensor()
-        ):
-            return None
-    # the same call as _norms on CPU: the same bits
-    found = torch.stack(torch._foreach_norm(tensors, dtype=accumulate)).double()
-    norms = found.tolist()
-    floor = _FLOAT64_FLOOR if dtype == torch.float64 else _FLOAT32_FLOOR
-    # The usual step in three C loops: a NaN makes the sum NaN and an Inf makes it Inf (norms are
-    # never negative), and the smallest norm above the largest tensor's floor is above every floor.
-    low = min(norms)
+    # each check one C loop over the tensors (a Python loop touches each tensor several times)
     if (
-        sum(norms) < math.inf
-        and max(norms) <= highest
-        and 0.0 < low
-        and floor * math.sqrt(max(map(torch.Tensor.numel, tensors))) <= low
+        set(map(_DTYPE_LAYOUT_CPU, tensors)) != {(dtype, torch.strided, True)}
+        or any(map(torch.Tensor.is_neg, tensors))
+        or any(map(_IS_ZERO_TENSOR, tensors))
     ):
-        return found
+        return None
+    # the same call as _norms on CPU: the same bits (float32 and float64 values are exact in a
+    # Python float, so the float64 tensor made from them holds what .double() would)
+    norms = torch.stack(torch._foreach_norm(tensors, dtype=accumulate)).tolist()
+    found = torch.tensor(norms, dtype=torch.float64)
+    floor = _FLOAT64_FLOOR if dtype == torch.float64 else _FLOAT32_FLOOR
+    # The usual step in C loops: a NaN makes the sum NaN and an Inf makes it Inf (norms are never
+    # negative), and a norm above its tensor's floor (floor * sqrt(numel)) proves itself accurate.
+    if sum(norms) < math.inf and max(norms) <= highest and 0.0 < min(norms):
+        floors = map(mul, repeat(floor), map(math.sqrt, map(torch.Tensor.numel, tensors)))
+        if all(map(le, floors, norms)):
+            return found
     sqrt, inf = math.sqrt, math.inf
     redo = []
     for index, (norm, tensor) in enumerate(zip(norms, tensors)):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 import weakref
-from dataclasses import dataclass, field
 from functools import partial
-from operator import itemgetter
+from itertools import repeat
+from operator import attrgetter, is_not, itemgetter
 
 import torch
 import torch.utils.checkpoint
@@ -29,31 +29,40 @@ from hookviz.watching.reduce import EXPLODING, StepReducer, finite_max_abs, is_a
 # this many newer ones have begun.
 PENDING_BACKWARDS = 32
 _first = itemgetter(0)
+_grad = attrgetter("grad")
 _REENTRANT_BACKWARD = torch.utils.checkpoint.CheckpointFunction.backward.__code__
 
 
-@dataclass
 class Backward:
-    """What one backward (graph task) through the watched model has left so far.
+    """What one backward (graph task) through the watched model has left so far (a slotted class:
+    one is made per backward).
 
     Attributes:
         own: hookviz's own backward (a recording): never a step.
         reached: whether it reached a watched parameter (only such a backward is a step).
-        before: ``(column, .grad, its _version)`` of each parameter it reached, noted just before
-            its gradient was accumulated: a ``.grad`` that differs at the end was accumulated by it.
+        unset: the columns it reached whose parameter had no ``.grad`` just before its gradient was
+            accumulated (the usual loop's, after ``zero_grad()``): one that has one at the end got
+            it from this backward.
+        before: ``(column, .grad, its _version)`` of each other parameter it reached, noted just
+            before its gradient was accumulated: a ``.grad`` that differs at the end was
+            accumulated by it.
         reducer: the module-output gradients (and, at the end, the parameters' ``.grad``).
         arrived: columns in the order their gradients arrived (module outputs).
         local: DDP / FSDP2: ``(column, statistics queued before the all-reduce)``.
         read_all: every statistic of the parameters was read (a full step, or a norm raised the alarm).
     """
 
-    own: bool = False
-    reached: bool = False
-    before: list[tuple[int, object, int]] = field(default_factory=list)
-    reducer: StepReducer = field(default_factory=StepReducer)
-    arrived: list[int] = field(default_factory=list)
-    local: list[tuple[int, Measured]] = field(default_factory=list)
-    read_all: bool = False
+    __slots__ = ("own", "reached", "unset", "before", "reducer", "arrived", "local", "read_all")
+
+    def __init__(self, own: bool = False) -> None:
+        self.own = own
+        self.reached = False
+        self.unset: list[int] = []
+        self.before: list[tuple[int, object, int]] = []
+        self.reducer = StepReducer()
+        self.arrived: list[int] = []
+        self.local: list[tuple[int, Measured]] = []
+        self.read_all = False
 
 
 class Backwards:
@@ -88,27 +97,31 @@ class Backwards:
 def begin(watch) -> Backward | None:
     """Called by every hook during backward: this backward's state (None once closed).
 
-    A replaced parameter is followed first, outside the lock
-    (:meth:`~hookviz.watching.structure.WatchedParameters.follow_replaced` takes it)."""
+    The first hook of a backward looks at the model first, outside the lock
+    (:meth:`~hookviz.watching.structure.WatchedParameters.check_at_backward`: a replaced parameter is
+    followed, and following takes the lock)."""
     task = torch_compat.graph_task_id()
     pending = watch.backwards.pending
     state = pending.get(task)
     if state is None and not watch.closed:
-        watch.columns.follow_replaced()
+        own = in_own_pass()
+        if not own:
+            watch.columns.check_at_backward()
         with watch.kept.lock:  # hooks of one backward may run on several autograd threads
             state = pending.get(task)
             new = state is None
             if new:
-                state = _new_backward(watch, task)
+                state = _new_backward(watch, task, own)
         if new and not state.own and watch.optimizer_steps is not None:
             # outside the lock: it may keep the step an earlier backward left unstepped
             watch.optimizer_steps.backward_began()
     return state
 
 
-def _new_backward(watch, task: int) -> Backward:
-    """The first hook of backward ``task`` ran: queue the end-of-backward callback."""
-    state = Backward(own=in_own_pass())
+def _new_backward(watch, task: int, own: bool) -> Backward:
+    """The first hook of backward ``task`` ran (``own``: hookviz's own): queue the end-of-backward
+    callback."""
+    state = Backward(own)
     if not state.own:
         watch.backwards.seen += 1  # seen, even when refused: close() warns of no unseen gradient
         check_compiled_autograd()
@@ -179,20 +192,23 @@ def _finish(watch, task: int) -> None:
     if state is None or watch.closed or state.own or not state.reached:
         return  # hookviz's own, or a backward that reached no watched parameter: not a step
     steps = watch.optimizer_steps
+    changed = _changed(watch, state)
     if steps is not None:  # the optimizer's step is the step: hand it what this backward left
-        changed = _changed(watch, state)
         outputs = state.reducer.finish(len(watch.names)) if watch.module_names else None
         steps.backward_ended(changed, outputs, measure_rows(state.local))
+        watch.streams.note_left(changed[0], changed[1])
         if watch.ranks is not None:
             # queued now, so after DDP's callback (queued once its last bucket was ready) or FSDP2's
             # wrote the reduced gradients to .grad: the norms that clipping reads
             torch_compat.queue_end_of_backward(partial(steps.read_reduced, changed[0]))
         return
-    changed = _changed(watch, state)
     if not changed[0] and not state.arrived:
         return  # autograd.grad: no .grad changed and no module output watched: not a step
     plan = watch.kept.plan(watch.streams.of_backward(changed[0], changed[2]))
     row, alarm = _row_of(watch, state, changed, plan.full)
+    # after the norms were read (they bring each .grad into the cache): its version, for the next
+    # backward to tell a reset from an accumulation
+    watch.streams.note_left(changed[0], changed[1])
     info = StepInfo()
     if watch.scaler is not None and watch.scaler.is_enabled():
         info = StepInfo(loss_scale=float(watch.scaler.get_scale()))
@@ -205,14 +221,30 @@ def _changed(watch, state: Backward) -> tuple[list[int], list[torch.Tensor], boo
     """``(columns, their .grad, fresh)``: the parameters whose ``.grad`` this backward changed, in
     column order, and whether one of them had been reset since the last backward (None, another
     tensor or written in place: a new iteration)."""
-    columns, grads, seen = [], [], set()
     tensors = watch.columns.parameters
+    if watch.ranks is not None:  # DDP / FSDP2: the parameters measured in their hooks
+        return sorted({c for c, _ in state.local}), [], True
+    unset, before = state.unset, state.before
+    if len(unset) + len(before) < len(tensors):
+        # not every column reached: a parameter replaced without a registration (no hook on the new
+        # one) is followed now, and its .grad, which only this backward can have written, is read
+        moved = watch.columns.follow_replaced()
+        if moved:
+            unset = unset + [c for c in moved if c not in unset]
+    if not before and unset and not watch.columns.empty:
+        # the usual loop (every gradient reset to None before the backward): C loops, each .grad
+        # touched once (the first read of a new .grad makes its Python object)
+        unset.sort()
+        grads = list(map(_grad, map(tensors.__getitem__, unset)))
+        if all(map(is_not, grads, repeat(None))):
+            return unset, grads, True
+    columns, grads, seen = [], [], set()
     # in column order (a stable sort: a column's first note first), so that the usual step's norms
     # are the row's first lines as they are (StepReducer.finish), not scattered into it
-    before = sorted(state.before, key=_first) if watch.ranks is None else ()
+    notes = sorted([*before, *((c, None, -1) for c in unset)], key=_first)
     fresh = False
     left = watch.streams.left
-    for column, grad, version in before:
+    for column, grad, version in notes:
         now = tensors[column].grad
         if now is not None and (now is not grad or now._version != version) and column not in seen:
             seen.add(column)
@@ -221,10 +253,6 @@ def _changed(watch, state: Backward) -> tuple[list[int], list[torch.Tensor], boo
             if now.numel():
                 columns.append(column)
                 grads.append(now)
-    if watch.ranks is not None:  # DDP / FSDP2: the parameters measured in their hooks
-        columns = sorted({c for c, _ in state.local})
-        fresh = True
-    watch.streams.note_left(columns, grads)
     return columns, grads, fresh
 
 

@@ -1,4 +1,6 @@
-"""The hooks a watch registers, on the model, its modules and parameters and the graphs of forwards.
+"""The hooks a watch registers: on its parameters, and with ``outputs=True`` on its modules and the
+graphs of forwards (none on the model's own forward: :mod:`hookviz.watching.structure` says when the
+model is looked at).
 
 How they work together: :mod:`hookviz.watching.watch`; the optimizer's step hooks:
 :mod:`hookviz.watching.optimizer_steps`. Each holds a weak reference to its
@@ -18,7 +20,7 @@ from hookviz.record.own_pass import in_own_pass
 from hookviz.record.torch_compat import pytree
 from hookviz.stats.reduce import measure
 from hookviz.watching import gather as watch_gather
-from hookviz.watching.backward_steps import begin, check_compiled_autograd
+from hookviz.watching.backward_steps import begin
 
 _graph_task_id = torch_compat.graph_task_id
 
@@ -78,7 +80,10 @@ def _on_parameter_grad(reference: weakref.ref, column: int, grad: torch.Tensor) 
     state.reached = True
     if column >= 0:
         held = self.columns.parameters[column].grad
-        state.before.append((column, held, -1 if held is None else held._version))
+        if held is None:
+            state.unset.append(column)
+        else:
+            state.before.append((column, held, held._version))
 
 
 def step_start_hook(reference: weakref.ref, column: int):
@@ -93,18 +98,6 @@ def _output_tensors(output) -> list[torch.Tensor]:
         return [output] if output.requires_grad else []
     found = {id(t): t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad}
     return list(found.values())
-
-
-def on_model_forward(reference: weakref.ref, module, args, output) -> None:
-    """Forward hook on the model: notice parameters and modules replaced or added since the last
-    forward (steps start from the parameters' own hooks, whichever module's forward made the graph)."""
-    self = reference()
-    if self is None or self.closed or in_own_pass():
-        return
-    check_compiled_autograd()
-    self.columns.check_structure()
-    self.columns.check_unfrozen()
-    self.columns.follow_replaced()
 
 
 def on_forward(reference: weakref.ref, column: int, module, args, output) -> None:

@@ -1,18 +1,88 @@
 """The parameters a watch watches, followed: a parameter or module replaced mid-training is followed to
 its new tensor (its step-start hook moves with it); one added after the watch opened is named in a
 warning. :class:`WatchedParameters` owns a :class:`hookviz.watching.watch.Watch`'s parameter
-columns; the watch's hooks ask it."""
+columns; the watch's hooks ask it.
+
+When the model is looked at: at the first hook of each backward, before any ``.grad`` changes
+(:meth:`WatchedParameters.check_at_backward`). The whole look (every module's parameters and
+submodules) runs when a parameter or submodule was assigned to any module since the last look
+(PyTorch's global registration hooks, ``torch.nn.modules.module.register_module_parameter_registration_hook``
+and ``register_module_module_registration_hook``, count every ``module.x = ...``, ``add_module`` and
+``register_parameter``), and every :data:`FULL_CHECK_EVERY` backwards for writes that bypass them
+(``module._parameters[name] = p``); a backward that did not reach every column also follows
+replaced parameters at its end (:meth:`WatchedParameters.follow_replaced`), so a replaced parameter
+is read from its first step. The frozen parameters are looked at every backward.
+"""
 
 from __future__ import annotations
 
 import operator
+import os
+import sys
+import threading
 import warnings
 import weakref
+from operator import attrgetter
 
 import torch
 
 from hookviz.advice import advice
 from hookviz.errors import WatchError
+
+# The whole model is looked at every this many backwards even when no registration was counted.
+FULL_CHECK_EVERY = 16
+_requires_grad = attrgetter("requires_grad")
+
+
+class _Registrations:
+    """Every parameter and submodule registration of any module, counted while a watch listens
+    (PyTorch's global module registration hooks, removed when the last watch stops listening)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._listeners = 0
+        self._handles: list = []
+        self._lock = threading.Lock()
+
+    def _registered(self, module, name, value) -> None:
+        self.count += 1  # returns None: the value is registered as it is
+
+    def listen(self) -> bool:
+        """Start counting (the first listener registers the hooks). False when this PyTorch has no
+        global registration hooks: the caller then looks at the whole model every backward."""
+        hooks = torch.nn.modules.module
+        if not hasattr(hooks, "register_module_parameter_registration_hook"):
+            return False
+        with self._lock:
+            if not self._listeners:
+                self._handles = [
+                    hooks.register_module_parameter_registration_hook(self._registered),
+                    hooks.register_module_module_registration_hook(self._registered),
+                ]
+            self._listeners += 1
+        return True
+
+    def stop(self) -> None:
+        """One listener stopped; the last one removes the hooks."""
+        with self._lock:
+            self._listeners -= 1
+            if not self._listeners:
+                for handle in self._handles:
+                    handle.remove()
+                self._handles = []
+
+
+REGISTRATIONS = _Registrations()
+_INSIDE = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(torch.__file__))
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the caller's first frame outside hookviz and torch (the user's line
+    that ran the forward or backward), for a warning raised by a hook."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_INSIDE):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def check_options(
@@ -113,6 +183,7 @@ class WatchedParameters:
         grads_at_open: per trainable parameter, :func:`grad_and_version` of its ``.grad`` at open.
         hooked_modules: the modules whose outputs are watched (``outputs=True``).
         sharded: FSDP2, which swaps sharded and unsharded parameters itself: none is followed.
+        empty: a column's parameter has no elements (its ``.grad`` is never read), as last looked at.
     """
 
     def __init__(
@@ -129,6 +200,7 @@ class WatchedParameters:
         self.parameters = [p for _, p in trainable] if parameters else []
         self.owners = [owner_of(model, n) for n in self.names]
         self.column_of = {id(p): c for c, p in enumerate(self.parameters)}
+        self.empty = not all(map(torch.Tensor.numel, self.parameters))
         # weakly: the watch keeps no gradient alive (only to tell which .grad changed while open)
         self.grads_at_open = [grad_and_version(p) for _, p in trainable]
         self.hooked_modules: list[torch.nn.Module] = []
@@ -138,6 +210,9 @@ class WatchedParameters:
         self._structure = structure_of(model)  # to notice parameters and modules added or replaced
         self._warned: set[str] = set()  # names already named in a warning
         self._lock, self._handles, self._start_hook = lock, handles, start_hook
+        # registrations counted when the model was last looked at (None: not counted, look always)
+        self._looked_at: int | None = REGISTRATIONS.count if REGISTRATIONS.listen() else None
+        self._since_look = 0  # backwards since the model was last looked at
 
     def add_start_hooks(self) -> None:
         """Put the step-start tensor hook on every trainable parameter (column -1 for each under
@@ -164,11 +239,32 @@ class WatchedParameters:
         """The watch closed: let go of the model and its parameters (callers hold the lock)."""
         self.model, self.parameters, self.owners, self._structure = None, [], [], ([], [], [])
         self.hooked_modules, self._trainable, self.grads_at_open, self._frozen = [], [], [], []
+        if self._looked_at is not None:
+            self._looked_at = None
+            REGISTRATIONS.stop()
+
+    def check_at_backward(self) -> None:
+        """At the first hook of a backward, before any ``.grad`` changed (outside the watch's lock):
+        look at the model (:meth:`check_structure`, :meth:`follow_replaced`) when a parameter or
+        submodule was registered anywhere since the last look, or every :data:`FULL_CHECK_EVERY`
+        backwards; and at the frozen parameters (:meth:`check_unfrozen`) every time."""
+        count = REGISTRATIONS.count
+        if self._looked_at is None or count != self._looked_at or self._since_look >= FULL_CHECK_EVERY:
+            if self._looked_at is not None:
+                self._looked_at = count
+            self._since_look = 0
+            self.check_structure()
+            self.follow_replaced()
+            self.empty = not all(map(torch.Tensor.numel, self.parameters))
+        else:
+            self._since_look += 1
+        if self._frozen:
+            self.check_unfrozen()
 
     def check_unfrozen(self) -> None:
         """At each forward: warn once, naming them, about parameters frozen when the watch opened
         that now require grad (gradual unfreezing): the watch has no column for them."""
-        if not self._frozen or not any(p.requires_grad for _, p in self._frozen):
+        if not self._frozen or not any(map(_requires_grad, (p for _, p in self._frozen))):
             return
         thawed = [n for n, p in self._frozen if p.requires_grad]
         self._frozen = [(n, p) for n, p in self._frozen if not p.requires_grad]
@@ -179,7 +275,7 @@ class WatchedParameters:
             "step reads them). Open the watch after unfreezing, or close this one and open a new one "
             f"({advice('watch')}) to watch them",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=_user_stacklevel(),
         )
 
     def check_structure(self) -> None:
@@ -216,18 +312,20 @@ class WatchedParameters:
                 f"added or replaced after the watch opened and {'is' if one else 'are'} not watched; "
                 f"close this watch and open a new one ({advice('watch')}) to watch "
                 f"{'it' if one else 'them'}",
-                stacklevel=4,
+                stacklevel=_user_stacklevel(),
             )
 
-    def follow_replaced(self) -> None:
+    def follow_replaced(self) -> list[int]:
         """Point a column whose parameter was replaced on its module at the new one, and move its
-        step-start hook there. FSDP2 swaps its sharded and unsharded parameters itself: left alone
-        (its unsharded parameters' hooks start the steps, :mod:`hookviz.watching.gather`)."""
+        step-start hook there; returns the columns moved. FSDP2 swaps its sharded and unsharded
+        parameters itself: left alone (its unsharded parameters' hooks start the steps,
+        :mod:`hookviz.watching.gather`)."""
         if self.sharded:
-            return
+            return []
         held = [owner._parameters.get(attribute) for owner, attribute in self.owners]
-        if all(map(operator.is_, held, self.parameters)):  # every backward: none replaced
-            return
+        if all(map(operator.is_, held, self.parameters)):  # none replaced
+            return []
+        moved = []
         with self._lock:  # two threads' backwards may both find it: one moves it, under the lock
             for column, (owner, attribute) in enumerate(self.owners):
                 current = owner._parameters.get(attribute)
@@ -238,6 +336,9 @@ class WatchedParameters:
                     self.column_of[id(current)] = column
                     hook = self._start_hook(column) if current.requires_grad else None
                     self._handles.move_start(old, current if hook else None, hook)
+                    moved.append(column)
+            self.empty = not all(map(torch.Tensor.numel, self.parameters))
+        return moved
 
 
 def owner_of(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:

@@ -36,8 +36,9 @@ kept step and from then on records every other one. A step with NaN/Inf, an expl
 skipped by the ``GradScaler`` is always kept.
 
 Limits: ``torch.autograd.grad`` changes no ``.grad``: not a step (unless ``outputs=True``). A
-replaced parameter is followed to its new tensor (:mod:`hookviz.watching.structure`); one added or
-unfrozen after the watch opened is not watched, and a warning names it. Parameter names are listed
+replaced parameter is followed to its new tensor (:mod:`hookviz.watching.structure`, which also
+says when the model is looked at: no hook runs at the model's forward); one added or unfrozen
+after the watch opened is not watched, and a warning names it. Parameter names are listed
 nearest the loss first in definition order reversed.
 """
 
@@ -180,9 +181,6 @@ class Watch:
                     self, optimizers, scaler, self.handles, self.columns.column_of
                 )
                 self.scaler = self.optimizer_steps.scaler
-            self.handles.add(
-                model.register_forward_hook(partial(watch_hooks.on_model_forward, weakref.ref(self)))
-            )
             self.columns.hooked_modules = [module for _, module in modules]
             for offset, (_, module) in enumerate(modules):
                 self.handles.add(
