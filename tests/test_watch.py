@@ -553,21 +553,31 @@ def test_a_parameter_replaced_without_a_registration_is_read_from_its_first_step
     assert w.history.norm[1, column].item() == expected and w.history.norm[2, column].item() == expected
 
 
-def test_the_registration_hooks_a_watch_counts_with_are_removed_when_the_last_watch_closes():
+def test_the_registration_hooks_a_watch_counts_with_go_when_its_watches_close_or_are_collected():
+    import gc
+
     from torch.nn.modules import module as torch_module
 
-    before = (
-        dict(torch_module._global_parameter_registration_hooks),
-        dict(torch_module._global_module_registration_hooks),
-    )
+    from hookviz.watching.structure import REGISTRATIONS
+
+    def hooks():
+        return (
+            dict(torch_module._global_parameter_registration_hooks),
+            dict(torch_module._global_module_registration_hooks),
+        )
+
+    before = hooks()
     first, second = small_mlp(), small_mlp()
     with watch(first), watch(second):
-        assert len(torch_module._global_parameter_registration_hooks) == len(before[0]) + 1
-    after = (
-        dict(torch_module._global_parameter_registration_hooks),
-        dict(torch_module._global_module_registration_hooks),
-    )
-    assert after == before
+        counted = REGISTRATIONS.count
+        first[0].extra = nn.Parameter(torch.ones(1))
+        first.add_module("more", nn.Identity())
+        assert REGISTRATIONS.count == counted + 2  # both registrations counted while watches are open
+    assert hooks() == before
+    dropped = watch(small_mlp())  # never closed: collected
+    del dropped
+    gc.collect()
+    assert hooks() == before
 
 
 def test_a_module_replaced_mid_training_has_its_new_parameters_followed():

@@ -459,8 +459,8 @@ _DTYPE_LAYOUT_CPU = attrgetter("dtype", "layout", "is_cpu")
 _IS_ZERO_TENSOR = methodcaller("_is_zerotensor")  # a ZeroTensor holds no memory to read
 
 
-def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Tensor | None:
-    """float64 CPU ``[k]``: the 2-norm :func:`norm_column` gives each tensor, bit for bit, when every
+def norm_values_in_range(tensors: Sequence[torch.Tensor], highest: float) -> list[float] | None:
+    """As Python floats: the 2-norm :func:`norm_column` gives each tensor, bit for bit, when every
     tensor is a dense, real, floating CPU tensor of one dtype (no ZeroTensor, no negative view) and
     every norm is in ``(0, highest]``. None otherwise (a NaN or Inf, a norm of 0 or above
     ``highest``, a tensor needing preparation): the caller takes the general path
@@ -479,7 +479,7 @@ def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Ten
         return None
     if torch.is_grad_enabled():  # a backward with create_graph=True: read without recording
         with torch.no_grad():
-            return norms_in_range(tensors, highest)
+            return norm_values_in_range(tensors, highest)
     dtype = tensors[0].dtype
     accumulate = _PLAIN_ACCUMULATE.get(dtype)
     if accumulate is None:
@@ -492,16 +492,15 @@ def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Ten
     ):
         return None
     # the same call as _norms on CPU: the same bits (float32 and float64 values are exact in a
-    # Python float, so the float64 tensor made from them holds what .double() would)
+    # Python float); read as floats, not made into another tensor here (a torch call more per step)
     norms = torch.stack(torch._foreach_norm(tensors, dtype=accumulate)).tolist()
-    found = torch.tensor(norms, dtype=torch.float64)
     floor = _FLOAT64_FLOOR if dtype == torch.float64 else _FLOAT32_FLOOR
     # The usual step in C loops: a NaN makes the sum NaN and an Inf makes it Inf (norms are never
     # negative), and a norm above its tensor's floor (floor * sqrt(numel)) proves itself accurate.
     if sum(norms) < math.inf and max(norms) <= highest and 0.0 < min(norms):
         floors = map(mul, repeat(floor), map(math.sqrt, map(torch.Tensor.numel, tensors)))
         if all(map(le, floors, norms)):
-            return found
+            return norms
     sqrt, inf = math.sqrt, math.inf
     redo = []
     for index, (norm, tensor) in enumerate(zip(norms, tensors)):
@@ -511,10 +510,23 @@ def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Ten
         if norm < floor * sqrt(tensor.numel()):  # tiny (a vanishing gradient): as _norms sums it
             redo.append(index)
     if redo:
+        found = torch.tensor(norms, dtype=torch.float64)
         _sum_again(found, tensors, redo, dtype)
-        if not all(0.0 < found[i].item() <= highest for i in redo):
+        norms = found.tolist()
+        if not all(0.0 < norms[i] <= highest for i in redo):
             return None
-    return found
+    return norms
+
+
+def norms_in_range(tensors: Sequence[torch.Tensor], highest: float) -> torch.Tensor | None:
+    """float64 CPU ``[k]``: :func:`norm_values_in_range` as a tensor (None where it gives None).
+
+    Args:
+        tensors: the tensors (a backward's ``.grad``), at least one.
+        highest: the largest norm accepted (a watch's ``exploding_norm`` alarm).
+    """
+    values = norm_values_in_range(tensors, highest)
+    return None if values is None else torch.tensor(values, dtype=torch.float64)
 
 
 def norm_column(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -81,7 +81,9 @@ class KeptSteps:
         self.capacity, self.width, self.every, self.stats_every = capacity, width, every, stats_every
         self.count = 0
         self.version = 0
-        self._rows = torch.full((capacity, width, len(STATISTICS)), math.nan, dtype=torch.float64)
+        # each kept step's [width, 4] row, as keep() was given it (taken, not copied: a copy is a
+        # torch call more per step); stacked only when read
+        self._rows: list[torch.Tensor] = []
         self._ratios = torch.full((capacity, width), math.nan, dtype=torch.float64)
         self._pre_clip = torch.full((capacity, width), math.nan, dtype=torch.float64)
         self._ratio_read = torch.zeros((capacity, width), dtype=torch.bool)
@@ -157,8 +159,9 @@ class KeptSteps:
         """Keep step ``plan.step`` with its ``[width, 4]`` ``row`` when it is recorded, an alarm or
         skipped; thin first when full. ``arrived``: columns in the order their gradients arrived
         (the first ``parameters`` columns not listed are placed after them, nearest the loss first).
-        ``pre_clip``: float64 ``[width]`` norms as the backward left the gradients. Returns whether
-        it was kept."""
+        ``pre_clip``: float64 ``[width]`` norms as the backward left the gradients. A kept ``row`` is
+        taken as it is (not copied): the caller does not change it afterwards. Returns whether it
+        was kept."""
         alarm = alarm or info.skipped
         if not (plan.recorded or alarm):
             return False
@@ -172,14 +175,14 @@ class KeptSteps:
             at = bisect.bisect(self._steps, plan.step)
             count = len(self._steps)
             if at < count:
-                for table in (self._rows, self._ratios, self._pre_clip, self._ratio_read):
+                for table in (self._ratios, self._pre_clip, self._ratio_read):
                     table[at + 1 : count + 1] = table[at:count].clone()
                 self._ratios[at] = math.nan
                 self._ratio_read[at] = False
                 self._pre_clip[at] = math.nan
             # past the kept steps every table is NaN / False (made so, and _thin refills it): a step
             # added last, the usual one, has its ratios and pre-clip norms NaN and no ratio read already
-            self._rows[at] = row
+            self._rows.insert(at, row)
             if pre_clip is not None:
                 self._pre_clip[at] = pre_clip
             self._steps.insert(at, plan.step)
@@ -219,7 +222,8 @@ class KeptSteps:
             if not drop:  # each step is the first of its stream: every other one goes
                 drop = set(keep[1::2])
             keep = [i for i in keep if i not in drop]
-        for table in (self._rows, self._ratios, self._pre_clip):
+        self._rows = [self._rows[i] for i in keep]
+        for table in (self._ratios, self._pre_clip):
             table[: len(keep)] = table[keep].clone()
             table[len(keep) :] = math.nan
         self._ratio_read[: len(keep)] = self._ratio_read[keep].clone()
@@ -227,6 +231,12 @@ class KeptSteps:
         self._steps = [self._steps[i] for i in keep]
         self._info = [self._info[i] for i in keep]
         self._where = [self._where[i] for i in keep]
+
+    def _stacked_rows(self) -> torch.Tensor:
+        """The kept rows as one float64 ``[k, width, 4]`` tensor (a new one; callers hold the lock)."""
+        if not self._rows:
+            return torch.empty((0, self.width, len(STATISTICS)), dtype=torch.float64)
+        return torch.stack(self._rows)
 
     def set_ratios(self, step: int, columns: list[int], ratios: list[float]) -> None:
         """The update-to-weight ratios of kept step ``step`` (from the optimizer's post-hook)."""
@@ -269,7 +279,7 @@ class KeptSteps:
             if not self._steps:
                 return None
             if step is None:
-                return self._steps[-1], self._rows[len(self._steps) - 1].clone()
+                return self._steps[-1], self._rows[-1].clone()
             if step in self._steps:
                 return step, self._rows[self._steps.index(step)].clone()
         return None
@@ -304,7 +314,7 @@ class KeptSteps:
             count = len(self._steps)
             return (
                 list(self._steps),
-                self._rows[:count].clone(),
+                self._stacked_rows(),
                 self._ratios[:count].clone(),
                 self._pre_clip[:count].clone(),
                 list(self._info),
@@ -351,9 +361,9 @@ class KeptSteps:
             index = self._steps.index(step)
             ratios = self._ratios[index].tolist()
             if unmeasured:
-                kept = [i for i, s in enumerate(self._steps) if s <= step]
+                kept = torch.stack([self._rows[i] for i, s in enumerate(self._steps) if s <= step])
                 for column in unmeasured:
-                    earlier = self._rows[kept, column, ZEROS]
+                    earlier = kept[:, column, ZEROS]
                     measured = earlier[~earlier.isnan()]
                     if measured.numel():
                         values[column][ZEROS] = measured[-1].item()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+from array import array
 
 import torch
 
@@ -29,7 +30,7 @@ from hookviz.stats.reduce import (
     combine,
     measure,
     norm_column,
-    norms_in_range,
+    norm_values_in_range,
     summary_of,
 )
 from hookviz.watching.history import STATISTICS
@@ -46,8 +47,8 @@ class StepReducer:
         self._pending_cpu = True  # whether every pending gradient is on the CPU
         self._last: tuple[list[int], torch.Tensor] | None = None
         # reduced batches: (column lists, element counts, their [k, 4] summary on CPU, else Measured,
-        # or add_all's [k] norms of a norms-only read)
-        self._done: list[tuple[list[list[int]], list[int], torch.Tensor | Measured]] = []
+        # or add_all's k norms (floats) of a norms-only read)
+        self._done: list[tuple[list[list[int]], list[int], torch.Tensor | Measured | list[float]]] = []
         # the columns of add_all's lines in order, while only add_all gave lines; else None
         self._distinct: list[int] | None = []
 
@@ -80,21 +81,21 @@ class StepReducer:
         """Take one gradient for each of ``columns`` (distinct columns, distinct non-empty
         gradients: a backward's parameter ``.grad`` tensors), reduced together at :meth:`finish`.
 
-        ``full=False`` reads only their norms (:func:`hookviz.stats.reduce.norms_in_range`, else
+        ``full=False`` reads only their norms (:func:`hookviz.stats.reduce.norm_values_in_range`, else
         :func:`hookviz.stats.reduce.norm_column`): their rows get ``max_abs`` and ``zero_fraction``
         NaN (not measured) and ``nonfinite`` 0 (a finite norm proves there is no NaN or Inf),
         unless a norm is not finite, above ``alarm`` or exactly 0 (NaN/Inf, an explosion, a dead
         gradient): then every statistic is read, now. Returns whether every statistic was read."""
         self._flush()
-        numels = [g.numel() for g in grads]
+        numels = list(map(torch.Tensor.numel, grads))
         if not full:
             # the usual step (plain CPU gradients, every norm in range) is read by one call
-            norms = norms_in_range(grads, alarm)
+            norms = norm_values_in_range(grads, alarm)
             if norms is None:
-                norms = norm_column(grads)
-                if not bool(((norms > 0) & (norms <= alarm)).all()):  # NaN compares false: an alarm
+                norms = norm_column(grads).tolist()
+                if not all(0.0 < n <= alarm for n in norms):  # NaN compares false: an alarm
                     norms = None
-            if norms is not None:  # kept as the [k] norms: finish() writes them into the row
+            if norms is not None:  # kept as the k norms (floats): finish() writes them into the row
                 self._done.append(([[c] for c in columns], numels, norms))
                 self._note_distinct(columns)
                 return False
@@ -126,10 +127,12 @@ class StepReducer:
         usual = distinct is not None and len(done) == 1 and _norms_only(done[0][2])
         first = usual and distinct == list(range(len(distinct)))  # parameters 0 .. k-1, in order
         if first:
-            # one stack (an op the norms' read ran already): the first new kinds of small ops after
-            # a backward run with cold caches, several times slower than warm
+            # one stack (an op the norms' read ran already), the norms wrapped, not converted: the
+            # first new kinds of small ops after a backward run with cold caches, several times
+            # slower than warm
+            norms = torch.frombuffer(array("d", done[0][2]), dtype=torch.float64)
             nan, zero = _constant_columns(len(distinct))
-            lines = torch.stack((done[0][2], nan, zero, nan), 1)
+            lines = torch.stack((norms, nan, zero, nan), 1)
             if len(distinct) == width:  # every column
                 return lines
         row = torch.full((width, len(STATISTICS)), math.nan, dtype=torch.float64)
@@ -139,7 +142,8 @@ class StepReducer:
             row[: len(distinct)] = lines
             return row
         if usual:  # norms only, in another order
-            row[distinct, COLUMN["norm"]], row[distinct, COLUMN["nonfinite"]] = done[0][2], 0.0
+            norms = torch.tensor(done[0][2], dtype=torch.float64)
+            row[distinct, COLUMN["norm"]], row[distinct, COLUMN["nonfinite"]] = norms, 0.0
             return row
         summaries = [_summary(s) for _, _, s in done]
         summary = summaries[0] if len(summaries) == 1 else torch.cat(summaries)
@@ -181,20 +185,21 @@ def _constant_columns(count: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _norms_only(summary) -> bool:
-    """Whether a reduced batch is add_all's ``[k]`` norms (a norms-only read), not a summary."""
-    return isinstance(summary, torch.Tensor) and summary.dim() == 1
+    """Whether a reduced batch is add_all's norms (a norms-only read: a list of floats), not a summary."""
+    return isinstance(summary, list)
 
 
-def _summary(summary: torch.Tensor | Measured) -> torch.Tensor:
+def _summary(summary: torch.Tensor | Measured | list[float]) -> torch.Tensor:
     """A reduced batch's ``[k, 4]`` summary: a norms-only batch gets ``max_abs`` and
     ``zero_fraction`` NaN (not measured) and ``nonfinite`` 0 (its norms are finite)."""
+    if isinstance(summary, list):
+        found = torch.full((len(summary), len(STATISTICS)), math.nan, dtype=torch.float64)
+        found[:, COLUMN["norm"]] = torch.tensor(summary, dtype=torch.float64)
+        found[:, COLUMN["nonfinite"]] = 0.0
+        return found
     if not isinstance(summary, torch.Tensor):
         return summary.summary()
-    if summary.dim() == 2:
-        return summary
-    found = torch.full((len(summary), len(STATISTICS)), math.nan, dtype=torch.float64)
-    found[:, COLUMN["norm"]], found[:, COLUMN["nonfinite"]] = summary, 0.0
-    return found
+    return summary
 
 
 def row_from_statistics(values, numel: int) -> Statistics:

@@ -47,12 +47,14 @@ class _Registrations:
     def _registered(self, module, name, value) -> None:
         self.count += 1  # returns None: the value is registered as it is
 
-    def listen(self) -> bool:
-        """Start counting (the first listener registers the hooks). False when this PyTorch has no
-        global registration hooks: the caller then looks at the whole model every backward."""
+    def listen(self):
+        """Start counting (the first listener registers the hooks); returns a handle whose
+        ``remove()`` stops this listener (the last one removes the hooks), or None when this
+        PyTorch has no global registration hooks: the caller then looks at the whole model every
+        backward."""
         hooks = torch.nn.modules.module
         if not hasattr(hooks, "register_module_parameter_registration_hook"):
-            return False
+            return None
         with self._lock:
             if not self._listeners:
                 self._handles = [
@@ -60,7 +62,7 @@ class _Registrations:
                     hooks.register_module_module_registration_hook(self._registered),
                 ]
             self._listeners += 1
-        return True
+        return _Listener(self)
 
     def stop(self) -> None:
         """One listener stopped; the last one removes the hooks."""
@@ -70,6 +72,18 @@ class _Registrations:
                 for handle in self._handles:
                     handle.remove()
                 self._handles = []
+
+
+class _Listener:
+    """One listener of :class:`_Registrations`; ``remove()`` (idempotent) stops it."""
+
+    def __init__(self, registrations: _Registrations) -> None:
+        self._registrations: _Registrations | None = registrations
+
+    def remove(self) -> None:
+        registrations, self._registrations = self._registrations, None
+        if registrations is not None:
+            registrations.stop()
 
 
 REGISTRATIONS = _Registrations()
@@ -210,8 +224,12 @@ class WatchedParameters:
         self._structure = structure_of(model)  # to notice parameters and modules added or replaced
         self._warned: set[str] = set()  # names already named in a warning
         self._lock, self._handles, self._start_hook = lock, handles, start_hook
-        # registrations counted when the model was last looked at (None: not counted, look always)
-        self._looked_at: int | None = REGISTRATIONS.count if REGISTRATIONS.listen() else None
+        # registrations counted when the model was last looked at (None: not counted, look always);
+        # the listener is one of the watch's handles: removed at close, or when the watch is collected
+        listener = REGISTRATIONS.listen()
+        self._looked_at: int | None = None if listener is None else REGISTRATIONS.count
+        if listener is not None:
+            handles.add(listener)
         self._since_look = 0  # backwards since the model was last looked at
 
     def add_start_hooks(self) -> None:
@@ -239,9 +257,6 @@ class WatchedParameters:
         """The watch closed: let go of the model and its parameters (callers hold the lock)."""
         self.model, self.parameters, self.owners, self._structure = None, [], [], ([], [], [])
         self.hooked_modules, self._trainable, self.grads_at_open, self._frozen = [], [], [], []
-        if self._looked_at is not None:
-            self._looked_at = None
-            REGISTRATIONS.stop()
 
     def check_at_backward(self) -> None:
         """At the first hook of a backward, before any ``.grad`` changed (outside the watch's lock):
