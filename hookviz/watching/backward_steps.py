@@ -132,12 +132,11 @@ def _new_backward(watch, task: int, own: bool) -> Backward:
 
 
 def check_compiled_autograd() -> None:
-    """Refuse compiled autograd, at the model's forward and at a backward's first hook: it traces
-    the watch's hooks into a graph, where the watch cannot queue its end-of-backward callback
-    (PyTorch's own AssertionError from ``queue_callback``). A backward whose compiled autograd was
-    enabled only around ``backward()`` runs the hooks while Dynamo traces its graph, with
-    ``compiled_autograd_enabled`` off and ``in_compiled_autograd_region`` on: refused there, before
-    the callback is queued and before any ``.grad`` is written, so the next eager backward is a step.
+    """Refuse compiled autograd, at a backward's first hook: it traces the watch's hooks into a
+    graph, where the watch cannot queue its end-of-backward callback (PyTorch's own AssertionError
+    from ``queue_callback``). Enabled before the forward or only around ``backward()``, Dynamo
+    traces the hooks (with ``in_compiled_autograd_region`` on): refused there, before the callback
+    is queued and before any ``.grad`` is written, so the next eager backward is a step.
     (With ``fullgraph=True`` Dynamo stops first, at the graph task id hookviz reads.)
 
     Raises:

@@ -142,8 +142,7 @@ class StepReducer:
             row[: len(distinct)] = lines
             return row
         if usual:  # norms only, in another order
-            norms = torch.tensor(done[0][2], dtype=torch.float64)
-            row[distinct, COLUMN["norm"]], row[distinct, COLUMN["nonfinite"]] = norms, 0.0
+            row[distinct] = _summary(done[0][2])
             return row
         summaries = [_summary(s) for _, _, s in done]
         summary = summaries[0] if len(summaries) == 1 else torch.cat(summaries)

@@ -214,7 +214,7 @@ class WatchedParameters:
         self.parameters = [p for _, p in trainable] if parameters else []
         self.owners = [owner_of(model, n) for n in self.names]
         self.column_of = {id(p): c for c, p in enumerate(self.parameters)}
-        self.empty = not all(map(torch.Tensor.numel, self.parameters))
+        self._note_empty()
         # weakly: the watch keeps no gradient alive (only to tell which .grad changed while open)
         self.grads_at_open = [grad_and_version(p) for _, p in trainable]
         self.hooked_modules: list[torch.nn.Module] = []
@@ -243,6 +243,11 @@ class WatchedParameters:
         """Each column's parameter's element count."""
         return [p.numel() for p in self.parameters]
 
+    def _note_empty(self) -> None:
+        """Note whether a column's parameter has no elements (:attr:`empty`), when the columns may
+        have changed: the hooks read it every backward."""
+        self.empty = 0 in self.numels()
+
     def changed_since_open(self) -> list[str]:
         """The names of the trainable parameters whose ``.grad`` changed since the watch opened."""
         trainable = ((n, p) for n, p in self.model.named_parameters() if p.requires_grad)
@@ -270,15 +275,14 @@ class WatchedParameters:
             self._since_look = 0
             self.check_structure()
             self.follow_replaced()
-            self.empty = not all(map(torch.Tensor.numel, self.parameters))
+            self._note_empty()
         else:
             self._since_look += 1
-        if self._frozen:
-            self.check_unfrozen()
+        self.check_unfrozen()
 
     def check_unfrozen(self) -> None:
-        """At each forward: warn once, naming them, about parameters frozen when the watch opened
-        that now require grad (gradual unfreezing): the watch has no column for them."""
+        """At each backward's first hook: warn once, naming them, about parameters frozen when the
+        watch opened that now require grad (gradual unfreezing): the watch has no column for them."""
         if not self._frozen or not any(map(_requires_grad, (p for _, p in self._frozen))):
             return
         thawed = [n for n, p in self._frozen if p.requires_grad]
@@ -294,11 +298,11 @@ class WatchedParameters:
         )
 
     def check_structure(self) -> None:
-        """At each forward of the model: when a module gained or lost a parameter or a submodule
-        since the watch opened (or the last check), follow the columns' parameters to their
-        modules now and warn, naming what this watch cannot see."""
+        """When a module gained or lost a parameter or a submodule since the watch opened (or the
+        last check), follow the columns' parameters to their modules now and warn, naming what this
+        watch cannot see (:meth:`check_at_backward` says when it runs)."""
         modules, counts, children = self._structure
-        # every forward: two list comparisons, their elements compared in C (a dict by its items)
+        # two list comparisons, their elements compared in C (a dict by its items)
         if [len(m._parameters) for m in modules] == counts and [m._modules for m in modules] == children:
             return
         model = self.model
@@ -352,7 +356,7 @@ class WatchedParameters:
                     hook = self._start_hook(column) if current.requires_grad else None
                     self._handles.move_start(old, current if hook else None, hook)
                     moved.append(column)
-            self.empty = not all(map(torch.Tensor.numel, self.parameters))
+            self._note_empty()
         return moved
 
 
