@@ -244,7 +244,7 @@ class WatchedParameters:
         return [p.numel() for p in self.parameters]
 
     def _note_empty(self) -> None:
-        """Note whether a column's parameter has no elements (:attr:`empty`), when the columns may
+        """Note whether a column's parameter has no elements (``empty``), when the columns may
         have changed: the hooks read it every backward."""
         self.empty = 0 in self.numels()
 
