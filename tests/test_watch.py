@@ -460,6 +460,52 @@ def test_step_reducer_matches_direct_statistics_across_dtypes():
     assert reducer(steps[1], 3)[0, 3].item() == (steps[1][0][1] == 0).double().mean().item()
 
 
+def test_the_usual_step_s_row_kept_unmade_reads_as_the_made_row():
+    """A norms-only step of parameters 0 .. k-1 is kept as a NormsRow (no torch call on the step's
+    path): made when read, it equals the row finish() makes from the same gradients, bit for bit,
+    with and without columns that got no gradient; every other step is a tensor at once."""
+    from hookviz.watching.history import StepInfo
+    from hookviz.watching.kept_steps import KeptSteps
+    from hookviz.watching.reduce import EXPLODING, NormsRow, StepReducer
+
+    torch.manual_seed(0)
+    grads = [torch.randn(16, 8), torch.randn(8), torch.randn(3, 3)]
+    compared = 0
+    for width in (3, 5):
+        lazy, made = StepReducer(), StepReducer()
+        assert lazy.add_all([0, 1, 2], grads, False, EXPLODING) is False
+        made.add_all([0, 1, 2], grads, False, EXPLODING)
+        row = lazy.finish_lazily(width)
+        assert isinstance(row, NormsRow)
+        assert row.norms == pytest.approx([g.norm().item() for g in grads], rel=1e-6)
+        expected = made.finish(width)
+        assert torch.equal(row.tensor().isnan(), expected.isnan())
+        assert torch.equal(row.tensor().nan_to_num(), expected.nan_to_num())
+        # as written out: (norm, max_abs not measured, no NaN/Inf, zero fraction not measured)
+        by_hand = torch.full((width, 4), math.nan, dtype=torch.float64)
+        by_hand[:3, 0] = torch.tensor([torch.linalg.vector_norm(g).item() for g in grads])
+        by_hand[:3, 2] = 0.0
+        assert torch.equal(expected.isnan(), by_hand.isnan())
+        assert torch.allclose(expected.nan_to_num(), by_hand.nan_to_num(), rtol=1e-6)
+        kept = KeptSteps(capacity=4, width=width)
+        kept.keep(kept.plan("a"), row, StepInfo())
+        step, read = kept.row(None)
+        assert step == 0 and torch.equal(read.nan_to_num(), expected.nan_to_num())
+        assert torch.equal(kept.snapshot()[1][0].isnan(), expected.isnan())
+        compared += 1
+    assert compared == 2
+    # full statistics, a column out of order, or a NaN: a tensor
+    full = StepReducer()
+    full.add_all([0, 1, 2], grads, True)
+    assert isinstance(full.finish_lazily(3), torch.Tensor)
+    swapped = StepReducer()
+    swapped.add_all([1, 0], grads[:2], False, EXPLODING)
+    assert isinstance(swapped.finish_lazily(3), torch.Tensor)
+    nan = StepReducer()
+    nan.add_all([0], [torch.tensor([1.0, math.nan])], False, EXPLODING)
+    assert isinstance(nan.finish_lazily(1), torch.Tensor)
+
+
 # ---------------------------------------------------------------------------- one step per backward
 
 

@@ -23,7 +23,7 @@ from hookviz.record import torch_compat
 from hookviz.record.own_pass import in_own_pass
 from hookviz.stats.reduce import Measured, summary_of
 from hookviz.watching.history import StepInfo
-from hookviz.watching.reduce import EXPLODING, StepReducer, finite_max_abs, is_alarm
+from hookviz.watching.reduce import EXPLODING, NormsRow, StepReducer, finite_max_abs, is_alarm
 
 # Backwards whose end has not come yet, at most: one that raised never ends, and is dropped when
 # this many newer ones have begun.
@@ -31,6 +31,7 @@ PENDING_BACKWARDS = 32
 _first = itemgetter(0)
 _grad = attrgetter("grad")
 _REENTRANT_BACKWARD = torch.utils.checkpoint.CheckpointFunction.backward.__code__
+_REENTRANT_DEPTH = 16  # frames looked at below begin() for a reentrant checkpoint's backward
 
 
 class Backward:
@@ -165,7 +166,11 @@ def check_reentrant() -> None:
         WatchError: the backward was started by a reentrant checkpoint's backward.
     """
     frame = sys._getframe(2)
-    while frame is not None:
+    # the checkpoint's backward calls torch.autograd.backward, whose engine calls the hook: a few
+    # frames below begin(), never the user's whole stack
+    for _ in range(_REENTRANT_DEPTH):
+        if frame is None:
+            return
         if frame.f_code is _REENTRANT_BACKWARD:
             raise WatchError(
                 "hookviz.watch: a backward ran inside another backward (torch.utils.checkpoint with "
@@ -255,14 +260,17 @@ def _changed(watch, state: Backward) -> tuple[list[int], list[torch.Tensor], boo
     return columns, grads, fresh
 
 
-def _row_of(watch, state: Backward, changed: tuple, full: bool) -> tuple[torch.Tensor, bool]:
+def _row_of(watch, state: Backward, changed: tuple, full: bool) -> tuple[torch.Tensor | NormsRow, bool]:
     """``(row, alarm)``: the ``[names, 4]`` row of one ended backward (every ``.grad`` it
-    accumulated into and the module-output gradients its hooks handed over, reduced together), and
-    whether a gradient holds NaN/Inf or a norm is above ``exploding_norm``."""
+    accumulated into and the module-output gradients its hooks handed over, reduced together; the
+    usual step's as a :class:`~hookviz.watching.reduce.NormsRow`), and whether a gradient holds
+    NaN/Inf or a norm is above ``exploding_norm``."""
     columns, grads, _ = changed
     if grads and watch.ranks is None:
         state.read_all = state.reducer.add_all(columns, grads, full, EXPLODING)
-    row = state.reducer.finish(len(watch.names))
+    row = state.reducer.finish_lazily(len(watch.names))
+    if isinstance(row, NormsRow):  # the usual step: norms only, each finite and in range
+        return row, False
     if state.local:  # DDP / FSDP2: parameters measured in their hooks, before the all-reduce
         for column, values in measure_rows(state.local).items():
             row[column] = torch.tensor(values, dtype=torch.float64)

@@ -65,31 +65,41 @@ def _on_output_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> 
     _on_output_grads(reference, column, 0, (grad,))
 
 
-def _on_parameter_grad(reference: weakref.ref, column: int, grad: torch.Tensor) -> None:
-    """``Tensor.register_hook`` on a watched parameter: runs in every backward that reaches it, before
-    ``AccumulateGrad`` adds ``grad`` to ``.grad``, so the first of a backward starts its step before
-    any parameter's ``.grad`` changed (a parameter the loss uses directly included). Notes the
-    ``.grad`` the parameter holds now; returns None (the gradient is unchanged)."""
-    self = reference()
-    if self is None:
-        return
-    # runs once per parameter per backward: begin()'s lookup inlined, begin() for the first only
-    state = self.backwards.pending.get(_graph_task_id()) or begin(self)
-    if state is None or state.own:
-        return
-    state.reached = True
-    if column >= 0:
-        held = self.columns.parameters[column].grad
-        if held is None:
-            state.unset.append(column)
-        else:
-            state.before.append((column, held, held._version))
+def step_start_hook(reference: weakref.ref, pending: dict, parameters: list, column: int):
+    """The tensor hook of one watched parameter, ``parameters[column]`` (``parameters``: the
+    watch's columns, the list itself, followed when a parameter is replaced; ``pending``: the
+    watch's ``Backwards.pending``; ``column`` -1: a parameter that starts steps but has no column,
+    under ``parameters=False``).
 
+    ``Tensor.register_hook`` runs it in every backward that reaches the parameter, before
+    ``AccumulateGrad`` adds the gradient to ``.grad``, so the first of a backward starts its step
+    (:func:`~hookviz.watching.backward_steps.begin`) before any parameter's ``.grad`` changed (a
+    parameter the loss uses directly included). Each notes the ``.grad`` its parameter holds now.
+    The hook returns None (the gradient is unchanged)."""
+    task_id = _graph_task_id
 
-def step_start_hook(reference: weakref.ref, column: int):
-    """The tensor hook of one watched parameter (``column``; -1: a parameter that starts steps
-    but has no column, under ``parameters=False``)."""
-    return partial(_on_parameter_grad, reference, column)
+    # a closure, not a partial of a function reading the watch: it runs once per parameter per
+    # backward, so what it reads is bound here
+    def on_parameter_grad(grad: torch.Tensor) -> None:
+        state = pending.get(task_id())
+        if state is None:
+            self = reference()
+            if self is None:
+                return
+            state = begin(self)
+            if state is None:
+                return
+        if state.own:
+            return
+        state.reached = True
+        if column >= 0:
+            held = parameters[column].grad
+            if held is None:
+                state.unset.append(column)
+            else:
+                state.before.append((column, held, held._version))
+
+    return on_parameter_grad
 
 
 def _output_tensors(output) -> list[torch.Tensor]:

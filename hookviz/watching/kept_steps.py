@@ -29,14 +29,17 @@ import threading
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
+from operator import attrgetter
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
 from hookviz.stats.reduce import COLUMN
 from hookviz.watching.history import STATISTICS, History, StepInfo
+from hookviz.watching.reduce import NormsRow
 
 NORM, ZEROS = COLUMN["norm"], COLUMN["zero_fraction"]
+_VERSION = attrgetter("_version")  # a tensor's in-place write count
 
 # Distinct streams a watch tells apart; later kinds share one stream (a model whose backwards
 # reach ever-new sets of parameters must still thin).
@@ -82,8 +85,8 @@ class KeptSteps:
         self.count = 0
         self.version = 0
         # each kept step's [width, 4] row, as keep() was given it (taken, not copied: a copy is a
-        # torch call more per step); stacked only when read
-        self._rows: list[torch.Tensor] = []
+        # torch call more per step; the usual step's a NormsRow, made when read); stacked when read
+        self._rows: list[torch.Tensor | NormsRow] = []
         self._ratios = torch.full((capacity, width), math.nan, dtype=torch.float64)
         self._pre_clip = torch.full((capacity, width), math.nan, dtype=torch.float64)
         self._ratio_read = torch.zeros((capacity, width), dtype=torch.bool)
@@ -149,14 +152,15 @@ class KeptSteps:
     def keep(
         self,
         plan: Plan,
-        row: torch.Tensor,
+        row: torch.Tensor | NormsRow,
         info: StepInfo,
         alarm: bool = False,
         arrived: list[int] | None = None,
         parameters: int = 0,
         pre_clip: torch.Tensor | None = None,
     ) -> bool:
-        """Keep step ``plan.step`` with its ``[width, 4]`` ``row`` when it is recorded, an alarm or
+        """Keep step ``plan.step`` with its ``[width, 4]`` ``row`` (a tensor, or the usual step's
+        :class:`~hookviz.watching.reduce.NormsRow`) when it is recorded, an alarm or
         skipped; thin first when full. ``arrived``: columns in the order their gradients arrived
         (the first ``parameters`` columns not listed are placed after them, nearest the loss first).
         ``pre_clip``: float64 ``[width]`` norms as the backward left the gradients. A kept ``row`` is
@@ -190,11 +194,11 @@ class KeptSteps:
             self._where.insert(at, (plan.stream, plan.index, alarm))
             self.version += 1
             if len(self._order) < self.width:  # once every column has a place, none moves
-                order = list(arrived or []) + [
-                    c for c in reversed(range(parameters)) if not math.isnan(row[c, NORM])
-                ]
+                order = list(arrived or []) + list(reversed(_measured(row, parameters)))
                 for position, column in enumerate(order):
                     self._order.setdefault(column, position)
+            if self._listeners:
+                row = self._row_at(at)
         if self._listeners:
             self.tell(plan.step, row)
         return True
@@ -232,11 +236,19 @@ class KeptSteps:
         self._info = [self._info[i] for i in keep]
         self._where = [self._where[i] for i in keep]
 
+    def _row_at(self, index: int) -> torch.Tensor:
+        """Kept row ``index`` as a tensor, made now if kept as a :class:`NormsRow` (callers hold
+        the lock; not to be changed: it is the kept row)."""
+        row = self._rows[index]
+        if isinstance(row, NormsRow):
+            row = self._rows[index] = row.tensor()
+        return row
+
     def _stacked_rows(self) -> torch.Tensor:
         """The kept rows as one float64 ``[k, width, 4]`` tensor (a new one; callers hold the lock)."""
         if not self._rows:
             return torch.empty((0, self.width, len(STATISTICS)), dtype=torch.float64)
-        return torch.stack(self._rows)
+        return torch.stack([self._row_at(i) for i in range(len(self._rows))])
 
     def set_ratios(self, step: int, columns: list[int], ratios: list[float]) -> None:
         """The update-to-weight ratios of kept step ``step`` (from the optimizer's post-hook)."""
@@ -279,9 +291,9 @@ class KeptSteps:
             if not self._steps:
                 return None
             if step is None:
-                return self._steps[-1], self._rows[-1].clone()
+                return self._steps[-1], self._row_at(-1).clone()
             if step in self._steps:
-                return step, self._rows[self._steps.index(step)].clone()
+                return step, self._row_at(self._steps.index(step)).clone()
         return None
 
     def info(self, step: int) -> StepInfo:
@@ -361,7 +373,7 @@ class KeptSteps:
             index = self._steps.index(step)
             ratios = self._ratios[index].tolist()
             if unmeasured:
-                kept = torch.stack([self._rows[i] for i, s in enumerate(self._steps) if s <= step])
+                kept = torch.stack([self._row_at(i) for i, s in enumerate(self._steps) if s <= step])
                 for column in unmeasured:
                     earlier = kept[:, column, ZEROS]
                     measured = earlier[~earlier.isnan()]
@@ -389,7 +401,7 @@ class Streams:
 
     def note_left(self, columns: list[int], grads: list[torch.Tensor]) -> None:
         """A backward ended: each of ``columns``'s ``.grad`` is now ``grads``'s tensor."""
-        self.left.update(zip(columns, ((id(g), g._version) for g in grads)))
+        self.left.update(zip(columns, zip(map(id, grads), map(_VERSION, grads))))
 
     def of_backward(self, columns: list[int], fresh: bool) -> tuple:
         """The stream key of a backward that changed ``columns``' ``.grad``; ``fresh``: one of them
@@ -401,3 +413,10 @@ class Streams:
             self._position += 1
         position = self._position if self._position < self._length else 0
         return (tuple(columns), position)
+
+
+def _measured(row: torch.Tensor | NormsRow, parameters: int) -> list[int]:
+    """The columns among the first ``parameters`` whose norm ``row`` holds (not NaN), in order."""
+    if isinstance(row, NormsRow):
+        return list(row.measured()[:parameters])
+    return (~row[:parameters, NORM].isnan()).nonzero().flatten().tolist()

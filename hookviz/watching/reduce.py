@@ -119,27 +119,40 @@ class StepReducer:
         self._distinct = None
         self._pending, self._pending_bytes, self._pending_cpu, self._last = [], 0, True, None
 
+    def _first_norms(self) -> list[float] | None:
+        """The usual step's norms: when all that was added is one norms-only ``add_all`` of
+        parameters ``0 .. k-1`` in order, its ``k`` norms; else None."""
+        done, distinct = self._done, self._distinct
+        if (
+            not self._pending
+            and distinct is not None
+            and len(done) == 1
+            and _norms_only(done[0][2])
+            and distinct == list(range(len(distinct)))
+        ):
+            return done[0][2]
+        return None
+
+    def finish_lazily(self, width: int) -> torch.Tensor | NormsRow:
+        """:meth:`finish`, but the usual step's row (one norms-only :meth:`add_all` of parameters
+        ``0 .. k-1`` in order) as a :class:`NormsRow`, made into a tensor only when read."""
+        norms = self._first_norms()
+        if norms is None:
+            return self.finish(width)
+        self._done, self._distinct = [], []
+        return NormsRow(norms, width)
+
     def finish(self, width: int) -> torch.Tensor:
         """The ``[width, 4]`` float64 row of everything added; the reducer is empty afterwards."""
         self._flush()
+        norms = self._first_norms()
         done, self._done = self._done, []
         distinct, self._distinct = self._distinct, []
+        if norms is not None:
+            return NormsRow(norms, width).tensor()
         usual = distinct is not None and len(done) == 1 and _norms_only(done[0][2])
-        first = usual and distinct == list(range(len(distinct)))  # parameters 0 .. k-1, in order
-        if first:
-            # one stack (an op the norms' read ran already), the norms wrapped, not converted: the
-            # first new kinds of small ops after a backward run with cold caches, several times
-            # slower than warm
-            norms = torch.frombuffer(array("d", done[0][2]), dtype=torch.float64)
-            nan, zero = _constant_columns(len(distinct))
-            lines = torch.stack((norms, nan, zero, nan), 1)
-            if len(distinct) == width:  # every column
-                return lines
         row = torch.full((width, len(STATISTICS)), math.nan, dtype=torch.float64)
         if not done:
-            return row
-        if first:
-            row[: len(distinct)] = lines
             return row
         if usual:  # norms only, in another order
             row[distinct] = _summary(done[0][2])
@@ -174,6 +187,41 @@ class StepReducer:
             else:  # several gradients of one column: the engine's combine() merges them
                 merged = combine(row_from_statistics(values[i], numels[i]) for i in lines)
                 row[column] = torch.tensor(summary_of(merged), dtype=torch.float64)
+        return row
+
+
+class NormsRow:
+    """The usual step's ``[width, 4]`` row before it is made: the norms of columns ``0 .. k-1``
+    (Python floats, each finite and above 0), ``max_abs`` and ``zero_fraction`` not measured (NaN),
+    ``nonfinite`` 0 (a finite norm proves there is none); columns ``k ..`` got no gradient (NaN).
+    Kept as it is (a few Python objects, no torch call on the step's path) and made by
+    :meth:`tensor` when read.
+
+    Attributes:
+        norms: the ``k`` norms, in column order.
+        width: the row's column count (``k`` or more).
+    """
+
+    __slots__ = ("norms", "width")
+
+    def __init__(self, norms: list[float], width: int) -> None:
+        self.norms, self.width = norms, width
+
+    def measured(self) -> range:
+        """The columns that hold a norm."""
+        return range(len(self.norms))
+
+    def tensor(self) -> torch.Tensor:
+        """The float64 ``[width, 4]`` row."""
+        count = len(self.norms)
+        # one stack of the norms wrapped, not converted, and two constant columns
+        norms = torch.frombuffer(array("d", self.norms), dtype=torch.float64)
+        nan, zero = _constant_columns(count)
+        lines = torch.stack((norms, nan, zero, nan), 1)
+        if count == self.width:  # every column
+            return lines
+        row = torch.full((self.width, len(STATISTICS)), math.nan, dtype=torch.float64)
+        row[:count] = lines
         return row
 
 

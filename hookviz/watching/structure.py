@@ -236,7 +236,7 @@ class WatchedParameters:
         """Put the step-start tensor hook on every trainable parameter (column -1 for each under
         ``parameters=False``: it starts steps, but has no column)."""
         for column, parameter in enumerate(self._trainable):
-            hook = self._start_hook(column if self.names else -1)
+            hook = self._start_hook(self.parameters, column if self.names else -1)
             self._handles.add_start(parameter, parameter.register_hook(hook))
 
     def numels(self) -> list[int]:
@@ -353,7 +353,7 @@ class WatchedParameters:
                     self.parameters[column] = current
                     self.column_of.pop(id(old), None)
                     self.column_of[id(current)] = column
-                    hook = self._start_hook(column) if current.requires_grad else None
+                    hook = self._start_hook(self.parameters, column) if current.requires_grad else None
                     self._handles.move_start(old, current if hook else None, hook)
                     moved.append(column)
             self._note_empty()

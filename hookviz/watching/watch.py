@@ -144,11 +144,11 @@ class Watch:
         # the one owner of every hook handle this watch adds; close() removes them
         self.handles = Handles()
         # the one owner of the watched parameters' columns (followed when replaced)
-        start_hook = partial(watch_hooks.step_start_hook, weakref.ref(self))
+        self.backwards = Backwards()  # the one owner of the backwards whose end has not come yet
+        start_hook = partial(watch_hooks.step_start_hook, weakref.ref(self), self.backwards.pending)
         self.columns = WatchedParameters(
             model, trainable, parameters, self.kept.lock, self.handles, start_hook
         )
-        self.backwards = Backwards()  # the one owner of the backwards whose end has not come yet
         if scaler is not None:
             check_scaler(scaler)
         self.scaler = scaler
