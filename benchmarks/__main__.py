@@ -158,6 +158,7 @@ def measure(case: Case, repeats: int, device: str, emit, only_rows: list[str] | 
         "optimizer": row_definitions.optimizer_step(case),
         "backward": row_definitions.retained_backward(case),
         "watched": watched,
+        "floor": row_definitions.floor_step(case),
     }
     try:
         _rows(case, baselines, repeats, device, emit, only_rows)

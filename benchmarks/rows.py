@@ -35,8 +35,9 @@ class Row:
         label: what the table calls it.
         setup: ``setup(case) -> (step, close)``; ``step()`` is timed, ``close()`` runs after.
         baseline: "step" (the case's plain step), "optimizer" (a plain step of a twin with its
-            ``opt.step()``), "backward" (a plain backward on a retained graph) or "watched" (a
-            step of a twin under ``hookviz.watch``, defaults).
+            ``opt.step()``), "backward" (a plain backward on a retained graph), "watched" (a
+            step of a twin under ``hookviz.watch``, defaults) or "floor" (a plain step of a twin
+            and one ``_foreach_norm`` of its gradients: the floor row's step).
         targets: the ratio an issue asks for, by case key ("mlp", "gpt").
         block_seconds: time blocks of as many steps as the baseline takes in about this long,
             not single steps: a row whose cost comes now and then (a live update a second) is
@@ -225,13 +226,25 @@ def torchviz_make_dot(case: Case):
     return step, _nothing
 
 
-def floor_one_foreach_norm(case: Case):
-    def step() -> None:
-        case.plain_step()
-        grads = [p.grad for p in case.model.parameters() if p.grad is not None]
+def _norms_after(step: Callable[[], None], model: torch.nn.Module) -> Callable[[], None]:
+    """``step`` followed by one ``_foreach_norm`` of ``model``'s gradients, read to the host."""
+
+    def with_norms() -> None:
+        step()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
         torch.stack(torch._foreach_norm(grads)).tolist()
 
-    return step, _nothing
+    return with_norms
+
+
+def floor_one_foreach_norm(case: Case):
+    return _norms_after(case.plain_step, case.model), _nothing
+
+
+def floor_step(case: Case) -> Callable[[], None]:
+    """The floor row's step on a twin: the baseline a watch's own cost is measured above."""
+    twin, step = _twin(case)
+    return _norms_after(step, twin)
 
 
 def _norm_every_gradient(loss: torch.Tensor) -> list[torch.Tensor]:
@@ -289,6 +302,14 @@ def rows() -> list[Row]:
     default_outputs = _watch_outputs_default()
     watches = [
         Row("hookviz.watch(model), defaults", _watch_row(), targets={"mlp": 1.10, "gpt": 1.02}),
+        # the watch's own cost, paired with the floor (not the difference of two rows' medians):
+        # at most 5 % of a plain step, which is about 1.045x of the floor's (floor ~1.08x a step)
+        Row(
+            "hookviz.watch(model), defaults, over the floor (plain step + one _foreach_norm)",
+            _watch_row(),
+            baseline="floor",
+            targets={"mlp": 1.045},
+        ),
         Row(
             "hookviz.watch(model, optimizer=opt), over a step with opt.step() (MLP: SGD momentum; "
             "GPT-2: AdamW)",

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
-from operator import attrgetter, le, methodcaller, mul
+from operator import attrgetter, le, mul
 
 import torch
 
@@ -456,7 +456,6 @@ _PLAIN_ACCUMULATE = {
 
 
 _DTYPE_LAYOUT_CPU = attrgetter("dtype", "layout", "is_cpu")
-_IS_ZERO_TENSOR = methodcaller("_is_zerotensor")  # a ZeroTensor holds no memory to read
 
 
 def norm_values_in_range(tensors: Sequence[torch.Tensor], highest: float) -> list[float] | None:
@@ -484,11 +483,10 @@ def norm_values_in_range(tensors: Sequence[torch.Tensor], highest: float) -> lis
     accumulate = _PLAIN_ACCUMULATE.get(dtype)
     if accumulate is None:
         return None
-    # each check one C loop over the tensors (a Python loop touches each tensor several times)
-    if (
-        set(map(_DTYPE_LAYOUT_CPU, tensors)) != {(dtype, torch.strided, True)}
-        or any(map(torch.Tensor.is_neg, tensors))
-        or any(map(_IS_ZERO_TENSOR, tensors))
+    # each check one C loop over the tensors (a Python loop touches each tensor several times). A
+    # ZeroTensor (no memory to read) needs none: its norm is 0, which no norm read here may be
+    if set(map(_DTYPE_LAYOUT_CPU, tensors)) != {(dtype, torch.strided, True)} or any(
+        map(torch.Tensor.is_neg, tensors)
     ):
         return None
     # the same call as _norms on CPU: the same bits (float32 and float64 values are exact in a

@@ -46,9 +46,12 @@ class StepReducer:
         self._pending_bytes = 0
         self._pending_cpu = True  # whether every pending gradient is on the CPU
         self._last: tuple[list[int], torch.Tensor] | None = None
-        # reduced batches: (column lists, element counts, their [k, 4] summary on CPU, else Measured,
-        # or add_all's k norms (floats) of a norms-only read)
-        self._done: list[tuple[list[list[int]], list[int], torch.Tensor | Measured | list[float]]] = []
+        # reduced batches: (each line's columns, element counts, their [k, 4] summary on CPU, else
+        # Measured, or add_all's k norms (floats) of a norms-only read); add_all's lines have one
+        # column each, given as the flat list of them (no list per line on the step's path)
+        self._done: list[
+            tuple[list[list[int]] | list[int], list[int], torch.Tensor | Measured | list[float]]
+        ] = []
         # the columns of add_all's lines in order, while only add_all gave lines; else None
         self._distinct: list[int] | None = []
 
@@ -96,10 +99,10 @@ class StepReducer:
                 if not all(0.0 < n <= alarm for n in norms):  # NaN compares false: an alarm
                     norms = None
             if norms is not None:  # kept as the k norms (floats): finish() writes them into the row
-                self._done.append(([[c] for c in columns], numels, norms))
+                self._done.append((columns, numels, norms))
                 self._note_distinct(columns)
                 return False
-        self._done.append(([[c] for c in columns], numels, measure(grads, sums=False)))
+        self._done.append((columns, numels, measure(grads, sums=False)))
         self._note_distinct(columns)
         return True
 
@@ -168,6 +171,8 @@ class StepReducer:
         places: dict[int, list[int]] = {}  # column -> its lines of the summary
         numels: list[int] = []
         for column_lists, counts, _ in done:
+            if column_lists and not isinstance(column_lists[0], list):  # add_all's: one column a line
+                column_lists = [[c] for c in column_lists]
             for columns, numel in zip(column_lists, counts):
                 for column in columns:
                     places.setdefault(column, []).append(len(numels))
