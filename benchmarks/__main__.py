@@ -189,7 +189,13 @@ def _rows(case: Case, baselines: dict, repeats: int, device: str, emit, only_row
         try:
             if row.block_seconds:
                 step, baseline = blocks(step, baseline, row.block_seconds, device)
-            clock = time.process_time if row.cpu_time else time.perf_counter
+            clock = (
+                time.thread_time
+                if row.thread_time
+                else time.process_time
+                if row.cpu_time
+                else time.perf_counter
+            )
             pairs = paired(step, baseline, repeats, device, clock=clock)
         finally:
             close()

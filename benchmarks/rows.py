@@ -44,6 +44,9 @@ class Row:
             timed over whole periods.
         cpu_time: time by the CPU time of the process (every thread: a background writer's work
             counts) instead of wall time, which other processes' load on a shared machine moves.
+        thread_time: time by the CPU time of the calling thread alone (``time.thread_time``): the
+            thread a CPU backward's hooks and end-of-backward callbacks run on, so a watch's own
+            work, without intra-op worker threads or other processes' load.
     """
 
     label: str
@@ -52,6 +55,7 @@ class Row:
     targets: dict[str, float] = field(default_factory=dict)
     block_seconds: float | None = None
     cpu_time: bool = False
+    thread_time: bool = False
 
 
 def _nothing() -> None:
@@ -309,6 +313,13 @@ def rows() -> list[Row]:
             _watch_row(),
             baseline="floor",
             targets={"mlp": 1.045},
+        ),
+        Row(
+            "hookviz.watch(model), defaults, over the floor, CPU time of the calling thread",
+            _watch_row(),
+            baseline="floor",
+            targets={"mlp": 1.045},
+            thread_time=True,
         ),
         Row(
             "hookviz.watch(model, optimizer=opt), over a step with opt.step() (MLP: SGD momentum; "

@@ -360,7 +360,9 @@ def test_deep_mlp_space_resize_full_screen_hover_animation_and_following_a_click
         harness.click_node(page, "group:38")
         wait_settled(page, painted, kind="layout")
         frames = page.evaluate("() => document.querySelector('.hookviz-widget').hvFrames")
-        assert sum(frames) >= 3, f"{sum(frames)} animated frames of {len(frames)}"
+        # at least two painted frames mid-animation (a jump paints none): how many more a loaded
+        # machine paints in the animation's time is not the page's behaviour
+        assert sum(frames) >= 2, f"{sum(frames)} animated frames of {len(frames)}"
 
         # Zoomed out with the wheel until labels are too small to draw: they are hidden, and a
         # node's label shows when the pointer is on it.
