@@ -186,12 +186,15 @@ class WatchedParameters:
     replaced), the module and attribute that hold it, the parameters frozen at open, the model's
     structure as last seen and the names already warned about. Others ask it
     (:meth:`follow_replaced`, :meth:`check_structure`, ...); hooks read :attr:`parameters` (a list
-    indexed by column) and the optimizer steps :attr:`column_of`.
+    indexed by column) and the optimizer steps :attr:`column_of`. ``start_hook(parameters,
+    column)`` makes the step-start tensor hook of a column
+    (:func:`hookviz.watching.hooks.step_start_hook`, its watch bound).
 
     Attributes:
         names: the watched parameters' qualified names, one per column (``[]`` under
             ``parameters=False``).
-        parameters: the tensor each column reads now (``names[c]``'s parameter).
+        parameters: the tensor each column reads now (``names[c]``'s parameter); one list for the
+            watch's life, changed in place (the step-start hooks hold it).
         column_of: ``{id(parameter): column}``.
         owners: ``(module, attribute name)`` that holds each column's parameter.
         grads_at_open: per trainable parameter, :func:`grad_and_version` of its ``.grad`` at open.
