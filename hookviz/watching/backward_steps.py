@@ -71,7 +71,8 @@ class Backwards:
     :class:`Backward` (at most :data:`PENDING_BACKWARDS`), and how many backwards began.
 
     Attributes:
-        pending: ``{graph task id: Backward}``; hooks read it (``pending.get(task)``).
+        pending: ``{graph task id: Backward}``; hooks read it (``pending.get(task)``). One dict for
+            the watch's life, changed in place: the parameters' hooks hold it.
         seen: backwards (not hookviz's own) that reached a watched parameter, refused ones too.
     """
 

@@ -24,7 +24,6 @@ import torch
 
 from hookviz.analysis.diagnose import DEFAULT_THRESHOLDS
 from hookviz.stats.reduce import (
-    COLUMN,
     Measured,
     Statistics,
     combine,
@@ -122,25 +121,18 @@ class StepReducer:
         self._distinct = None
         self._pending, self._pending_bytes, self._pending_cpu, self._last = [], 0, True, None
 
-    def _first_norms(self) -> list[float] | None:
-        """The usual step's norms: when all that was added is one norms-only ``add_all`` of
-        parameters ``0 .. k-1`` in order, its ``k`` norms; else None."""
+    def _norms_read(self) -> list[float] | None:
+        """The norms of one norms-only ``add_all`` when that is all that was added; else None."""
         done, distinct = self._done, self._distinct
-        if (
-            not self._pending
-            and distinct is not None
-            and len(done) == 1
-            and _norms_only(done[0][2])
-            and distinct == list(range(len(distinct)))
-        ):
+        if not self._pending and distinct is not None and len(done) == 1 and _norms_only(done[0][2]):
             return done[0][2]
         return None
 
     def finish_lazily(self, width: int) -> torch.Tensor | NormsRow:
         """:meth:`finish`, but the usual step's row (one norms-only :meth:`add_all` of parameters
         ``0 .. k-1`` in order) as a :class:`NormsRow`, made into a tensor only when read."""
-        norms = self._first_norms()
-        if norms is None:
+        norms = self._norms_read()
+        if norms is None or not _in_column_order(self._distinct):
             return self.finish(width)
         self._done, self._distinct = [], []
         return NormsRow(norms, width)
@@ -148,22 +140,21 @@ class StepReducer:
     def finish(self, width: int) -> torch.Tensor:
         """The ``[width, 4]`` float64 row of everything added; the reducer is empty afterwards."""
         self._flush()
-        norms = self._first_norms()
+        norms = self._norms_read()
         done, self._done = self._done, []
         distinct, self._distinct = self._distinct, []
-        if norms is not None:
+        if norms is not None and _in_column_order(distinct):
             return NormsRow(norms, width).tensor()
-        usual = distinct is not None and len(done) == 1 and _norms_only(done[0][2])
         row = torch.full((width, len(STATISTICS)), math.nan, dtype=torch.float64)
         if not done:
             return row
-        if usual:  # norms only, in another order
-            row[distinct] = _summary(done[0][2])
+        if norms is not None:  # norms only, in another order
+            row[distinct] = _summary(norms)
             return row
         summaries = [_summary(s) for _, _, s in done]
         summary = summaries[0] if len(summaries) == 1 else torch.cat(summaries)
         if distinct is not None:  # add_all's lines only: one per column, in this order
-            if distinct == list(range(len(distinct))):  # parameters 0 .. k-1, in order
+            if _in_column_order(distinct):
                 row[: len(distinct)] = summary
             else:
                 row[distinct] = summary
@@ -180,7 +171,7 @@ class StepReducer:
         single = [(c, lines[0]) for c, lines in places.items() if len(lines) == 1]
         if len(single) == len(places):  # one line per column: copy them
             columns, lines = [c for c, _ in single], [line for _, line in single]
-            if columns == lines and lines == list(range(len(lines))):  # parameters 0 .. k-1, in order
+            if columns == lines and _in_column_order(lines):
                 row[: len(lines)] = summary
             else:
                 row[columns] = summary[lines]
@@ -219,10 +210,15 @@ class NormsRow:
     def tensor(self) -> torch.Tensor:
         """The float64 ``[width, 4]`` row."""
         count = len(self.norms)
-        # one stack of the norms wrapped, not converted, and two constant columns
-        norms = torch.frombuffer(array("d", self.norms), dtype=torch.float64)
+        # one stack of the norms wrapped, not converted, and two constant columns, by name
         nan, zero = _constant_columns(count)
-        lines = torch.stack((norms, nan, zero, nan), 1)
+        by_name = {
+            "norm": torch.frombuffer(array("d", self.norms), dtype=torch.float64),
+            "max_abs": nan,
+            "nonfinite": zero,
+            "zero_fraction": nan,
+        }
+        lines = torch.stack([by_name[name] for name in STATISTICS], 1)
         if count == self.width:  # every column
             return lines
         row = torch.full((self.width, len(STATISTICS)), math.nan, dtype=torch.float64)
@@ -236,6 +232,11 @@ def _constant_columns(count: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.full((count,), math.nan, dtype=torch.float64), torch.zeros(count, dtype=torch.float64)
 
 
+def _in_column_order(columns: list[int]) -> bool:
+    """Whether ``columns`` are ``0 .. k-1`` in order (parameters' columns come first in a row)."""
+    return columns == list(range(len(columns)))
+
+
 def _norms_only(summary) -> bool:
     """Whether a reduced batch is add_all's norms (a norms-only read: a list of floats), not a summary."""
     return isinstance(summary, list)
@@ -245,10 +246,7 @@ def _summary(summary: torch.Tensor | Measured | list[float]) -> torch.Tensor:
     """A reduced batch's ``[k, 4]`` summary: a norms-only batch gets ``max_abs`` and
     ``zero_fraction`` NaN (not measured) and ``nonfinite`` 0 (its norms are finite)."""
     if isinstance(summary, list):
-        found = torch.full((len(summary), len(STATISTICS)), math.nan, dtype=torch.float64)
-        found[:, COLUMN["norm"]] = torch.tensor(summary, dtype=torch.float64)
-        found[:, COLUMN["nonfinite"]] = 0.0
-        return found
+        return NormsRow(summary, len(summary)).tensor()
     if not isinstance(summary, torch.Tensor):
         return summary.summary()
     return summary

@@ -278,7 +278,7 @@ class WatchedParameters:
             self._since_look = 0
             self.check_structure()
             self.follow_replaced()
-            self._note_empty()
+            self._note_empty()  # also when only a parameter's .data was swapped for another size
         else:
             self._since_look += 1
         self.check_unfrozen()
