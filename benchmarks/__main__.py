@@ -28,7 +28,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -189,14 +188,7 @@ def _rows(case: Case, baselines: dict, repeats: int, device: str, emit, only_row
         try:
             if row.block_seconds:
                 step, baseline = blocks(step, baseline, row.block_seconds, device)
-            clock = (
-                time.thread_time
-                if row.thread_time
-                else time.process_time
-                if row.cpu_time
-                else time.perf_counter
-            )
-            pairs = paired(step, baseline, repeats, device, clock=clock)
+            pairs = paired(step, baseline, repeats, device, clock=row.clock)
         finally:
             close()
         first, third = pairs.quartiles

@@ -14,6 +14,7 @@ import io
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,11 +43,12 @@ class Row:
         block_seconds: time blocks of as many steps as the baseline takes in about this long,
             not single steps: a row whose cost comes now and then (a live update a second) is
             timed over whole periods.
-        cpu_time: time by the CPU time of the process (every thread: a background writer's work
-            counts) instead of wall time, which other processes' load on a shared machine moves.
-        thread_time: time by the CPU time of the calling thread alone (``time.thread_time``): the
-            thread a CPU backward's hooks and end-of-backward callbacks run on, so a watch's own
-            work, without intra-op worker threads or other processes' load.
+        clock: what each sample is timed by: wall time (``time.perf_counter``), which other
+            processes' load on a shared machine moves; the CPU time of the process
+            (``time.process_time``: every thread, a background writer's work counts); or of the
+            calling thread alone (``time.thread_time``: the thread a CPU backward's hooks and
+            end-of-backward callbacks run on, so a watch's own work, without intra-op worker
+            threads).
     """
 
     label: str
@@ -54,8 +56,7 @@ class Row:
     baseline: str = "step"
     targets: dict[str, float] = field(default_factory=dict)
     block_seconds: float | None = None
-    cpu_time: bool = False
-    thread_time: bool = False
+    clock: Callable[[], float] = time.perf_counter
 
 
 def _nothing() -> None:
@@ -319,7 +320,7 @@ def rows() -> list[Row]:
             _watch_row(),
             baseline="floor",
             targets={"mlp": 1.045},
-            thread_time=True,
+            clock=time.thread_time,
         ),
         Row(
             "hookviz.watch(model, optimizer=opt), over a step with opt.step() (MLP: SGD momentum; "
@@ -365,7 +366,7 @@ def rows() -> list[Row]:
             baseline="watched",
             targets={"gpt": 1.01},
             block_seconds=1.0,
-            cpu_time=True,
+            clock=time.process_time,
         ),
         Row("wandb.watch(log='gradients', log_freq=1), offline", wandb_watch),
         Row("torchlens trace (forward, saves every layer)", torchlens_trace),
