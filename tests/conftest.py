@@ -1,11 +1,11 @@
 """Shared fixtures: the canonical example, a snapshot of everything a run must leave untouched, and
 the browser tests' one JupyterLab.
 
-The browser tests (tests/e2e/) share one ``jupyter lab`` per test session, started by the first
-test that asks for ``lab_folder`` and stopped at the session's end (``harness.SharedLab``), and one
-headless Chromium, started by the first page a test opens (``harness.chromium_page``, a fresh
-browser context per page). Each
-such test gets its own folder under the server's root (a ``harness.Lab``) and writes its notebooks
+The browser tests (tests/e2e/) share one ``jupyter lab`` per test session (under pytest-xdist, per
+worker: a worker is a session of its own), started by the first test that asks for ``lab_folder``
+and stopped at the session's end (``harness.SharedLab``), and one headless Chromium, started by the
+first page a test opens (``harness.chromium_page``, a fresh browser context per page). Each such
+test gets its own folder under the server's root (a ``harness.Lab``) and writes its notebooks
 there. When a test that used it fails, its report gets the server's log of that test (kernel
 starts, the tracebacks the server saw) beside the browser console ``harness.diagnostics`` adds.
 (Here and not in tests/e2e/conftest.py: test files import this one as ``conftest``.)
@@ -13,6 +13,7 @@ starts, the tracebacks the server saw) beside the browser console ``harness.diag
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -53,6 +54,17 @@ def _one_browser():
     yield
     if "harness" in sys.modules:
         sys.modules["harness"].close_browser()
+
+
+def pytest_configure(config):
+    # Under pytest-xdist (`-n auto`, README) the workers share the cores: torch's OpenMP pool, one
+    # thread per core in every worker and in every kernel and subprocess a worker starts,
+    # oversubscribes them, and libgomp's idle threads spin while they wait, so a test that trains
+    # crawls beside another worker's. One thread per worker (and, through the environment, per
+    # kernel and subprocess it starts); a run without -n keeps torch's default.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 def pytest_runtest_setup(item):
