@@ -70,6 +70,20 @@ def read_until(child: subprocess.Popen, line: str) -> list[str]:
     raise AssertionError(f"the child exited ({child.returncode}) before {line!r}: {child.stderr.read()}")
 
 
+def read_rest(child: subprocess.Popen) -> tuple[str, str]:
+    """The child's stdout after ``read_until`` and its stderr, once it exits. Its stdout is read
+    through the same buffered reader as ``read_until``'s: ``communicate`` reads the pipe itself and
+    loses the lines that reader already took in (a child that printed ahead of the test); its
+    stderr is read in a thread meanwhile, so neither pipe fills."""
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.append(child.stderr.read()))
+    reader.start()
+    out = child.stdout.read()
+    reader.join()
+    child.wait()
+    return out, errors[0]
+
+
 def test_a_job_killed_after_its_nan_step_leaves_a_file_that_holds_that_step(tmp_path):
     # save_every_seconds is an hour: only the write at once after the NaN step can hold step 5.
     child = run_child(
@@ -125,7 +139,7 @@ def test_ctrl_c_or_sys_exit_through_the_with_block_writes_every_step(tmp_path, e
         if ending == "SIGINT":
             printed = read_until(child, "step 12")
             child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=120)
+        out, err = read_rest(child)
     finally:
         child.kill()
     printed += out.split("\n")
