@@ -13,8 +13,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import torch
 
 from hookviz.advice import advice
@@ -22,6 +22,9 @@ from hookviz.data.deferred import PENDING, Deferrable, Fillable, deferrable
 from hookviz.data.tensors import ComparedByValue, TensorRecord, combined_norm
 from hookviz.errors import DetailsUnavailable, HookvizError, TargetError, unknown_name
 from hookviz.text import module_name, number
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 LOSS_MODULE = "(loss)"
 """The ``module`` of the Nodes that ``loss_fn`` made, outside the model (not a module name: it has
@@ -372,6 +375,10 @@ class Run(ComparedByValue, Deferrable):
         attribute ``slot``; node attributes ``op``, ``module``, ``kind``, ``order``, ``grad_norm``
         (combined 2-norm of the gradients arriving at the node), ``has_nan`` (a gradient there is
         not finite), ``edited`` (an edit ran there), ``user_hooks`` (how many)."""
+        # networkx is imported here, not with the module: most runs never build this view, and the
+        # import is about half of `import hookviz`'s own time (benchmarks/import_time.py)
+        import networkx as nx
+
         edited = self.edited_nodes
         g = nx.DiGraph()
         for node_id, record in self.nodes.items():
