@@ -70,18 +70,26 @@ def read_until(child: subprocess.Popen, line: str) -> list[str]:
     raise AssertionError(f"the child exited ({child.returncode}) before {line!r}: {child.stderr.read()}")
 
 
-def read_rest(child: subprocess.Popen) -> tuple[str, str]:
-    """The child's stdout after ``read_until`` and its stderr, once it exits. Its stdout is read
-    through the same buffered reader as ``read_until``'s: ``communicate`` reads the pipe itself and
-    loses the lines that reader already took in (a child that printed ahead of the test); its
-    stderr is read in a thread meanwhile, so neither pipe fills."""
-    errors: list[str] = []
-    reader = threading.Thread(target=lambda: errors.append(child.stderr.read()))
-    reader.start()
-    out = child.stdout.read()
-    reader.join()
-    child.wait()
-    return out, errors[0]
+def read_rest(child: subprocess.Popen, timeout: float = 120.0) -> tuple[str, str]:
+    """The child's stdout after ``read_until`` and its stderr, once it exits (within ``timeout``
+    seconds, else ``subprocess.TimeoutExpired``). Its stdout is read through the same buffered
+    reader as ``read_until``'s: ``communicate`` reads the pipe itself and loses the lines that
+    reader already took in (a child that printed ahead of the test). Each pipe is read in a thread
+    of its own, so neither fills while the other is read."""
+    read: dict[str, str] = {}
+    readers = [
+        threading.Thread(target=lambda name=name, pipe=pipe: read.update({name: pipe.read()}), daemon=True)
+        for name, pipe in (("out", child.stdout), ("err", child.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    for reader in readers:
+        reader.join(max(0.0, deadline - time.monotonic()))
+    if any(reader.is_alive() for reader in readers):
+        raise subprocess.TimeoutExpired(child.args, timeout)
+    child.wait(timeout=max(0.0, deadline - time.monotonic()))
+    return read["out"], read["err"]
 
 
 def test_a_job_killed_after_its_nan_step_leaves_a_file_that_holds_that_step(tmp_path):

@@ -376,7 +376,7 @@ class Run(ComparedByValue, Deferrable):
         (combined 2-norm of the gradients arriving at the node), ``has_nan`` (a gradient there is
         not finite), ``edited`` (an edit ran there), ``user_hooks`` (how many)."""
         # networkx is imported here, not with the module: most runs never build this view, and the
-        # import is about half of `import hookviz`'s own time (benchmarks/import_time.py)
+        # import is a large part of `import hookviz` (benchmarks/import_time.py measures it)
         import networkx as nx
 
         edited = self.edited_nodes
