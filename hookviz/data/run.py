@@ -371,12 +371,11 @@ class Run(ComparedByValue, Deferrable):
     @cached_property
     def graph(self) -> nx.DiGraph:
         """The autograd graph as a ``networkx.DiGraph``, built on first read from :attr:`nodes` and
-        :attr:`edges` (a run that nobody draws does not pay for it). Edges in forward direction with
-        attribute ``slot``; node attributes ``op``, ``module``, ``kind``, ``order``, ``grad_norm``
-        (combined 2-norm of the gradients arriving at the node), ``has_nan`` (a gradient there is
-        not finite), ``edited`` (an edit ran there), ``user_hooks`` (how many)."""
-        # networkx is imported here, not with the module: most runs never build this view, and the
-        # import is a large part of `import hookviz` (benchmarks/import_time.py measures it)
+        :attr:`edges` (a run that nobody draws pays neither for it nor for importing networkx).
+        Edges in forward direction with attribute ``slot``; node attributes ``op``, ``module``,
+        ``kind``, ``order``, ``grad_norm`` (combined 2-norm of the gradients arriving at the node),
+        ``has_nan`` (a gradient there is not finite), ``edited`` (an edit ran there), ``user_hooks``
+        (how many)."""
         import networkx as nx
 
         edited = self.edited_nodes
